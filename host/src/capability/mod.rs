@@ -1,0 +1,139 @@
+//! What the host gives guests: `log`, `config`, `http`, `process`,
+//! `streaming`, and WASI p2 confined to the granted directories.
+//!
+//! Every import checks the call's deadline on entry, so a guest looping over
+//! host calls is stopped as surely as one looping in pure wasm, and every
+//! capability is checked against the plugin's [`Grants`] on every call.
+
+mod config;
+pub(crate) mod http;
+mod log;
+mod process;
+mod secrets;
+mod streaming;
+
+use crate::contract::bindings::provider::reson::plugin::chat_types::Delta;
+use crate::policy::Grants;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+pub(crate) use secrets::Secrets;
+
+/// Receives streamed deltas from a provider plugin while it runs.
+pub type DeltaSink = Box<dyn FnMut(Delta) + Send>;
+
+/// A capability request the host refused, for the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Denial {
+    /// `http`, `process`, `secret`, ...
+    pub capability: &'static str,
+    /// What was asked for (secrets redacted).
+    pub detail: String,
+}
+
+/// Why the host stopped a guest from inside a host call or a limiter.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostTrap {
+    #[error("the call's deadline passed during a host call")]
+    Deadline,
+    #[error("memory limit of {cap} bytes reached (asked for {requested})")]
+    Memory { requested: usize, cap: usize },
+}
+
+/// The data of one call's Store.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) plugin: Arc<str>,
+    pub(crate) grants: Arc<Grants>,
+    pub(crate) secrets: Arc<Secrets>,
+    pub(crate) deadline: Instant,
+    pub(crate) denials: Vec<Denial>,
+    pub(crate) deltas: Option<DeltaSink>,
+    logged: usize,
+}
+
+impl HostState {
+    pub(crate) fn new(
+        wasi: WasiCtx,
+        plugin: Arc<str>,
+        grants: Arc<Grants>,
+        secrets: Arc<Secrets>,
+        deadline: Instant,
+    ) -> Self {
+        let cap = usize::try_from(grants.limits.memory_bytes).unwrap_or(usize::MAX);
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter { cap },
+            plugin,
+            grants,
+            secrets,
+            deadline,
+            denials: Vec::new(),
+            deltas: None,
+            logged: 0,
+        }
+    }
+
+    /// Time left before the deadline, or a trap if it has passed.
+    fn remaining(&self) -> wasmtime::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() { Err(wasmtime::Error::new(HostTrap::Deadline)) } else { Ok(left) }
+    }
+
+    /// Records a refusal and returns the message for the guest.
+    fn deny(&mut self, capability: &'static str, detail: String) -> String {
+        tracing::warn!(target: "reson::audit", plugin = %self.plugin, capability, %detail, "denied");
+        let message = format!("{capability} denied: {detail}");
+        self.denials.push(Denial { capability, detail });
+        message
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Caps linear memory, recording a hit as [`HostTrap::Memory`] so that it is
+/// told apart from other traps.
+pub(crate) struct MemoryLimiter {
+    cap: usize,
+}
+
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+impl wasmtime::ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            return Err(wasmtime::Error::new(HostTrap::Memory {
+                requested: desired,
+                cap: self.cap,
+            }));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+impl crate::contract::bindings::tool::reson::plugin::types::Host for HostState {}
+impl crate::contract::bindings::provider::reson::plugin::chat_types::Host for HostState {}

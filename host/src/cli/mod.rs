@@ -1,0 +1,90 @@
+//! Argument parsing and the commands. Errors become messages and exit
+//! codes here, at the edge.
+
+mod plugins;
+mod tool;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use reson::config::Config;
+use reson::plugin::{Options, Runtime};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Reson: an agent host whose tools and providers are sandboxed WebAssembly components.
+#[derive(Parser)]
+#[command(name = "reson", version, about)]
+struct Cli {
+    /// Configuration file [default: ./reson.toml if it exists]
+    #[arg(long, global = true, env = "RESON_CONFIG")]
+    config: Option<PathBuf>,
+    /// Plugins directory [default: from the config, else ./plugins]
+    #[arg(long, global = true, env = "RESON_PLUGINS_DIR")]
+    plugins_dir: Option<PathBuf>,
+    /// Compiled-code cache directory
+    #[arg(long, global = true, env = "RESON_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect and manage plugins.
+    #[command(subcommand)]
+    Plugins(plugins::Command),
+    /// List or call tools directly, without a model.
+    #[command(subcommand)]
+    Tool(tool::Command),
+}
+
+/// Exit codes, so scripts can tell failures apart.
+pub(crate) mod exit {
+    pub const TOOL_FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const DENIED: u8 = 3;
+    pub const LIMIT: u8 = 4;
+    pub const TRAPPED: u8 = 5;
+    pub const HOST: u8 = 6;
+}
+
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RESON_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Plugins(cmd) => open(&cli).and_then(|rt| plugins::run(&rt, cmd)),
+        Command::Tool(cmd) => open(&cli).and_then(|rt| tool::run(&rt, cmd)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit::HOST)
+        }
+    }
+}
+
+fn open(cli: &Cli) -> anyhow::Result<Runtime> {
+    let config = match &cli.config {
+        Some(path) => Config::load(path)?,
+        None if std::path::Path::new("reson.toml").exists() => Config::load("reson.toml".as_ref())?,
+        None => Config::default(),
+    };
+    let mut options = Options::from_config(config);
+    if let Some(dir) = &cli.plugins_dir {
+        options.plugins_dir = dir.clone();
+        if options.config.lock_file.is_none() {
+            options.lock_file = dir.join("reson.lock");
+        }
+    }
+    if let Some(dir) = &cli.cache_dir {
+        options.cache_dir = dir.clone();
+    }
+    Runtime::open(options).context("cannot start the plugin runtime")
+}

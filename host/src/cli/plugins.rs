@@ -1,0 +1,82 @@
+//! `reson plugins ...`
+
+use super::exit;
+use clap::Subcommand;
+use reson::plugin::{PluginInfo, PluginStatus, Runtime};
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Every plugin found: version, world, tools, digest, grants, status.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Accept a plugin that changed and now requests more capabilities.
+    Accept {
+        /// Plugin name.
+        name: String,
+    },
+}
+
+pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::List { json: true } => {
+            println!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
+        }
+        Command::List { json: false } => print_table(&runtime.plugins()),
+        Command::Accept { name } => {
+            runtime.accept(name)?;
+            let info = runtime.plugins().into_iter().find(|p| &p.name == name);
+            match info.map(|p| p.status) {
+                Some(PluginStatus::Ready) => println!("accepted {name}; it is loaded"),
+                Some(PluginStatus::Failed(e) | PluginStatus::Stale(e)) => {
+                    println!("accepted {name}, but it does not load: {e}");
+                    return Ok(ExitCode::from(exit::HOST));
+                }
+                _ => println!("accepted {name}"),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(plugins: &[PluginInfo]) {
+    if plugins.is_empty() {
+        println!("no plugins found");
+        return;
+    }
+    for p in plugins {
+        let status = match &p.status {
+            PluginStatus::Ready => "ready".to_owned(),
+            PluginStatus::Disabled => "disabled".to_owned(),
+            PluginStatus::Failed(e) => format!("FAILED: {e}"),
+            PluginStatus::Stale(e) => format!("STALE (previous version serving): {e}"),
+        };
+        let world = p.world.map(|w| w.to_string()).unwrap_or_else(|| "-".into());
+        println!("{} {}  [{world}]  {status}", p.name, p.version.as_deref().unwrap_or("?"));
+        if let Some(sha) = &p.sha256 {
+            println!("    sha256  {sha}");
+        }
+        if !p.tools.is_empty() {
+            println!("    tools   {}", p.tools.join(", "));
+        }
+        if let Some(g) = &p.grants {
+            let dirs: Vec<String> =
+                g.dirs.iter().map(|d| format!("{} ({:?})", d.host.display(), d.access)).collect();
+            let none = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
+            println!("    dirs    {}", none(&dirs));
+            println!("    http    {}", none(&g.http));
+            println!("    process {}", none(&g.process));
+            println!("    secrets {}", none(&g.secrets));
+            println!(
+                "    limits  timeout {} ms, memory {} MiB, output {} bytes{}",
+                g.limits.timeout.as_millis(),
+                g.limits.memory_bytes >> 20,
+                g.limits.output_bytes,
+                g.limits.fuel.map(|f| format!(", fuel {f}")).unwrap_or_default()
+            );
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! `reson tool ...`: how tool authors try a tool without a model.
+
+use super::exit;
+use anyhow::Context as _;
+use clap::Subcommand;
+use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
+use std::io::Read;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// The tools on offer, with their argument schemas.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print its output.
+    Call {
+        /// Tool name.
+        tool: String,
+        /// Arguments as a JSON object; `-` reads them from stdin.
+        #[arg(default_value = "{}")]
+        args: String,
+        /// Print the whole result (or error) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::List { json: true } => {
+            println!("{}", serde_json::to_string_pretty(&runtime.tools())?);
+        }
+        Command::List { json: false } => {
+            for tool in runtime.tools() {
+                println!(
+                    "{:<12} {:<10} {}",
+                    tool.name,
+                    format!("[{}]", tool.plugin),
+                    tool.description
+                );
+            }
+        }
+        Command::Call { tool, args, json } => {
+            let args = if args == "-" {
+                let mut buf = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut buf)
+                    .context("reading arguments from stdin")?;
+                buf
+            } else {
+                args.clone()
+            };
+            return Ok(call(runtime, tool, &args, *json));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn call(runtime: &Runtime, tool: &str, args: &str, json: bool) -> ExitCode {
+    match runtime.call_tool(tool, args, &CallContext::default()) {
+        Ok(out) if json => {
+            println!("{}", serde_json::to_string_pretty(&out).expect("tool output serialises"));
+            ExitCode::SUCCESS
+        }
+        Ok(out) => {
+            println!("{}", out.text);
+            for image in &out.images {
+                println!("[image {} ({} bytes)]", image.media_type, image.data.len());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&err).expect("errors serialise"));
+            }
+            eprintln!("error: {err}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+fn exit_code(err: &CallError) -> u8 {
+    match err {
+        CallError::UnknownTool { .. } | CallError::InvalidArguments { .. } => exit::USAGE,
+        CallError::Denied { .. } | CallError::Tool { failure: ToolFailure::Denied(_), .. } => {
+            exit::DENIED
+        }
+        CallError::Tool { .. } => exit::TOOL_FAILED,
+        CallError::LimitExceeded { .. } => exit::LIMIT,
+        CallError::Trapped { .. } => exit::TRAPPED,
+        CallError::Internal { .. } => exit::HOST,
+    }
+}

@@ -1,0 +1,228 @@
+//! The user's `reson.toml`: where plugins live and what each one is granted.
+//!
+//! Nothing here can be widened by a plugin or a model: a plugin gets the
+//! intersection of what its manifest requests and what this file grants.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Why a configuration file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("invalid config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the position.
+        message: String,
+    },
+}
+
+/// The parsed `reson.toml`. Relative paths in it are relative to the file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Directory holding `<name>.wasm` + `<name>.toml` pairs.
+    pub plugins_dir: Option<PathBuf>,
+    /// Directory for compiled code, keyed by digest and engine settings.
+    pub cache_dir: Option<PathBuf>,
+    /// The lock file pinning each plugin's digest and requests.
+    pub lock_file: Option<PathBuf>,
+    /// Engine-wide sandbox settings.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    /// Grants per plugin name. A plugin not listed here is granted nothing
+    /// beyond computing and logging.
+    #[serde(default)]
+    pub plugins: BTreeMap<String, PluginGrant>,
+    /// Secret values by name, for plugins granted those names. Environment
+    /// variables of the same name take precedence.
+    #[serde(default, skip_serializing)]
+    pub secrets: BTreeMap<String, String>,
+    #[serde(skip)]
+    base_dir: PathBuf,
+}
+
+impl Config {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let mut config = Self::parse(&text)
+            .map_err(|message| ConfigError::Parse { path: path.to_path_buf(), message })?;
+        config.base_dir =
+            path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        Ok(config)
+    }
+
+    /// Parses TOML text; relative paths resolve against the current directory.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.base_dir = PathBuf::from(".");
+        Ok(config)
+    }
+
+    /// Resolves a path from this file against the file's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() { path.to_path_buf() } else { self.base_dir.join(path) }
+    }
+
+    /// The grant for `plugin`, or the empty grant.
+    pub fn grant(&self, plugin: &str) -> PluginGrant {
+        self.plugins.get(plugin).cloned().unwrap_or_default()
+    }
+}
+
+/// Engine-wide settings. Changing them changes the compiled-code cache key.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Count fuel, so that plugins with a `fuel` limit can be held to it.
+    /// Costs some speed for every plugin.
+    pub fuel: bool,
+    /// Most plugin instances alive at once (the pooling allocator's size).
+    pub max_instances: u32,
+    /// The largest memory any plugin may be granted, in MiB.
+    pub max_memory_mb: u64,
+    /// Default limits for plugins that set none.
+    pub defaults: Limits,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self { fuel: false, max_instances: 64, max_memory_mb: 1024, defaults: Limits::default() }
+    }
+}
+
+/// Access to a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// No access.
+    #[default]
+    None,
+    /// Read files and list directories.
+    Read,
+    /// Read, create, change and delete.
+    ReadWrite,
+}
+
+/// A directory the user grants to a plugin.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// Host directory (relative to the config file).
+    pub path: PathBuf,
+    /// The most the plugin may do there.
+    pub access: Access,
+    /// Where the guest sees it; defaults to the absolute host path, so paths
+    /// a model reads in one tool's output work in another's arguments.
+    pub mount: Option<String>,
+}
+
+/// Resource limits. `None` means "no opinion": the tighter of the
+/// plugin's request and the user's grant wins, then the host default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock deadline of one call, including time in host calls.
+    pub timeout_ms: Option<u64>,
+    /// Linear memory cap of one instance, in MiB.
+    pub memory_mb: Option<u64>,
+    /// Fuel per call (only when `sandbox.fuel` is on).
+    pub fuel: Option<u64>,
+    /// Cap on the bytes a call may return.
+    pub output_bytes: Option<u64>,
+}
+
+/// What the user grants one plugin.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginGrant {
+    /// Set to false to keep the plugin unloaded.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Directories, preopened for WASI.
+    #[serde(default)]
+    pub dirs: Vec<DirGrant>,
+    /// URL patterns: `host[:port][/path-prefix]`, `*.host` for subdomains.
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// Command-line globs such as `git *`.
+    #[serde(default)]
+    pub process: Vec<String>,
+    /// Names of secrets the plugin may reference.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Only these tools of the plugin are offered; all when unset.
+    pub tools: Option<Vec<String>>,
+    /// Limits the user sets for this plugin.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Non-secret settings the plugin reads through `config`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for PluginGrant {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dirs: Vec::new(),
+            http: Vec::new(),
+            process: Vec::new(),
+            secrets: Vec::new(),
+            tools: None,
+            limits: Limits::default(),
+            config: BTreeMap::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_config() {
+        let config = Config::parse(
+            r#"
+            plugins_dir = "plugins"
+            [sandbox]
+            fuel = true
+            [plugins.fs]
+            dirs = [{ path = "ws", access = "read-write" }]
+            limits = { timeout_ms = 500 }
+            config = { greeting = "hi" }
+            "#,
+        )
+        .unwrap();
+        let fs = config.grant("fs");
+        assert!(config.sandbox.fuel);
+        assert_eq!(fs.dirs[0].access, Access::ReadWrite);
+        assert_eq!(fs.limits.timeout_ms, Some(500));
+        assert!(fs.enabled);
+        let other = config.grant("other");
+        assert!(other.enabled && other.dirs.is_empty() && other.http.is_empty());
+    }
+
+    #[test]
+    fn rejects_unknown_keys_with_position() {
+        let err = Config::parse("[plugins.fs]\ndirz = []\n").unwrap_err();
+        assert!(err.contains("dirz"), "{err}");
+    }
+}

@@ -1,0 +1,55 @@
+//! Compiled code on disk, keyed by the plugin's digest and the engine's
+//! settings, so a restart loads a plugin in well under a millisecond.
+
+use super::engine::Sandbox;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use wasmtime::component::Component;
+
+/// Whether a load hit the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    Cache,
+    Compiled,
+}
+
+pub(crate) fn entry_path(dir: &Path, digest: &str, sandbox: &Sandbox) -> PathBuf {
+    dir.join(format!("{digest}-{}.cwasm", sandbox.fingerprint))
+}
+
+/// Loads the compiled form of `wasm` from `dir`, compiling and storing it
+/// on a miss. A corrupt or stale entry is recompiled, never trusted.
+pub(crate) fn load_or_compile(
+    sandbox: &Sandbox,
+    dir: &Path,
+    digest: &str,
+    wasm: &[u8],
+) -> Result<(Component, Source), String> {
+    let path = entry_path(dir, digest, sandbox);
+    if path.exists() {
+        // SAFETY: the cache directory is the host's own; entries are written
+        // only by `store` below, from `Component::serialize` of this engine
+        // configuration (the fingerprint is part of the file name).
+        match unsafe { Component::deserialize_file(&sandbox.engine, &path) } {
+            Ok(component) => return Ok((component, Source::Cache)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "recompiling unusable cache entry: {e}")
+            }
+        }
+    }
+    let component = Component::new(&sandbox.engine, wasm).map_err(|e| format!("{e:#}"))?;
+    if let Err(e) = store(&component, dir, &path) {
+        tracing::warn!(path = %path.display(), "cannot write compiled-code cache: {e}");
+    }
+    Ok((component, Source::Compiled))
+}
+
+/// Writes atomically: a reader never sees a half-written entry.
+fn store(component: &Component, dir: &Path, path: &Path) -> anyhow::Result<()> {
+    let bytes = component.serialize().map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&bytes)?;
+    tmp.persist(path)?;
+    Ok(())
+}

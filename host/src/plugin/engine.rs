@@ -1,0 +1,97 @@
+//! The wasmtime engine every plugin runs on, its epoch ticker, and the
+//! linkers of the three worlds.
+
+use crate::capability::HostState;
+use crate::config::SandboxConfig;
+use crate::contract::bindings;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances. Deadlines are checked against the wall
+/// clock at each tick, so this is their resolution.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+/// Core instances, tables and memories one component may need (a Rust
+/// guest has a handful of core instances for its shims).
+const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
+
+/// The engine and the linkers shared by all plugins.
+pub(crate) struct Sandbox {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<HostState>,
+    /// Identifies the engine settings in compiled-code cache keys.
+    pub(crate) fingerprint: String,
+    /// Whether fuel is counted (every Store then needs fuel set).
+    pub(crate) fuel: bool,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Sandbox {
+    pub(crate) fn new(settings: &SandboxConfig) -> wasmtime::Result<Self> {
+        let mut pool = PoolingAllocationConfig::default();
+        let n = settings.max_instances.max(1);
+        pool.total_component_instances(n)
+            .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)
+            .total_memories(n * 2)
+            .total_tables(n * CORE_INSTANCES_PER_COMPONENT)
+            .max_memory_size(usize::try_from(settings.max_memory_mb << 20).unwrap_or(usize::MAX));
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .consume_fuel(settings.fuel)
+            .wasm_component_model(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // The three worlds share their host interfaces; `streaming` is the
+        // provider world's only extra import.
+        bindings::tool::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        bindings::provider::reson::plugin::chat_types::add_to_linker::<_, HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )?;
+        bindings::provider::reson::plugin::streaming::add_to_linker::<_, HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )?;
+
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let fingerprint = format!("{:016x}", hasher.finish());
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_ticker(engine.clone(), ticker_stop.clone());
+        Ok(Self { engine, linker, fingerprint, fuel: settings.fuel, ticker_stop })
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Advances the epoch on an absolute schedule: a plain sleep loop drifts.
+fn spawn_ticker(engine: Engine, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("reson-epoch".into())
+        .spawn(move || {
+            let start = Instant::now();
+            let mut ticks: u32 = 0;
+            while !stop.load(Ordering::Relaxed) {
+                ticks = ticks.wrapping_add(1);
+                let next = start + EPOCH_TICK * ticks;
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                engine.increment_epoch();
+            }
+        })
+        .expect("spawning the epoch thread");
+}

@@ -1,0 +1,129 @@
+//! One call's sandbox: a fresh Store with WASI confined to the grants, a
+//! wall-clock deadline, optional fuel and a memory cap; and the mapping of
+//! whatever went wrong into a typed [`CallError`].
+
+use super::engine::Sandbox;
+use super::error::{CallError, Limit, TrapKind};
+use crate::capability::{HostState, HostTrap, Secrets};
+use crate::config::Access;
+use crate::policy::Grants;
+use std::sync::Arc;
+use std::time::Instant;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx};
+
+/// Enough of stderr to carry a panic message.
+const STDERR_CAPTURE_BYTES: usize = 16 << 10;
+
+/// A Store ready for one call, and the guest's captured stderr.
+pub(crate) struct CallStore {
+    pub(crate) store: Store<HostState>,
+    stderr: MemoryOutputPipe,
+}
+
+/// Which plugin and tool a failure belongs to, for error messages.
+#[derive(Clone, Copy)]
+pub(crate) struct Site<'a> {
+    pub(crate) plugin: &'a str,
+    pub(crate) tool: &'a str,
+}
+
+impl Site<'_> {
+    fn internal(&self, message: String) -> CallError {
+        CallError::Internal { plugin: self.plugin.into(), tool: self.tool.into(), message }
+    }
+}
+
+impl CallStore {
+    pub(crate) fn new(
+        sandbox: &Sandbox,
+        plugin: &Arc<str>,
+        grants: &Arc<Grants>,
+        secrets: &Arc<Secrets>,
+        site: Site<'_>,
+    ) -> Result<Self, CallError> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        let mut wasi = WasiCtx::builder();
+        wasi.stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .allow_blocking_current_thread(true);
+        for dir in &grants.dirs {
+            let perms = if dir.access == Access::ReadWrite {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            wasi.preopened_dir(&dir.host, &dir.guest, perms).map_err(|e| {
+                site.internal(format!("cannot open granted directory {}: {e}", dir.host.display()))
+            })?;
+        }
+        let limits = grants.limits;
+        let deadline = Instant::now() + limits.timeout;
+        let state =
+            HostState::new(wasi.build(), plugin.clone(), grants.clone(), secrets.clone(), deadline);
+        let mut store = Store::new(&sandbox.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.epoch_deadline_callback(move |_| {
+            Ok(if Instant::now() >= deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Continue(1)
+            })
+        });
+        store.set_epoch_deadline(1);
+        if sandbox.fuel {
+            store
+                .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+                .map_err(|e| site.internal(format!("cannot set fuel: {e}")))?;
+        }
+        Ok(Self { store, stderr })
+    }
+
+    /// Turns a failed guest call into a typed error naming the limit or trap.
+    pub(crate) fn classify(&self, err: &wasmtime::Error, site: Site<'_>) -> CallError {
+        let limits = self.store.data().grants.limits;
+        let limit = |limit| CallError::LimitExceeded {
+            plugin: site.plugin.into(),
+            tool: site.tool.into(),
+            limit,
+        };
+        let trapped =
+            |trap| CallError::Trapped { plugin: site.plugin.into(), tool: site.tool.into(), trap };
+        if let Some(host) = find::<HostTrap>(err) {
+            return match host {
+                HostTrap::Deadline => limit(Limit::timeout(limits.timeout)),
+                HostTrap::Memory { .. } => limit(Limit::Memory { bytes: limits.memory_bytes }),
+            };
+        }
+        match find::<Trap>(err) {
+            Some(Trap::Interrupt) => limit(Limit::timeout(limits.timeout)),
+            Some(Trap::OutOfFuel) => limit(Limit::Fuel { units: limits.fuel.unwrap_or(u64::MAX) }),
+            Some(Trap::StackOverflow) => trapped(TrapKind::StackOverflow),
+            other => match self.panic_message() {
+                Some(message) => trapped(TrapKind::Panic(message)),
+                None => trapped(TrapKind::Other(match other {
+                    Some(trap) => trap.to_string(),
+                    None => format!("{err:#}"),
+                })),
+            },
+        }
+    }
+
+    /// The message of a Rust guest's panic, from its stderr.
+    fn panic_message(&self) -> Option<String> {
+        let stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+        let start = stderr.find("panicked at ")?;
+        let rest = &stderr[start..];
+        // "panicked at src/lib.rs:3:5:\nmessage\nnote: ..."
+        let message = rest.split_once(":\n").map_or(rest, |(_, m)| m);
+        let message = message.split("\nnote:").next().unwrap_or(message);
+        Some(message.trim().to_owned())
+    }
+}
+
+fn find<E: std::error::Error + Send + Sync + 'static>(err: &wasmtime::Error) -> Option<&E> {
+    err.downcast_ref::<E>().or_else(|| err.chain().find_map(|e| e.downcast_ref::<E>()))
+}

@@ -1,0 +1,348 @@
+//! Turning a `<name>.wasm` + `<name>.toml` pair into a [`LoadedPlugin`]:
+//! manifest, digest and lock, compile (or cache), contract check, grants,
+//! linking, and the tool list.
+
+use super::cache::{self, Source};
+use super::engine::Sandbox;
+use super::error::{CallError, Limit, LoadError, ToolFailure};
+use super::instance::{CallStore, Site};
+use super::lock::LockFile;
+use super::manifest::Manifest;
+use crate::capability::{HostState, Secrets};
+use crate::config::Config;
+use crate::contract::bindings::plan_parser::PlanParserPluginPre;
+use crate::contract::bindings::provider::ProviderPluginPre;
+use crate::contract::bindings::tool::ToolPluginPre;
+use crate::contract::bindings::tool::exports::reson::plugin::tool as wit;
+use crate::contract::{self, World};
+use crate::policy::Grants;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+const MAX_TOOL_NAME: usize = 64;
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSpec {
+    /// Unique tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub input_schema: serde_json::Value,
+    /// The plugin serving it.
+    pub plugin: String,
+}
+
+/// An image in a tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Image {
+    /// IANA media type.
+    pub media_type: String,
+    /// Raw bytes.
+    #[serde(skip)]
+    pub data: Vec<u8>,
+}
+
+/// A tool's successful result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolOutput {
+    /// The text for the model.
+    pub text: String,
+    /// A summary that replaces `text` in later history.
+    pub long_term_memory: Option<String>,
+    /// Send `text` once, then only the summary.
+    pub include_output_only_once: bool,
+    /// Accompanying images.
+    pub images: Vec<Image>,
+}
+
+/// What the caller tells a tool about the call.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The model's id for this tool call.
+    pub call_id: String,
+    /// The trace the call belongs to.
+    pub trace_id: Option<String>,
+}
+
+pub(crate) struct ToolEntry {
+    pub(crate) spec: ToolSpec,
+    pub(crate) validator: jsonschema::Validator,
+}
+
+pub(crate) enum Exports {
+    Tool {
+        pre: ToolPluginPre<HostState>,
+        tools: Vec<ToolEntry>,
+    },
+    /// Linked and checked; calls come with the provider adapter.
+    Provider,
+    /// Linked and checked; calls come with the task agent.
+    PlanParser,
+}
+
+/// One generation of a loaded plugin. Calls hold an `Arc` to it, so a
+/// reload never disturbs a call already running.
+pub(crate) struct LoadedPlugin {
+    pub(crate) name: Arc<str>,
+    pub(crate) manifest: Manifest,
+    pub(crate) sha256: String,
+    pub(crate) world: World,
+    pub(crate) grants: Arc<Grants>,
+    pub(crate) exports: Exports,
+    pub(crate) generation: u64,
+    pub(crate) from_cache: bool,
+}
+
+/// What loading needs from the runtime.
+pub(crate) struct LoadContext<'a> {
+    pub(crate) sandbox: &'a Sandbox,
+    pub(crate) config: &'a Config,
+    pub(crate) cache_dir: &'a Path,
+    pub(crate) lock: &'a Mutex<LockFile>,
+    pub(crate) secrets: &'a Arc<Secrets>,
+}
+
+/// The manifest path beside a plugin file.
+pub(crate) fn manifest_path(file: &Path) -> PathBuf {
+    file.with_extension("toml")
+}
+
+/// Reads a plugin's manifest, checking that it names the file's plugin.
+pub(crate) fn read_manifest(name: &str, file: &Path) -> Result<Manifest, LoadError> {
+    let path = manifest_path(file);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(LoadError::MissingManifest { file: file.into(), manifest: path });
+        }
+        Err(e) => return Err(LoadError::Io { file: path, reason: e.to_string() }),
+    };
+    let manifest = Manifest::parse(&text)
+        .map_err(|reason| LoadError::BadManifest { file: file.into(), reason })?;
+    if manifest.name != name {
+        return Err(LoadError::BadManifest {
+            file: file.into(),
+            reason: format!(
+                "it names the plugin `{}`, but the file is `{name}.wasm`",
+                manifest.name
+            ),
+        });
+    }
+    Ok(manifest)
+}
+
+/// SHA-256 of `bytes`, hex.
+pub(crate) fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Checks the header: wasm magic, and the component layer.
+fn check_header(file: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadError::NotWasm { file: file.into() });
+    }
+    // Bytes 6..8 are the layer: 0 for a core module, 1 for a component.
+    if bytes[6..8] == [0, 0] {
+        return Err(LoadError::CoreModule { file: file.into() });
+    }
+    Ok(())
+}
+
+/// Loads one plugin. Every failure is a one-line [`LoadError`].
+pub(crate) fn load(
+    cx: &LoadContext<'_>,
+    name: &str,
+    file: &Path,
+    generation: u64,
+) -> Result<LoadedPlugin, LoadError> {
+    let manifest = read_manifest(name, file)?;
+    let bytes = std::fs::read(file)
+        .map_err(|e| LoadError::Io { file: file.into(), reason: e.to_string() })?;
+    check_header(file, &bytes)?;
+    let sha256 = sha256(&bytes);
+    cx.lock.lock().expect("lock file mutex").admit(name, &sha256, &manifest.requests).map_err(
+        |grown| LoadError::NeedsApproval { file: file.into(), name: name.into(), grown },
+    )?;
+
+    let (component, source) = cache::load_or_compile(cx.sandbox, cx.cache_dir, &sha256, &bytes)
+        .map_err(|reason| LoadError::Invalid { file: file.into(), reason })?;
+    let world = contract::inspect(&cx.sandbox.engine, &component)
+        .map_err(|source| LoadError::Contract { file: file.into(), source })?;
+    let grants = Grants::intersect(&manifest, &cx.config.grant(name), &cx.config.sandbox, |p| {
+        cx.config.resolve(p)
+    })
+    .map_err(|e| LoadError::Grant { file: file.into(), reason: e.to_string() })?;
+    let grants = Arc::new(grants);
+
+    let link = |reason: wasmtime::Error| LoadError::Link {
+        file: file.into(),
+        reason: format!("{reason:#}"),
+    };
+    let pre = cx.sandbox.linker.instantiate_pre(&component).map_err(link)?;
+    let name: Arc<str> = name.into();
+    let exports = match world {
+        World::ToolPlugin => {
+            let pre = ToolPluginPre::new(pre).map_err(link)?;
+            let tools = list_tools(cx, &name, &grants, &pre)
+                .map_err(|reason| LoadError::Tools { file: file.into(), reason })?;
+            Exports::Tool { pre, tools }
+        }
+        World::ProviderPlugin => {
+            ProviderPluginPre::new(pre).map_err(link)?;
+            Exports::Provider
+        }
+        World::PlanParserPlugin => {
+            PlanParserPluginPre::new(pre).map_err(link)?;
+            Exports::PlanParser
+        }
+    };
+    Ok(LoadedPlugin {
+        name,
+        manifest,
+        sha256,
+        world,
+        grants,
+        exports,
+        generation,
+        from_cache: source == Source::Cache,
+    })
+}
+
+/// Asks the component for its tools, under the same sandbox as a call.
+fn list_tools(
+    cx: &LoadContext<'_>,
+    plugin: &Arc<str>,
+    grants: &Arc<Grants>,
+    pre: &ToolPluginPre<HostState>,
+) -> Result<Vec<ToolEntry>, String> {
+    let site = Site { plugin, tool: "list" };
+    let mut call =
+        CallStore::new(cx.sandbox, plugin, grants, cx.secrets, site).map_err(|e| e.to_string())?;
+    let specs = pre
+        .instantiate(&mut call.store)
+        .and_then(|instance| instance.reson_plugin_tool().call_list(&mut call.store))
+        .map_err(|e| format!("listing its tools failed: {}", call.classify(&e, site)))?;
+    let mut tools: Vec<ToolEntry> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let bad = |reason: String| format!("tool `{}`: {reason}", spec.name);
+        let name_ok = !spec.name.is_empty()
+            && spec.name.len() <= MAX_TOOL_NAME
+            && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(bad(format!("a tool name must match [a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}}")));
+        }
+        if tools.iter().any(|t| t.spec.name == spec.name) {
+            return Err(bad("listed twice".into()));
+        }
+        let schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
+            .map_err(|e| bad(format!("input schema is not JSON: {e}")))?;
+        if !schema.is_object() {
+            return Err(bad("input schema must be a JSON object".into()));
+        }
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|e| bad(format!("invalid input schema: {e}")))?;
+        tools.push(ToolEntry {
+            spec: ToolSpec {
+                name: spec.name,
+                description: spec.description,
+                input_schema: schema,
+                plugin: plugin.to_string(),
+            },
+            validator,
+        });
+    }
+    Ok(tools)
+}
+
+impl LoadedPlugin {
+    /// Runs `tool` in a fresh instance. `args` has passed the schema.
+    pub(crate) fn call_tool(
+        &self,
+        sandbox: &Sandbox,
+        secrets: &Arc<Secrets>,
+        tool: &str,
+        args: &str,
+        context: &CallContext,
+    ) -> Result<ToolOutput, CallError> {
+        let site = Site { plugin: &self.name, tool };
+        let Exports::Tool { pre, .. } = &self.exports else {
+            return Err(CallError::Internal {
+                plugin: self.name.to_string(),
+                tool: tool.into(),
+                message: format!("plugin is a {}, not a tool plugin", self.world),
+            });
+        };
+        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, site)?;
+        let instance = pre.instantiate(&mut call.store).map_err(|e| {
+            if format!("{e:#}").contains("concurrent") {
+                CallError::LimitExceeded {
+                    plugin: self.name.to_string(),
+                    tool: tool.into(),
+                    limit: Limit::Instances,
+                }
+            } else {
+                call.classify(&e, site)
+            }
+        })?;
+        let wit_context = wit::CallContext {
+            call_id: context.call_id.clone(),
+            trace_id: context.trace_id.clone(),
+            cwd: self.grants.dirs.first().map(|d| d.guest.clone()),
+        };
+        let result = instance.reson_plugin_tool().call_call(
+            &mut call.store,
+            tool,
+            &args.to_owned(),
+            &wit_context,
+        );
+        match result {
+            Ok(Ok(out)) => self.checked_output(tool, out),
+            Ok(Err(failure)) => Err(CallError::Tool {
+                plugin: self.name.to_string(),
+                tool: tool.into(),
+                failure: match failure {
+                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(m),
+                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(m),
+                    wit::ToolError::Denied(m) => ToolFailure::Denied(m),
+                    wit::ToolError::Failed(m) => ToolFailure::Failed(m),
+                },
+            }),
+            Err(e) => Err(call.classify(&e, site)),
+        }
+    }
+
+    fn checked_output(&self, tool: &str, out: wit::ToolOutput) -> Result<ToolOutput, CallError> {
+        let returned = out.text.len()
+            + out.long_term_memory.as_ref().map_or(0, String::len)
+            + out.images.iter().map(|i| i.data.len() + i.media_type.len()).sum::<usize>();
+        let cap = self.grants.limits.output_bytes;
+        if returned as u64 > cap {
+            return Err(CallError::LimitExceeded {
+                plugin: self.name.to_string(),
+                tool: tool.into(),
+                limit: Limit::Output { returned: returned as u64, bytes: cap },
+            });
+        }
+        Ok(ToolOutput {
+            text: out.text,
+            long_term_memory: out.long_term_memory,
+            include_output_only_once: out.include_output_only_once,
+            images: out
+                .images
+                .into_iter()
+                .map(|i| Image { media_type: i.media_type, data: i.data })
+                .collect(),
+        })
+    }
+
+    pub(crate) fn tools(&self) -> &[ToolEntry] {
+        match &self.exports {
+            Exports::Tool { tools, .. } => tools,
+            _ => &[],
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The lock file: each plugin's SHA-256 and what it requested when the user
+//! last accepted it. A plugin that changed and now asks for more is held
+//! back until accepted again.
+
+use super::manifest::Requests;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct LockFile {
+    #[serde(default)]
+    plugins: BTreeMap<String, LockEntry>,
+    #[serde(skip)]
+    path: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct LockEntry {
+    sha256: String,
+    requests: Requests,
+}
+
+impl LockFile {
+    /// Reads the lock file; a missing file is an empty lock.
+    pub(crate) fn open(path: &Path) -> Result<Self, String> {
+        let mut lock: Self = match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        lock.path = path.to_path_buf();
+        Ok(lock)
+    }
+
+    /// Records a plugin seen for the first time or changed without asking
+    /// for more. Returns what it asks for beyond the locked version when
+    /// that is not empty (and records nothing then).
+    pub(crate) fn admit(
+        &mut self,
+        name: &str,
+        sha256: &str,
+        requests: &Requests,
+    ) -> Result<(), Vec<String>> {
+        let entry = LockEntry { sha256: sha256.to_owned(), requests: requests.clone() };
+        match self.plugins.get(name) {
+            Some(locked) if *locked == entry => return Ok(()),
+            Some(locked) if locked.sha256 != sha256 => {
+                let grown = requests.growth_over(&locked.requests);
+                if !grown.is_empty() {
+                    return Err(grown);
+                }
+            }
+            _ => {}
+        }
+        self.plugins.insert(name.to_owned(), entry);
+        self.save();
+        Ok(())
+    }
+
+    /// Accepts the plugin as it is now, whatever it requests.
+    pub(crate) fn accept(
+        &mut self,
+        name: &str,
+        sha256: &str,
+        requests: &Requests,
+    ) -> std::io::Result<()> {
+        self.plugins.insert(
+            name.to_owned(),
+            LockEntry { sha256: sha256.to_owned(), requests: requests.clone() },
+        );
+        self.write()
+    }
+
+    fn save(&self) {
+        if let Err(e) = self.write() {
+            tracing::warn!(path = %self.path.display(), "cannot write lock file: {e}");
+        }
+    }
+
+    fn write(&self) -> std::io::Result<()> {
+        let text = toml::to_string_pretty(self).map_err(std::io::Error::other)?;
+        let dir =
+            self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        tmp.write_all(b"# Written by reson: the SHA-256 and requests of each accepted plugin.\n")?;
+        tmp.write_all(text.as_bytes())?;
+        tmp.persist(&self.path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Access;
+
+    #[test]
+    fn holds_back_a_changed_plugin_that_asks_for_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reson.lock");
+        let mut lock = LockFile::open(&path).unwrap();
+        let small = Requests::default();
+        let big = Requests { dirs: Access::Read, ..Requests::default() };
+        lock.admit("p", "aaa", &small).unwrap();
+        lock.admit("p", "bbb", &small).unwrap();
+        assert_eq!(lock.admit("p", "ccc", &big).unwrap_err(), vec!["dirs Read (was None)"]);
+        let mut reopened = LockFile::open(&path).unwrap();
+        assert!(reopened.admit("p", "ccc", &big).is_err(), "the refusal survives a restart");
+        reopened.accept("p", "ccc", &big).unwrap();
+        assert!(LockFile::open(&path).unwrap().admit("p", "ccc", &big).is_ok());
+    }
+}

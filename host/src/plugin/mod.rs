@@ -1,0 +1,18 @@
+//! Plugins: loading components from a directory, keeping them current,
+//! and calling them in a sandbox.
+
+mod cache;
+mod engine;
+mod error;
+mod instance;
+mod loader;
+mod lock;
+mod manifest;
+mod runtime;
+mod watch;
+
+pub use error::{CallError, Limit, LoadError, ToolFailure, TrapKind};
+pub use loader::{CallContext, Image, ToolOutput, ToolSpec};
+pub use manifest::{Manifest, Requests};
+pub use runtime::{Options, PluginInfo, PluginStatus, Runtime, RuntimeError};
+pub use watch::Watcher;

@@ -1,0 +1,477 @@
+//! The plugin runtime: the catalog of loaded plugins, tool calls through
+//! it, and atomic replacement of single plugins on reload.
+
+use super::engine::Sandbox;
+use super::error::{CallError, LoadError};
+use super::loader::{self, CallContext, LoadContext, LoadedPlugin, ToolOutput, ToolSpec};
+use super::lock::LockFile;
+use crate::capability::Secrets;
+use crate::config::Config;
+use crate::contract::World;
+use crate::policy::Grants;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Where the runtime finds and keeps things.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The user's configuration (grants, sandbox settings).
+    pub config: Config,
+    /// Directory of `<name>.wasm` + `<name>.toml` pairs.
+    pub plugins_dir: PathBuf,
+    /// Directory for compiled code.
+    pub cache_dir: PathBuf,
+    /// The lock file.
+    pub lock_file: PathBuf,
+}
+
+impl Options {
+    /// Options from a config, with defaults for what it leaves unset: the
+    /// plugins directory `plugins/` beside the config, the cache under the
+    /// user's cache directory, and `reson.lock` in the plugins directory.
+    pub fn from_config(config: Config) -> Self {
+        let plugins_dir = config
+            .plugins_dir
+            .as_deref()
+            .map_or_else(|| config.resolve(Path::new("plugins")), |p| config.resolve(p));
+        let cache_dir =
+            config.cache_dir.as_deref().map_or_else(default_cache_dir, |p| config.resolve(p));
+        let lock_file = config
+            .lock_file
+            .as_deref()
+            .map_or_else(|| plugins_dir.join("reson.lock"), |p| config.resolve(p));
+        Self { config, plugins_dir, cache_dir, lock_file }
+    }
+}
+
+fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("reson").join("compiled")
+}
+
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The wasmtime engine could not be set up.
+    #[error("cannot set up the sandbox: {0}")]
+    Engine(String),
+    /// The lock file is unreadable.
+    #[error("cannot read lock file {0}")]
+    Lock(String),
+    /// The plugins directory cannot be read.
+    #[error("cannot read plugins directory {}: {source}", path.display())]
+    PluginsDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// No plugin of that name is loaded.
+    #[error("no plugin named `{0}`")]
+    NoSuchPlugin(String),
+    /// Setting up the directory watcher failed.
+    #[error("cannot watch the plugins directory: {0}")]
+    Watch(String),
+    /// Writing a file failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// State of one plugin in `reson plugins list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "error", rename_all = "kebab-case")]
+pub enum PluginStatus {
+    /// Loaded and serving.
+    Ready,
+    /// Turned off in the config.
+    Disabled,
+    /// Did not load; nothing is served.
+    Failed(String),
+    /// The newest file did not load; the previous version keeps serving.
+    Stale(String),
+}
+
+/// What the runtime knows about one plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginInfo {
+    /// Plugin name (the file stem).
+    pub name: String,
+    /// The plugin file.
+    pub file: PathBuf,
+    /// Its version, from the manifest of the serving generation.
+    pub version: Option<String>,
+    /// Its description.
+    pub description: Option<String>,
+    /// The world it implements.
+    pub world: Option<World>,
+    /// Tools it serves (granted ones only).
+    pub tools: Vec<String>,
+    /// SHA-256 of the serving file.
+    pub sha256: Option<String>,
+    /// What it may do.
+    pub grants: Option<Grants>,
+    /// Increases with every successful (re)load.
+    pub generation: u64,
+    /// Whether the serving generation came from the compiled-code cache.
+    pub from_cache: bool,
+    /// Ready, disabled, failed or stale.
+    pub status: PluginStatus,
+}
+
+#[derive(Clone)]
+struct Slot {
+    file: PathBuf,
+    active: Option<Arc<LoadedPlugin>>,
+    status: PluginStatus,
+    /// Digest of wasm + manifest last attempted, to skip no-op reloads.
+    attempted: Option<String>,
+}
+
+/// An immutable snapshot; replaced whole on every change.
+#[derive(Clone, Default)]
+struct Catalog {
+    slots: BTreeMap<String, Slot>,
+    tools: HashMap<String, (Arc<LoadedPlugin>, usize)>,
+}
+
+impl Catalog {
+    /// Rebuilds the tool index; on a name clash the plugin first by name wins.
+    fn reindex(&mut self) {
+        self.tools.clear();
+        for slot in self.slots.values_mut() {
+            let Some(plugin) = &slot.active else { continue };
+            for (i, tool) in plugin.tools().iter().enumerate() {
+                match self.tools.get(&tool.spec.name) {
+                    Some((owner, _)) => {
+                        slot.status = PluginStatus::Failed(format!(
+                            "{}: tool `{}` is already served by plugin `{}`",
+                            slot.file.display(),
+                            tool.spec.name,
+                            owner.name
+                        ));
+                    }
+                    None => {
+                        self.tools.insert(tool.spec.name.clone(), (plugin.clone(), i));
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Inner {
+    sandbox: Sandbox,
+    options: Options,
+    secrets: Arc<Secrets>,
+    lock: Mutex<LockFile>,
+    catalog: RwLock<Arc<Catalog>>,
+    /// Serialises reloads; calls never take it.
+    reload: Mutex<()>,
+    generation: AtomicU64,
+}
+
+/// Loads plugins from a directory and calls their tools, each call in a
+/// fresh sandboxed instance. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl Runtime {
+    /// Sets up the sandbox and loads every plugin in the directory. A
+    /// plugin that fails to load is reported in [`Runtime::plugins`]; the
+    /// others load regardless.
+    pub fn open(options: Options) -> Result<Self, RuntimeError> {
+        let sandbox = Sandbox::new(&options.config.sandbox)
+            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
+        let secrets = Arc::new(Secrets::new(options.config.secrets.clone()));
+        let runtime = Self {
+            inner: Arc::new(Inner {
+                sandbox,
+                options,
+                secrets,
+                lock: Mutex::new(lock),
+                catalog: RwLock::new(Arc::default()),
+                reload: Mutex::new(()),
+                generation: AtomicU64::new(0),
+            }),
+        };
+        runtime.rescan()?;
+        Ok(runtime)
+    }
+
+    /// The options the runtime was opened with.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
+    fn catalog(&self) -> Arc<Catalog> {
+        self.inner.catalog.read().expect("catalog lock").clone()
+    }
+
+    /// Every plugin file found, loaded or not, by name.
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        let catalog = self.catalog();
+        catalog
+            .slots
+            .iter()
+            .map(|(name, slot)| {
+                let active = slot.active.as_deref();
+                PluginInfo {
+                    name: name.clone(),
+                    file: slot.file.clone(),
+                    version: active.map(|p| p.manifest.version.clone()),
+                    description: active.map(|p| p.manifest.description.clone()),
+                    world: active.map(|p| p.world),
+                    tools: active
+                        .map(|p| {
+                            p.tools()
+                                .iter()
+                                .map(|t| t.spec.name.clone())
+                                .filter(|t| p.grants.allows_tool(t))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    sha256: active.map(|p| p.sha256.clone()),
+                    grants: active.map(|p| (*p.grants).clone()),
+                    generation: active.map_or(0, |p| p.generation),
+                    from_cache: active.is_some_and(|p| p.from_cache),
+                    status: slot.status.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The tools on offer, sorted by name.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        let catalog = self.catalog();
+        let mut tools: Vec<ToolSpec> = catalog
+            .tools
+            .values()
+            .map(|(plugin, i)| &plugin.tools()[*i])
+            .filter(|t| catalog.tools[&t.spec.name].0.grants.allows_tool(&t.spec.name))
+            .map(|t| t.spec.clone())
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
+    /// Calls a tool: lookup, schema check of `args` (a JSON object), grant
+    /// check, then a fresh instance. Blocks the calling thread; from async
+    /// code, call it inside `spawn_blocking`.
+    pub fn call_tool(
+        &self,
+        name: &str,
+        args: &str,
+        context: &CallContext,
+    ) -> Result<ToolOutput, CallError> {
+        let catalog = self.catalog();
+        let Some((plugin, index)) = catalog.tools.get(name) else {
+            return Err(CallError::UnknownTool {
+                name: name.into(),
+                available: self.tools().into_iter().map(|t| t.name).collect(),
+            });
+        };
+        let invalid = |message: String| CallError::InvalidArguments { tool: name.into(), message };
+        let value: serde_json::Value = serde_json::from_str(args)
+            .map_err(|e| invalid(format!("arguments are not valid JSON: {e}")))?;
+        let errors: Vec<String> = plugin.tools()[*index]
+            .validator
+            .iter_errors(&value)
+            .map(|e| {
+                let at = e.instance_path.to_string();
+                if at.is_empty() { e.to_string() } else { format!("at {at}: {e}") }
+            })
+            .collect();
+        if !errors.is_empty() {
+            return Err(invalid(errors.join("; ")));
+        }
+        if !plugin.grants.allows_tool(name) {
+            return Err(CallError::Denied {
+                plugin: plugin.name.to_string(),
+                tool: name.into(),
+                reason: "the config's `tools` list for this plugin leaves it out".into(),
+            });
+        }
+        plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, context)
+    }
+
+    /// Re-reads the whole plugins directory: new and changed files load,
+    /// removed ones unload, unchanged ones are left alone.
+    pub fn rescan(&self) -> Result<(), RuntimeError> {
+        let dir = &self.inner.options.plugins_dir;
+        let mut names: Vec<String> = Vec::new();
+        match std::fs::read_dir(dir) {
+            Ok(entries) => {
+                for entry in entries {
+                    let path = entry?.path();
+                    if let Some(name) = plugin_name(&path) {
+                        names.push(name);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(RuntimeError::PluginsDir { path: dir.clone(), source }),
+        }
+        let known: Vec<String> = self.catalog().slots.keys().cloned().collect();
+        let mut affected: Vec<String> = known.into_iter().filter(|n| !names.contains(n)).collect();
+        affected.extend(names);
+        self.reload(&affected);
+        Ok(())
+    }
+
+    /// Reloads the named plugins, in parallel. Each is validated and
+    /// compiled off the call path, then swapped in atomically: calls
+    /// already running finish on the old generation. A failed load keeps
+    /// the previous generation serving. A plugin whose file is gone unloads.
+    pub fn reload(&self, names: &[String]) {
+        let _serial = self.inner.reload.lock().expect("reload mutex");
+        let before = self.catalog();
+        let dir = &self.inner.options.plugins_dir;
+        let config = &self.inner.options.config;
+        let cx = LoadContext {
+            sandbox: &self.inner.sandbox,
+            config,
+            cache_dir: &self.inner.options.cache_dir,
+            lock: &self.inner.lock,
+            secrets: &self.inner.secrets,
+        };
+        let outcomes: Vec<(String, Outcome)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = names
+                .iter()
+                .map(|name| {
+                    let file = dir.join(format!("{name}.wasm"));
+                    let previous = before.slots.get(name);
+                    let cx = &cx;
+                    let generation = &self.inner.generation;
+                    scope.spawn(move || {
+                        let outcome = if !file.exists() {
+                            Outcome::Removed
+                        } else if !config.grant(name).enabled {
+                            Outcome::Disabled(file)
+                        } else {
+                            match fingerprint(&file) {
+                                Some(fp)
+                                    if previous.and_then(|s| s.attempted.as_ref()) == Some(&fp) =>
+                                {
+                                    Outcome::Unchanged
+                                }
+                                fp => {
+                                    let next = generation.fetch_add(1, Ordering::Relaxed) + 1;
+                                    Outcome::Loaded(
+                                        file.clone(),
+                                        fp,
+                                        loader::load(cx, name, &file, next),
+                                    )
+                                }
+                            }
+                        };
+                        (name.clone(), outcome)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("plugin loader thread")).collect()
+        });
+
+        let mut next = (*self.catalog()).clone();
+        for (name, outcome) in outcomes {
+            match outcome {
+                Outcome::Unchanged => {}
+                Outcome::Removed => {
+                    if next.slots.remove(&name).is_some() {
+                        tracing::info!(plugin = %name, "unloaded");
+                    }
+                }
+                Outcome::Disabled(file) => {
+                    next.slots.insert(
+                        name,
+                        Slot {
+                            file,
+                            active: None,
+                            status: PluginStatus::Disabled,
+                            attempted: None,
+                        },
+                    );
+                }
+                Outcome::Loaded(file, attempted, Ok(plugin)) => {
+                    tracing::info!(plugin = %name, generation = plugin.generation, cached = plugin.from_cache, "loaded");
+                    let active = Some(Arc::new(plugin));
+                    next.slots.insert(
+                        name,
+                        Slot { file, active, status: PluginStatus::Ready, attempted },
+                    );
+                }
+                Outcome::Loaded(file, attempted, Err(err)) => {
+                    tracing::error!(plugin = %name, "{err}");
+                    let active = next.slots.get(&name).and_then(|s| s.active.clone());
+                    let status = match active {
+                        Some(_) => PluginStatus::Stale(err.to_string()),
+                        None => PluginStatus::Failed(err.to_string()),
+                    };
+                    next.slots.insert(name, Slot { file, active, status, attempted });
+                }
+            }
+        }
+        next.reindex();
+        *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
+    }
+
+    /// Accepts a plugin held back because it changed and asks for more,
+    /// records it in the lock file, and loads it.
+    pub fn accept(&self, name: &str) -> Result<(), RuntimeError> {
+        let file = self.inner.options.plugins_dir.join(format!("{name}.wasm"));
+        if !file.exists() {
+            return Err(RuntimeError::NoSuchPlugin(name.into()));
+        }
+        let manifest =
+            loader::read_manifest(name, &file).map_err(|e| RuntimeError::Lock(e.to_string()))?;
+        let sha256 = loader::sha256(&std::fs::read(&file)?);
+        self.inner.lock.lock().expect("lock file mutex").accept(
+            name,
+            &sha256,
+            &manifest.requests,
+        )?;
+        self.forget_attempt(name);
+        self.reload(&[name.to_owned()]);
+        Ok(())
+    }
+
+    fn forget_attempt(&self, name: &str) {
+        let mut next = (*self.catalog()).clone();
+        if let Some(slot) = next.slots.get_mut(name) {
+            slot.attempted = None;
+        }
+        *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
+    }
+}
+
+enum Outcome {
+    Unchanged,
+    Removed,
+    Disabled(PathBuf),
+    Loaded(PathBuf, Option<String>, Result<LoadedPlugin, LoadError>),
+}
+
+/// The plugin a path in the plugins directory belongs to, if any.
+pub(crate) fn plugin_name(path: &Path) -> Option<String> {
+    let ext = path.extension()?.to_str()?;
+    if ext != "wasm" && ext != "toml" {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    (!stem.starts_with('.') && stem != "reson").then(|| stem.to_owned())
+}
+
+/// Digest of the plugin file and its manifest together.
+fn fingerprint(file: &Path) -> Option<String> {
+    let wasm = std::fs::read(file).ok()?;
+    let manifest = std::fs::read(loader::manifest_path(file)).unwrap_or_default();
+    Some(loader::sha256(&[loader::sha256(&wasm).as_bytes(), &manifest].concat()))
+}

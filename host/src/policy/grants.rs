@@ -1,0 +1,289 @@
+//! The effective grants of one plugin.
+
+use super::patterns::{CommandPattern, PatternError, UrlPattern};
+use crate::config::{Access, Limits, PluginGrant, SandboxConfig};
+use crate::plugin::Manifest;
+use reqwest::Url;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+const DEFAULT_MEMORY_MB: u64 = 64;
+const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
+
+/// A directory preopened for the plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct MountedDir {
+    /// Host path (canonical).
+    pub host: PathBuf,
+    /// Path the guest sees.
+    pub guest: String,
+    /// The lesser of the requested and the granted access.
+    pub access: Access,
+}
+
+/// Limits in force for every call of the plugin.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct EffectiveLimits {
+    /// Wall-clock deadline of one call.
+    pub timeout: Duration,
+    /// Linear memory cap in bytes.
+    pub memory_bytes: u64,
+    /// Fuel per call, when fuel is on.
+    pub fuel: Option<u64>,
+    /// Cap on returned bytes.
+    pub output_bytes: u64,
+}
+
+/// What one plugin may do: requested ∩ granted. Deny by default: an empty
+/// grant yields no directories, hosts, commands or secrets.
+#[derive(Debug, Clone, Serialize)]
+pub struct Grants {
+    /// Preopened directories.
+    pub dirs: Vec<MountedDir>,
+    /// URL patterns both requested and granted (a URL must match one of each).
+    pub http: Vec<String>,
+    /// Command patterns both requested and granted.
+    pub process: Vec<String>,
+    /// Secret names both requested and granted.
+    pub secrets: Vec<String>,
+    /// Tools offered; all when `None`.
+    pub tools: Option<Vec<String>>,
+    /// Limits per call.
+    pub limits: EffectiveLimits,
+    /// Non-secret settings.
+    pub config: BTreeMap<String, String>,
+    #[serde(skip)]
+    url_requested: Vec<UrlPattern>,
+    #[serde(skip)]
+    url_granted: Vec<UrlPattern>,
+    #[serde(skip)]
+    cmd_requested: Vec<CommandPattern>,
+    #[serde(skip)]
+    cmd_granted: Vec<CommandPattern>,
+}
+
+impl Grants {
+    /// Intersects a manifest's requests with the user's grant. `resolve`
+    /// turns a granted path into a host path (relative to the config file).
+    pub fn intersect(
+        manifest: &Manifest,
+        grant: &PluginGrant,
+        sandbox: &SandboxConfig,
+        resolve: impl Fn(&std::path::Path) -> PathBuf,
+    ) -> Result<Self, GrantError> {
+        let requests = &manifest.requests;
+        let mut dirs = Vec::new();
+        for dir in &grant.dirs {
+            let access = dir.access.min(requests.dirs);
+            if access == Access::None {
+                continue;
+            }
+            let host = resolve(&dir.path);
+            let host = host
+                .canonicalize()
+                .map_err(|e| GrantError::Dir { path: host.clone(), reason: e.to_string() })?;
+            let guest = dir.mount.clone().unwrap_or_else(|| host.to_string_lossy().into_owned());
+            dirs.push(MountedDir { host, guest, access });
+        }
+        let both = |req: &[String], granted: &[String]| -> Vec<String> {
+            if req.is_empty() || granted.is_empty() { Vec::new() } else { granted.to_vec() }
+        };
+        let parse_urls = |list: &[String]| -> Result<Vec<UrlPattern>, PatternError> {
+            list.iter().map(|p| UrlPattern::parse(p)).collect()
+        };
+        let parse_cmds = |list: &[String]| -> Result<Vec<CommandPattern>, PatternError> {
+            list.iter().map(|p| CommandPattern::parse(p)).collect()
+        };
+        Ok(Self {
+            dirs,
+            http: both(&requests.http, &grant.http),
+            process: both(&requests.process, &grant.process),
+            secrets: grant
+                .secrets
+                .iter()
+                .filter(|s| requests.secrets.contains(s))
+                .cloned()
+                .collect(),
+            tools: grant.tools.clone(),
+            limits: effective_limits(&manifest.limits, &grant.limits, sandbox),
+            config: grant.config.clone(),
+            url_requested: parse_urls(&requests.http)?,
+            url_granted: parse_urls(&grant.http)?,
+            cmd_requested: parse_cmds(&requests.process)?,
+            cmd_granted: parse_cmds(&grant.process)?,
+        })
+    }
+
+    /// Whether the plugin may send a request to `url`.
+    pub fn allows_url(&self, url: &Url) -> bool {
+        self.url_requested.iter().any(|p| p.matches(url))
+            && self.url_granted.iter().any(|p| p.matches(url))
+    }
+
+    /// Whether the plugin may run `command_line`.
+    pub fn allows_command(&self, command_line: &str) -> bool {
+        self.cmd_requested.iter().any(|p| p.matches(command_line))
+            && self.cmd_granted.iter().any(|p| p.matches(command_line))
+    }
+
+    /// Whether the plugin may reference the secret `name`.
+    pub fn allows_secret(&self, name: &str) -> bool {
+        self.secrets.iter().any(|s| s == name)
+    }
+
+    /// Whether `tool` is offered.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.tools.as_ref().is_none_or(|tools| tools.iter().any(|t| t == tool))
+    }
+}
+
+fn effective_limits(
+    requested: &Limits,
+    granted: &Limits,
+    sandbox: &SandboxConfig,
+) -> EffectiveLimits {
+    let pick = |r: Option<u64>, g: Option<u64>, d: Option<u64>| match (r, g) {
+        (Some(r), Some(g)) => Some(r.min(g)),
+        (r, g) => r.or(g).or(d),
+    };
+    let defaults = &sandbox.defaults;
+    let memory_mb = pick(requested.memory_mb, granted.memory_mb, defaults.memory_mb)
+        .unwrap_or(DEFAULT_MEMORY_MB)
+        .min(sandbox.max_memory_mb);
+    EffectiveLimits {
+        timeout: Duration::from_millis(
+            pick(requested.timeout_ms, granted.timeout_ms, defaults.timeout_ms)
+                .unwrap_or(DEFAULT_TIMEOUT_MS),
+        ),
+        memory_bytes: memory_mb << 20,
+        fuel: pick(requested.fuel, granted.fuel, defaults.fuel).filter(|_| sandbox.fuel),
+        output_bytes: pick(requested.output_bytes, granted.output_bytes, defaults.output_bytes)
+            .unwrap_or(DEFAULT_OUTPUT_BYTES),
+    }
+}
+
+/// A grant that cannot be applied.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GrantError {
+    /// A granted directory does not exist or cannot be resolved.
+    #[error("granted directory {path} cannot be used: {reason}")]
+    Dir {
+        /// The path as resolved.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A pattern is malformed.
+    #[error(transparent)]
+    Pattern(#[from] PatternError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DirGrant;
+    use crate::plugin::Requests;
+
+    fn manifest(requests: Requests, limits: Limits) -> Manifest {
+        Manifest {
+            name: "p".into(),
+            version: "1".into(),
+            description: String::new(),
+            requests,
+            limits,
+        }
+    }
+
+    fn grants(requests: Requests, grant: PluginGrant) -> Grants {
+        Grants::intersect(
+            &manifest(requests, Limits::default()),
+            &grant,
+            &SandboxConfig::default(),
+            |p| p.to_path_buf(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn nothing_granted_means_nothing_allowed() {
+        let g = grants(
+            Requests {
+                dirs: Access::ReadWrite,
+                http: vec!["example.com".into()],
+                process: vec!["*".into()],
+                secrets: vec!["KEY".into()],
+            },
+            PluginGrant::default(),
+        );
+        assert!(g.dirs.is_empty());
+        assert!(!g.allows_url(&Url::parse("https://example.com/").unwrap()));
+        assert!(!g.allows_command("ls"));
+        assert!(!g.allows_secret("KEY"));
+    }
+
+    #[test]
+    fn granted_but_not_requested_is_not_allowed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let grant = PluginGrant {
+            dirs: vec![DirGrant {
+                path: tmp.path().into(),
+                access: Access::ReadWrite,
+                mount: None,
+            }],
+            http: vec!["example.com".into()],
+            process: vec!["*".into()],
+            secrets: vec!["KEY".into()],
+            ..PluginGrant::default()
+        };
+        let g = grants(Requests::default(), grant);
+        assert!(g.dirs.is_empty());
+        assert!(!g.allows_url(&Url::parse("https://example.com/").unwrap()));
+        assert!(!g.allows_command("ls"));
+        assert!(!g.allows_secret("KEY"));
+    }
+
+    #[test]
+    fn intersection_takes_the_narrower_side() {
+        let tmp = tempfile::tempdir().unwrap();
+        let grant = PluginGrant {
+            dirs: vec![DirGrant {
+                path: tmp.path().into(),
+                access: Access::ReadWrite,
+                mount: None,
+            }],
+            http: vec!["*.example.com".into()],
+            process: vec!["git *".into()],
+            secrets: vec!["KEY".into(), "OTHER".into()],
+            ..PluginGrant::default()
+        };
+        let requests = Requests {
+            dirs: Access::Read,
+            http: vec!["api.example.com/v1".into()],
+            process: vec!["*".into()],
+            secrets: vec!["KEY".into()],
+        };
+        let g = grants(requests, grant);
+        assert_eq!(g.dirs[0].access, Access::Read);
+        assert!(g.allows_url(&Url::parse("https://api.example.com/v1/x").unwrap()));
+        assert!(!g.allows_url(&Url::parse("https://api.example.com/v2").unwrap()));
+        assert!(!g.allows_url(&Url::parse("https://www.example.com/v1").unwrap()));
+        assert!(g.allows_command("git status") && !g.allows_command("ls"));
+        assert!(g.allows_secret("KEY") && !g.allows_secret("OTHER"));
+    }
+
+    #[test]
+    fn limits_take_the_tighter_value_then_defaults() {
+        let sandbox = SandboxConfig { max_memory_mb: 128, ..SandboxConfig::default() };
+        let requested =
+            Limits { timeout_ms: Some(5_000), memory_mb: Some(512), ..Limits::default() };
+        let granted = Limits { timeout_ms: Some(1_000), ..Limits::default() };
+        let l = effective_limits(&requested, &granted, &sandbox);
+        assert_eq!(l.timeout, Duration::from_secs(1));
+        assert_eq!(l.memory_bytes, 128 << 20);
+        assert_eq!(l.output_bytes, DEFAULT_OUTPUT_BYTES);
+        assert_eq!(l.fuel, None);
+    }
+}

@@ -1,0 +1,252 @@
+//! `hostile`: tools that each misbehave in one way, so the sandbox tests can
+//! check that the host contains them (deadlines, memory caps, traps, grants,
+//! output caps) and that the plugin still answers afterwards (`echo`).
+//!
+//! Every tool is tiny on purpose: what it attacks is in its doc comment.
+
+use reson_sdk::host::{config, http, process};
+use reson_sdk::{Context, Output, ToolError, Toolbox};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::fmt::Display;
+use std::hint::black_box;
+use std::io;
+
+/// Arguments of the tools that take none.
+#[derive(Deserialize, JsonSchema)]
+struct NoArgs {}
+
+/// Arguments of `recurse`.
+#[derive(Deserialize, JsonSchema)]
+struct RecurseArgs {
+    /// How many frames to recurse; anything above ~1000 overflows the stack.
+    depth: u64,
+}
+
+/// Arguments of `panic`.
+#[derive(Deserialize, JsonSchema)]
+struct PanicArgs {
+    /// The panic message.
+    message: String,
+}
+
+/// Arguments of `read`.
+#[derive(Deserialize, JsonSchema)]
+struct ReadArgs {
+    /// File to read, absolute or relative to the call's cwd.
+    path: String,
+}
+
+/// Arguments of `write`.
+#[derive(Deserialize, JsonSchema)]
+struct WriteArgs {
+    /// File to write, absolute or relative to the call's cwd.
+    path: String,
+    /// What to write.
+    content: String,
+}
+
+/// Arguments of `connect`.
+#[derive(Deserialize, JsonSchema)]
+struct ConnectArgs {
+    /// `host:port` to open a TCP connection to.
+    addr: String,
+}
+
+/// Arguments of `http`.
+#[derive(Deserialize, JsonSchema)]
+struct HttpArgs {
+    /// URL to GET.
+    url: String,
+}
+
+/// Arguments of `exec`.
+#[derive(Deserialize, JsonSchema)]
+struct ExecArgs {
+    /// Program to run.
+    program: String,
+    /// Its arguments.
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+/// Arguments of `flood`.
+#[derive(Deserialize, JsonSchema)]
+struct FloodArgs {
+    /// How many bytes of output to produce.
+    bytes: u64,
+}
+
+/// Arguments of `echo`.
+#[derive(Deserialize, JsonSchema)]
+struct EchoArgs {
+    /// The text to return.
+    text: String,
+}
+
+/// An io error as a [`ToolError`] (permission denied → `Denied`, else
+/// `Failed`), its message prefixed with what was being accessed.
+fn io_error(what: impl Display, err: io::Error) -> ToolError {
+    ToolError::from(io::Error::new(err.kind(), format!("{what}: {err}")))
+}
+
+/// Attacks the call deadline: a pure CPU loop that never yields and never
+/// calls the host.
+fn spin(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    let mut n: u64 = 0;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+/// Attacks the memory cap: allocates and touches 16 MiB chunks forever,
+/// keeping every one alive.
+fn grow(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    const CHUNK: usize = 16 << 20;
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut chunk = vec![0u8; CHUNK];
+        for i in (0..CHUNK).step_by(4096) {
+            chunk[i] = 1;
+        }
+        kept.push(black_box(chunk));
+    }
+}
+
+/// One stack frame of `recurse`: 1 KiB of locals that stay live across the
+/// recursive call, so it cannot become a loop.
+#[inline(never)]
+fn dive(depth: u64) -> u64 {
+    let mut pad = [0u8; 1024];
+    pad[0] = depth as u8;
+    black_box(&mut pad);
+    if depth == 0 {
+        return 0;
+    }
+    1 + dive(black_box(depth - 1)) + u64::from(black_box(pad[1]))
+}
+
+/// Attacks the stack: recurses `depth` frames of 1 KiB each; a large depth
+/// overflows the guest stack.
+fn recurse(args: RecurseArgs, _: &Context) -> Result<Output, ToolError> {
+    Ok(Output::text(format!("depth: {}", dive(args.depth))))
+}
+
+/// Attacks trap handling: panics (an `unreachable` trap in the guest).
+fn panic(args: PanicArgs, _: &Context) -> Result<Output, ToolError> {
+    panic!("{}", args.message)
+}
+
+/// Attacks the filesystem grant: reads any path it is given.
+fn read(args: ReadArgs, ctx: &Context) -> Result<Output, ToolError> {
+    let path = ctx.resolve(&args.path);
+    let content = std::fs::read_to_string(&path).map_err(|e| io_error(path.display(), e))?;
+    Ok(Output::text(content))
+}
+
+/// Attacks the filesystem grant: writes any path it is given.
+fn write(args: WriteArgs, ctx: &Context) -> Result<Output, ToolError> {
+    let path = ctx.resolve(&args.path);
+    std::fs::write(&path, &args.content).map_err(|e| io_error(path.display(), e))?;
+    Ok(Output::text(format!("wrote {} bytes", args.content.len())))
+}
+
+/// Attacks environment isolation: dumps every environment variable it sees.
+fn env(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    let vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut text = format!("vars: {}", vars.len());
+    for var in vars {
+        text.push('\n');
+        text.push_str(&var);
+    }
+    Ok(Output::text(text))
+}
+
+/// Attacks network isolation: opens a raw TCP socket through WASI.
+fn connect(args: ConnectArgs, _: &Context) -> Result<Output, ToolError> {
+    std::net::TcpStream::connect(&args.addr).map_err(|e| io_error(&args.addr, e))?;
+    Ok(Output::text("connected"))
+}
+
+/// Attacks the HTTP allowlist: GETs any URL through the host's `http` import.
+fn http_get(args: HttpArgs, _: &Context) -> Result<Output, ToolError> {
+    let request = http::Request {
+        method: "GET".to_owned(),
+        url: args.url,
+        headers: Vec::new(),
+        body: None,
+        timeout_ms: None,
+    };
+    match http::send(&request) {
+        Ok(response) => Ok(Output::text(format!(
+            "status: {}\n{}",
+            response.status,
+            String::from_utf8_lossy(&response.body)
+        ))),
+        Err(http::HttpError::Denied(message)) => Err(ToolError::Denied(message)),
+        Err(http::HttpError::Timeout) => Err(ToolError::failed("http: timeout")),
+        Err(http::HttpError::Connect(m)) => Err(ToolError::failed(format!("http connect: {m}"))),
+        Err(http::HttpError::TooLarge(n)) => Err(ToolError::failed(format!("http too large: {n}"))),
+        Err(http::HttpError::InvalidRequest(m)) => {
+            Err(ToolError::failed(format!("http invalid request: {m}")))
+        }
+        Err(http::HttpError::Io(m)) => Err(ToolError::failed(format!("http io: {m}"))),
+    }
+}
+
+/// Attacks the command allowlist: runs any program through the host's
+/// `process` import.
+fn exec(args: ExecArgs, _: &Context) -> Result<Output, ToolError> {
+    let command = process::Command {
+        program: args.program,
+        args: args.args,
+        cwd: None,
+        env: Vec::new(),
+        stdin: None,
+        timeout_ms: None,
+    };
+    match process::run(&command) {
+        Ok(output) => Ok(Output::text(String::from_utf8_lossy(&output.stdout))),
+        Err(process::ProcessError::Denied(message)) => Err(ToolError::Denied(message)),
+        Err(process::ProcessError::Spawn(m)) => Err(ToolError::failed(format!("spawn: {m}"))),
+        Err(process::ProcessError::Timeout) => Err(ToolError::failed("process: timeout")),
+    }
+}
+
+/// Attacks the output cap: returns `bytes` bytes of `x`.
+fn flood(args: FloodArgs, _: &Context) -> Result<Output, ToolError> {
+    let len = usize::try_from(args.bytes).map_err(ToolError::invalid)?;
+    Ok(Output::text("x".repeat(len)))
+}
+
+/// Attacks the deadline from inside host calls: loops forever, calling a
+/// host import (`config::get`) every iteration.
+fn host_spin(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    loop {
+        black_box(config::get(black_box("x")));
+    }
+}
+
+/// Attacks nothing: proves the plugin still serves calls after an attack.
+fn echo(args: EchoArgs, _: &Context) -> Result<Output, ToolError> {
+    Ok(Output::text(args.text))
+}
+
+fn tools() -> Toolbox {
+    Toolbox::new()
+        .tool("spin", "Loops forever on the CPU.", spin)
+        .tool("grow", "Allocates 16 MiB chunks forever.", grow)
+        .tool("recurse", "Recurses `depth` frames of 1 KiB stack each.", recurse)
+        .tool("panic", "Panics with `message`.", panic)
+        .tool("read", "Reads the file at `path`.", read)
+        .tool("write", "Writes `content` to the file at `path`.", write)
+        .tool("env", "Lists the environment variables.", env)
+        .tool("connect", "Opens a TCP connection to `addr`.", connect)
+        .tool("http", "GETs `url` through the host.", http_get)
+        .tool("exec", "Runs `program` with `args` through the host.", exec)
+        .tool("flood", "Returns `bytes` bytes of `x`.", flood)
+        .tool("host_spin", "Loops forever calling a host import.", host_spin)
+        .tool("echo", "Returns the given text unchanged.", echo)
+}
+
+reson_sdk::export_tools!(tools);
