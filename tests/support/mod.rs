@@ -1,0 +1,108 @@
+//! Shared by the whole-system tests and the benchmarks: real plugin
+//! components built once per process, a shared compiled-code cache, and
+//! throwaway plugin directories.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use reson::config::Config;
+use reson::plugin::{Options, Runtime};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+
+fn build(workspace: &str, out: &str) -> PathBuf {
+    let root = root();
+    let out = root.join("target").join(out);
+    let status = Command::new("bash")
+        .arg(root.join("plugins/build.sh"))
+        .args(["--workspace", &root.join(workspace).to_string_lossy(), &out.to_string_lossy()])
+        .status()
+        .expect("running plugins/build.sh");
+    assert!(status.success(), "building {workspace} failed");
+    out
+}
+
+/// The bundled plugins (plugins/), built for wasm32-wasip2.
+pub fn plugins() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build("plugins", "plugins"))
+}
+
+/// The test-only guests (tests/guests/), built for wasm32-wasip2.
+pub fn test_plugins() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build("tests/guests", "test-plugins"))
+}
+
+/// A guest artifact that has no manifest (and so is not installed).
+pub fn raw_guest(crate_name: &str) -> PathBuf {
+    test_plugins();
+    root().join("target/wasm/wasm32-wasip2/release").join(format!("{crate_name}.wasm"))
+}
+
+/// Compiled code shared by every test, so each plugin compiles once.
+pub fn cache_dir() -> PathBuf {
+    root().join("target/test-cache")
+}
+
+/// A throwaway directory holding a plugins directory, a workspace and a
+/// config file.
+pub struct TestDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn plugins(&self) -> PathBuf {
+        self.path().join("plugins")
+    }
+
+    /// The workspace, canonical (that is the path the guest sees).
+    pub fn workspace(&self) -> PathBuf {
+        self.path().join("workspace").canonicalize().unwrap()
+    }
+
+    /// Copies plugin `name` (`.wasm` and `.toml`) from `from`.
+    pub fn install(&self, from: &Path, name: &str) -> &Self {
+        for ext in ["wasm", "toml"] {
+            std::fs::copy(from.join(format!("{name}.{ext}")), self.plugins().join(format!("{name}.{ext}")))
+                .unwrap_or_else(|e| panic!("installing {name}.{ext}: {e}"));
+        }
+        self
+    }
+
+    /// Writes `reson.toml` (paths in it are relative to this directory).
+    pub fn config(&self, toml: &str) -> Config {
+        let path = self.path().join("reson.toml");
+        std::fs::write(&path, toml).unwrap();
+        Config::load(&path).expect("test config parses")
+    }
+
+    /// Options for this directory with the shared compiled-code cache.
+    pub fn options(&self, toml: &str) -> Options {
+        let mut options = Options::from_config(self.config(toml));
+        options.plugins_dir = self.plugins();
+        options.cache_dir = cache_dir();
+        options.lock_file = self.path().join("reson.lock");
+        options
+    }
+
+    pub fn open(&self, toml: &str) -> Runtime {
+        Runtime::open(self.options(toml)).expect("runtime opens")
+    }
+}
