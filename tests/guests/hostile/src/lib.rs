@@ -19,7 +19,7 @@ struct NoArgs {}
 /// Arguments of `recurse`.
 #[derive(Deserialize, JsonSchema)]
 struct RecurseArgs {
-    /// How many frames to recurse; anything above ~1000 overflows the stack.
+    /// How many frames to recurse; millions overflow the stack.
     depth: u64,
 }
 
@@ -113,21 +113,19 @@ fn grow(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
     }
 }
 
-/// One stack frame of `recurse`: 1 KiB of locals that stay live across the
-/// recursive call, so it cannot become a loop.
+/// One frame of `recurse`. Its state lives in wasm locals, not in the
+/// shadow stack in linear memory, so deep recursion exhausts the wasm call
+/// stack itself; the addition after the call keeps it from becoming a loop.
 #[inline(never)]
 fn dive(depth: u64) -> u64 {
-    let mut pad = [0u8; 1024];
-    pad[0] = depth as u8;
-    black_box(&mut pad);
     if depth == 0 {
         return 0;
     }
-    1 + dive(black_box(depth - 1)) + u64::from(black_box(pad[1]))
+    black_box(dive(black_box(depth - 1))).wrapping_add(black_box(1))
 }
 
-/// Attacks the stack: recurses `depth` frames of 1 KiB each; a large depth
-/// overflows the guest stack.
+/// Attacks the stack: recurses `depth` frames; a large depth overflows the
+/// wasm call stack.
 fn recurse(args: RecurseArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text(format!("depth: {}", dive(args.depth))))
 }
