@@ -83,7 +83,9 @@ fn a_broken_replacement_keeps_the_last_good_version_serving() {
     let _watcher = rt.watch().unwrap();
 
     replace(b"\0asm garbage that is no component", &dir.plugins().join("echo.wasm"));
-    wait_for("the failed reload to be reported", || matches!(status(&rt, "echo"), Some(PluginStatus::Stale(_))));
+    wait_for("the failed reload to be reported", || {
+        matches!(status(&rt, "echo"), Some(PluginStatus::Stale(_)))
+    });
     let Some(PluginStatus::Stale(error)) = status(&rt, "echo") else { unreachable!() };
     assert!(error.contains("echo.wasm"), "{error}");
     assert_eq!(rt.call_tool("echo", ARGS, &CallContext::default()).unwrap().text, "ping");
@@ -104,7 +106,10 @@ fn new_files_load_and_removed_files_unload() {
 
     // Manifest first, then the component, as a copy tool would.
     std::fs::copy(support::plugins().join("echo.toml"), dir.plugins().join("echo.toml")).unwrap();
-    replace(&std::fs::read(support::plugins().join("echo.wasm")).unwrap(), &dir.plugins().join("echo.wasm"));
+    replace(
+        &std::fs::read(support::plugins().join("echo.wasm")).unwrap(),
+        &dir.plugins().join("echo.wasm"),
+    );
     wait_for("the new plugin", || status(&rt, "echo") == Some(PluginStatus::Ready));
     assert_eq!(rt.call_tool("echo", ARGS, &CallContext::default()).unwrap().text, "ping");
 

@@ -37,7 +37,8 @@ fn fs_write_read_and_line_ranges() {
     let (dir, rt) = fs_runtime();
     let ws = dir.workspace();
     let file = ws.join("notes/todo.txt");
-    let out = call(&rt, "write", json!({"path": file, "content": "one\ntwo\nthree\nfour\n"})).unwrap();
+    let out =
+        call(&rt, "write", json!({"path": file, "content": "one\ntwo\nthree\nfour\n"})).unwrap();
     assert_eq!(out, format!("wrote 19 bytes to {}", file.display()));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\ntwo\nthree\nfour\n");
 
@@ -58,13 +59,18 @@ fn fs_edit_replaces_exactly_one_match_or_refuses() {
     std::fs::write(&file, "let a = 1;\nlet b = 1;\nlet c = 2;\n").unwrap();
 
     let ambiguous = invalid(
-        call(&rt, "edit", json!({"path": file, "old_string": "= 1;", "new_string": "= 3;"})).unwrap_err(),
+        call(&rt, "edit", json!({"path": file, "old_string": "= 1;", "new_string": "= 3;"}))
+            .unwrap_err(),
     );
     assert!(ambiguous.contains("matches 2 times"), "{ambiguous}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "let a = 1;\nlet b = 1;\nlet c = 2;\n");
 
-    let out = call(&rt, "edit", json!({"path": file, "old_string": "let b = 1;", "new_string": "let b = 5;"}))
-        .unwrap();
+    let out = call(
+        &rt,
+        "edit",
+        json!({"path": file, "old_string": "let b = 1;", "new_string": "let b = 5;"}),
+    )
+    .unwrap();
     assert_eq!(out, format!("replaced 1 occurrence in {}", file.display()));
     let all = call(
         &rt,
@@ -73,8 +79,14 @@ fn fs_edit_replaces_exactly_one_match_or_refuses() {
     )
     .unwrap();
     assert!(all.starts_with("replaced 3 occurrences"), "{all}");
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "const a = 1;\nconst b = 5;\nconst c = 2;\n");
-    let absent = invalid(call(&rt, "edit", json!({"path": file, "old_string": "zzz", "new_string": "y"})).unwrap_err());
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "const a = 1;\nconst b = 5;\nconst c = 2;\n"
+    );
+    let absent = invalid(
+        call(&rt, "edit", json!({"path": file, "old_string": "zzz", "new_string": "y"}))
+            .unwrap_err(),
+    );
     assert!(absent.contains("was not found"), "{absent}");
 }
 
@@ -120,7 +132,9 @@ fn fs_list_and_confinement() {
     assert_eq!(call(&rt, "list", json!({})).unwrap(), "f.txt  5\nsub/");
     let outside = call(&rt, "list", json!({"path": "/etc"})).unwrap_err();
     match outside {
-        CallError::Tool { failure: ToolFailure::Denied(m), .. } => assert!(m.contains("outside"), "{m}"),
+        CallError::Tool { failure: ToolFailure::Denied(m), .. } => {
+            assert!(m.contains("outside"), "{m}")
+        }
         other => panic!("expected a denial, got {other:?}"),
     }
 }
@@ -165,7 +179,13 @@ fn bad_plugin_files_get_one_line_errors_and_the_rest_load() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     let plugins = dir.plugins();
-    let manifest = |name: &str| std::fs::write(plugins.join(format!("{name}.toml")), format!("name = \"{name}\"\nversion = \"1.0.0\"\n")).unwrap();
+    let manifest = |name: &str| {
+        std::fs::write(
+            plugins.join(format!("{name}.toml")),
+            format!("name = \"{name}\"\nversion = \"1.0.0\"\n"),
+        )
+        .unwrap()
+    };
     std::fs::write(plugins.join("text.wasm"), "this is not wasm").unwrap();
     manifest("text");
     std::fs::write(plugins.join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
@@ -185,7 +205,10 @@ fn bad_plugin_files_get_one_line_errors_and_the_rest_load() {
     let expected = [
         ("command", "not a Reson plugin: it exports wasi:cli/run@0.2"),
         ("core", "a core WebAssembly module, not a component"),
-        ("future", "built for contract reson:plugin@0.2.0, but this host speaks reson:plugin@0.1.0"),
+        (
+            "future",
+            "built for contract reson:plugin@0.2.0, but this host speaks reson:plugin@0.1.0",
+        ),
         ("misnamed", "it names the plugin `other`, but the file is `misnamed.wasm`"),
         ("orphan", "missing manifest"),
         ("text", "not a WebAssembly file"),
@@ -196,7 +219,10 @@ fn bad_plugin_files_get_one_line_errors_and_the_rest_load() {
         let info = plugins_info.iter().find(|p| p.name == name).unwrap();
         let PluginStatus::Failed(error) = &info.status else { panic!("{name}: {:?}", info.status) };
         assert!(error.contains(reason), "{name}: {error}");
-        assert!(error.contains(&format!("{name}.wasm")), "{name}: the error names the file: {error}");
+        assert!(
+            error.contains(&format!("{name}.wasm")),
+            "{name}: the error names the file: {error}"
+        );
         assert!(!error.contains('\n'), "{name}: one line: {error}");
     }
     let echo_info = plugins_info.iter().find(|p| p.name == "echo").unwrap();
@@ -245,16 +271,22 @@ fn a_changed_plugin_asking_for_more_waits_for_acceptance() {
     assert!(locked.contains("[plugins.echo]") && locked.contains("sha256"), "{locked}");
 
     // A new build that also asks for directory access and a host.
-    std::fs::copy(support::test_plugins().join("echo-v2.wasm"), dir.plugins().join("echo.wasm")).unwrap();
+    std::fs::copy(support::test_plugins().join("echo-v2.wasm"), dir.plugins().join("echo.wasm"))
+        .unwrap();
     std::fs::write(
         dir.plugins().join("echo.toml"),
         "name = \"echo\"\nversion = \"0.2.0\"\n[requests]\ndirs = \"read\"\nhttp = [\"example.com\"]\n",
     )
     .unwrap();
     let rt = dir.open("");
-    let PluginStatus::Failed(error) = &rt.plugins()[0].status else { panic!("{:?}", rt.plugins()[0].status) };
+    let PluginStatus::Failed(error) = &rt.plugins()[0].status else {
+        panic!("{:?}", rt.plugins()[0].status)
+    };
     assert!(error.contains("now requests more"), "{error}");
-    assert!(error.contains("http `example.com`") && error.contains("reson plugins accept echo"), "{error}");
+    assert!(
+        error.contains("http `example.com`") && error.contains("reson plugins accept echo"),
+        "{error}"
+    );
     assert!(matches!(call(&rt, "echo", json!({"text": "x"})), Err(CallError::UnknownTool { .. })));
 
     rt.accept("echo").unwrap();
@@ -268,7 +300,8 @@ fn a_changed_plugin_asking_for_no_more_loads() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     dir.open("");
-    std::fs::copy(support::test_plugins().join("echo-v2.wasm"), dir.plugins().join("echo.wasm")).unwrap();
+    std::fs::copy(support::test_plugins().join("echo-v2.wasm"), dir.plugins().join("echo.wasm"))
+        .unwrap();
     let rt = dir.open("");
     assert_eq!(call(&rt, "echo", json!({"text": "x"})).unwrap(), "v2:x");
 }
@@ -335,7 +368,15 @@ fn cli_lists_plugins_and_calls_tools() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("unknown tool `nope`"));
 
-    let out = reson(&dir, &["tool", "call", "write", &json!({"path": dir.workspace().join("x"), "content": "x"}).to_string()]);
+    let out = reson(
+        &dir,
+        &[
+            "tool",
+            "call",
+            "write",
+            &json!({"path": dir.workspace().join("x"), "content": "x"}).to_string(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(3), "a write into a read-only grant is a denial");
 }
 
@@ -347,7 +388,10 @@ fn cli_exit_codes_tell_limits_and_traps_apart() {
     let out = reson(&dir, &["tool", "call", "spin", "--json"]);
     assert_eq!(out.status.code(), Some(4));
     let err: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(err, json!({"error": "limit-exceeded", "plugin": "hostile", "tool": "spin", "limit": {"limit": "timeout", "ms": 300}}));
+    assert_eq!(
+        err,
+        json!({"error": "limit-exceeded", "plugin": "hostile", "tool": "spin", "limit": {"limit": "timeout", "ms": 300}})
+    );
     let out = reson(&dir, &["tool", "call", "panic", r#"{"message":"oh no"}"#]);
     assert_eq!(out.status.code(), Some(5));
     assert!(String::from_utf8(out.stderr).unwrap().contains("panicked: oh no"));

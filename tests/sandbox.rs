@@ -134,7 +134,11 @@ fn reads_outside_the_grant_are_refused() {
     std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
     std::fs::write(ws.join("mine.txt"), "inside").unwrap();
     assert_eq!(call(&rt, "read", json!({"path": ws.join("mine.txt")})).unwrap(), "inside");
-    assert_eq!(call(&rt, "read", json!({"path": "mine.txt"})).unwrap(), "inside", "relative to cwd");
+    assert_eq!(
+        call(&rt, "read", json!({"path": "mine.txt"})).unwrap(),
+        "inside",
+        "relative to cwd"
+    );
 
     let attempts = [
         outside.to_string_lossy().into_owned(),
@@ -160,13 +164,17 @@ fn writes_into_a_read_only_grant_are_refused() {
     let (dir, rt) = hostile("");
     let ro = dir.path().join("readonly").canonicalize().unwrap();
     let ws = dir.workspace();
-    assert_eq!(call(&rt, "write", json!({"path": ws.join("ok.txt"), "content": "yes"})).unwrap(), "wrote 3 bytes");
+    assert_eq!(
+        call(&rt, "write", json!({"path": ws.join("ok.txt"), "content": "yes"})).unwrap(),
+        "wrote 3 bytes"
+    );
     assert_eq!(std::fs::read_to_string(ws.join("ok.txt")).unwrap(), "yes");
     let err = call(&rt, "write", json!({"path": ro.join("no.txt"), "content": "x"})).unwrap_err();
     failure_of(err);
     assert!(!ro.join("no.txt").exists());
-    let err = call(&rt, "write", json!({"path": dir.path().join("outside/new.txt"), "content": "x"}))
-        .unwrap_err();
+    let err =
+        call(&rt, "write", json!({"path": dir.path().join("outside/new.txt"), "content": "x"}))
+            .unwrap_err();
     failure_of(err);
     assert!(!dir.path().join("outside/new.txt").exists());
     assert_alive(&rt);
@@ -202,7 +210,9 @@ fn http_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
             let mut buf = [0u8; 4096];
             let _ = stream.read(&mut buf);
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello");
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello",
+            );
         }
     });
     (format!("127.0.0.1:{port}"), hits)
@@ -221,7 +231,10 @@ fn http_reaches_only_granted_hosts() {
     assert_alive(&rt);
 
     let (_dir, granted) = hostile(&format!("http = [\"{addr}\"]"));
-    assert_eq!(call(&granted, "http", json!({"url": format!("http://{addr}/x")})).unwrap(), "status: 200\nhello");
+    assert_eq!(
+        call(&granted, "http", json!({"url": format!("http://{addr}/x")})).unwrap(),
+        "status: 200\nhello"
+    );
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
     let other_port = format!("http://127.0.0.1:1/{}", "x");
     failure_of(call(&granted, "http", json!({ "url": other_port })).unwrap_err());
@@ -258,7 +271,10 @@ fn fuel_limits_compute_when_enabled() {
         "#,
     );
     let start = Instant::now();
-    assert_eq!(limit_of(call(&rt, "spin", json!({})).unwrap_err()), Limit::Fuel { units: 50_000_000 });
+    assert_eq!(
+        limit_of(call(&rt, "spin", json!({})).unwrap_err()),
+        Limit::Fuel { units: 50_000_000 }
+    );
     assert!(start.elapsed() < Duration::from_secs(30), "fuel, not the deadline, stopped it");
     assert_alive(&rt);
 }

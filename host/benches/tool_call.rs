@@ -45,7 +45,11 @@ impl config::Host for Bare {
     }
 }
 impl http::HostBodyStream for Bare {
-    fn read(&mut self, _: wasmtime::component::Resource<http::BodyStream>, _: u32) -> Result<Option<Vec<u8>>, http::HttpError> {
+    fn read(
+        &mut self,
+        _: wasmtime::component::Resource<http::BodyStream>,
+        _: u32,
+    ) -> Result<Option<Vec<u8>>, http::HttpError> {
         Ok(None)
     }
     fn drop(&mut self, _: wasmtime::component::Resource<http::BodyStream>) -> wasmtime::Result<()> {
@@ -56,7 +60,10 @@ impl http::Host for Bare {
     fn send(&mut self, _: http::Request) -> Result<http::Response, http::HttpError> {
         Err(http::HttpError::Denied(String::new()))
     }
-    fn send_streaming(&mut self, _: http::Request) -> Result<http::StreamingResponse, http::HttpError> {
+    fn send_streaming(
+        &mut self,
+        _: http::Request,
+    ) -> Result<http::StreamingResponse, http::HttpError> {
         Err(http::HttpError::Denied(String::new()))
     }
 }
@@ -74,7 +81,9 @@ struct BareEcho {
 impl BareEcho {
     fn new(wasm: &std::path::Path) -> Self {
         let mut config = Config::new();
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(PoolingAllocationConfig::default()));
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(
+            PoolingAllocationConfig::default(),
+        ));
         let engine = Engine::new(&config).unwrap();
         let component = Component::from_file(&engine, wasm).unwrap();
         let mut linker = Linker::new(&engine);
@@ -88,7 +97,11 @@ impl BareEcho {
         let state = Bare { wasi: WasiCtx::builder().build(), table: ResourceTable::new() };
         let mut store = Store::new(&self.engine, state);
         let plugin = self.pre.instantiate(&mut store).unwrap();
-        let ctx = bare::exports::reson::plugin::tool::CallContext { call_id: String::new(), trace_id: None, cwd: None };
+        let ctx = bare::exports::reson::plugin::tool::CallContext {
+            call_id: String::new(),
+            trace_id: None,
+            cwd: None,
+        };
         plugin.reson_plugin_tool().call_call(&mut store, "echo", args, &ctx).unwrap().unwrap().text
     }
 }
@@ -129,7 +142,8 @@ fn bench(c: &mut Criterion) {
     calls.bench_function("host path (lookup, schema, grants, fresh instance)", |b| {
         b.iter(|| black_box(runtime.call_tool("echo", ARGS, &ctx).unwrap()))
     });
-    calls.bench_function("bare wasmtime fresh instance", |b| b.iter(|| black_box(bare.call(&args))));
+    calls
+        .bench_function("bare wasmtime fresh instance", |b| b.iter(|| black_box(bare.call(&args))));
     calls.finish();
 
     // Reloading with a manifest that differs each time forces a load; the
@@ -161,13 +175,19 @@ fn bench(c: &mut Criterion) {
     load.bench_function("from compiled cache", |b| {
         b.iter_custom(|n| (0..n).map(|_| reload(false)).sum::<Duration>())
     });
-    load.bench_function("compile", |b| b.iter_custom(|n| (0..n).map(|_| reload(true)).sum::<Duration>()));
+    load.bench_function("compile", |b| {
+        b.iter_custom(|n| (0..n).map(|_| reload(true)).sum::<Duration>())
+    });
     load.finish();
 
     // Ratios from interleaved rounds in this one run: noise hits both sides.
     let (mut host, mut raw) = (Vec::new(), Vec::new());
     for _ in 0..15 {
-        host.extend(median_ns(|| drop(black_box(runtime.call_tool("echo", ARGS, &ctx).unwrap())), 1, 500));
+        host.extend(median_ns(
+            || drop(black_box(runtime.call_tool("echo", ARGS, &ctx).unwrap())),
+            1,
+            500,
+        ));
         raw.extend(median_ns(|| drop(black_box(bare.call(&args))), 1, 500));
     }
     let (host, raw) = (median(host), median(raw));

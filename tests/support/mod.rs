@@ -80,8 +80,11 @@ impl TestDir {
     /// Copies plugin `name` (`.wasm` and `.toml`) from `from`.
     pub fn install(&self, from: &Path, name: &str) -> &Self {
         for ext in ["wasm", "toml"] {
-            std::fs::copy(from.join(format!("{name}.{ext}")), self.plugins().join(format!("{name}.{ext}")))
-                .unwrap_or_else(|e| panic!("installing {name}.{ext}: {e}"));
+            std::fs::copy(
+                from.join(format!("{name}.{ext}")),
+                self.plugins().join(format!("{name}.{ext}")),
+            )
+            .unwrap_or_else(|e| panic!("installing {name}.{ext}: {e}"));
         }
         self
     }

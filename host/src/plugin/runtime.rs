@@ -165,6 +165,49 @@ impl Catalog {
     }
 }
 
+impl Catalog {
+    fn apply(&mut self, name: String, outcome: Outcome) {
+        let (file, attempted, result) = match outcome {
+            Outcome::Unchanged => return,
+            Outcome::Removed => {
+                if self.slots.remove(&name).is_some() {
+                    tracing::info!(plugin = %name, "unloaded");
+                }
+                return;
+            }
+            Outcome::Disabled(file) => {
+                let slot =
+                    Slot { file, active: None, status: PluginStatus::Disabled, attempted: None };
+                self.slots.insert(name, slot);
+                return;
+            }
+            Outcome::Loaded(file, attempted, result) => (file, attempted, *result),
+        };
+        let slot = match result {
+            Ok(plugin) => {
+                tracing::info!(plugin = %name, generation = plugin.generation, cached = plugin.from_cache, "loaded");
+                Slot {
+                    file,
+                    active: Some(Arc::new(plugin)),
+                    status: PluginStatus::Ready,
+                    attempted,
+                }
+            }
+            Err(err) => {
+                tracing::error!(plugin = %name, "{err}");
+                // The last good generation, if any, keeps serving.
+                let active = self.slots.get(&name).and_then(|s| s.active.clone());
+                let status = match active {
+                    Some(_) => PluginStatus::Stale(err.to_string()),
+                    None => PluginStatus::Failed(err.to_string()),
+                };
+                Slot { file, active, status, attempted }
+            }
+        };
+        self.slots.insert(name, slot);
+    }
+}
+
 struct Inner {
     sandbox: Sandbox,
     options: Options,
@@ -347,33 +390,11 @@ impl Runtime {
             let handles: Vec<_> = names
                 .iter()
                 .map(|name| {
-                    let file = dir.join(format!("{name}.wasm"));
-                    let previous = before.slots.get(name);
-                    let cx = &cx;
-                    let generation = &self.inner.generation;
+                    let previous = before.slots.get(name).and_then(|s| s.attempted.as_deref());
+                    let (cx, generation) = (&cx, &self.inner.generation);
                     scope.spawn(move || {
-                        let outcome = if !file.exists() {
-                            Outcome::Removed
-                        } else if !config.grant(name).enabled {
-                            Outcome::Disabled(file)
-                        } else {
-                            match fingerprint(&file) {
-                                Some(fp)
-                                    if previous.and_then(|s| s.attempted.as_ref()) == Some(&fp) =>
-                                {
-                                    Outcome::Unchanged
-                                }
-                                fp => {
-                                    let next = generation.fetch_add(1, Ordering::Relaxed) + 1;
-                                    Outcome::Loaded(
-                                        file.clone(),
-                                        fp,
-                                        loader::load(cx, name, &file, next),
-                                    )
-                                }
-                            }
-                        };
-                        (name.clone(), outcome)
+                        let file = dir.join(format!("{name}.wasm"));
+                        (name.clone(), load_outcome(cx, name, file, previous, generation))
                     })
                 })
                 .collect();
@@ -382,42 +403,7 @@ impl Runtime {
 
         let mut next = (*self.catalog()).clone();
         for (name, outcome) in outcomes {
-            match outcome {
-                Outcome::Unchanged => {}
-                Outcome::Removed => {
-                    if next.slots.remove(&name).is_some() {
-                        tracing::info!(plugin = %name, "unloaded");
-                    }
-                }
-                Outcome::Disabled(file) => {
-                    next.slots.insert(
-                        name,
-                        Slot {
-                            file,
-                            active: None,
-                            status: PluginStatus::Disabled,
-                            attempted: None,
-                        },
-                    );
-                }
-                Outcome::Loaded(file, attempted, Ok(plugin)) => {
-                    tracing::info!(plugin = %name, generation = plugin.generation, cached = plugin.from_cache, "loaded");
-                    let active = Some(Arc::new(plugin));
-                    next.slots.insert(
-                        name,
-                        Slot { file, active, status: PluginStatus::Ready, attempted },
-                    );
-                }
-                Outcome::Loaded(file, attempted, Err(err)) => {
-                    tracing::error!(plugin = %name, "{err}");
-                    let active = next.slots.get(&name).and_then(|s| s.active.clone());
-                    let status = match active {
-                        Some(_) => PluginStatus::Stale(err.to_string()),
-                        None => PluginStatus::Failed(err.to_string()),
-                    };
-                    next.slots.insert(name, Slot { file, active, status, attempted });
-                }
-            }
+            next.apply(name, outcome);
         }
         next.reindex();
         *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
@@ -456,7 +442,30 @@ enum Outcome {
     Unchanged,
     Removed,
     Disabled(PathBuf),
-    Loaded(PathBuf, Option<String>, Result<LoadedPlugin, LoadError>),
+    Loaded(PathBuf, Option<String>, Box<Result<LoadedPlugin, LoadError>>),
+}
+
+/// Decides what to do about one plugin and, if it changed, loads it.
+fn load_outcome(
+    cx: &LoadContext<'_>,
+    name: &str,
+    file: PathBuf,
+    previous: Option<&str>,
+    generation: &AtomicU64,
+) -> Outcome {
+    if !file.exists() {
+        return Outcome::Removed;
+    }
+    if !cx.config.grant(name).enabled {
+        return Outcome::Disabled(file);
+    }
+    let fp = fingerprint(&file);
+    if fp.is_some() && fp.as_deref() == previous {
+        return Outcome::Unchanged;
+    }
+    let next = generation.fetch_add(1, Ordering::Relaxed) + 1;
+    let loaded = loader::load(cx, name, &file, next);
+    Outcome::Loaded(file, fp, Box::new(loaded))
 }
 
 /// The plugin a path in the plugins directory belongs to, if any.
