@@ -23,3 +23,4 @@ pub mod config;
 pub mod contract;
 pub mod plugin;
 pub mod policy;
+pub mod trace;

@@ -1,0 +1,182 @@
+//! Messages in the OpenAI-compatible shape the host stores. Provider
+//! plugins convert from and to their own APIs; the trace keeps this form.
+
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions for the model.
+    System,
+    /// The user (or the host speaking for them).
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+/// One part of a message's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, by URL (`https:` or `data:`).
+    ImageUrl {
+        /// The URL.
+        url: String,
+    },
+}
+
+/// A tool call made by the assistant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The id the matching tool message carries back.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Arguments as JSON text, exactly as the model produced them.
+    pub arguments: String,
+}
+
+/// Token counts of every kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt (input) tokens.
+    pub prompt_tokens: u64,
+    /// Completion (output) tokens.
+    pub completion_tokens: u64,
+    /// Reasoning tokens, where reported.
+    pub reasoning_tokens: u64,
+    /// Prompt tokens served from cache.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to cache.
+    pub cache_write_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, o: Self) {
+        self.prompt_tokens += o.prompt_tokens;
+        self.completion_tokens += o.completion_tokens;
+        self.reasoning_tokens += o.reasoning_tokens;
+        self.cache_read_tokens += o.cache_read_tokens;
+        self.cache_write_tokens += o.cache_write_tokens;
+    }
+}
+
+/// A message as stored in a trace. `sequence` is unique in its trace and
+/// never reused; `parent_sequence` links messages into a tree whose main
+/// path runs from the trace's head back to the root.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// `{trace_id}-{sequence:04}`.
+    pub id: String,
+    /// The trace it belongs to.
+    pub trace_id: String,
+    /// Position in the trace, from 1; never reused.
+    pub sequence: u64,
+    /// The message this one follows; `None` for the root.
+    pub parent_sequence: Option<u64>,
+    /// Who wrote it.
+    pub role: Role,
+    /// Text and image parts.
+    #[serde(default)]
+    pub content: Vec<ContentPart>,
+    /// Calls made by an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// On a tool message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// On a tool message: the tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The goal that was current when it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_id: Option<String>,
+    /// Reasoning the model showed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// Provider-specific data to round-trip (thinking signatures, item ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_data: Option<serde_json::Value>,
+    /// On a tool message: a summary that replaces the content in later history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub long_term_memory: Option<String>,
+    /// On a tool message: send the content once, then only the summary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_output_only_once: bool,
+    /// Tokens this message cost (assistant messages).
+    #[serde(default)]
+    pub usage: Usage,
+    /// Cost in USD.
+    #[serde(default)]
+    pub cost: f64,
+    /// Time to produce it (model call or tool run), in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// Why the model stopped (assistant messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// Written by the host rather than the model or a tool (for example the
+    /// "interrupted" result of a healed tool call).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub synthetic: bool,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+}
+
+impl Message {
+    /// A message of `role` with one text part; the store fills in id,
+    /// trace, sequence, parent and time when it is added.
+    pub fn new(role: Role, text: impl Into<String>) -> Self {
+        let text = text.into();
+        Self {
+            id: String::new(),
+            trace_id: String::new(),
+            sequence: 0,
+            parent_sequence: None,
+            role,
+            content: if text.is_empty() { Vec::new() } else { vec![ContentPart::Text { text }] },
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            goal_id: None,
+            reasoning: None,
+            provider_data: None,
+            long_term_memory: None,
+            include_output_only_once: false,
+            usage: Usage::default(),
+            cost: 0.0,
+            duration_ms: 0,
+            finish_reason: None,
+            synthetic: false,
+            created_at_ms: 0,
+        }
+    }
+
+    /// A tool result answering `call`.
+    pub fn tool_result(call: &ToolCall, text: impl Into<String>) -> Self {
+        let mut message = Self::new(Role::Tool, text);
+        message.tool_call_id = Some(call.id.clone());
+        message.name = Some(call.name.clone());
+        message
+    }
+
+    /// All text parts joined.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Text { text } => Some(text.as_str()),
+                ContentPart::ImageUrl { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("")
+    }
+}
