@@ -23,4 +23,5 @@ pub mod config;
 pub mod contract;
 pub mod plugin;
 pub mod policy;
+pub mod provider;
 pub mod trace;

@@ -8,7 +8,8 @@ use super::error::{CallError, Limit, LoadError, ToolFailure};
 use super::instance::{CallStore, Site};
 use super::lock::LockFile;
 use super::manifest::Manifest;
-use crate::capability::{HostState, Secrets};
+use crate::capability::{DeltaSink, HostState, Secrets};
+use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::config::Config;
 use crate::contract::bindings::plan_parser::PlanParserPluginPre;
 use crate::contract::bindings::provider::ProviderPluginPre;
@@ -78,8 +79,7 @@ pub(crate) enum Exports {
         pre: ToolPluginPre<HostState>,
         tools: Vec<ToolEntry>,
     },
-    /// Linked and checked; calls come with the provider adapter.
-    Provider,
+    Provider { pre: ProviderPluginPre<HostState> },
     /// Linked and checked; calls come with the task agent.
     PlanParser,
 }
@@ -191,10 +191,7 @@ pub(crate) fn load(
                 .map_err(|reason| LoadError::Tools { file: file.into(), reason })?;
             Exports::Tool { pre, tools }
         }
-        World::ProviderPlugin => {
-            ProviderPluginPre::new(pre).map_err(link)?;
-            Exports::Provider
-        }
+        World::ProviderPlugin => Exports::Provider { pre: ProviderPluginPre::new(pre).map_err(link)? },
         World::PlanParserPlugin => {
             PlanParserPluginPre::new(pre).map_err(link)?;
             Exports::PlanParser
@@ -313,6 +310,29 @@ impl LoadedPlugin {
             }),
             Err(e) => Err(call.classify(&e, site)),
         }
+    }
+
+    /// Runs one chat call of a provider plugin in a fresh instance;
+    /// `deltas` receives streamed pieces while it runs.
+    pub(crate) fn chat(
+        &self,
+        sandbox: &Sandbox,
+        secrets: &Arc<Secrets>,
+        request: &chat::ChatRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
+        let site = Site { plugin: &self.name, tool: "chat" };
+        let Exports::Provider { pre } = &self.exports else {
+            return Err(CallError::Internal {
+                plugin: self.name.to_string(),
+                tool: "chat".into(),
+                message: format!("plugin is a {}, not a provider plugin", self.world),
+            });
+        };
+        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, site)?;
+        call.store.data_mut().deltas = deltas;
+        let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
+        instance.reson_plugin_provider().call_chat(&mut call.store, request).map_err(|e| call.classify(&e, site))
     }
 
     fn checked_output(&self, tool: &str, out: wit::ToolOutput) -> Result<ToolOutput, CallError> {

@@ -5,7 +5,8 @@ use super::engine::Sandbox;
 use super::error::{CallError, LoadError};
 use super::loader::{self, CallContext, LoadContext, LoadedPlugin, ToolOutput, ToolSpec};
 use super::lock::LockFile;
-use crate::capability::Secrets;
+use crate::capability::{DeltaSink, Secrets};
+use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::config::Config;
 use crate::contract::World;
 use crate::policy::Grants;
@@ -344,6 +345,26 @@ impl Runtime {
             });
         }
         plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, context)
+    }
+
+    /// Calls the provider plugin `plugin` once. Blocks like
+    /// [`Runtime::call_tool`].
+    pub(crate) fn chat(
+        &self,
+        plugin: &str,
+        request: &chat::ChatRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
+        let catalog = self.catalog();
+        let Some(loaded) = catalog.slots.get(plugin).and_then(|s| s.active.clone()) else {
+            let reason = match catalog.slots.get(plugin).map(|s| &s.status) {
+                Some(PluginStatus::Failed(e)) => e.clone(),
+                Some(PluginStatus::Disabled) => "disabled in the config".into(),
+                _ => format!("no plugin `{plugin}` in {}", self.inner.options.plugins_dir.display()),
+            };
+            return Err(CallError::Internal { plugin: plugin.into(), tool: "chat".into(), message: reason });
+        };
+        loaded.chat(&self.inner.sandbox, &self.inner.secrets, request, deltas)
     }
 
     /// Re-reads the whole plugins directory: new and changed files load,

@@ -1,0 +1,186 @@
+//! LLM providers: the host's view of a chat call, and the adapter that
+//! runs it through a provider plugin. Messages cross in the stored
+//! (OpenAI-compatible) shape; each plugin converts to its own API.
+
+mod convert;
+
+use crate::plugin::{CallError, Runtime, ToolSpec};
+use crate::trace::{Message, Usage};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Sampling and transport parameters of a chat call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LlmParams {
+    /// Model name, as the provider knows it.
+    pub model: String,
+    /// Sampling temperature.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    /// Cap on completion tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Stop sequences.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Stream the answer (deltas reach the run's events as they arrive).
+    pub stream: bool,
+    /// Provider-specific extras.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Value>,
+}
+
+/// One chat call.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The history, oldest first.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+    /// Parameters.
+    pub params: LlmParams,
+}
+
+/// A finished chat call. `message` is an assistant message not yet stored.
+#[derive(Debug, Clone)]
+pub struct ChatResponse {
+    /// The assistant's message.
+    pub message: Message,
+    /// Tokens of every kind.
+    pub usage: Usage,
+    /// `stop`, `tool_calls`, `length`, `content_filter` or the provider's own.
+    pub finish_reason: String,
+    /// The model that answered.
+    pub model: String,
+    /// Cost in USD, when the provider knows it.
+    pub cost: Option<f64>,
+}
+
+/// A piece of a streamed answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Delta {
+    /// Answer text.
+    Text {
+        /// The new text.
+        text: String,
+    },
+    /// Reasoning text.
+    Reasoning {
+        /// The new text.
+        text: String,
+    },
+    /// A fragment of a tool call.
+    ToolCall {
+        /// Which call of the message.
+        index: u32,
+        /// Its id, in the first fragment.
+        id: Option<String>,
+        /// Its name, in the first fragment.
+        name: Option<String>,
+        /// More of its arguments.
+        arguments: String,
+    },
+}
+
+/// Receives deltas while a call runs.
+pub type DeltaSink = Box<dyn FnMut(Delta) + Send>;
+
+/// Why a chat call failed. The case decides retries.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    /// Bad or missing credentials.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// Too many requests.
+    #[error("rate limited: {message}")]
+    RateLimited {
+        /// The server's message.
+        message: String,
+        /// How long the server asked to wait.
+        retry_after: Option<Duration>,
+    },
+    /// The request timed out.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The request was rejected as invalid.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The server failed (5xx).
+    #[error("server error {status}: {message}")]
+    Server {
+        /// HTTP status.
+        status: u16,
+        /// The server's message.
+        message: String,
+    },
+    /// The connection failed.
+    #[error("network error: {0}")]
+    Network(String),
+    /// The answer could not be understood.
+    #[error("invalid response: {0}")]
+    InvalidResponse(String),
+    /// The plugin failed for its own reasons.
+    #[error("{0}")]
+    Other(String),
+    /// The plugin could not run (not loaded, trapped, out of time).
+    #[error(transparent)]
+    Plugin(#[from] CallError),
+}
+
+impl ProviderError {
+    /// Whether trying the same request again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::RateLimited { .. } | Self::Timeout(_) | Self::Server { .. } | Self::Network(_)
+        )
+    }
+
+    /// The delay the server asked for, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// Something that answers chat calls.
+pub trait ChatProvider: Send + Sync {
+    /// The provider's name (the plugin name).
+    fn name(&self) -> &str;
+    /// Performs one call, blocking; deltas go to `deltas` as they arrive.
+    fn chat(&self, request: &ChatRequest, deltas: DeltaSink) -> Result<ChatResponse, ProviderError>;
+}
+
+/// A provider served by a provider plugin.
+#[derive(Clone)]
+pub struct PluginProvider {
+    runtime: Runtime,
+    plugin: String,
+}
+
+impl PluginProvider {
+    /// The provider plugin `plugin` of `runtime`.
+    pub fn new(runtime: Runtime, plugin: impl Into<String>) -> Self {
+        Self { runtime, plugin: plugin.into() }
+    }
+}
+
+impl ChatProvider for PluginProvider {
+    fn name(&self) -> &str {
+        &self.plugin
+    }
+
+    fn chat(&self, request: &ChatRequest, mut deltas: DeltaSink) -> Result<ChatResponse, ProviderError> {
+        let wit_request = convert::request(request);
+        let sink = Box::new(move |d| deltas(convert::delta(d)));
+        let response = self.runtime.chat(&self.plugin, &wit_request, Some(sink))??;
+        Ok(convert::response(response))
+    }
+}
