@@ -1,4 +1,4 @@
-//! # reson-sdk: write Reson tools as WebAssembly components
+//! # reson-sdk: write Reson tools and providers as WebAssembly components
 //!
 //! A tool is a function over a deserialised argument struct. The argument
 //! struct derives `serde::Deserialize` and `schemars::JsonSchema` (add
@@ -51,6 +51,10 @@
 //! grants them. The component can use only what both allow: the [`host`]
 //! imports and WASI calls outside the grant return errors.
 //!
+//! An LLM provider is written the same way around one `chat` function and
+//! exported with [`export_provider!`]; the [`provider`] module has its types,
+//! streaming and an example.
+//!
 //! The contract version (`reson:plugin@0.1.0`) is part of every interface
 //! name the component exports, so the host can refuse a component built for
 //! another version with a message naming both.
@@ -58,6 +62,7 @@
 #[doc(hidden)]
 pub mod bindings;
 pub mod host;
+pub mod provider;
 mod tool;
 
 pub use tool::{Context, Output, ToolError, Toolbox};

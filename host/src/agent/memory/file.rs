@@ -1,0 +1,175 @@
+//! A store that keeps each session in its own JSON file.
+
+use super::SessionEntries;
+use super::error::{MemoryError, validate_entries, validate_name};
+use super::store::{MemoryStore, put, take, validate_address};
+use serde_json::Value;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+
+/// Serialises read-modify-write cycles of every store on the directory.
+/// Session files end in `.json`, so no session can be named onto it.
+const LOCK_FILE: &str = ".memory.lock";
+
+/// A [`MemoryStore`] keeping each session in `{dir}/{session}.json`, an
+/// object of namespaces, each an object of keys.
+///
+/// Every call reads the file afresh, so any number of stores, in this
+/// process or others, can share one directory and see each other's
+/// writes. Writes replace the file atomically (a temporary file in the
+/// same directory, renamed over it) under an exclusive lock on
+/// `{dir}/.memory.lock`, so readers never see half a file and concurrent
+/// writers never lose each other's entries. A session left with no entries
+/// has no file. On a case-insensitive file system, session ids differing
+/// only in case share a file.
+#[derive(Debug, Clone)]
+pub struct FileMemoryStore {
+    dir: PathBuf,
+}
+
+impl FileMemoryStore {
+    /// A store in `dir`, which is created if missing.
+    pub fn new(dir: impl Into<PathBuf>) -> Result<Self, MemoryError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(MemoryError::io(&dir))?;
+        Ok(Self { dir })
+    }
+
+    /// The directory holding the session files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, session: &str) -> PathBuf {
+        self.dir.join(format!("{session}.json"))
+    }
+
+    /// The exclusive lock is released when the returned file is dropped.
+    fn lock(&self) -> Result<File, MemoryError> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(MemoryError::io(&path))?;
+        file.lock().map_err(MemoryError::io(&path))?;
+        Ok(file)
+    }
+
+    fn load(&self, session: &str) -> Result<SessionEntries, MemoryError> {
+        let path = self.path(session);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(SessionEntries::new()),
+            Err(e) => return Err(MemoryError::io(&path)(e)),
+        };
+        let corrupt = |reason: String| MemoryError::Corrupt { path: path.clone(), reason };
+        let mut entries: SessionEntries =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        // A hand-edited file may hold names the API refuses; they would break
+        // the rendered prompt block, so the file is refused as a whole.
+        validate_entries(&entries).map_err(|e| corrupt(e.to_string()))?;
+        entries.retain(|_, keys| !keys.is_empty());
+        Ok(entries)
+    }
+
+    fn save(&self, session: &str, entries: &SessionEntries) -> Result<(), MemoryError> {
+        let path = self.path(session);
+        if entries.is_empty() {
+            return remove_file(&path);
+        }
+        let bytes = serde_json::to_vec_pretty(entries)
+            .map_err(|e| MemoryError::Serde(format!("session {session}: {e}")))?;
+        let mut tmp =
+            tempfile::NamedTempFile::new_in(&self.dir).map_err(MemoryError::io(&self.dir))?;
+        tmp.write_all(&bytes).map_err(MemoryError::io(tmp.path()))?;
+        tmp.persist(&path).map_err(|e| MemoryError::io(&path)(e.error))?;
+        Ok(())
+    }
+
+    /// Runs `change` on the session's entries under the lock and writes them
+    /// back if it reports a change; returns what it reported.
+    fn update(
+        &self,
+        session: &str,
+        change: impl FnOnce(&mut SessionEntries) -> bool,
+    ) -> Result<bool, MemoryError> {
+        let _lock = self.lock()?;
+        let mut entries = self.load(session)?;
+        let changed = change(&mut entries);
+        if changed {
+            self.save(session, &entries)?;
+        }
+        Ok(changed)
+    }
+}
+
+impl MemoryStore for FileMemoryStore {
+    fn get(&self, session: &str, namespace: &str, key: &str) -> Result<Option<Value>, MemoryError> {
+        validate_address(session, namespace, key)?;
+        Ok(self.load(session)?.remove(namespace).and_then(|mut keys| keys.remove(key)))
+    }
+
+    fn set(
+        &self,
+        session: &str,
+        namespace: &str,
+        key: &str,
+        value: Value,
+    ) -> Result<(), MemoryError> {
+        validate_address(session, namespace, key)?;
+        self.update(session, |entries| put(entries, namespace, key, value))?;
+        Ok(())
+    }
+
+    fn remove(&self, session: &str, namespace: &str, key: &str) -> Result<bool, MemoryError> {
+        validate_address(session, namespace, key)?;
+        self.update(session, |entries| take(entries, namespace, key))
+    }
+
+    fn clear(&self, session: &str, namespace: Option<&str>) -> Result<(), MemoryError> {
+        validate_name("session id", session)?;
+        match namespace {
+            // Deleting without reading is also the way out of a corrupt file.
+            None => {
+                let _lock = self.lock()?;
+                remove_file(&self.path(session))
+            }
+            Some(namespace) => {
+                validate_name("namespace", namespace)?;
+                self.update(session, |entries| entries.remove(namespace).is_some())?;
+                Ok(())
+            }
+        }
+    }
+
+    fn entries(&self, session: &str) -> Result<SessionEntries, MemoryError> {
+        validate_name("session id", session)?;
+        self.load(session)
+    }
+
+    /// One read and one write for the whole batch, instead of one per entry.
+    fn merge(&self, session: &str, entries: &SessionEntries) -> Result<(), MemoryError> {
+        validate_name("session id", session)?;
+        validate_entries(entries)?;
+        self.update(session, |current| {
+            let mut changed = false;
+            for (namespace, keys) in entries {
+                for (key, value) in keys {
+                    changed |= put(current, namespace, key, value.clone());
+                }
+            }
+            changed
+        })?;
+        Ok(())
+    }
+}
+
+fn remove_file(path: &Path) -> Result<(), MemoryError> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != ErrorKind::NotFound => Err(MemoryError::io(path)(e)),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,347 @@
+use super::*;
+use serde_json::json;
+use std::path::Path;
+
+/// Runs `check` against a fresh store of each kind.
+fn with_each_store(check: impl Fn(Arc<dyn MemoryStore>)) {
+    check(Arc::new(InMemoryStore::default()));
+    let dir = tempfile::tempdir().unwrap();
+    check(Arc::new(FileMemoryStore::new(dir.path()).unwrap()));
+}
+
+fn session(store: &Arc<dyn MemoryStore>, id: &str) -> SessionMemory {
+    SessionMemory::new(id, Arc::clone(store)).unwrap()
+}
+
+#[test]
+fn sessions_are_isolated_in_both_stores() {
+    with_each_store(|store| {
+        let a = session(&store, "a");
+        let b = session(&store, "b");
+        a.set("notes", "k", "from a").unwrap();
+        b.set("notes", "k", "from b").unwrap();
+        assert_eq!(a.get::<String>("notes", "k").unwrap().as_deref(), Some("from a"));
+        assert_eq!(b.get::<String>("notes", "k").unwrap().as_deref(), Some("from b"));
+
+        a.clear(None).unwrap();
+        assert_eq!(a.get::<String>("notes", "k").unwrap(), None);
+        assert_eq!(b.get::<String>("notes", "k").unwrap().as_deref(), Some("from b"));
+        assert!(!b.remove("other", "k").unwrap());
+        assert!(a.snapshot().unwrap().is_empty());
+    });
+}
+
+#[test]
+fn namespaces_are_isolated_in_both_stores() {
+    with_each_store(|store| {
+        let memory = session(&store, "s");
+        memory.set("one", "k", 1).unwrap();
+        memory.set("two", "k", 2).unwrap();
+        assert_eq!(memory.get::<i32>("one", "k").unwrap(), Some(1));
+        assert_eq!(memory.get::<i32>("two", "k").unwrap(), Some(2));
+        assert!(memory.remove("one", "k").unwrap());
+        assert_eq!(memory.get::<i32>("one", "k").unwrap(), None);
+        assert_eq!(memory.get::<i32>("two", "k").unwrap(), Some(2));
+    });
+}
+
+#[test]
+fn set_get_remove_round_trip_typed_values() {
+    #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+    struct Plan {
+        steps: Vec<String>,
+        done: bool,
+    }
+    with_each_store(|store| {
+        let memory = session(&store, "s");
+        let plan = Plan { steps: vec!["read".into(), "write".into()], done: false };
+        memory.set("plan", "current", &plan).unwrap();
+        assert_eq!(memory.get::<Plan>("plan", "current").unwrap(), Some(plan));
+
+        memory.set("plan", "current", json!({"steps": [], "done": true})).unwrap();
+        assert_eq!(
+            memory.get::<Plan>("plan", "current").unwrap(),
+            Some(Plan { steps: vec![], done: true })
+        );
+        assert!(matches!(memory.get::<u8>("plan", "current"), Err(MemoryError::Serde(_))));
+
+        assert!(memory.remove("plan", "current").unwrap());
+        assert!(!memory.remove("plan", "current").unwrap());
+        assert_eq!(memory.get::<Plan>("plan", "current").unwrap(), None);
+        // Removing the last key leaves no empty namespace behind.
+        assert!(memory.snapshot().unwrap().entries.is_empty());
+    });
+}
+
+#[test]
+fn clear_one_namespace_then_all() {
+    with_each_store(|store| {
+        let memory = session(&store, "s");
+        memory.set("a", "x", 1).unwrap();
+        memory.set("a", "y", 2).unwrap();
+        memory.set("b", "x", 3).unwrap();
+
+        memory.clear(Some("a")).unwrap();
+        let entries = memory.snapshot().unwrap().entries;
+        assert_eq!(entries.keys().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(memory.get::<i32>("b", "x").unwrap(), Some(3));
+
+        memory.clear(Some("missing")).unwrap();
+        memory.clear(None).unwrap();
+        assert!(memory.snapshot().unwrap().entries.is_empty());
+        memory.clear(None).unwrap();
+    });
+}
+
+#[test]
+fn snapshot_renders_exact_block() {
+    with_each_store(|store| {
+        let memory = session(&store, "s");
+        // Written out of order: the block must come out sorted.
+        memory.set("other-namespace", "k", "v").unwrap();
+        memory.set("namespace", "other_key", json!({"a": 1})).unwrap();
+        memory.set("namespace", "key", "value").unwrap();
+        memory.set("namespace", "list", [1, 2]).unwrap();
+        memory.set("namespace", "nothing", ()).unwrap();
+        memory.set("namespace", "quoted", json!({"s": "x\ny"})).unwrap();
+        assert_eq!(
+            memory.snapshot().unwrap().render(),
+            "<session-context>\n\
+             [namespace]\n\
+             key: value\n\
+             list: [1,2]\n\
+             nothing: null\n\
+             other_key: {\"a\":1}\n\
+             quoted: {\"s\":\"x\\ny\"}\n\
+             \n\
+             [other-namespace]\n\
+             k: v\n\
+             </session-context>"
+        );
+    });
+}
+
+#[test]
+fn empty_snapshot_renders_nothing() {
+    let memory = SessionMemory::in_memory("s").unwrap();
+    assert_eq!(memory.snapshot().unwrap().render(), "");
+    let hollow = MemorySnapshot {
+        session_id: "s".into(),
+        entries: [("ns".to_owned(), BTreeMap::new())].into(),
+    };
+    assert!(hollow.is_empty());
+    assert_eq!(hollow.render(), "");
+}
+
+#[test]
+fn render_keeps_every_entry_on_one_line() {
+    let memory = SessionMemory::in_memory("s").unwrap();
+    memory.set("ns", "multi\nline key", "a\nb\r\n[fake]\tc\u{7}\u{2028}").unwrap();
+    assert_eq!(
+        memory.snapshot().unwrap().render(),
+        "<session-context>\n\
+         [ns]\n\
+         multi\\nline key: a\\nb\\r\\n[fake]\\tc\\u0007\\u2028\n\
+         </session-context>"
+    );
+}
+
+#[test]
+fn restore_into_bridges_two_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let file_store: Arc<dyn MemoryStore> = Arc::new(FileMemoryStore::new(dir.path()).unwrap());
+    let source = session(&file_store, "source");
+    source.set("facts", "city", "Lyon").unwrap();
+    source.set("facts", "year", 2024).unwrap();
+    source.set("prefs", "tone", "terse").unwrap();
+
+    let target = SessionMemory::in_memory("target").unwrap();
+    target.set("facts", "city", "Paris").unwrap();
+    target.set("own", "kept", true).unwrap();
+
+    let snapshot = source.snapshot().unwrap();
+    assert_eq!(snapshot.session_id, "source");
+    snapshot.restore_into(&target).unwrap();
+
+    assert_eq!(target.get::<String>("facts", "city").unwrap().as_deref(), Some("Lyon"));
+    assert_eq!(target.get::<i32>("facts", "year").unwrap(), Some(2024));
+    assert_eq!(target.get::<String>("prefs", "tone").unwrap().as_deref(), Some("terse"));
+    assert_eq!(target.get::<bool>("own", "kept").unwrap(), Some(true));
+    assert_eq!(target.snapshot().unwrap().render(), {
+        let mut expected = snapshot.clone();
+        expected.entries.insert("own".into(), [("kept".to_owned(), json!(true))].into());
+        expected.render()
+    });
+
+    // Into another session of the same file store, and unchanged at its source.
+    let sibling = session(&file_store, "sibling");
+    snapshot.restore_into(&sibling).unwrap();
+    assert_eq!(sibling.snapshot().unwrap().entries, snapshot.entries);
+    assert_eq!(source.snapshot().unwrap(), snapshot);
+}
+
+#[test]
+fn snapshot_round_trips_through_json_and_is_checked_on_restore() {
+    let memory = SessionMemory::in_memory("s").unwrap();
+    memory.set("ns", "k", json!({"deep": [1, "two"]})).unwrap();
+    let snapshot = memory.snapshot().unwrap();
+    let text = serde_json::to_string(&snapshot).unwrap();
+    assert_eq!(text, r#"{"session_id":"s","entries":{"ns":{"k":{"deep":[1,"two"]}}}}"#);
+    assert_eq!(serde_json::from_str::<MemorySnapshot>(&text).unwrap(), snapshot);
+
+    let forged: MemorySnapshot =
+        serde_json::from_str(r#"{"session_id":"x","entries":{"ok":{"k":1},"../escape":{"k":2}}}"#)
+            .unwrap();
+    let target = SessionMemory::in_memory("t").unwrap();
+    assert!(matches!(
+        forged.restore_into(&target),
+        Err(MemoryError::InvalidName { what: "namespace", .. })
+    ));
+    // Checked before anything was written.
+    assert!(target.snapshot().unwrap().is_empty());
+}
+
+#[test]
+fn file_store_persists_across_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = FileMemoryStore::new(dir.path()).unwrap();
+        let memory = SessionMemory::new("s-1", Arc::new(store)).unwrap();
+        memory.set("ns", "k", "kept").unwrap();
+    }
+    assert!(dir.path().join("s-1.json").is_file());
+
+    let open = || SessionMemory::new("s-1", Arc::new(FileMemoryStore::new(dir.path()).unwrap()));
+    let reopened = open().unwrap();
+    assert_eq!(reopened.get::<String>("ns", "k").unwrap().as_deref(), Some("kept"));
+
+    // Two live stores on one directory see each other's writes at once.
+    let other = open().unwrap();
+    other.set("ns", "k2", 2).unwrap();
+    assert_eq!(reopened.get::<i32>("ns", "k2").unwrap(), Some(2));
+    reopened.remove("ns", "k").unwrap();
+    assert_eq!(other.get::<String>("ns", "k").unwrap(), None);
+
+    // An emptied session leaves no file behind.
+    other.clear(Some("ns")).unwrap();
+    assert!(!dir.path().join("s-1.json").exists());
+    assert_eq!(json_files(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn file_stores_on_one_dir_lose_no_concurrent_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::thread::scope(|scope| {
+        for writer in 0..4 {
+            let store = FileMemoryStore::new(dir.path()).unwrap();
+            scope.spawn(move || {
+                let memory = SessionMemory::new("shared", Arc::new(store)).unwrap();
+                for i in 0..25 {
+                    memory.set(&format!("w{writer}"), &format!("k{i:02}"), i).unwrap();
+                }
+            });
+        }
+    });
+    let store = FileMemoryStore::new(dir.path()).unwrap();
+    let entries = store.entries("shared").unwrap();
+    assert_eq!(entries.len(), 4);
+    assert!(entries.values().all(|keys| keys.len() == 25));
+    assert_eq!(json_files(dir.path()), ["shared.json"]);
+}
+
+#[test]
+fn corrupt_file_is_reported_and_recoverable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn MemoryStore> = Arc::new(FileMemoryStore::new(dir.path()).unwrap());
+    let broken = session(&store, "broken");
+    let healthy = session(&store, "healthy");
+    healthy.set("ns", "k", 1).unwrap();
+
+    let path = dir.path().join("broken.json");
+    for (content, reason) in [
+        ("{ not json", "key must be a string"),
+        (r#"["a list"]"#, "invalid type"),
+        (r#"{"bad/ns":{"k":1}}"#, "invalid namespace"),
+    ] {
+        std::fs::write(&path, content).unwrap();
+        for result in [
+            broken.get::<i32>("ns", "k").map(drop),
+            broken.set("ns", "k", 2),
+            broken.clear(Some("ns")),
+            broken.snapshot().map(drop),
+        ] {
+            match result {
+                Err(MemoryError::Corrupt { path: p, reason: r }) => {
+                    assert_eq!(p, path);
+                    assert!(r.contains(reason), "{r:?} should mention {reason:?}");
+                }
+                other => panic!("expected Corrupt for {content:?}, got {other:?}"),
+            }
+        }
+        // The damage was not overwritten by the refused writes.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), content);
+    }
+    let message = broken.get::<i32>("ns", "k").unwrap_err().to_string();
+    assert!(message.starts_with("corrupt memory file ") && message.contains("broken.json"));
+
+    // Other sessions are unaffected, and clearing the session recovers it.
+    assert_eq!(healthy.get::<i32>("ns", "k").unwrap(), Some(1));
+    broken.clear(None).unwrap();
+    broken.set("ns", "k", 3).unwrap();
+    assert_eq!(broken.get::<i32>("ns", "k").unwrap(), Some(3));
+}
+
+#[test]
+fn invalid_names_are_rejected() {
+    for bad in ["", "a/b", "a\\b", "../x", "with space", "new\nline", "é", &"x".repeat(129)] {
+        assert!(
+            matches!(
+                SessionMemory::in_memory(bad),
+                Err(MemoryError::InvalidName { what: "session id", ref name }) if name == bad
+            ),
+            "session id {bad:?} accepted"
+        );
+    }
+    for good in ["a", "A-z_0.9", "..", &"x".repeat(128)] {
+        SessionMemory::in_memory(good).unwrap();
+    }
+
+    with_each_store(|store| {
+        let memory = session(&store, "s");
+        for bad in ["", "a/b", "../x", "a b"] {
+            let invalid = |r: Result<(), MemoryError>| {
+                matches!(r, Err(MemoryError::InvalidName { what: "namespace", .. }))
+            };
+            assert!(invalid(memory.set(bad, "k", 1)), "namespace {bad:?} accepted");
+            assert!(invalid(memory.get::<i32>(bad, "k").map(drop)));
+            assert!(invalid(memory.remove(bad, "k").map(drop)));
+            assert!(invalid(memory.clear(Some(bad))));
+            // The store checks too, not only the handle.
+            assert!(matches!(
+                store.entries(bad),
+                Err(MemoryError::InvalidName { what: "session id", .. })
+            ));
+            assert!(store.set(bad, "ns", "k", json!(1)).is_err());
+        }
+        assert!(matches!(
+            memory.set("ns", "", 1),
+            Err(MemoryError::InvalidName { what: "key", .. })
+        ));
+        assert!(memory.snapshot().unwrap().is_empty());
+    });
+    // Nothing escapes the store's directory.
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileMemoryStore::new(dir.path().join("mem")).unwrap();
+    assert!(store.set("../x", "ns", "k", json!(1)).is_err());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+fn json_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".json"))
+        .collect();
+    names.sort();
+    names
+}

@@ -1,0 +1,366 @@
+//! The script file: its format, loading it, and which turn a request plays.
+
+use reson_sdk::provider::{Message, ProviderError, RateLimit, Role, ServerError};
+use serde::Deserialize;
+use serde_json::Value;
+use std::fs;
+
+/// The error for a plugin started without a script.
+pub const NO_SCRIPT: &str = "scripted provider: no `script` setting; pass --script FILE";
+
+/// A whole script: the assistant turns, played in order.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    pub turns: Vec<Turn>,
+}
+
+/// One assistant turn. Unknown fields are refused so that a misspelt field
+/// fails loudly instead of being played as an empty turn.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    pub text: Option<String>,
+    pub reasoning: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedCall>,
+    #[serde(default)]
+    pub usage: ScriptedUsage,
+    /// `stop`, `tool-calls`, `length`, `content-filter`; anything else is
+    /// played as `other(...)`.
+    pub finish_reason: Option<String>,
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// When set, the turn fails with this error and its message fields are
+    /// not used.
+    pub error: Option<ScriptedError>,
+    pub cost: Option<f64>,
+}
+
+/// A tool call the turn makes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    pub id: Option<String>,
+    pub name: String,
+    /// A JSON string is the arguments text itself, as in OpenAI's API, which
+    /// lets a script hand the host invalid JSON; any other value is
+    /// serialised.
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+impl ScriptedCall {
+    /// The arguments as the JSON text the model would have produced.
+    pub fn arguments_text(&self) -> String {
+        match &self.arguments {
+            Value::String(text) => text.clone(),
+            value => value.to_string(),
+        }
+    }
+}
+
+/// Token counts; the ones a script leaves out are 0.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScriptedUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+/// A typed provider failure, chosen by `kind`. Each kind accepts only the
+/// fields its error carries, so a `retry_after_ms` on a `server` error is
+/// refused rather than silently dropped.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ScriptedError {
+    RateLimited(RateLimited),
+    Server(Server),
+    Auth(Plain),
+    Timeout(Plain),
+    BadRequest(Plain),
+    Network(Plain),
+    InvalidResponse(Plain),
+    Other(Plain),
+}
+
+/// Fields of a `rate-limited` error.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimited {
+    #[serde(default = "default_message")]
+    pub message: String,
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Fields of a `server` error.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    #[serde(default = "default_message")]
+    pub message: String,
+    #[serde(default = "default_status")]
+    pub status: u16,
+}
+
+/// Fields of the errors that carry only a message.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plain {
+    #[serde(default = "default_message")]
+    pub message: String,
+}
+
+fn default_message() -> String {
+    "scripted error".to_owned()
+}
+
+fn default_status() -> u16 {
+    500
+}
+
+impl ScriptedError {
+    /// The error the provider returns for this turn.
+    pub fn to_provider_error(&self) -> ProviderError {
+        match self {
+            Self::RateLimited(e) => ProviderError::RateLimited(RateLimit {
+                message: e.message.clone(),
+                retry_after_ms: e.retry_after_ms,
+            }),
+            Self::Server(e) => {
+                ProviderError::Server(ServerError { status: e.status, message: e.message.clone() })
+            }
+            Self::Auth(e) => ProviderError::Auth(e.message.clone()),
+            Self::Timeout(e) => ProviderError::Timeout(e.message.clone()),
+            Self::BadRequest(e) => ProviderError::BadRequest(e.message.clone()),
+            Self::Network(e) => ProviderError::Network(e.message.clone()),
+            Self::InvalidResponse(e) => ProviderError::InvalidResponse(e.message.clone()),
+            Self::Other(e) => ProviderError::Other(e.message.clone()),
+        }
+    }
+}
+
+impl Script {
+    /// Reads and parses the script named by the `script` setting.
+    pub fn load(setting: Option<String>) -> Result<Self, String> {
+        let path = setting.ok_or_else(|| NO_SCRIPT.to_owned())?;
+        // Without a grant WASI reports the file as missing, so say what
+        // else to check.
+        let text = fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "scripted provider: cannot read script {path}: {e} (the plugin can read only \
+                 the directories granted to it)"
+            )
+        })?;
+        Self::parse(&path, &text)
+    }
+
+    /// Parses a script's text; `path` only names it in errors.
+    pub fn parse(path: &str, text: &str) -> Result<Self, String> {
+        // serde_json's message ends with "at line L column C".
+        serde_json::from_str(text)
+            .map_err(|e| format!("scripted provider: invalid script {path}: {e}"))
+    }
+
+    /// The turn at 0-based `index`, or why the script cannot answer it.
+    pub fn turn(&self, index: usize) -> Result<&Turn, String> {
+        self.turns.get(index).ok_or_else(|| {
+            let count = self.turns.len();
+            let noun = if count == 1 { "turn" } else { "turns" };
+            format!(
+                "scripted provider: the script has {count} {noun} and this request needs turn {}",
+                index + 1
+            )
+        })
+    }
+}
+
+/// The 0-based turn a request plays: one per assistant message already in
+/// its history. Counting the history rather than keeping a cursor is what
+/// lets a fresh instance per call, rewinds and regenerations all land on
+/// the right turn.
+pub fn turn_index(messages: &[Message]) -> usize {
+    messages.iter().filter(|m| matches!(m.role, Role::Assistant)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reson_sdk::provider::ContentPart;
+
+    fn message(role: Role) -> Message {
+        Message {
+            role,
+            content: vec![ContentPart::Text("hi".into())],
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            reasoning: None,
+            provider_data: None,
+        }
+    }
+
+    #[test]
+    fn every_field_parses() {
+        let script = Script::parse(
+            "s.json",
+            r#"{"turns": [{
+                "text": "t", "reasoning": "r",
+                "tool_calls": [{"id": "x", "name": "glob", "arguments": {"pattern": "**/*"}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 2, "reasoning_tokens": 3,
+                          "cache_read_tokens": 4, "cache_write_tokens": 5},
+                "finish_reason": "length", "delay_ms": 7, "cost": 0.25,
+                "error": {"kind": "rate-limited", "message": "slow down", "retry_after_ms": 9}
+            }]}"#,
+        )
+        .unwrap();
+        let turn = &script.turns[0];
+        assert_eq!(turn.text.as_deref(), Some("t"));
+        assert_eq!(turn.reasoning.as_deref(), Some("r"));
+        assert_eq!(turn.tool_calls[0].id.as_deref(), Some("x"));
+        assert_eq!(turn.tool_calls[0].arguments_text(), r#"{"pattern":"**/*"}"#);
+        assert_eq!(turn.usage.cache_write_tokens, 5);
+        assert_eq!(turn.finish_reason.as_deref(), Some("length"));
+        assert_eq!(turn.delay_ms, 7);
+        assert_eq!(turn.cost, Some(0.25));
+        assert!(matches!(
+            turn.error.as_ref().unwrap().to_provider_error(),
+            ProviderError::RateLimited(RateLimit { message, retry_after_ms: Some(9) })
+                if message == "slow down"
+        ));
+    }
+
+    #[test]
+    fn an_empty_turn_is_all_defaults() {
+        let script = Script::parse("s.json", r#"{"turns": [{}]}"#).unwrap();
+        let turn = &script.turns[0];
+        assert!(turn.text.is_none() && turn.tool_calls.is_empty() && turn.error.is_none());
+        assert_eq!(turn.usage.prompt_tokens, 0);
+        assert_eq!(turn.delay_ms, 0);
+    }
+
+    #[test]
+    fn arguments_default_to_an_empty_object_and_strings_pass_verbatim() {
+        let script = Script::parse(
+            "s.json",
+            r#"{"turns": [{"tool_calls": [{"name": "a"}, {"name": "b", "arguments": "{\"x\": "},
+                                          {"name": "c", "arguments": [1, null]}]}]}"#,
+        )
+        .unwrap();
+        let texts: Vec<_> = script.turns[0].tool_calls.iter().map(|c| c.arguments_text()).collect();
+        assert_eq!(texts, ["{}", r#"{"x": "#, "[1,null]"]);
+    }
+
+    #[test]
+    fn each_error_kind_maps_to_its_provider_error() {
+        let script = Script::parse(
+            "s.json",
+            r#"{"turns": [
+                {"error": {"kind": "server", "message": "boom"}},
+                {"error": {"kind": "server", "status": 503}},
+                {"error": {"kind": "auth", "message": "bad key"}},
+                {"error": {"kind": "timeout"}},
+                {"error": {"kind": "bad-request", "message": "m"}},
+                {"error": {"kind": "network", "message": "m"}},
+                {"error": {"kind": "invalid-response", "message": "m"}},
+                {"error": {"kind": "other", "message": "m"}},
+                {"error": {"kind": "rate-limited"}}
+            ]}"#,
+        )
+        .unwrap();
+        let errors: Vec<_> =
+            script.turns.iter().map(|t| t.error.as_ref().unwrap().to_provider_error()).collect();
+        assert!(
+            matches!(&errors[0], ProviderError::Server(ServerError { status: 500, message }) if message == "boom")
+        );
+        assert!(
+            matches!(&errors[1], ProviderError::Server(ServerError { status: 503, message }) if message == "scripted error")
+        );
+        assert!(matches!(&errors[2], ProviderError::Auth(m) if m == "bad key"));
+        assert!(matches!(&errors[3], ProviderError::Timeout(m) if m == "scripted error"));
+        assert!(matches!(&errors[4], ProviderError::BadRequest(_)));
+        assert!(matches!(&errors[5], ProviderError::Network(_)));
+        assert!(matches!(&errors[6], ProviderError::InvalidResponse(_)));
+        assert!(matches!(&errors[7], ProviderError::Other(_)));
+        assert!(matches!(
+            &errors[8],
+            ProviderError::RateLimited(RateLimit { retry_after_ms: None, .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_json_names_the_path_and_position() {
+        let err = Script::parse("/s/script.json", "{\"turns\": [\n  {\"text\": }\n]}").unwrap_err();
+        assert!(err.starts_with("scripted provider: invalid script /s/script.json: "), "{err}");
+        assert!(err.contains("line 2 column"), "{err}");
+    }
+
+    #[test]
+    fn misspelt_fields_and_unknown_kinds_are_refused() {
+        let err = Script::parse("s.json", r#"{"turns": [{"tool_call": []}]}"#).unwrap_err();
+        assert!(err.contains("unknown field `tool_call`"), "{err}");
+        let err =
+            Script::parse("s.json", r#"{"turns": [{"error": {"kind": "flaky"}}]}"#).unwrap_err();
+        assert!(err.contains("unknown variant `flaky`"), "{err}");
+        let err = Script::parse(
+            "s.json",
+            r#"{"turns": [{"error": {"kind": "server", "retry_after_ms": 5}}]}"#,
+        )
+        .unwrap_err();
+        assert!(err.contains("unknown field `retry_after_ms`"), "{err}");
+    }
+
+    #[test]
+    fn load_explains_a_missing_setting_and_an_unreadable_file() {
+        assert_eq!(Script::load(None).unwrap_err(), NO_SCRIPT);
+        let missing = std::env::temp_dir().join("scripted-test-no-such-script.json");
+        let missing = missing.to_str().unwrap().to_owned();
+        let err = Script::load(Some(missing.clone())).unwrap_err();
+        assert!(err.starts_with(&format!("scripted provider: cannot read script {missing}: ")));
+    }
+
+    #[test]
+    fn load_reads_a_script_file() {
+        let path = std::env::temp_dir().join(format!("scripted-test-{}.json", std::process::id()));
+        fs::write(&path, r#"{"turns": [{"text": "Done."}]}"#).unwrap();
+        let script = Script::load(Some(path.to_str().unwrap().to_owned()));
+        fs::remove_file(&path).unwrap();
+        assert_eq!(script.unwrap().turns[0].text.as_deref(), Some("Done."));
+    }
+
+    #[test]
+    fn the_turn_is_the_number_of_assistant_messages() {
+        assert_eq!(turn_index(&[]), 0);
+        assert_eq!(turn_index(&[message(Role::System), message(Role::User)]), 0);
+        let history = [
+            message(Role::User),
+            message(Role::Assistant),
+            message(Role::Tool),
+            message(Role::Assistant),
+            message(Role::User),
+        ];
+        assert_eq!(turn_index(&history), 2);
+    }
+
+    #[test]
+    fn an_exhausted_script_says_how_long_it_is_and_what_was_needed() {
+        let script = Script::parse("s.json", r#"{"turns": [{}, {}]}"#).unwrap();
+        assert!(script.turn(1).is_ok());
+        assert_eq!(
+            script.turn(2).unwrap_err(),
+            "scripted provider: the script has 2 turns and this request needs turn 3"
+        );
+        let one = Script::parse("s.json", r#"{"turns": [{}]}"#).unwrap();
+        assert_eq!(
+            one.turn(4).unwrap_err(),
+            "scripted provider: the script has 1 turn and this request needs turn 5"
+        );
+    }
+}
