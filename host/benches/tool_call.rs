@@ -96,6 +96,7 @@ impl BareEcho {
     fn call(&self, args: &String) -> String {
         let state = Bare { wasi: WasiCtx::builder().build(), table: ResourceTable::new() };
         let mut store = Store::new(&self.engine, state);
+        store.set_epoch_deadline(u64::MAX);
         let plugin = self.pre.instantiate(&mut store).unwrap();
         let ctx = bare::exports::reson::plugin::tool::CallContext {
             call_id: String::new(),

@@ -9,10 +9,10 @@ use super::instance::{CallStore, Site};
 use super::lock::LockFile;
 use super::manifest::Manifest;
 use crate::capability::{DeltaSink, HostState, Secrets};
-use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::config::Config;
 use crate::contract::bindings::plan_parser::PlanParserPluginPre;
 use crate::contract::bindings::provider::ProviderPluginPre;
+use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::contract::bindings::tool::ToolPluginPre;
 use crate::contract::bindings::tool::exports::reson::plugin::tool as wit;
 use crate::contract::{self, World};
@@ -79,7 +79,9 @@ pub(crate) enum Exports {
         pre: ToolPluginPre<HostState>,
         tools: Vec<ToolEntry>,
     },
-    Provider { pre: ProviderPluginPre<HostState> },
+    Provider {
+        pre: ProviderPluginPre<HostState>,
+    },
     /// Linked and checked; calls come with the task agent.
     PlanParser,
 }
@@ -111,28 +113,55 @@ pub(crate) fn manifest_path(file: &Path) -> PathBuf {
     file.with_extension("toml")
 }
 
-/// Reads a plugin's manifest, checking that it names the file's plugin.
-pub(crate) fn read_manifest(name: &str, file: &Path) -> Result<Manifest, LoadError> {
-    let path = manifest_path(file);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(LoadError::MissingManifest { file: file.into(), manifest: path });
-        }
-        Err(e) => return Err(LoadError::Io { file: path, reason: e.to_string() }),
-    };
-    let manifest = Manifest::parse(&text)
-        .map_err(|reason| LoadError::BadManifest { file: file.into(), reason })?;
-    if manifest.name != name {
-        return Err(LoadError::BadManifest {
-            file: file.into(),
-            reason: format!(
-                "it names the plugin `{}`, but the file is `{name}.wasm`",
-                manifest.name
-            ),
-        });
+/// A plugin's files as read once from disk: the component's bytes and
+/// digest, and the manifest text (if there is one).
+pub(crate) struct PluginFiles {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) sha256: String,
+    manifest: Option<String>,
+}
+
+impl PluginFiles {
+    pub(crate) fn read(file: &Path) -> Result<Self, LoadError> {
+        let bytes = std::fs::read(file)
+            .map_err(|e| LoadError::Io { file: file.into(), reason: e.to_string() })?;
+        let manifest = match std::fs::read_to_string(manifest_path(file)) {
+            Ok(text) => Some(text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(LoadError::Io { file: manifest_path(file), reason: e.to_string() });
+            }
+        };
+        Ok(Self { sha256: sha256(&bytes), bytes, manifest })
     }
-    Ok(manifest)
+
+    /// Identifies this exact pair of files, to skip reloads that change nothing.
+    pub(crate) fn fingerprint(&self) -> String {
+        let manifest = self.manifest.as_deref().unwrap_or_default();
+        sha256(&[self.sha256.as_bytes(), manifest.as_bytes()].concat())
+    }
+
+    /// The manifest, checked to name the file's plugin.
+    pub(crate) fn manifest(&self, name: &str, file: &Path) -> Result<Manifest, LoadError> {
+        let Some(text) = &self.manifest else {
+            return Err(LoadError::MissingManifest {
+                file: file.into(),
+                manifest: manifest_path(file),
+            });
+        };
+        let manifest = Manifest::parse(text)
+            .map_err(|reason| LoadError::BadManifest { file: file.into(), reason })?;
+        if manifest.name != name {
+            return Err(LoadError::BadManifest {
+                file: file.into(),
+                reason: format!(
+                    "it names the plugin `{}`, but the file is `{name}.wasm`",
+                    manifest.name
+                ),
+            });
+        }
+        Ok(manifest)
+    }
 }
 
 /// SHA-256 of `bytes`, hex.
@@ -157,18 +186,17 @@ pub(crate) fn load(
     cx: &LoadContext<'_>,
     name: &str,
     file: &Path,
+    files: &PluginFiles,
     generation: u64,
 ) -> Result<LoadedPlugin, LoadError> {
-    let manifest = read_manifest(name, file)?;
-    let bytes = std::fs::read(file)
-        .map_err(|e| LoadError::Io { file: file.into(), reason: e.to_string() })?;
-    check_header(file, &bytes)?;
-    let sha256 = sha256(&bytes);
+    let manifest = files.manifest(name, file)?;
+    let (bytes, sha256) = (&files.bytes, files.sha256.clone());
+    check_header(file, bytes)?;
     cx.lock.lock().expect("lock file mutex").admit(name, &sha256, &manifest.requests).map_err(
         |grown| LoadError::NeedsApproval { file: file.into(), name: name.into(), grown },
     )?;
 
-    let (component, source) = cache::load_or_compile(cx.sandbox, cx.cache_dir, &sha256, &bytes)
+    let (component, source) = cache::load_or_compile(cx.sandbox, cx.cache_dir, &sha256, bytes)
         .map_err(|reason| LoadError::Invalid { file: file.into(), reason })?;
     let world = contract::inspect(&cx.sandbox.engine, &component)
         .map_err(|source| LoadError::Contract { file: file.into(), source })?;
@@ -191,7 +219,9 @@ pub(crate) fn load(
                 .map_err(|reason| LoadError::Tools { file: file.into(), reason })?;
             Exports::Tool { pre, tools }
         }
-        World::ProviderPlugin => Exports::Provider { pre: ProviderPluginPre::new(pre).map_err(link)? },
+        World::ProviderPlugin => {
+            Exports::Provider { pre: ProviderPluginPre::new(pre).map_err(link)? }
+        }
         World::PlanParserPlugin => {
             PlanParserPluginPre::new(pre).map_err(link)?;
             Exports::PlanParser
@@ -332,7 +362,10 @@ impl LoadedPlugin {
         let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, site)?;
         call.store.data_mut().deltas = deltas;
         let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
-        instance.reson_plugin_provider().call_chat(&mut call.store, request).map_err(|e| call.classify(&e, site))
+        instance
+            .reson_plugin_provider()
+            .call_chat(&mut call.store, request)
+            .map_err(|e| call.classify(&e, site))
     }
 
     fn checked_output(&self, tool: &str, out: wit::ToolOutput) -> Result<ToolOutput, CallError> {

@@ -6,9 +6,9 @@ use super::error::{CallError, LoadError};
 use super::loader::{self, CallContext, LoadContext, LoadedPlugin, ToolOutput, ToolSpec};
 use super::lock::LockFile;
 use crate::capability::{DeltaSink, Secrets};
-use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::config::Config;
 use crate::contract::World;
+use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::policy::Grants;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -360,9 +360,15 @@ impl Runtime {
             let reason = match catalog.slots.get(plugin).map(|s| &s.status) {
                 Some(PluginStatus::Failed(e)) => e.clone(),
                 Some(PluginStatus::Disabled) => "disabled in the config".into(),
-                _ => format!("no plugin `{plugin}` in {}", self.inner.options.plugins_dir.display()),
+                _ => {
+                    format!("no plugin `{plugin}` in {}", self.inner.options.plugins_dir.display())
+                }
             };
-            return Err(CallError::Internal { plugin: plugin.into(), tool: "chat".into(), message: reason });
+            return Err(CallError::Internal {
+                plugin: plugin.into(),
+                tool: "chat".into(),
+                message: reason,
+            });
         };
         loaded.chat(&self.inner.sandbox, &self.inner.secrets, request, deltas)
     }
@@ -407,20 +413,22 @@ impl Runtime {
             lock: &self.inner.lock,
             secrets: &self.inner.secrets,
         };
-        let outcomes: Vec<(String, Outcome)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = names
-                .iter()
-                .map(|name| {
-                    let previous = before.slots.get(name).and_then(|s| s.attempted.as_deref());
-                    let (cx, generation) = (&cx, &self.inner.generation);
-                    scope.spawn(move || {
-                        let file = dir.join(format!("{name}.wasm"));
-                        (name.clone(), load_outcome(cx, name, file, previous, generation))
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("plugin loader thread")).collect()
-        });
+        let load_one = |name: &String| {
+            let previous = before.slots.get(name).and_then(|s| s.attempted.as_deref());
+            let file = dir.join(format!("{name}.wasm"));
+            (name.clone(), load_outcome(&cx, name, file, previous, &self.inner.generation))
+        };
+        // Compiles run in parallel on a cold start; a single reload (the
+        // watcher's usual case) stays on this thread.
+        let outcomes: Vec<(String, Outcome)> = if names.len() == 1 {
+            names.iter().map(load_one).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> =
+                    names.iter().map(|name| scope.spawn(|| load_one(name))).collect();
+                handles.into_iter().map(|h| h.join().expect("plugin loader thread")).collect()
+            })
+        };
 
         let mut next = (*self.catalog()).clone();
         for (name, outcome) in outcomes {
@@ -437,12 +445,12 @@ impl Runtime {
         if !file.exists() {
             return Err(RuntimeError::NoSuchPlugin(name.into()));
         }
-        let manifest =
-            loader::read_manifest(name, &file).map_err(|e| RuntimeError::Lock(e.to_string()))?;
-        let sha256 = loader::sha256(&std::fs::read(&file)?);
+        let bad = |e: LoadError| RuntimeError::Lock(e.to_string());
+        let files = loader::PluginFiles::read(&file).map_err(bad)?;
+        let manifest = files.manifest(name, &file).map_err(bad)?;
         self.inner.lock.lock().expect("lock file mutex").accept(
             name,
-            &sha256,
+            &files.sha256,
             &manifest.requests,
         )?;
         self.forget_attempt(name);
@@ -480,13 +488,17 @@ fn load_outcome(
     if !cx.config.grant(name).enabled {
         return Outcome::Disabled(file);
     }
-    let fp = fingerprint(&file);
-    if fp.is_some() && fp.as_deref() == previous {
+    let files = match loader::PluginFiles::read(&file) {
+        Ok(files) => files,
+        Err(e) => return Outcome::Loaded(file, None, Box::new(Err(e))),
+    };
+    let fp = files.fingerprint();
+    if Some(fp.as_str()) == previous {
         return Outcome::Unchanged;
     }
     let next = generation.fetch_add(1, Ordering::Relaxed) + 1;
-    let loaded = loader::load(cx, name, &file, next);
-    Outcome::Loaded(file, fp, Box::new(loaded))
+    let loaded = loader::load(cx, name, &file, &files, next);
+    Outcome::Loaded(file, Some(fp), Box::new(loaded))
 }
 
 /// The plugin a path in the plugins directory belongs to, if any.
@@ -497,11 +509,4 @@ pub(crate) fn plugin_name(path: &Path) -> Option<String> {
     }
     let stem = path.file_stem()?.to_str()?;
     (!stem.starts_with('.') && stem != "reson").then(|| stem.to_owned())
-}
-
-/// Digest of the plugin file and its manifest together.
-fn fingerprint(file: &Path) -> Option<String> {
-    let wasm = std::fs::read(file).ok()?;
-    let manifest = std::fs::read(loader::manifest_path(file)).unwrap_or_default();
-    Some(loader::sha256(&[loader::sha256(&wasm).as_bytes(), &manifest].concat()))
 }
