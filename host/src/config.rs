@@ -38,6 +38,8 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// The lock file pinning each plugin's digest and requests.
     pub lock_file: Option<PathBuf>,
+    /// Where traces are stored.
+    pub traces_dir: Option<PathBuf>,
     /// Engine-wide sandbox settings.
     #[serde(default)]
     pub sandbox: SandboxConfig,

@@ -18,10 +18,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod agent;
 pub mod capability;
 pub mod config;
 pub mod contract;
 pub mod plugin;
 pub mod policy;
 pub mod provider;
+pub mod tools;
 pub mod trace;

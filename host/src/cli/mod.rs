@@ -2,7 +2,9 @@
 //! codes here, at the edge.
 
 mod plugins;
+mod run;
 mod tool;
+mod traces;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -24,6 +26,9 @@ struct Cli {
     /// Compiled-code cache directory
     #[arg(long, global = true, env = "RESON_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
+    /// Trace directory [default: from the config, else ./.reson/traces]
+    #[arg(long, global = true, env = "RESON_TRACES_DIR")]
+    traces_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,6 +41,11 @@ enum Command {
     /// List or call tools directly, without a model.
     #[command(subcommand)]
     Tool(tool::Command),
+    /// Run an agent: a new task, a continue (--trace), a rewind (--after).
+    Run(run::RunArgs),
+    /// List traces, or show one with its message and goal trees.
+    #[command(subcommand)]
+    Traces(traces::Command),
 }
 
 /// Exit codes, so scripts can tell failures apart.
@@ -58,8 +68,12 @@ pub fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Plugins(cmd) => open(&cli).and_then(|rt| plugins::run(&rt, cmd)),
-        Command::Tool(cmd) => open(&cli).and_then(|rt| tool::run(&rt, cmd)),
+        Command::Plugins(cmd) => open(&cli, |_| Ok(())).and_then(|rt| plugins::run(&rt, cmd)),
+        Command::Tool(cmd) => open(&cli, |_| Ok(())).and_then(|rt| tool::run(&rt, cmd)),
+        Command::Run(args) => {
+            open(&cli, |o| run::prepare_options(o, args)).and_then(|rt| run::run(&rt, args))
+        }
+        Command::Traces(cmd) => options(&cli).and_then(|o| traces::run(&run::traces_dir(&o), cmd)),
     };
     match result {
         Ok(code) => code,
@@ -70,7 +84,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn open(cli: &Cli) -> anyhow::Result<Runtime> {
+fn options(cli: &Cli) -> anyhow::Result<Options> {
     let config = match &cli.config {
         Some(path) => Config::load(path)?,
         None if std::path::Path::new("reson.toml").exists() => Config::load("reson.toml".as_ref())?,
@@ -86,5 +100,17 @@ fn open(cli: &Cli) -> anyhow::Result<Runtime> {
     if let Some(dir) = &cli.cache_dir {
         options.cache_dir = dir.clone();
     }
+    if let Some(dir) = &cli.traces_dir {
+        options.config.traces_dir = Some(std::path::absolute(dir)?);
+    }
+    Ok(options)
+}
+
+fn open(
+    cli: &Cli,
+    adjust: impl FnOnce(&mut Options) -> anyhow::Result<()>,
+) -> anyhow::Result<Runtime> {
+    let mut options = options(cli)?;
+    adjust(&mut options)?;
     Runtime::open(options).context("cannot start the plugin runtime")
 }

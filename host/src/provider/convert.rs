@@ -46,13 +46,19 @@ fn message(m: &Message) -> wit::Message {
             .iter()
             .map(|part| match part {
                 ContentPart::Text { text } => wit::ContentPart::Text(text.clone()),
-                ContentPart::ImageUrl { url } => wit::ContentPart::Image(wit::ImageSource::Url(url.clone())),
+                ContentPart::ImageUrl { url } => {
+                    wit::ContentPart::Image(wit::ImageSource::Url(url.clone()))
+                }
             })
             .collect(),
         tool_calls: m
             .tool_calls
             .iter()
-            .map(|c| wit::ToolCall { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
+            .map(|c| wit::ToolCall {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
             .collect(),
         tool_call_id: m.tool_call_id.clone(),
         name: m.name.clone(),
@@ -107,9 +113,12 @@ pub(super) fn delta(d: wit::Delta) -> Delta {
     match d {
         wit::Delta::Text(text) => Delta::Text { text },
         wit::Delta::Reasoning(text) => Delta::Reasoning { text },
-        wit::Delta::ToolCall(c) => {
-            Delta::ToolCall { index: c.index, id: c.id, name: c.name, arguments: c.arguments_fragment }
-        }
+        wit::Delta::ToolCall(c) => Delta::ToolCall {
+            index: c.index,
+            id: c.id,
+            name: c.name,
+            arguments: c.arguments_fragment,
+        },
     }
 }
 

@@ -155,7 +155,8 @@ pub trait ChatProvider: Send + Sync {
     /// The provider's name (the plugin name).
     fn name(&self) -> &str;
     /// Performs one call, blocking; deltas go to `deltas` as they arrive.
-    fn chat(&self, request: &ChatRequest, deltas: DeltaSink) -> Result<ChatResponse, ProviderError>;
+    fn chat(&self, request: &ChatRequest, deltas: DeltaSink)
+    -> Result<ChatResponse, ProviderError>;
 }
 
 /// A provider served by a provider plugin.
@@ -177,7 +178,11 @@ impl ChatProvider for PluginProvider {
         &self.plugin
     }
 
-    fn chat(&self, request: &ChatRequest, mut deltas: DeltaSink) -> Result<ChatResponse, ProviderError> {
+    fn chat(
+        &self,
+        request: &ChatRequest,
+        mut deltas: DeltaSink,
+    ) -> Result<ChatResponse, ProviderError> {
         let wit_request = convert::request(request);
         let sink = Box::new(move |d| deltas(convert::delta(d)));
         let response = self.runtime.chat(&self.plugin, &wit_request, Some(sink))??;

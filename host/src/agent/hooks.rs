@@ -1,0 +1,149 @@
+//! Hooks: code that observes a run at fixed points and may block it.
+
+use super::error::AgentError;
+use std::fmt;
+use std::sync::Arc;
+
+/// Where a hook fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookPoint {
+    /// Before each model call.
+    PreRequest,
+    /// After each successful model call.
+    PostRequest,
+    /// Before a model call is tried again.
+    OnRetry,
+    /// When a run fails.
+    OnError,
+    /// When a session turn starts.
+    OnTurnStart,
+    /// When a session turn ends.
+    OnTurnEnd,
+    /// When a task agent finishes a plan step.
+    OnPlanStepComplete,
+}
+
+impl fmt::Display for HookPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::PreRequest => "pre-request",
+            Self::PostRequest => "post-request",
+            Self::OnRetry => "on-retry",
+            Self::OnError => "on-error",
+            Self::OnTurnStart => "on-turn-start",
+            Self::OnTurnEnd => "on-turn-end",
+            Self::OnPlanStepComplete => "on-plan-step-complete",
+        })
+    }
+}
+
+/// What a hook is told.
+#[derive(Debug, Clone)]
+pub struct HookEvent {
+    /// Where it fires.
+    pub point: HookPoint,
+    /// The trace, when one exists yet.
+    pub trace_id: Option<String>,
+    /// Loop iteration (model calls so far in this run).
+    pub iteration: u32,
+    /// Session turn, for turn hooks.
+    pub turn: Option<u64>,
+    /// Plan step index, for plan-step hooks.
+    pub step_index: Option<usize>,
+    /// Retry attempt (from 1), for retry hooks.
+    pub attempt: Option<u32>,
+    /// The error, for error and retry hooks.
+    pub error: Option<String>,
+}
+
+impl HookEvent {
+    /// An event at `point` with nothing else set.
+    pub fn at(point: HookPoint) -> Self {
+        Self {
+            point,
+            trace_id: None,
+            iteration: 0,
+            turn: None,
+            step_index: None,
+            attempt: None,
+            error: None,
+        }
+    }
+}
+
+/// A hook's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookDecision {
+    /// Go on.
+    Continue,
+    /// Stop the run with this reason (surfaces as [`AgentError::HookBlocked`]).
+    Block(String),
+}
+
+/// A hook. Closures `Fn(&HookEvent) -> HookDecision` are hooks.
+pub trait Hook: Send + Sync {
+    /// Observes `event`, and may block.
+    fn on_event(&self, event: &HookEvent) -> HookDecision;
+}
+
+impl<F: Fn(&HookEvent) -> HookDecision + Send + Sync> Hook for F {
+    fn on_event(&self, event: &HookEvent) -> HookDecision {
+        self(event)
+    }
+}
+
+/// The hooks of an agent, by point.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    hooks: Vec<(HookPoint, Arc<dyn Hook>)>,
+}
+
+impl Hooks {
+    /// No hooks.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Adds `hook` at `point`.
+    pub fn on(mut self, point: HookPoint, hook: impl Hook + 'static) -> Self {
+        self.hooks.push((point, Arc::new(hook)));
+        self
+    }
+
+    /// Fires every hook registered at `event.point`, in order; the first
+    /// block wins.
+    pub fn fire(&self, event: &HookEvent) -> Result<(), AgentError> {
+        for (point, hook) in &self.hooks {
+            if *point == event.point
+                && let HookDecision::Block(reason) = hook.on_event(event)
+            {
+                return Err(AgentError::HookBlocked { point: event.point.to_string(), reason });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn hooks_fire_at_their_point_and_the_first_block_wins() {
+        let seen = Arc::new(AtomicU32::new(0));
+        let counter = seen.clone();
+        let hooks = Hooks::none()
+            .on(HookPoint::PreRequest, move |_: &HookEvent| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                HookDecision::Continue
+            })
+            .on(HookPoint::PostRequest, |_: &HookEvent| HookDecision::Block("enough".into()))
+            .on(HookPoint::PostRequest, |_: &HookEvent| panic!("never reached"));
+        hooks.fire(&HookEvent::at(HookPoint::PreRequest)).unwrap();
+        hooks.fire(&HookEvent::at(HookPoint::OnTurnEnd)).unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        let err = hooks.fire(&HookEvent::at(HookPoint::PostRequest)).unwrap_err();
+        assert_eq!(err.to_string(), "blocked by a hook at post-request: enough");
+    }
+}

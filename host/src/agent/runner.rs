@@ -1,0 +1,755 @@
+//! The agent loop: prepare the trace (new, continue, rewind, regenerate),
+//! then call the model, persist, run tools, persist, until the model stops
+//! calling tools, `stop()` is called, or a limit is reached.
+//!
+//! Data flows one way: model → loop → tools → trace. Every message is
+//! persisted before the next step starts, so a crash at any point leaves a
+//! trace that a later continue picks up; tool calls left without a result
+//! are healed with a synthetic "interrupted" result before the next model
+//! call.
+
+use super::doom::DoomLoopDetector;
+use super::error::AgentError;
+use super::hooks::{HookEvent, HookPoint, Hooks};
+use crate::plugin::CallContext;
+use crate::provider::{ChatProvider, ChatRequest, ChatResponse, Delta, LlmParams};
+use crate::tools::{ToolRegistry, ToolResult, goal};
+use crate::trace::{
+    EventKind, GoalStats, GoalTree, Message, MessageTree, Role, ToolCall, Trace, TraceMode,
+    TraceStatus, TraceStore, Usage,
+};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// Key in `Trace::context.extra` under which the system prompt is kept,
+/// so a continue without one reuses it.
+const SYSTEM_PROMPT_KEY: &str = "system_prompt";
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The text of a healed tool call's synthetic result.
+pub const INTERRUPTED: &str = "Interrupted: this tool call did not finish; the run stopped or crashed before its result was recorded.";
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Continue or rewind this trace; a new trace when `None`.
+    pub trace_id: Option<String>,
+    /// Rewind: new messages follow this sequence (extended past the tool
+    /// results of an assistant message). With no messages: regenerate.
+    pub after_sequence: Option<u64>,
+    /// System prompt; on a continue, `None` keeps the trace's.
+    pub system_prompt: Option<String>,
+    /// `agent` or `task`.
+    pub mode: TraceMode,
+    /// Recorded in the trace.
+    pub agent_type: String,
+    /// Model and sampling.
+    pub params: LlmParams,
+    /// Most model calls in one run.
+    pub max_iterations: u32,
+    /// The same call (or cycle of calls) this many times ends the run.
+    pub doom_loop_threshold: usize,
+    /// The goal tree is appended to the history every this many iterations.
+    pub goal_reminder_every: u32,
+    /// Retries of a retryable model error.
+    pub max_retries: u32,
+    /// First retry delay; doubles each attempt (plus jitter) unless the
+    /// provider says how long to wait.
+    pub retry_base_delay: Duration,
+    /// For a sub-agent: the calling trace and goal.
+    pub parent: Option<(String, String)>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            trace_id: None,
+            after_sequence: None,
+            system_prompt: None,
+            mode: TraceMode::Agent,
+            agent_type: "default".into(),
+            params: LlmParams::default(),
+            max_iterations: 50,
+            doom_loop_threshold: 3,
+            goal_reminder_every: 10,
+            max_retries: 3,
+            retry_base_delay: Duration::from_millis(500),
+            parent: None,
+        }
+    }
+}
+
+/// Which of the entry point's modes a run took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunMode {
+    /// A new trace.
+    New,
+    /// Appended after the head.
+    Continue,
+    /// New messages after an earlier sequence.
+    Rewind,
+    /// Rewind with no new message: the model answers again.
+    Regenerate,
+}
+
+/// What a run reports while it goes.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// The trace is ready.
+    TraceStarted {
+        /// Its id.
+        trace_id: String,
+        /// How it was prepared.
+        mode: RunMode,
+    },
+    /// A message was persisted.
+    MessageAdded {
+        /// The message as stored.
+        message: Box<Message>,
+    },
+    /// A model call starts.
+    ModelRequest {
+        /// Iteration, from 1.
+        iteration: u32,
+    },
+    /// Streamed answer text.
+    TextDelta {
+        /// The new text.
+        text: String,
+    },
+    /// Streamed reasoning text.
+    ReasoningDelta {
+        /// The new text.
+        text: String,
+    },
+    /// A model call failed and will be tried again.
+    Retrying {
+        /// Attempt about to be made, from 2.
+        attempt: u32,
+        /// The error.
+        error: String,
+        /// The wait before it.
+        delay_ms: u64,
+    },
+    /// A tool call starts.
+    ToolStarted {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments.
+        arguments: String,
+    },
+    /// A tool call ended.
+    ToolFinished {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Whether it succeeded.
+        ok: bool,
+        /// What the model will see.
+        output: String,
+    },
+    /// The goal tree changed.
+    GoalChanged {
+        /// The tree, rendered.
+        tree: String,
+    },
+    /// The run ended.
+    Finished {
+        /// How.
+        status: TraceStatus,
+        /// Why it failed, if it did.
+        error: Option<String>,
+    },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The trace.
+    pub trace_id: String,
+    /// Completed or stopped (failures are errors).
+    pub status: TraceStatus,
+    /// The last assistant text.
+    pub final_text: Option<String>,
+    /// Model calls made.
+    pub iterations: u32,
+    /// Tokens used by this run.
+    pub usage: Usage,
+    /// Cost of this run.
+    pub cost: f64,
+}
+
+/// A run in progress: its events, and its outcome when it ends.
+pub struct RunHandle {
+    trace_id: String,
+    events: mpsc::Receiver<AgentEvent>,
+    thread: std::thread::JoinHandle<Result<RunOutcome, AgentError>>,
+}
+
+impl RunHandle {
+    /// The trace this run writes.
+    pub fn trace_id(&self) -> &str {
+        &self.trace_id
+    }
+
+    /// The next event, waiting for it; `None` once the run has ended and
+    /// every event was taken.
+    pub fn next_event(&self) -> Option<AgentEvent> {
+        self.events.recv().ok()
+    }
+
+    /// The next event if one is ready within `timeout`.
+    pub fn next_event_timeout(&self, timeout: Duration) -> Option<AgentEvent> {
+        self.events.recv_timeout(timeout).ok()
+    }
+
+    /// Waits for the end, dropping events not yet taken.
+    pub fn wait(self) -> Result<RunOutcome, AgentError> {
+        drop(self.events);
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(AgentError::Other("the run's thread panicked".into())))
+    }
+}
+
+struct Inner {
+    store: Arc<dyn TraceStore>,
+    provider: Arc<dyn ChatProvider>,
+    tools: ToolRegistry,
+    hooks: Hooks,
+    running: Mutex<HashMap<String, Arc<AtomicBool>>>,
+}
+
+/// Runs agents. Cheap to clone; clones share the set of running traces, so
+/// `stop` works from any clone.
+#[derive(Clone)]
+pub struct Runner {
+    inner: Arc<Inner>,
+}
+
+impl Runner {
+    /// A runner over a trace store, a provider, tools and hooks.
+    pub fn new(
+        store: Arc<dyn TraceStore>,
+        provider: Arc<dyn ChatProvider>,
+        tools: ToolRegistry,
+        hooks: Hooks,
+    ) -> Self {
+        Self { inner: Arc::new(Inner { store, provider, tools, hooks, running: Mutex::default() }) }
+    }
+
+    /// The one entry point. `config.trace_id` and `config.after_sequence`
+    /// choose the mode: new, continue, rewind, or (rewind with no
+    /// `messages`) regenerate. The trace is prepared before this returns,
+    /// so a bad trace id or sequence is an error here; the loop then runs
+    /// on its own thread.
+    pub fn run(&self, messages: Vec<Message>, config: RunConfig) -> Result<RunHandle, AgentError> {
+        let (events, receiver) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let run = Run::prepare(self.inner.clone(), messages, config, events, stop.clone())?;
+        let trace_id = run.trace.id.clone();
+        {
+            let mut running = self.inner.running.lock().expect("running map");
+            if running.contains_key(&trace_id) {
+                return Err(AgentError::Config(format!("trace {trace_id} is already running")));
+            }
+            running.insert(trace_id.clone(), stop);
+        }
+        let inner = self.inner.clone();
+        let id = trace_id.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("reson-run-{trace_id}"))
+            .spawn(move || {
+                let outcome = run.execute();
+                inner.running.lock().expect("running map").remove(&id);
+                outcome
+            })
+            .map_err(|e| AgentError::Other(format!("cannot start the run: {e}")))?;
+        Ok(RunHandle { trace_id, events: receiver, thread })
+    }
+
+    /// Asks a running trace to stop at its next checkpoint (before a model
+    /// call, after it, after the tools). Returns whether it was running.
+    pub fn stop(&self, trace_id: &str) -> bool {
+        match self.inner.running.lock().expect("running map").get(trace_id) {
+            Some(flag) => {
+                flag.store(true, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The tools the model is offered.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.inner.tools
+    }
+
+    /// The trace store.
+    pub fn store(&self) -> &Arc<dyn TraceStore> {
+        &self.inner.store
+    }
+}
+
+/// One run's state, owned by its thread.
+struct Run {
+    inner: Arc<Inner>,
+    config: RunConfig,
+    trace: Trace,
+    tree: MessageTree,
+    /// Messages from the root to the head, kept in step with the trace.
+    path: Vec<Message>,
+    goals: GoalTree,
+    system_prompt: Option<String>,
+    events: mpsc::Sender<AgentEvent>,
+    stop: Arc<AtomicBool>,
+    mode: RunMode,
+    usage: Usage,
+    cost: f64,
+}
+
+impl Run {
+    fn prepare(
+        inner: Arc<Inner>,
+        messages: Vec<Message>,
+        config: RunConfig,
+        events: mpsc::Sender<AgentEvent>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self, AgentError> {
+        let store = inner.store.clone();
+        let (trace, mode) = match &config.trace_id {
+            None => {
+                if messages.is_empty() {
+                    return Err(AgentError::Config("a new run needs at least one message".into()));
+                }
+                let task = messages
+                    .iter()
+                    .find(|m| m.role == Role::User)
+                    .map(Message::text)
+                    .unwrap_or_default();
+                let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
+                trace.model = Some(config.params.model.clone()).filter(|m| !m.is_empty());
+                trace.provider = Some(inner.provider.name().to_owned());
+                trace.tools = inner.tools.specs().into_iter().map(|t| t.name).collect();
+                trace.llm_params = serde_json::to_value(&config.params).unwrap_or_default();
+                if let Some((parent_trace, parent_goal)) = &config.parent {
+                    trace.parent_trace_id = Some(parent_trace.clone());
+                    trace.parent_goal_id = Some(parent_goal.clone());
+                }
+                store.create(&trace)?;
+                (trace, RunMode::New)
+            }
+            Some(id) => {
+                let trace =
+                    store.get(id)?.ok_or_else(|| AgentError::Config(format!("no trace {id}")))?;
+                let mode = match (config.after_sequence, messages.is_empty()) {
+                    (None, _) => RunMode::Continue,
+                    (Some(_), false) => RunMode::Rewind,
+                    (Some(_), true) => RunMode::Regenerate,
+                };
+                (trace, mode)
+            }
+        };
+        let all = store.messages(&trace.id)?;
+        let tree = MessageTree::from_messages(&all);
+        let goals = store.goals(&trace.id)?;
+        let system_prompt = config.system_prompt.clone().or_else(|| {
+            trace.context.extra.get(SYSTEM_PROMPT_KEY).and_then(|v| v.as_str()).map(str::to_owned)
+        });
+        let mut run = Self {
+            inner,
+            config,
+            trace,
+            tree,
+            path: Vec::new(),
+            goals,
+            system_prompt,
+            events,
+            stop,
+            mode,
+            usage: Usage::default(),
+            cost: 0.0,
+        };
+        if let Some(prompt) = &run.system_prompt {
+            run.trace.context.extra.insert(SYSTEM_PROMPT_KEY.into(), prompt.clone().into());
+        }
+        let mut parent = run.trace.head_sequence;
+        if let Some(after) = run.config.after_sequence {
+            if !all.iter().any(|m| m.sequence == after) {
+                return Err(AgentError::Config(format!(
+                    "trace {} has no message {after} (last sequence {})",
+                    run.trace.id, run.trace.last_sequence
+                )));
+            }
+            parent = Some(run.tree.rewind_point(after));
+        }
+        run.load_path(&all, parent);
+        // Rewind and regenerate move the head back; new messages follow it.
+        if run.config.after_sequence.is_some()
+            && let Some(point) = parent
+        {
+            run.inner.store.set_head(&mut run.trace, point)?;
+        }
+        // A crash or stop may have left calls without results.
+        run.heal()?;
+        for message in messages {
+            run.persist(message)?;
+        }
+        if run.path.last().is_none_or(|m| m.role == Role::Assistant && m.tool_calls.is_empty()) {
+            return Err(AgentError::Config(
+                "nothing for the model to answer: add a message, or rewind to before an answer"
+                    .into(),
+            ));
+        }
+        run.trace.status = TraceStatus::Running;
+        run.trace.error_message = None;
+        run.trace.finished_at_ms = None;
+        run.inner.store.update(&run.trace)?;
+        run.inner.store.append_event(&mut run.trace, EventKind::TraceStarted)?;
+        Ok(run)
+    }
+
+    fn load_path(&mut self, all: &[Message], head: Option<u64>) {
+        let by_seq: HashMap<u64, &Message> = all.iter().map(|m| (m.sequence, m)).collect();
+        self.path = head
+            .map(|h| {
+                self.tree
+                    .main_path(h)
+                    .iter()
+                    .filter_map(|s| by_seq.get(s).map(|m| (*m).clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+
+    fn emit(&self, event: AgentEvent) {
+        // A caller that stopped listening does not stop the run.
+        let _ = self.events.send(event);
+    }
+
+    /// Persists `message` after the head and makes it the head.
+    fn persist(&mut self, mut message: Message) -> Result<Message, AgentError> {
+        if message.goal_id.is_none() {
+            message.goal_id = self.goals.current().map(|g| g.id.clone());
+        }
+        let head = self.trace.head_sequence;
+        let stored = self.inner.store.add_message(&mut self.trace, message, head)?;
+        self.tree.insert(&stored);
+        self.path.push(stored.clone());
+        if let Some(goal_id) = &stored.goal_id
+            && self.goals.record(goal_id, &GoalStats::of(&stored)).is_ok()
+        {
+            self.inner.store.save_goals(&self.trace.id, &self.goals)?;
+        }
+        self.inner
+            .store
+            .append_event(&mut self.trace, EventKind::MessageAdded { message: stored.clone() })?;
+        self.emit(AgentEvent::MessageAdded { message: Box::new(stored.clone()) });
+        Ok(stored)
+    }
+
+    /// Gives every tool call on the main path that has no result a
+    /// persisted "interrupted" result.
+    fn heal(&mut self) -> Result<(), AgentError> {
+        let Some(head) = self.trace.head_sequence else { return Ok(()) };
+        for (_, call) in self.tree.orphaned_tool_calls(head) {
+            let mut result = Message::tool_result(&call, INTERRUPTED);
+            result.synthetic = true;
+            self.persist(result)?;
+        }
+        Ok(())
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn hook(&self, point: HookPoint, iteration: u32) -> HookEvent {
+        let mut event = HookEvent::at(point);
+        event.trace_id = Some(self.trace.id.clone());
+        event.iteration = iteration;
+        event
+    }
+
+    fn execute(mut self) -> Result<RunOutcome, AgentError> {
+        self.emit(AgentEvent::TraceStarted { trace_id: self.trace.id.clone(), mode: self.mode });
+        let mut iterations = 0;
+        let result = self.run_loop(&mut iterations);
+        let (status, error) = match &result {
+            Ok(status) => (*status, None),
+            Err(e) => {
+                let mut event = self.hook(HookPoint::OnError, iterations);
+                event.error = Some(e.to_string());
+                // A failing run cannot be blocked further; the hook observes.
+                let _ = self.inner.hooks.fire(&event);
+                (TraceStatus::Failed, Some(e.to_string()))
+            }
+        };
+        self.finish(status, error.clone())?;
+        self.emit(AgentEvent::Finished { status, error });
+        result.map(|status| RunOutcome {
+            trace_id: self.trace.id.clone(),
+            status,
+            final_text: self.trace.result_summary.clone(),
+            iterations,
+            usage: self.usage,
+            cost: self.cost,
+        })
+    }
+
+    fn finish(&mut self, status: TraceStatus, error: Option<String>) -> Result<(), AgentError> {
+        self.trace.status = status;
+        self.trace.error_message = error.clone();
+        self.trace.finished_at_ms = Some(now_ms());
+        self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
+        self.inner.store.update(&self.trace)?;
+        self.inner
+            .store
+            .append_event(&mut self.trace, EventKind::TraceFinished { status, error })?;
+        self.inner.store.sync()?;
+        Ok(())
+    }
+
+    fn run_loop(&mut self, iterations: &mut u32) -> Result<TraceStatus, AgentError> {
+        let mut doom = DoomLoopDetector::new(self.config.doom_loop_threshold);
+        loop {
+            if self.stopped() {
+                return Ok(TraceStatus::Stopped);
+            }
+            if *iterations >= self.config.max_iterations {
+                return Err(AgentError::LimitExceeded(format!(
+                    "max_iterations ({}) reached without a final answer",
+                    self.config.max_iterations
+                )));
+            }
+            *iterations += 1;
+            self.heal()?;
+            self.remind_goals(*iterations)?;
+            self.inner.hooks.fire(&self.hook(HookPoint::PreRequest, *iterations))?;
+            self.emit(AgentEvent::ModelRequest { iteration: *iterations });
+            let started = Instant::now();
+            let response = self.call_model(*iterations)?;
+            self.inner.hooks.fire(&self.hook(HookPoint::PostRequest, *iterations))?;
+
+            let mut message = response.message;
+            message.duration_ms = started.elapsed().as_millis() as u64;
+            self.usage += message.usage;
+            self.cost += message.cost;
+            if self.goals.is_empty() {
+                let task = if self.trace.task.is_empty() { "the task" } else { &self.trace.task };
+                self.goals.ensure_root(task).map_err(|e| AgentError::Other(e.to_string()))?;
+                self.goal_changed()?;
+            }
+            let assistant = self.persist(message)?;
+            if assistant.tool_calls.is_empty() {
+                self.trace.result_summary = Some(assistant.text());
+                return Ok(TraceStatus::Completed);
+            }
+            if let Some(description) = doom.record(&assistant.tool_calls) {
+                return Err(AgentError::LimitExceeded(description));
+            }
+            if self.stopped() {
+                return Ok(TraceStatus::Stopped);
+            }
+            self.run_tools(&assistant.tool_calls)?;
+        }
+    }
+
+    /// Every `goal_reminder_every` iterations, appends the goal tree (and
+    /// collaborators) at the tail of the history; earlier messages are never
+    /// rewritten, so prompt caches keep their prefix.
+    fn remind_goals(&mut self, iteration: u32) -> Result<(), AgentError> {
+        let every = self.config.goal_reminder_every;
+        if every == 0 || iteration == 1 || !(iteration - 1).is_multiple_of(every) || self.goals.is_empty() {
+            return Ok(());
+        }
+        let mut text = format!("<goal-tree>\n{}</goal-tree>", self.goals.render());
+        let collaborators = &self.trace.context.collaborators;
+        if !collaborators.is_empty() {
+            text.push_str("\n<collaborators>\n");
+            for c in collaborators {
+                text.push_str(&format!("- {}: {}\n", c.name, c.description));
+            }
+            text.push_str("</collaborators>");
+        }
+        let mut reminder = Message::new(Role::User, text);
+        reminder.synthetic = true;
+        self.persist(reminder)?;
+        Ok(())
+    }
+
+    fn history(&self) -> Vec<Message> {
+        let system = self.system_prompt.as_ref().map(|p| Message::new(Role::System, p.clone()));
+        system.into_iter().chain(self.path.iter().cloned()).collect()
+    }
+
+    fn call_model(&self, iteration: u32) -> Result<ChatResponse, AgentError> {
+        let request = ChatRequest {
+            messages: self.history(),
+            tools: self.inner.tools.specs(),
+            params: self.config.params.clone(),
+        };
+        let mut attempt = 1;
+        loop {
+            let events = self.events.clone();
+            let sink = Box::new(move |delta: Delta| {
+                let event = match delta {
+                    Delta::Text { text } => AgentEvent::TextDelta { text },
+                    Delta::Reasoning { text } => AgentEvent::ReasoningDelta { text },
+                    Delta::ToolCall { .. } => return,
+                };
+                let _ = events.send(event);
+            });
+            match self.inner.provider.chat(&request, sink) {
+                Ok(response) => return Ok(response),
+                Err(e) if e.is_retryable() && attempt <= self.config.max_retries => {
+                    let backoff = self.config.retry_base_delay * 2u32.saturating_pow(attempt - 1);
+                    let jitter = backoff.mul_f64(fastrand::f64() * 0.25);
+                    let delay = e.retry_after().unwrap_or(backoff + jitter);
+                    attempt += 1;
+                    let mut event = self.hook(HookPoint::OnRetry, iteration);
+                    event.attempt = Some(attempt);
+                    event.error = Some(e.to_string());
+                    self.inner.hooks.fire(&event)?;
+                    self.emit(AgentEvent::Retrying {
+                        attempt,
+                        error: e.to_string(),
+                        delay_ms: delay.as_millis() as u64,
+                    });
+                    self.sleep_unless_stopped(delay);
+                    if self.stopped() {
+                        return Err(AgentError::Llm(e));
+                    }
+                }
+                Err(e) => return Err(AgentError::Llm(e)),
+            }
+        }
+    }
+
+    fn sleep_unless_stopped(&self, delay: Duration) {
+        let until = Instant::now() + delay;
+        while !self.stopped() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+
+    fn goal_changed(&mut self) -> Result<(), AgentError> {
+        self.inner.store.save_goals(&self.trace.id, &self.goals)?;
+        self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
+        self.inner
+            .store
+            .append_event(&mut self.trace, EventKind::GoalChanged { tree: self.goals.clone() })?;
+        self.emit(AgentEvent::GoalChanged { tree: self.goals.render() });
+        Ok(())
+    }
+
+    /// Runs the calls of one assistant message: the built-in goal tool here,
+    /// plugin tools concurrently. Each result is persisted as it arrives.
+    fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
+        for call in calls {
+            self.inner.store.append_event(
+                &mut self.trace,
+                EventKind::ToolStarted {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                },
+            )?;
+            self.emit(AgentEvent::ToolStarted {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+        let (plugin_calls, builtin_calls): (Vec<&ToolCall>, Vec<&ToolCall>) =
+            calls.iter().partition(|c| !ToolRegistry::is_builtin(&c.name));
+        for call in builtin_calls {
+            let started = Instant::now();
+            let result = match goal::apply(&mut self.goals, &call.arguments) {
+                Ok(text) => ToolResult {
+                    text,
+                    ok: true,
+                    long_term_memory: None,
+                    include_output_only_once: false,
+                },
+                Err(text) => ToolResult {
+                    text,
+                    ok: false,
+                    long_term_memory: None,
+                    include_output_only_once: false,
+                },
+            };
+            if result.ok {
+                self.goal_changed()?;
+            }
+            self.record_result(call, result, started.elapsed())?;
+        }
+        let tools = self.inner.tools.clone();
+        let trace_id = self.trace.id.clone();
+        let (done, results) = mpsc::channel();
+        std::thread::scope(|scope| -> Result<(), AgentError> {
+            for call in &plugin_calls {
+                let (tools, done, trace_id) = (&tools, done.clone(), trace_id.clone());
+                scope.spawn(move || {
+                    let started = Instant::now();
+                    let context =
+                        CallContext { call_id: call.id.clone(), trace_id: Some(trace_id) };
+                    let result = tools.call(call, &context);
+                    let _ = done.send((*call, result, started.elapsed()));
+                });
+            }
+            drop(done);
+            for (call, result, took) in results {
+                self.record_result(call, result, took)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn record_result(
+        &mut self,
+        call: &ToolCall,
+        result: ToolResult,
+        took: Duration,
+    ) -> Result<(), AgentError> {
+        let mut message = Message::tool_result(call, result.text.clone());
+        message.long_term_memory = result.long_term_memory;
+        message.include_output_only_once = result.include_output_only_once;
+        message.duration_ms = took.as_millis() as u64;
+        self.persist(message)?;
+        let summary: String = result.text.chars().take(200).collect();
+        self.inner.store.append_event(
+            &mut self.trace,
+            EventKind::ToolFinished {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                ok: result.ok,
+                summary,
+            },
+        )?;
+        self.emit(AgentEvent::ToolFinished {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            ok: result.ok,
+            output: result.text,
+        });
+        Ok(())
+    }
+}

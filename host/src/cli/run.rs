@@ -1,0 +1,263 @@
+//! `reson run`: run an agent and print it as it happens.
+
+use super::exit;
+use anyhow::Context as _;
+use clap::Args;
+use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
+use reson::config::{Access, DirGrant};
+use reson::plugin::{Options, Runtime};
+use reson::provider::{LlmParams, PluginProvider};
+use reson::tools::ToolRegistry;
+use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Args)]
+pub(crate) struct RunArgs {
+    /// The task, or the next message when continuing. Omit it with --after
+    /// to regenerate the answer that followed that message.
+    message: Option<String>,
+    /// Replay this script of assistant turns (the offline `scripted` provider).
+    #[arg(long)]
+    script: Option<PathBuf>,
+    /// Provider plugin [default: scripted]
+    #[arg(long)]
+    provider: Option<String>,
+    /// Model name passed to the provider.
+    #[arg(long, default_value = "")]
+    model: String,
+    /// Continue this trace.
+    #[arg(long)]
+    trace: Option<String>,
+    /// With --trace: rewind, so the new message follows this sequence.
+    #[arg(long, requires = "trace")]
+    after: Option<u64>,
+    /// System prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// Most model calls in this run.
+    #[arg(long, default_value_t = 50)]
+    max_iterations: u32,
+    /// Print events as JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to inspect and change \
+                             files in the workspace, then answer briefly.";
+
+/// Grants the scripted provider read access to the script and tells it where
+/// the script is, before the runtime loads plugins.
+pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
+    let Some(script) = &args.script else { return Ok(()) };
+    let script = script.canonicalize().with_context(|| format!("script {}", script.display()))?;
+    let dir = script.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+    let grant = options.config.plugins.entry("scripted".into()).or_default();
+    grant.dirs.push(DirGrant { path: dir, access: Access::Read, mount: None });
+    grant.config.insert("script".into(), script.to_string_lossy().into_owned());
+    Ok(())
+}
+
+pub(crate) fn traces_dir(options: &Options) -> PathBuf {
+    let config = &options.config;
+    config
+        .traces_dir
+        .as_deref()
+        .map_or_else(|| PathBuf::from(".reson/traces"), |p| config.resolve(p))
+}
+
+pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
+    let provider_name = args.provider.clone().unwrap_or_else(|| "scripted".into());
+    let provider = Arc::new(PluginProvider::new(runtime.clone(), provider_name));
+    let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none());
+
+    let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
+    let config = RunConfig {
+        trace_id: args.trace.clone(),
+        after_sequence: args.after,
+        system_prompt: args
+            .system
+            .clone()
+            .or_else(|| args.trace.is_none().then(|| SYSTEM_PROMPT.to_owned())),
+        params: LlmParams { model: args.model.clone(), stream: true, ..LlmParams::default() },
+        max_iterations: args.max_iterations,
+        ..RunConfig::default()
+    };
+    let handle = runner.run(messages, config)?;
+    let trace_id = handle.trace_id().to_owned();
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let (runner, trace_id, interrupted) =
+            (runner.clone(), trace_id.clone(), interrupted.clone());
+        ctrlc::set_handler(move || {
+            if interrupted.swap(true, Ordering::SeqCst) {
+                // A second Ctrl-C: leave now; the trace is already durable.
+                std::process::exit(130);
+            }
+            eprintln!("\nstopping… (Ctrl-C again to quit at once)");
+            runner.stop(&trace_id);
+        })
+        .context("installing the Ctrl-C handler")?;
+    }
+
+    let mut printer = Printer::new(args.json);
+    let mut final_status = TraceStatus::Failed;
+    loop {
+        let Some(event) = handle.next_event_timeout(Duration::from_millis(100)) else {
+            if !printer.tick() {
+                break;
+            }
+            continue;
+        };
+        if let AgentEvent::Finished { status, .. } = &event {
+            final_status = *status;
+        }
+        printer.print(&event);
+    }
+    let outcome = handle.wait();
+    printer.clear_spinner();
+    match outcome {
+        Ok(outcome) => {
+            eprintln!(
+                "trace {} {} ({} model calls, {} prompt + {} completion tokens)",
+                outcome.trace_id,
+                status_word(outcome.status),
+                outcome.iterations,
+                outcome.usage.prompt_tokens,
+                outcome.usage.completion_tokens
+            );
+            Ok(if final_status == TraceStatus::Stopped {
+                ExitCode::from(130)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            eprintln!(
+                "trace {trace_id} failed{}",
+                if e.is_recoverable() { " (recoverable: continue it with --trace)" } else { "" }
+            );
+            Ok(ExitCode::from(exit::TOOL_FAILED))
+        }
+    }
+}
+
+fn status_word(status: TraceStatus) -> &'static str {
+    match status {
+        TraceStatus::Running => "running",
+        TraceStatus::Completed => "completed",
+        TraceStatus::Failed => "failed",
+        TraceStatus::Stopped => "stopped",
+    }
+}
+
+/// Prints events for a person (or as JSON lines), with a spinner on stderr
+/// while the model is thinking.
+struct Printer {
+    json: bool,
+    spinner: Option<usize>,
+    streamed: bool,
+    alive: bool,
+    tty: bool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Self {
+            json,
+            spinner: None,
+            streamed: false,
+            alive: true,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Advances the spinner; false once the run is over.
+    fn tick(&mut self) -> bool {
+        if let Some(frame) = self.spinner.as_mut() {
+            *frame += 1;
+            if self.tty {
+                const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+                eprint!("\r{} waiting for the model", FRAMES[*frame % FRAMES.len()]);
+            }
+        }
+        self.alive
+    }
+
+    fn clear_spinner(&mut self) {
+        if self.spinner.take().is_some() && self.tty {
+            eprint!("\r{:30}\r", "");
+        }
+    }
+
+    fn print(&mut self, event: &AgentEvent) {
+        if self.json {
+            println!("{}", serde_json::to_string(event).expect("events serialise"));
+            if matches!(event, AgentEvent::Finished { .. }) {
+                self.alive = false;
+            }
+            return;
+        }
+        if !matches!(event, AgentEvent::ModelRequest { .. }) {
+            self.clear_spinner();
+        }
+        let mut out = std::io::stdout().lock();
+        match event {
+            AgentEvent::TraceStarted { trace_id, mode } => {
+                eprintln!(
+                    "trace {trace_id} ({})",
+                    serde_json::to_value(mode).unwrap_or_default().as_str().unwrap_or("")
+                );
+            }
+            AgentEvent::ModelRequest { .. } => {
+                self.spinner = Some(0);
+                self.streamed = false;
+            }
+            AgentEvent::TextDelta { text } => {
+                self.streamed = true;
+                let _ = write!(out, "{text}");
+                let _ = out.flush();
+            }
+            AgentEvent::ReasoningDelta { .. } | AgentEvent::GoalChanged { .. } => {}
+            AgentEvent::MessageAdded { message } if message.role == Role::Assistant => {
+                let text = message.text();
+                if !self.streamed && !text.is_empty() {
+                    let _ = write!(out, "{text}");
+                }
+                if self.streamed || !text.is_empty() {
+                    let _ = writeln!(out);
+                }
+                for call in &message.tool_calls {
+                    let _ = writeln!(out, "→ {}({})", call.name, call.arguments);
+                }
+            }
+            AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
+            AgentEvent::Retrying { attempt, error, delay_ms } => {
+                eprintln!("model call failed ({error}); attempt {attempt} in {delay_ms} ms");
+            }
+            AgentEvent::ToolFinished { name, ok, output, .. } => {
+                let mark = if *ok { "←" } else { "✗" };
+                let lines: Vec<&str> = output.lines().collect();
+                let shown =
+                    lines.iter().take(8).map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
+                let _ = writeln!(out, "{mark} {name}\n{shown}");
+                if lines.len() > 8 {
+                    let _ = writeln!(out, "  … {} more lines", lines.len() - 8);
+                }
+            }
+            AgentEvent::Finished { error, .. } => {
+                if let Some(error) = error {
+                    let _ = writeln!(out, "run failed: {error}");
+                }
+                self.alive = false;
+            }
+        }
+    }
+}

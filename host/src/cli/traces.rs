@@ -1,0 +1,133 @@
+//! `reson traces ...`: list traces and show one as a tree.
+
+use clap::Subcommand;
+use reson::trace::{FileTraceStore, Message, MessageTree, Role, TraceFilter, TraceStore};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Every trace, newest first.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One trace: its message tree (branches visible) and goal tree.
+    Show {
+        /// Trace id.
+        id: String,
+        /// Print JSON (trace, messages, goals) instead of trees.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
+    let store = FileTraceStore::open(dir, reson::trace::Durability::Batched)?;
+    match command {
+        Command::List { json } => {
+            let traces = store.list(&TraceFilter::default())?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&traces)?);
+            } else if traces.is_empty() {
+                println!("no traces in {}", dir.display());
+            } else {
+                for t in traces {
+                    let status = serde_json::to_value(t.status)?;
+                    let task: String = t.task.chars().take(60).collect();
+                    println!(
+                        "{}  {:<9}  {:>4} msgs  {:>7} tokens  {task}",
+                        t.id,
+                        status.as_str().unwrap_or(""),
+                        t.totals.messages,
+                        t.totals.usage.prompt_tokens + t.totals.usage.completion_tokens
+                    );
+                }
+            }
+        }
+        Command::Show { id, json } => {
+            let Some(trace) = store.get(id)? else {
+                eprintln!("error: no trace {id} in {}", dir.display());
+                return Ok(ExitCode::from(super::exit::USAGE));
+            };
+            let messages = store.messages(id)?;
+            let goals = store.goals(id)?;
+            if *json {
+                let all =
+                    serde_json::json!({ "trace": trace, "messages": messages, "goals": goals });
+                println!("{}", serde_json::to_string_pretty(&all)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let status = serde_json::to_value(trace.status)?;
+            println!("trace {}  {}  task: {}", trace.id, status.as_str().unwrap_or(""), trace.task);
+            let u = trace.totals.usage;
+            println!(
+                "{} messages, {} prompt / {} completion / {} reasoning / {} cache-read / {} cache-write tokens, ${:.4}, {} ms",
+                trace.totals.messages,
+                u.prompt_tokens,
+                u.completion_tokens,
+                u.reasoning_tokens,
+                u.cache_read_tokens,
+                u.cache_write_tokens,
+                trace.totals.cost,
+                trace.totals.duration_ms
+            );
+            if let Some(error) = &trace.error_message {
+                println!("error: {error}");
+            }
+            println!("\nmessages (* = main path):");
+            print!("{}", render_tree(&messages, trace.head_sequence));
+            println!("\ngoals:");
+            print!("{}", goals.render());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The message tree as text: a chain continues at the same depth, each
+/// branch point indents its children.
+pub(crate) fn render_tree(messages: &[Message], head: Option<u64>) -> String {
+    let tree = MessageTree::from_messages(messages);
+    let main: HashSet<u64> =
+        head.map(|h| tree.main_path(h).into_iter().collect()).unwrap_or_default();
+    let mut children: BTreeMap<Option<u64>, Vec<&Message>> = BTreeMap::new();
+    for m in messages {
+        children.entry(m.parent_sequence).or_default().push(m);
+    }
+    let mut out = String::new();
+    let mut stack: Vec<(&Message, usize)> = children
+        .get(&None)
+        .map(|roots| roots.iter().rev().map(|m| (*m, 0)).collect())
+        .unwrap_or_default();
+    while let Some((m, depth)) = stack.pop() {
+        let mark = if main.contains(&m.sequence) { '*' } else { ' ' };
+        out.push_str(&format!(
+            "{mark} {:indent$}#{} {}\n",
+            "",
+            m.sequence,
+            line(m),
+            indent = depth * 2
+        ));
+        let kids = children.get(&Some(m.sequence)).map(Vec::as_slice).unwrap_or_default();
+        let child_depth = if kids.len() > 1 { depth + 1 } else { depth };
+        stack.extend(kids.iter().rev().map(|k| (*k, child_depth)));
+    }
+    out
+}
+
+fn line(m: &Message) -> String {
+    let text: String = m.text().replace('\n', " ").chars().take(70).collect();
+    match m.role {
+        Role::Tool => format!("tool {}: {text}", m.name.as_deref().unwrap_or("?")),
+        Role::Assistant if !m.tool_calls.is_empty() => {
+            let calls: Vec<String> = m.tool_calls.iter().map(|c| format!("{}()", c.name)).collect();
+            format!("assistant: {text} → {}", calls.join(", "))
+        }
+        role => format!(
+            "{}: {text}",
+            serde_json::to_value(role).unwrap_or_default().as_str().unwrap_or("")
+        ),
+    }
+}

@@ -1,0 +1,96 @@
+//! One registry for every tool a model can call: plugin tools served by the
+//! plugin runtime, and the host's built-ins (`goal`).
+
+pub mod goal;
+
+use crate::plugin::{CallContext, CallError, Runtime, ToolSpec};
+use crate::trace::ToolCall;
+
+/// The result of one tool call, as it goes back to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    /// Text for the model (an error message when `ok` is false).
+    pub text: String,
+    /// Whether the tool succeeded.
+    pub ok: bool,
+    /// A summary that replaces `text` in later history.
+    pub long_term_memory: Option<String>,
+    /// Send `text` once, then only the summary.
+    pub include_output_only_once: bool,
+}
+
+impl ToolResult {
+    fn error(text: String) -> Self {
+        Self { text, ok: false, long_term_memory: None, include_output_only_once: false }
+    }
+}
+
+/// The tools on offer to a run.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    runtime: Option<Runtime>,
+    allow: Option<Vec<String>>,
+}
+
+impl ToolRegistry {
+    /// The plugin tools of `runtime` plus the built-ins.
+    pub fn new(runtime: Runtime) -> Self {
+        Self { runtime: Some(runtime), allow: None }
+    }
+
+    /// Only the built-ins.
+    pub fn builtins_only() -> Self {
+        Self::default()
+    }
+
+    /// Offers only the named tools (built-ins included by name).
+    pub fn only(mut self, names: Vec<String>) -> Self {
+        self.allow = Some(names);
+        self
+    }
+
+    fn offered(&self, name: &str) -> bool {
+        self.allow.as_ref().is_none_or(|names| names.iter().any(|n| n == name))
+    }
+
+    /// Specs of every tool on offer, built-ins first.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
+        std::iter::once(goal::spec())
+            .chain(plugin_tools)
+            .filter(|t| self.offered(&t.name))
+            .collect()
+    }
+
+    /// Whether `name` is a built-in the runner executes itself.
+    pub fn is_builtin(name: &str) -> bool {
+        name == goal::NAME
+    }
+
+    /// Runs a plugin tool. Every failure becomes a result the model can
+    /// read and act on; none ends the run.
+    pub fn call(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
+        let unknown = || {
+            let names: Vec<String> = self.specs().into_iter().map(|t| t.name).collect();
+            ToolResult::error(format!(
+                "Error: unknown tool `{}`. Available tools: {}",
+                call.name,
+                names.join(", ")
+            ))
+        };
+        if !self.offered(&call.name) {
+            return unknown();
+        }
+        let Some(runtime) = &self.runtime else { return unknown() };
+        match runtime.call_tool(&call.name, &call.arguments, context) {
+            Ok(out) => ToolResult {
+                text: out.text,
+                ok: true,
+                long_term_memory: out.long_term_memory,
+                include_output_only_once: out.include_output_only_once,
+            },
+            Err(CallError::UnknownTool { .. }) => unknown(),
+            Err(e) => ToolResult::error(format!("Error: {e}")),
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! The file-system trace store: one directory per trace (layout, crash
+//! safety and fsync policy in the module docs of [`crate::trace`]).
+
+use super::event::{Event, EventKind};
+use super::flush::{Flusher, Target, sync_dir};
+use super::goal::{GoalStats, GoalTree};
+use super::message::Message;
+use super::model::{Trace, now_ms};
+use super::store::{TraceError, TraceFilter, TraceStore};
+use serde::Deserialize;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+const META: &str = "meta.json";
+const GOALS: &str = "goal.json";
+const EVENTS: &str = "events.jsonl";
+const MESSAGES: &str = "messages";
+
+/// When writes reach stable storage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Calls return once their writes are with the OS, which survives the
+    /// process being killed at any instant; a background thread fsyncs them
+    /// in write order a few milliseconds later (group commit), and
+    /// [`TraceStore::sync`] waits for it.
+    #[default]
+    Batched,
+    /// Calls return only once their writes and the directory entries
+    /// naming them are fsync'd, which survives a power loss too. Several
+    /// fsyncs per call.
+    Immediate,
+}
+
+/// Traces as files under `root`, one directory per trace.
+pub struct FileTraceStore {
+    root: PathBuf,
+    // `None` when every write is synced before its call returns.
+    flusher: Option<Flusher>,
+}
+
+impl FileTraceStore {
+    /// A store under `root`, created if missing.
+    pub fn open(root: impl Into<PathBuf>, durability: Durability) -> Result<Self, TraceError> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(io_at(&root))?;
+        let flusher = match durability {
+            Durability::Batched => Some(Flusher::start().map_err(io_at(&root))?),
+            Durability::Immediate => None,
+        };
+        Ok(Self { root, flusher })
+    }
+
+    /// The directory holding the traces.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn dir(&self, id: &str) -> Result<PathBuf, TraceError> {
+        let valid = (1..=128).contains(&id.len())
+            && !id.starts_with('.')
+            && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
+        if valid { Ok(self.root.join(id)) } else { Err(TraceError::InvalidId(id.to_owned())) }
+    }
+
+    /// Turns "file not found" into [`TraceError::NotFound`] when it is the
+    /// trace that is missing.
+    fn missing(&self, id: &str, dir: &Path, e: TraceError) -> TraceError {
+        match &e {
+            TraceError::Io { source, .. }
+                if source.kind() == io::ErrorKind::NotFound && !dir.join(META).exists() =>
+            {
+                TraceError::NotFound(id.to_owned())
+            }
+            _ => e,
+        }
+    }
+
+    fn require(&self, id: &str, dir: &Path) -> Result<(), TraceError> {
+        if dir.join(META).exists() { Ok(()) } else { Err(TraceError::NotFound(id.to_owned())) }
+    }
+
+    /// Replaces `path` atomically: readers and crashes see the old contents
+    /// or the new, never a mix.
+    fn replace(&self, path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let mut file = File::create(&tmp).map_err(io_at(&tmp))?;
+        file.write_all(bytes).map_err(io_at(&tmp))?;
+        if self.flusher.is_none() {
+            // Synced before the rename, or a power loss could leave the new
+            // name pointing at contents that never reached the disk.
+            file.sync_data().map_err(io_at(&tmp))?;
+        }
+        drop(file);
+        fs::rename(&tmp, path).map_err(io_at(path))?;
+        self.settle(vec![Target::File(path.to_owned()), Target::Dir(dir.to_owned())])
+    }
+
+    /// Makes `targets` durable now, or queues them, by the durability chosen.
+    /// With [`Durability::Immediate`] the files were synced as they were
+    /// written; only directory entries are left.
+    fn settle(&self, targets: Vec<Target>) -> Result<(), TraceError> {
+        match &self.flusher {
+            Some(flusher) => {
+                flusher.enqueue(targets);
+                Ok(())
+            }
+            None => targets.iter().try_for_each(|t| match t {
+                Target::Dir(dir) => sync_dir(dir).map_err(io_at(dir)),
+                Target::File(_) => Ok(()),
+            }),
+        }
+    }
+
+    fn write_meta(&self, dir: &Path, trace: &Trace) -> Result<(), TraceError> {
+        let path = dir.join(META);
+        self.replace(&path, &to_json(&path, trace)?)
+    }
+
+    fn read_trace(&self, id: &str) -> Result<Option<Trace>, TraceError> {
+        let dir = self.dir(id)?;
+        let path = dir.join(META);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            // A directory without meta.json is a create that never finished.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_at(&path)(e)),
+        };
+        let mut trace: Trace = parse(&path, &bytes)?;
+        if trace.id != id {
+            return Err(corrupt(&path, format!("holds trace {:?}", trace.id)));
+        }
+        reconcile(&dir, &mut trace)?;
+        Ok(Some(trace))
+    }
+}
+
+/// Brings meta.json up to date with what else reached the disk: a crash
+/// can come between writing a message (or an event) and writing the meta
+/// that counts it.
+fn reconcile(dir: &Path, trace: &mut Trace) -> Result<(), TraceError> {
+    loop {
+        let seq = trace.last_sequence + 1;
+        let path = message_path(dir, seq);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+            Err(e) => return Err(io_at(&path)(e)),
+        };
+        // Even an empty file (see `read_message`) keeps its sequence used.
+        trace.last_sequence = seq;
+        if bytes.is_empty() {
+            continue;
+        }
+        let message: Message = parse(&path, &bytes)?;
+        if message.parent_sequence == trace.head_sequence {
+            trace.head_sequence = Some(seq);
+        }
+        trace.totals += &GoalStats::of(&message);
+    }
+    // Only a power loss under `Durability::Batched` can leave the head's
+    // file empty; fall back to the newest message that survived.
+    if let Some(head) = trace.head_sequence
+        && !has_message(dir, head)
+    {
+        trace.head_sequence = (1..head).rev().find(|&s| has_message(dir, s));
+    }
+    let events = dir.join(EVENTS);
+    match File::open(&events) {
+        Ok(mut file) => {
+            if let Some(line) = last_complete_line(&mut file).map_err(io_at(&events))?.1 {
+                #[derive(Deserialize)]
+                struct Id {
+                    id: u64,
+                }
+                let id: Id = parse(&events, &line)?;
+                trace.last_event_id = trace.last_event_id.max(id.id);
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_at(&events)(e)),
+    }
+    Ok(())
+}
+
+impl TraceStore for FileTraceStore {
+    fn create(&self, trace: &Trace) -> Result<(), TraceError> {
+        let dir = self.dir(&trace.id)?;
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            // Left by a crash in an earlier create: that trace never existed.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !dir.join(META).exists() => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(TraceError::AlreadyExists(trace.id.clone()));
+            }
+            Err(e) => return Err(io_at(&dir)(e)),
+        }
+        let messages = dir.join(MESSAGES);
+        match fs::create_dir(&messages) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(io_at(&messages)(e)),
+            _ => {}
+        }
+        self.write_meta(&dir, trace)?;
+        self.settle(vec![Target::Dir(self.root.clone())])
+    }
+
+    fn get(&self, id: &str) -> Result<Option<Trace>, TraceError> {
+        self.read_trace(id)
+    }
+
+    fn update(&self, trace: &Trace) -> Result<(), TraceError> {
+        let dir = self.dir(&trace.id)?;
+        self.require(&trace.id, &dir)?;
+        self.write_meta(&dir, trace)
+    }
+
+    fn list(&self, filter: &TraceFilter) -> Result<Vec<Trace>, TraceError> {
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_at(&self.root)(e)),
+        };
+        let mut traces = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_at(&self.root))?;
+            let Some(id) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            if id.starts_with('.') || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            // One damaged trace must not hide all the others.
+            match self.read_trace(&id) {
+                Ok(Some(trace)) if filter.matches(&trace) => traces.push(trace),
+                Ok(_) => {}
+                Err(e) => tracing::warn!("trace store: skipping {id}: {e}"),
+            }
+        }
+        traces.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.id.cmp(&a.id)));
+        Ok(traces)
+    }
+
+    fn add_message(
+        &self,
+        trace: &mut Trace,
+        mut message: Message,
+        parent: Option<u64>,
+    ) -> Result<Message, TraceError> {
+        let dir = self.dir(&trace.id)?;
+        let parent = match parent {
+            Some(p) if Some(p) != trace.head_sequence && !has_message(&dir, p) => {
+                return Err(TraceError::NoSuchMessage { trace_id: trace.id.clone(), sequence: p });
+            }
+            Some(p) => Some(p),
+            None => trace.head_sequence,
+        };
+        let seq = trace.last_sequence + 1;
+        message.id = format!("{}-{seq:04}", trace.id);
+        message.trace_id = trace.id.clone();
+        message.sequence = seq;
+        message.parent_sequence = parent;
+        message.created_at_ms = now_ms();
+        let path = message_path(&dir, seq);
+        self.replace(&path, &to_json(&path, &message)?)
+            .map_err(|e| self.missing(&trace.id, &dir, e))?;
+        // The file exists now, so the sequence is spent even if the meta
+        // write below fails.
+        trace.last_sequence = seq;
+        trace.head_sequence = Some(seq);
+        trace.totals += &GoalStats::of(&message);
+        trace.updated_at_ms = message.created_at_ms;
+        self.write_meta(&dir, trace)?;
+        Ok(message)
+    }
+
+    fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError> {
+        let dir = self.dir(&trace.id)?;
+        self.require(&trace.id, &dir)?;
+        if !has_message(&dir, sequence) {
+            return Err(TraceError::NoSuchMessage { trace_id: trace.id.clone(), sequence });
+        }
+        trace.head_sequence = Some(sequence);
+        trace.updated_at_ms = now_ms();
+        self.write_meta(&dir, trace)
+    }
+
+    fn messages(&self, id: &str) -> Result<Vec<Message>, TraceError> {
+        let dir = self.dir(id)?;
+        let messages_dir = dir.join(MESSAGES);
+        let entries = match fs::read_dir(&messages_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.require(id, &dir)?;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(io_at(&messages_dir)(e)),
+        };
+        let mut sequences = Vec::new();
+        for entry in entries {
+            let name = entry.map_err(io_at(&messages_dir))?.file_name();
+            // Only `{sequence}.json`: temporary files start with a dot.
+            if let Some(digits) = name.to_str().and_then(|n| n.strip_suffix(".json"))
+                && !digits.is_empty()
+                && digits.bytes().all(|c| c.is_ascii_digit())
+                && let Ok(seq) = digits.parse::<u64>()
+            {
+                sequences.push(seq);
+            }
+        }
+        sequences.sort_unstable();
+        let mut messages = Vec::with_capacity(sequences.len());
+        for seq in sequences {
+            messages.extend(read_message(&dir, seq)?);
+        }
+        Ok(messages)
+    }
+
+    fn message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError> {
+        let dir = self.dir(id)?;
+        let message = read_message(&dir, sequence)?;
+        if message.is_none() {
+            self.require(id, &dir)?;
+        }
+        Ok(message)
+    }
+
+    fn main_path(&self, id: &str, head: u64) -> Result<Vec<Message>, TraceError> {
+        let dir = self.dir(id)?;
+        let mut chain: Vec<Message> = Vec::new();
+        let mut at = Some(head);
+        while let Some(seq) = at {
+            let Some(message) = read_message(&dir, seq)? else {
+                return Err(match chain.last() {
+                    Some(child) => corrupt(
+                        &message_path(&dir, child.sequence),
+                        format!("its parent, message {seq}, is missing"),
+                    ),
+                    None => {
+                        self.require(id, &dir)?;
+                        TraceError::NoSuchMessage { trace_id: id.to_owned(), sequence: head }
+                    }
+                });
+            };
+            if message.parent_sequence.is_some_and(|p| p >= seq) {
+                return Err(corrupt(
+                    &message_path(&dir, seq),
+                    "its parent is not older than itself".into(),
+                ));
+            }
+            at = message.parent_sequence;
+            chain.push(message);
+        }
+        chain.reverse();
+        Ok(chain)
+    }
+
+    fn messages_by_goal(&self, id: &str, goal_id: &str) -> Result<Vec<Message>, TraceError> {
+        let mut messages = self.messages(id)?;
+        messages.retain(|m| m.goal_id.as_deref() == Some(goal_id));
+        Ok(messages)
+    }
+
+    fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
+        let dir = self.dir(&trace.id)?;
+        let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
+        let path = dir.join(EVENTS);
+        let mut line = serde_json::to_vec(&event)
+            .map_err(|e| corrupt(&path, format!("cannot serialise: {e}")))?;
+        line.push(b'\n');
+        let created = append_line(&path, &line, self.flusher.is_none())
+            .map_err(io_at(&path))
+            .map_err(|e| self.missing(&trace.id, &dir, e))?;
+        let mut targets = vec![Target::File(path)];
+        if created {
+            targets.push(Target::Dir(dir));
+        }
+        self.settle(targets)?;
+        // meta.json is not rewritten per event: `get` takes the last id from
+        // the file, which keeps an event at one write.
+        trace.last_event_id = event.id;
+        Ok(event)
+    }
+
+    fn events_after(&self, id: &str, after_event_id: u64) -> Result<Vec<Event>, TraceError> {
+        let dir = self.dir(id)?;
+        let path = dir.join(EVENTS);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.require(id, &dir)?;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(io_at(&path)(e)),
+        };
+        #[derive(Deserialize)]
+        struct Id {
+            id: u64,
+        }
+        let mut events = Vec::new();
+        // The part after the last newline is a torn append: ignored.
+        let complete = bytes.iter().rposition(|&c| c == b'\n').map_or(&[][..], |end| &bytes[..end]);
+        for (n, line) in complete.split(|&c| c == b'\n').enumerate() {
+            let bad = |e: serde_json::Error| corrupt(&path, format!("line {}: {e}", n + 1));
+            if serde_json::from_slice::<Id>(line).map_err(bad)?.id > after_event_id {
+                events.push(serde_json::from_slice::<Event>(line).map_err(bad)?);
+            }
+        }
+        Ok(events)
+    }
+
+    fn goals(&self, id: &str) -> Result<GoalTree, TraceError> {
+        let dir = self.dir(id)?;
+        let path = dir.join(GOALS);
+        match fs::read(&path) {
+            Ok(bytes) => parse(&path, &bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.require(id, &dir)?;
+                Ok(GoalTree::new())
+            }
+            Err(e) => Err(io_at(&path)(e)),
+        }
+    }
+
+    fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError> {
+        let dir = self.dir(id)?;
+        self.require(id, &dir)?;
+        let path = dir.join(GOALS);
+        self.replace(&path, &to_json(&path, tree)?)
+    }
+
+    fn sync(&self) -> Result<(), TraceError> {
+        self.flusher.as_ref().map_or(Ok(()), Flusher::wait)
+    }
+}
+
+fn message_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(MESSAGES).join(format!("{seq:06}.json"))
+}
+
+/// Whether message `seq` is stored (an empty file does not count).
+fn has_message(dir: &Path, seq: u64) -> bool {
+    seq > 0 && fs::metadata(message_path(dir, seq)).is_ok_and(|m| m.len() > 0)
+}
+
+/// Message `seq`, or `None` when it is missing or empty. Files appear under
+/// their final name only once complete, so the only empty ones are those a
+/// power loss caught before the background sync: counted as never written.
+fn read_message(dir: &Path, seq: u64) -> Result<Option<Message>, TraceError> {
+    let path = message_path(dir, seq);
+    let bytes = match fs::read(&path) {
+        Ok(bytes) if bytes.is_empty() => return Ok(None),
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_at(&path)(e)),
+    };
+    let message: Message = parse(&path, &bytes)?;
+    if message.sequence != seq {
+        return Err(corrupt(&path, format!("holds message {}", message.sequence)));
+    }
+    Ok(Some(message))
+}
+
+/// Appends `line` (newline included) in one write, first cutting off a
+/// torn line left by a crash mid-append. Returns whether the file was new.
+fn append_line(path: &Path, line: &[u8], sync: bool) -> io::Result<bool> {
+    let mut file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
+    let len = file.metadata()?.len();
+    if len > 0 {
+        let mut last = [0u8];
+        file.seek(SeekFrom::End(-1))?;
+        file.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            let (end, _) = last_complete_line(&mut file)?;
+            file.set_len(end)?;
+        }
+    }
+    file.write_all(line)?;
+    if sync {
+        file.sync_data()?;
+    }
+    Ok(len == 0)
+}
+
+/// Where the complete lines of `file` end, and the last of them (without
+/// its newline), read backwards from the end in growing windows so that a
+/// long trace costs one small read.
+fn last_complete_line(file: &mut File) -> io::Result<(u64, Option<Vec<u8>>)> {
+    let len = file.metadata()?.len();
+    let mut window = 64 * 1024u64;
+    loop {
+        let start = len.saturating_sub(window);
+        let mut buf = vec![0; (len - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut buf)?;
+        match buf.iter().rposition(|&c| c == b'\n') {
+            Some(nl) => {
+                let end = start + nl as u64 + 1;
+                if let Some(prev) = buf[..nl].iter().rposition(|&c| c == b'\n') {
+                    return Ok((end, Some(buf[prev + 1..nl].to_vec())));
+                }
+                if start == 0 {
+                    return Ok((end, Some(buf[..nl].to_vec())));
+                }
+            }
+            None if start == 0 => return Ok((0, None)),
+            None => {}
+        }
+        window *= 2;
+    }
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> TraceError + '_ {
+    move |source| TraceError::Io { path: path.to_owned(), source }
+}
+
+fn corrupt(path: &Path, reason: String) -> TraceError {
+    TraceError::Corrupt { path: path.to_owned(), reason }
+}
+
+fn parse<'a, T: Deserialize<'a>>(path: &Path, bytes: &'a [u8]) -> Result<T, TraceError> {
+    serde_json::from_slice(bytes).map_err(|e| corrupt(path, e.to_string()))
+}
+
+/// The pretty JSON of `value`, bound for `path`. Serialising the store's
+/// own types only fails on a map with non-string keys, which they do not
+/// have; the error still names the file rather than panicking.
+fn to_json(path: &Path, value: &impl serde::Serialize) -> Result<Vec<u8>, TraceError> {
+    serde_json::to_vec_pretty(value).map_err(|e| corrupt(path, format!("cannot serialise: {e}")))
+}

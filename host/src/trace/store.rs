@@ -1,0 +1,135 @@
+//! What a trace store does, whatever keeps the data.
+
+use super::event::{Event, EventKind};
+use super::goal::GoalTree;
+use super::message::Message;
+use super::model::{Trace, TraceStatus};
+use std::io;
+use std::path::PathBuf;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// No trace has this id.
+    #[error("trace {0} not found")]
+    NotFound(String),
+    /// `create` with an id already taken.
+    #[error("trace {0} already exists")]
+    AlreadyExists(String),
+    /// An id that cannot name a trace (it becomes a directory name).
+    #[error(
+        "invalid trace id {0:?}: use 1 to 128 letters, digits, '_', '-' or '.', not starting with '.'"
+    )]
+    InvalidId(String),
+    /// A sequence that names no stored message of the trace.
+    #[error("trace {trace_id} has no message {sequence}")]
+    NoSuchMessage {
+        /// The trace.
+        trace_id: String,
+        /// The sequence asked for.
+        sequence: u64,
+    },
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A file holds something the store did not write.
+    #[error("{}: corrupt: {reason}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Which traces [`TraceStore::list`] returns; `None` matches anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceFilter {
+    /// Only traces with this status.
+    pub status: Option<TraceStatus>,
+    /// Only sub-agents of this trace.
+    pub parent_trace_id: Option<String>,
+}
+
+impl TraceFilter {
+    pub(crate) fn matches(&self, trace: &Trace) -> bool {
+        self.status.is_none_or(|s| trace.status == s)
+            && self
+                .parent_trace_id
+                .as_ref()
+                .is_none_or(|p| trace.parent_trace_id.as_ref() == Some(p))
+    }
+}
+
+/// Durable storage of traces, their messages, goals and events. Each trace
+/// has one writer at a time (its runner); any number may read.
+///
+/// Operations that take `&mut Trace` update it in memory as they persist,
+/// so the caller's copy stays the latest.
+pub trait TraceStore: Send + Sync {
+    /// Stores a new trace. Fails with [`TraceError::AlreadyExists`] when the
+    /// id is taken.
+    fn create(&self, trace: &Trace) -> Result<(), TraceError>;
+
+    /// The trace, reconciled with everything written for it (see the module
+    /// docs), or `None` when there is no such trace.
+    fn get(&self, id: &str) -> Result<Option<Trace>, TraceError>;
+
+    /// Replaces the stored metadata of an existing trace with `trace`.
+    fn update(&self, trace: &Trace) -> Result<(), TraceError>;
+
+    /// Traces matching `filter`, newest first.
+    fn list(&self, filter: &TraceFilter) -> Result<Vec<Trace>, TraceError>;
+
+    /// Stores `message` after `parent` (`None`: after the head, which
+    /// continues the main path; an earlier sequence rewinds or forks). It
+    /// gets the next sequence, its id, trace, parent and creation time, and
+    /// becomes the head; the trace's totals grow by its usage, cost and
+    /// time. Returns the message as stored.
+    ///
+    /// The parent is taken as given: to rewind onto an assistant message
+    /// with tool calls, pass [`MessageTree::rewind_point`](super::MessageTree::rewind_point).
+    fn add_message(
+        &self,
+        trace: &mut Trace,
+        message: Message,
+        parent: Option<u64>,
+    ) -> Result<Message, TraceError>;
+
+    /// Makes `sequence` the head (regenerate, or switch branches).
+    fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError>;
+
+    /// Every message of the trace, on all branches, by sequence.
+    fn messages(&self, id: &str) -> Result<Vec<Message>, TraceError>;
+
+    /// One message, or `None` when the trace has no such sequence.
+    fn message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError>;
+
+    /// The messages from the root to `head`, in order.
+    fn main_path(&self, id: &str, head: u64) -> Result<Vec<Message>, TraceError>;
+
+    /// The messages written while `goal_id` was current, by sequence.
+    fn messages_by_goal(&self, id: &str, goal_id: &str) -> Result<Vec<Message>, TraceError>;
+
+    /// Appends an event with the next event id and the current time.
+    fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError>;
+
+    /// The events with an id above `after_event_id`, in order.
+    fn events_after(&self, id: &str, after_event_id: u64) -> Result<Vec<Event>, TraceError>;
+
+    /// The goal tree; empty when none was saved.
+    fn goals(&self, id: &str) -> Result<GoalTree, TraceError>;
+
+    /// Replaces the goal tree.
+    fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError>;
+
+    /// Returns once everything written before the call is on stable storage
+    /// (for a store that acknowledges writes before then), reporting a
+    /// failure to get it there.
+    fn sync(&self) -> Result<(), TraceError>;
+}
