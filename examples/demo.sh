@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job, offline: build the host and the bundled plugins (installing
-# the wasm32-wasip2 target if needed), then drive the fs tools on a copy of
-# examples/workspace through `reson tool call`, the way a tool author tests
-# a tool without a model. The agent loop will take over this demo.
+# the wasm32-wasip2 target if needed), run an agent on the bundled scripted
+# provider that uses the sandboxed fs tools on a copy of examples/workspace,
+# and show its trace. Then a rewind, and what the sandbox refuses.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -17,6 +17,7 @@ cp -r examples/workspace "$work/workspace"
 cat > "$work/reson.toml" <<TOML
 plugins_dir = "$root/target/plugins"
 lock_file = "reson.lock"
+traces_dir = "traces"
 
 [plugins.fs]
 dirs = [{ path = "workspace", access = "read-write" }]
@@ -28,14 +29,13 @@ export RESON_CONFIG="$work/reson.toml"
 step() { printf '\n\033[1m$ reson %s\033[0m\n' "$*"; "$reson" "$@"; }
 
 step plugins list
-step tool list
-step tool call echo '{"text":"hello from a sandboxed component"}'
-step tool call glob "{\"pattern\":\"**/*\"}"
-step tool call grep "{\"pattern\":\"TODO\"}"
-step tool call edit "{\"path\":\"$ws/src/main.rs\",\"old_string\":\"\\\"hello\\\"\",\"new_string\":\"\\\"bonjour\\\"\"}"
-step tool call read "{\"path\":\"src/main.rs\"}"
-step tool call write "{\"path\":\"notes/done.txt\",\"content\":\"renamed greeting\\n\"}"
-step tool call list '{"path":"notes"}'
+step run "Rename the greeting to bonjour and note the change" --script "$root/examples/scripts/rename-greeting.json"
+trace=$("$reson" traces list --json | sed -n 's/.*"id": "\(tr_[0-9a-f]*\)".*/\1/p' | head -n1)
+step traces show "$trace"
+
+printf '\n\033[1mRewind: a new branch after message 1 (the task); the old one stays in the tree:\033[0m\n'
+step run --trace "$trace" --after 1 "Start over, please" --script "$root/examples/scripts/short-answer.json"
+step traces show "$trace"
 
 printf '\n\033[1mWhat the sandbox refuses:\033[0m\n'
 set +e
