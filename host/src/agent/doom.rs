@@ -13,20 +13,26 @@ pub(crate) struct DoomLoopDetector {
 const MAX_CYCLE: usize = 4;
 
 impl DoomLoopDetector {
-    /// Trips when the same call repeats `threshold` times in a row, or a
-    /// cycle of up to four calls repeats `threshold` times.
+    /// Trips when the same step (one message's tool calls, same arguments)
+    /// repeats `threshold` times in a row, or a cycle of up to four steps
+    /// repeats `threshold` times.
     pub(crate) fn new(threshold: usize) -> Self {
         Self { threshold: threshold.max(2), history: Vec::new() }
     }
 
-    /// Records the calls of one assistant message; returns a description of
+    /// Records the calls of one assistant message (as one step: calls made
+    /// together in parallel are not a repetition); returns a description of
     /// the loop when one is detected.
     pub(crate) fn record(&mut self, calls: &[ToolCall]) -> Option<String> {
-        for call in calls {
-            let args = serde_json::from_str::<serde_json::Value>(&call.arguments)
-                .map_or_else(|_| call.arguments.clone(), |v| v.to_string());
-            self.history.push(format!("{}({args})", call.name));
-        }
+        let step: Vec<String> = calls
+            .iter()
+            .map(|call| {
+                let args = serde_json::from_str::<serde_json::Value>(&call.arguments)
+                    .map_or_else(|_| call.arguments.clone(), |v| v.to_string());
+                format!("{}({args})", call.name)
+            })
+            .collect();
+        self.history.push(step.join(" + "));
         let h = &self.history;
         for cycle in 1..=MAX_CYCLE {
             let span = cycle * self.threshold;
@@ -65,6 +71,13 @@ mod tests {
         assert!(d.record(&[call("read", r#"{ "path": "a" }"#)]).is_none());
         let hit = d.record(&[call("read", r#"{"path":"a"}"#)]).unwrap();
         assert!(hit.contains("the same tool call read({\"path\":\"a\"}) 3 times"), "{hit}");
+    }
+
+    #[test]
+    fn identical_calls_in_one_message_are_not_a_loop() {
+        let mut d = DoomLoopDetector::new(3);
+        let same = call("read", "{}");
+        assert!(d.record(&[same.clone(), same.clone(), same]).is_none());
     }
 
     #[test]

@@ -403,6 +403,13 @@ impl Run {
         {
             run.inner.store.set_head(&mut run.trace, point)?;
         }
+        // Every message carries a goal: the task is the root goal until the
+        // model plans its own.
+        if run.goals.is_empty() {
+            let task = if run.trace.task.is_empty() { "the task" } else { run.trace.task.as_str() };
+            run.goals.ensure_root(task).map_err(|e| AgentError::Other(e.to_string()))?;
+            run.goal_changed()?;
+        }
         // A crash or stop may have left calls without results.
         run.heal()?;
         for message in messages {
@@ -548,21 +555,20 @@ impl Run {
             message.duration_ms = started.elapsed().as_millis() as u64;
             self.usage += message.usage;
             self.cost += message.cost;
-            if self.goals.is_empty() {
-                let task = if self.trace.task.is_empty() { "the task" } else { &self.trace.task };
-                self.goals.ensure_root(task).map_err(|e| AgentError::Other(e.to_string()))?;
-                self.goal_changed()?;
-            }
             let assistant = self.persist(message)?;
             if assistant.tool_calls.is_empty() {
                 self.trace.result_summary = Some(assistant.text());
+            }
+            // The answer is kept either way; a stop asked for during the
+            // call still ends the run here.
+            if self.stopped() {
+                return Ok(TraceStatus::Stopped);
+            }
+            if assistant.tool_calls.is_empty() {
                 return Ok(TraceStatus::Completed);
             }
             if let Some(description) = doom.record(&assistant.tool_calls) {
                 return Err(AgentError::LimitExceeded(description));
-            }
-            if self.stopped() {
-                return Ok(TraceStatus::Stopped);
             }
             self.run_tools(&assistant.tool_calls)?;
         }
@@ -573,7 +579,11 @@ impl Run {
     /// rewritten, so prompt caches keep their prefix.
     fn remind_goals(&mut self, iteration: u32) -> Result<(), AgentError> {
         let every = self.config.goal_reminder_every;
-        if every == 0 || iteration == 1 || !(iteration - 1).is_multiple_of(every) || self.goals.is_empty() {
+        if every == 0
+            || iteration == 1
+            || !(iteration - 1).is_multiple_of(every)
+            || self.goals.is_empty()
+        {
             return Ok(());
         }
         let mut text = format!("<goal-tree>\n{}</goal-tree>", self.goals.render());

@@ -450,7 +450,9 @@ fn crash_writer_child() {
         calls.tool_calls = vec![call(&format!("c{i}"))];
         let calls = store.add_message(&mut trace, calls, None).unwrap();
         store.append_event(&mut trace, EventKind::MessageAdded { message: calls.clone() }).unwrap();
-        let result = store.add_message(&mut trace, Message::tool_result(&calls.tool_calls[0], "ok"), None).unwrap();
+        let result = store
+            .add_message(&mut trace, Message::tool_result(&calls.tool_calls[0], "ok"), None)
+            .unwrap();
         store.append_event(&mut trace, EventKind::MessageAdded { message: result }).unwrap();
         goals.record("g1", &GoalStats { messages: 2, ..GoalStats::default() }).unwrap();
         store.save_goals("t1", &goals).unwrap();
@@ -463,7 +465,12 @@ fn kill_9_at_any_instant_leaves_a_loadable_trace() {
     let exe = std::env::current_exe().unwrap();
     for round in 0..6u64 {
         let mut child = std::process::Command::new(&exe)
-            .args(["--exact", "trace::tests::crash_writer_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "trace::tests::crash_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CRASH_DIR, dir.path())
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -475,7 +482,10 @@ fn kill_9_at_any_instant_leaves_a_loadable_trace() {
         let store = open(dir.path());
         let Some(mut trace) = store.get("t1").unwrap() else { continue };
         let messages = store.messages("t1").unwrap();
-        assert_eq!(messages.last().map(|m| m.sequence), Some(trace.last_sequence).filter(|&s| s > 0));
+        assert_eq!(
+            messages.last().map(|m| m.sequence),
+            Some(trace.last_sequence).filter(|&s| s > 0)
+        );
         assert_eq!(messages.len() as u64, trace.totals.messages);
         let head = trace.head_sequence.unwrap();
         assert_eq!(store.main_path("t1", head).unwrap().len() as u64, head, "one chain");
@@ -486,7 +496,9 @@ fn kill_9_at_any_instant_leaves_a_loadable_trace() {
         // The next run heals what the kill interrupted and goes on.
         let tree = MessageTree::from_messages(&messages);
         for (_, orphan) in tree.orphaned_tool_calls(head) {
-            store.add_message(&mut trace, Message::tool_result(&orphan, "interrupted"), None).unwrap();
+            store
+                .add_message(&mut trace, Message::tool_result(&orphan, "interrupted"), None)
+                .unwrap();
         }
         let next = store.append_event(&mut trace, EventKind::TraceStarted).unwrap();
         assert_eq!(next.id as usize, events.len() + 1);

@@ -1,0 +1,283 @@
+//! Trace store costs: the durable writes of one agent-loop step, the main
+//! path and rewind point of a 100k-message trace in memory, and the same
+//! main path read from disk.
+//!
+//! `cargo bench -p reson --bench trace` prints criterion's figures and,
+//! last, one summary line per figure with its target.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use reson::trace::{
+    Durability, EventKind, FileTraceStore, Message, MessageTree, Role, ToolCall, Trace, TraceMode,
+    TraceStore, Usage,
+};
+use std::hint::black_box;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const BIG: u64 = 100_000;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn assistant_with_call(i: u64) -> Message {
+    let mut m = Message::new(
+        Role::Assistant,
+        "Let me look at the file that defines the parser first. ".repeat(5),
+    );
+    m.tool_calls = vec![ToolCall {
+        id: format!("call_{i}"),
+        name: "read".into(),
+        arguments: r#"{"path":"src/parser/mod.rs","offset":0,"limit":200}"#.into(),
+    }];
+    m.usage = Usage {
+        prompt_tokens: 12_000,
+        completion_tokens: 80,
+        cache_read_tokens: 11_000,
+        ..Usage::default()
+    };
+    m.cost = 0.004;
+    m.duration_ms = 900;
+    m
+}
+
+fn tool_result(call: &ToolCall) -> Message {
+    let mut m =
+        Message::tool_result(call, "fn parse(input: &str) -> Result<Ast, Error> {\n".repeat(40));
+    m.duration_ms = 3;
+    m
+}
+
+/// One step of the agent loop as the store sees it: the model's message
+/// with a tool call, the tool's result, and three events.
+fn step(store: &FileTraceStore, trace: &mut Trace, i: u64) {
+    let call = store.add_message(trace, assistant_with_call(i), None).unwrap();
+    let tool = &call.tool_calls[0];
+    store
+        .append_event(
+            trace,
+            EventKind::ToolStarted {
+                call_id: tool.id.clone(),
+                name: tool.name.clone(),
+                arguments: tool.arguments.clone(),
+            },
+        )
+        .unwrap();
+    store.add_message(trace, tool_result(tool), None).unwrap();
+    store
+        .append_event(
+            trace,
+            EventKind::ToolFinished {
+                call_id: tool.id.clone(),
+                name: tool.name.clone(),
+                ok: true,
+                summary: "40 lines".into(),
+            },
+        )
+        .unwrap();
+    store.append_event(trace, EventKind::MessageAdded { message: call }).unwrap();
+}
+
+fn new_store(dir: &Path, durability: Durability) -> (FileTraceStore, Trace) {
+    let store = FileTraceStore::open(dir, durability).unwrap();
+    let trace = Trace::new(TraceMode::Agent, "benchmark", "default");
+    store.create(&trace).unwrap();
+    (store, trace)
+}
+
+/// A 100k-message trace: a chain of steps (user, assistant with a tool
+/// call, result), with a two-message side branch every 1000 messages.
+fn big_trace(trace_id: &str) -> Vec<Message> {
+    let mut messages = Vec::with_capacity(BIG as usize);
+    let mut head = None;
+    let push = |mut m: Message, parent: Option<u64>, messages: &mut Vec<Message>| {
+        let seq = messages.len() as u64 + 1;
+        m.sequence = seq;
+        m.parent_sequence = parent;
+        m.trace_id = trace_id.to_owned();
+        m.id = format!("{trace_id}-{seq:04}");
+        messages.push(m);
+        seq
+    };
+    while (messages.len() as u64) < BIG - 6 {
+        let i = messages.len() as u64;
+        if i % 1000 == 999 {
+            let a = push(Message::new(Role::User, "try another way"), head, &mut messages);
+            push(Message::new(Role::Assistant, "ok"), Some(a), &mut messages);
+        }
+        let user = push(Message::new(Role::User, "go on"), head, &mut messages);
+        let call = assistant_with_call(i);
+        let result = tool_result(&call.tool_calls[0]);
+        let call = push(call, Some(user), &mut messages);
+        head = Some(push(result, Some(call), &mut messages));
+    }
+    messages
+}
+
+/// The same trace written to disk in the store's layout, directly: the
+/// store's own writes would take minutes for 100k messages, and the
+/// measurement is of reading.
+fn write_big_trace(dir: &Path) -> (FileTraceStore, String, u64) {
+    let (store, mut trace) = new_store(dir, Durability::Batched);
+    let messages = big_trace(&trace.id);
+    let messages_dir = dir.join(&trace.id).join("messages");
+    for m in &messages {
+        let mut file =
+            std::fs::File::create(messages_dir.join(format!("{:06}.json", m.sequence))).unwrap();
+        file.write_all(&serde_json::to_vec_pretty(m).unwrap()).unwrap();
+    }
+    let head = messages.last().unwrap().sequence;
+    trace.last_sequence = head;
+    trace.head_sequence = Some(head);
+    store.update(&trace).unwrap();
+    (store, trace.id, head)
+}
+
+fn fsync_cost(dir: &Path) -> Vec<f64> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("fsync-probe"))
+        .unwrap();
+    (0..50)
+        .map(|_| {
+            file.write_all(&[b'x'; 300]).unwrap();
+            let start = Instant::now();
+            file.sync_data().unwrap();
+            start.elapsed().as_nanos() as f64
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let work = tempfile::tempdir().unwrap();
+
+    let mut steps = c.benchmark_group("loop-step-writes");
+    for (name, durability) in
+        [("batched", Durability::Batched), ("immediate", Durability::Immediate)]
+    {
+        let dir = work.path().join(name);
+        let (store, mut trace) = new_store(&dir, durability);
+        let mut i = 0;
+        if durability == Durability::Immediate {
+            steps.sample_size(10);
+        }
+        steps.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                step(&store, &mut trace, i);
+            })
+        });
+        store.sync().unwrap();
+    }
+    steps.finish();
+
+    let messages = big_trace("tr_bench");
+    let tree = MessageTree::from_messages(&messages);
+    let head = messages.last().unwrap().sequence;
+    let rewind_to = messages
+        .iter()
+        .rev()
+        .find(|m| !m.tool_calls.is_empty() && m.sequence < head / 2)
+        .unwrap()
+        .sequence;
+    assert_eq!(tree.rewind_point(rewind_to), rewind_to + 1);
+    let mut big = c.benchmark_group("message-tree-100k");
+    big.bench_function("main path + rewind point", |b| {
+        b.iter(|| (black_box(tree.main_path(head)), black_box(tree.rewind_point(rewind_to))))
+    });
+    big.bench_function("build from messages", |b| {
+        b.iter(|| black_box(MessageTree::from_messages(&messages)))
+    });
+    big.finish();
+
+    // Summary, measured here so each line has its own median.
+    let per_step = |durability: Durability, sync: bool, rounds: u64| {
+        let dir = tempfile::tempdir_in(work.path()).unwrap();
+        let (store, mut trace) = new_store(dir.path(), durability);
+        let samples = (0..rounds)
+            .map(|i| {
+                let start = Instant::now();
+                step(&store, &mut trace, i);
+                if sync {
+                    store.sync().unwrap();
+                }
+                start.elapsed().as_nanos() as f64
+            })
+            .collect();
+        store.sync().unwrap();
+        median(samples)
+    };
+    let fsync = median(fsync_cost(work.path()));
+    let batched = per_step(Durability::Batched, false, 500);
+    let batched_synced = per_step(Durability::Batched, true, 50);
+    let immediate = per_step(Durability::Immediate, false, 50);
+    let in_memory = median(
+        (0..50)
+            .map(|_| {
+                let start = Instant::now();
+                black_box((tree.main_path(head), tree.rewind_point(rewind_to)));
+                start.elapsed().as_nanos() as f64
+            })
+            .collect(),
+    );
+    let build = median(
+        (0..5)
+            .map(|_| {
+                let start = Instant::now();
+                black_box(MessageTree::from_messages(&messages));
+                start.elapsed().as_nanos() as f64
+            })
+            .collect(),
+    );
+    drop(messages);
+
+    let disk = tempfile::tempdir_in(work.path()).unwrap();
+    let (store, id, head) = write_big_trace(disk.path());
+    let from_disk = median(
+        (0..3)
+            .map(|_| {
+                let start = Instant::now();
+                let path = store.main_path(&id, head).unwrap();
+                let took = start.elapsed().as_nanos() as f64;
+                assert_eq!(path.last().map(|m| m.sequence), Some(head));
+                took
+            })
+            .collect(),
+    );
+    let main_path_len = store.main_path(&id, head).unwrap().len();
+    let get = median(
+        (0..20)
+            .map(|_| {
+                let start = Instant::now();
+                black_box(store.get(&id).unwrap());
+                start.elapsed().as_nanos() as f64
+            })
+            .collect(),
+    );
+    drop(store);
+    let ms = |ns: f64| Duration::from_nanos(ns as u64).as_secs_f64() * 1e3;
+    println!("\n== figures ==");
+    println!("fsync (300 B append + fdatasync):         {:>9.3} ms median", ms(fsync));
+    println!(
+        "loop step writes, batched (default):      {:>9.3} ms median  (target <= 1 ms)",
+        ms(batched)
+    );
+    println!("loop step writes, batched + sync():       {:>9.3} ms median", ms(batched_synced));
+    println!("loop step writes, immediate:              {:>9.3} ms median", ms(immediate));
+    println!(
+        "100k tree: main path + rewind point:      {:>9.3} ms median  (target <= 50 ms)",
+        ms(in_memory)
+    );
+    println!("100k tree: build from messages:           {:>9.3} ms median", ms(build));
+    println!(
+        "100k trace from disk: main path ({main_path_len} msgs): {:>9.3} ms median",
+        ms(from_disk)
+    );
+    println!("100k trace from disk: get (reconciled):   {:>9.3} ms median", ms(get));
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

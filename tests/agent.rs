@@ -1,0 +1,592 @@
+//! The agent core end to end: the runner on the real `scripted` provider
+//! component and real tool plugins, a file trace store, sessions and hooks,
+//! and a real `reson run` process killed mid-run.
+
+mod support;
+
+use reson::agent::memory::SessionMemory;
+use reson::agent::{
+    AgentBuilder, AgentError, AgentEvent, AgentSession, BasicAgent, HookDecision, HookEvent,
+    HookPoint, Hooks, INTERRUPTED, RunConfig, Runner,
+};
+use reson::plugin::Runtime;
+use reson::provider::{LlmParams, PluginProvider};
+use reson::tools::ToolRegistry;
+use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus, TraceStore};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use support::TestDir;
+
+/// A plugins directory with the scripted provider, fs, echo and hostile,
+/// and a trace store, all in one temp dir.
+struct Setup {
+    dir: TestDir,
+    runtime: Runtime,
+    store: Arc<FileTraceStore>,
+}
+
+impl Setup {
+    fn new(script: serde_json::Value) -> Self {
+        Self::with_config(script, "")
+    }
+
+    fn with_config(script: serde_json::Value, extra: &str) -> Self {
+        let dir = TestDir::new();
+        dir.install(support::plugins(), "scripted")
+            .install(support::plugins(), "fs")
+            .install(support::plugins(), "echo")
+            .install(support::test_plugins(), "hostile");
+        let script_path = dir.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        let runtime = dir.open(&format!(
+            r#"
+            [plugins.scripted]
+            dirs = [{{ path = ".", access = "read" }}]
+            config = {{ script = "{}" }}
+            [plugins.fs]
+            dirs = [{{ path = "workspace", access = "read-write" }}]
+            {extra}
+            "#,
+            script_path.display()
+        ));
+        let store =
+            Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
+        Self { dir, runtime, store }
+    }
+
+    fn set_script(&self, script: serde_json::Value) {
+        std::fs::write(self.dir.path().join("script.json"), script.to_string()).unwrap();
+    }
+
+    fn runner(&self, hooks: Hooks) -> Runner {
+        Runner::new(
+            self.store.clone(),
+            Arc::new(PluginProvider::new(self.runtime.clone(), "scripted")),
+            ToolRegistry::new(self.runtime.clone()),
+            hooks,
+        )
+    }
+
+    fn main_path(&self, trace_id: &str) -> Vec<Message> {
+        let trace = self.store.get(trace_id).unwrap().unwrap();
+        self.store.main_path(trace_id, trace.head_sequence.unwrap()).unwrap()
+    }
+}
+
+fn user(text: &str) -> Vec<Message> {
+    vec![Message::new(Role::User, text)]
+}
+
+fn text_turn(text: &str) -> serde_json::Value {
+    json!({ "text": text })
+}
+
+fn echo_turn(text: &str) -> serde_json::Value {
+    json!({ "tool_calls": [{ "name": "echo", "arguments": { "text": text } }] })
+}
+
+fn sequences(path: &[Message]) -> Vec<u64> {
+    path.iter().map(|m| m.sequence).collect()
+}
+
+#[test]
+fn a_run_calls_tools_and_persists_every_step() {
+    let s = Setup::new(json!({ "turns": [
+        { "text": "writing", "tool_calls": [
+            { "name": "write", "arguments": { "path": "a.txt", "content": "hi" } },
+            { "name": "read", "arguments": { "path": "a.txt" } } ] },
+        text_turn("done")
+    ]}));
+    let runner = s.runner(Hooks::none());
+    let streaming = RunConfig {
+        params: LlmParams { stream: true, ..LlmParams::default() },
+        ..RunConfig::default()
+    };
+    let handle = runner.run(user("write a file"), streaming).unwrap();
+    let mut kinds = Vec::new();
+    while let Some(event) = handle.next_event() {
+        kinds.push(serde_json::to_value(&event).unwrap()["type"].as_str().unwrap().to_owned());
+    }
+    let outcome = handle.wait().unwrap();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    assert_eq!(outcome.final_text.as_deref(), Some("done"));
+    assert_eq!(outcome.iterations, 2);
+    assert_eq!(std::fs::read_to_string(s.dir.workspace().join("a.txt")).unwrap(), "hi");
+    for kind in [
+        "trace_started",
+        "model_request",
+        "text_delta",
+        "tool_started",
+        "tool_finished",
+        "message_added",
+        "finished",
+    ] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind} event in {kinds:?}");
+    }
+
+    let path = s.main_path(&outcome.trace_id);
+    let roles: Vec<Role> = path.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Assistant]);
+    assert_eq!(sequences(&path), [1, 2, 3, 4, 5]);
+    assert!(path.iter().all(|m| m.id == format!("{}-{:04}", outcome.trace_id, m.sequence)));
+    let results: Vec<String> = path[2..4].iter().map(Message::text).collect();
+    assert!(results.iter().any(|t| t.starts_with("wrote 2 bytes")), "{results:?}");
+    let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+    assert_eq!(trace.status, TraceStatus::Completed);
+    assert_eq!(trace.result_summary.as_deref(), Some("done"));
+    let events = s.store.events_after(&outcome.trace_id, 0).unwrap();
+    assert!(events.windows(2).all(|w| w[0].id < w[1].id), "event ids increase");
+    assert!(path.iter().all(|m| m.goal_id.is_some()), "every message carries the current goal");
+}
+
+#[test]
+fn continue_rewind_and_regenerate_build_the_right_main_paths() {
+    let s = Setup::new(
+        json!({ "turns": [echo_turn("one"), text_turn("first answer"), text_turn("second answer")] }),
+    );
+    let runner = s.runner(Hooks::none());
+    let first = runner.run(user("start"), RunConfig::default()).unwrap().wait().unwrap();
+    let id = first.trace_id.clone();
+    assert_eq!(sequences(&s.main_path(&id)), [1, 2, 3, 4]);
+
+    // Continue: appends after the head.
+    let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
+    runner.run(user("more"), cont).unwrap().wait().unwrap();
+    let path = s.main_path(&id);
+    assert_eq!(sequences(&path), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(path[5].text(), "second answer");
+
+    // Rewind onto the assistant message with a tool call: extended past
+    // its result, so the new message follows #3, not #2.
+    let rewind =
+        RunConfig { trace_id: Some(id.clone()), after_sequence: Some(2), ..RunConfig::default() };
+    runner.run(user("instead"), rewind).unwrap().wait().unwrap();
+    let path = s.main_path(&id);
+    assert_eq!(sequences(&path), [1, 2, 3, 7, 8]);
+    assert_eq!(path[3].parent_sequence, Some(3));
+    assert_eq!(path[4].text(), "first answer", "the script replays by the branch's history");
+
+    // Regenerate: rewind with no new message; the model answers #7 again.
+    let regen =
+        RunConfig { trace_id: Some(id.clone()), after_sequence: Some(7), ..RunConfig::default() };
+    runner.run(Vec::new(), regen).unwrap().wait().unwrap();
+    assert_eq!(sequences(&s.main_path(&id)), [1, 2, 3, 7, 9]);
+
+    // Nothing was deleted and no sequence was reused.
+    let all = s.store.messages(&id).unwrap();
+    assert_eq!(sequences(&all), (1..=9).collect::<Vec<_>>());
+
+    let bad =
+        RunConfig { trace_id: Some(id.clone()), after_sequence: Some(99), ..RunConfig::default() };
+    let err = runner.run(user("x"), bad).err().unwrap();
+    assert!(err.to_string().contains("has no message 99"), "{err}");
+    let missing = RunConfig { trace_id: Some("tr_nope".into()), ..RunConfig::default() };
+    assert!(runner.run(user("x"), missing).err().unwrap().to_string().contains("no trace tr_nope"));
+}
+
+#[test]
+fn a_doom_loop_ends_the_run_with_a_clear_error() {
+    let s = Setup::new(
+        json!({ "turns": [echo_turn("same"), echo_turn("same"), echo_turn("same"), text_turn("never")] }),
+    );
+    let err = s
+        .runner(Hooks::none())
+        .run(user("loop"), RunConfig::default())
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert!(matches!(err, AgentError::LimitExceeded(_)), "{err:?}");
+    assert!(err.to_string().contains("doom loop: the same tool call echo"), "{err}");
+    let trace = s.store.list(&Default::default()).unwrap().remove(0);
+    assert_eq!(trace.status, TraceStatus::Failed);
+    assert!(trace.error_message.unwrap().contains("doom loop"));
+}
+
+#[test]
+fn max_iterations_and_an_exhausted_script_fail_clearly() {
+    let s = Setup::new(json!({ "turns": [echo_turn("a"), echo_turn("b"), echo_turn("c")] }));
+    let runner = s.runner(Hooks::none());
+    let config = RunConfig { max_iterations: 2, ..RunConfig::default() };
+    let err = runner.run(user("go"), config).unwrap().wait().unwrap_err();
+    assert!(err.to_string().contains("max_iterations (2)"), "{err}");
+
+    let err = runner.run(user("go"), RunConfig::default()).unwrap().wait().unwrap_err();
+    assert!(
+        err.to_string().contains("the script has 3 turns and this request needs turn 4"),
+        "{err}"
+    );
+    assert!(!err.is_recoverable());
+}
+
+#[test]
+fn model_mistakes_go_back_to_the_model() {
+    let s = Setup::new(json!({ "turns": [
+        { "tool_calls": [
+            { "name": "nope", "arguments": {} },
+            { "name": "echo", "arguments": { "text": 5 } },
+            { "name": "echo", "arguments": "{not json" } ] },
+        text_turn("recovered")
+    ]}));
+    let outcome =
+        s.runner(Hooks::none()).run(user("go"), RunConfig::default()).unwrap().wait().unwrap();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    let path = s.main_path(&outcome.trace_id);
+    let results: Vec<String> =
+        path.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
+    assert!(
+        results.iter().any(|r| r.contains("unknown tool `nope`") && r.contains("echo")),
+        "{results:?}"
+    );
+    assert!(
+        results.iter().any(|r| r.contains("invalid arguments for `echo`") && r.contains("/text")),
+        "{results:?}"
+    );
+    assert!(results.iter().any(|r| r.contains("not valid JSON")), "{results:?}");
+}
+
+#[test]
+fn tool_calls_of_one_message_run_concurrently() {
+    let sleep = |id: &str| json!({ "id": id, "name": "exec", "arguments": { "program": "sleep", "args": ["0.6"] } });
+    let s = Setup::with_config(
+        json!({ "turns": [{ "tool_calls": [sleep("a"), sleep("b"), sleep("c")] }, text_turn("slept")] }),
+        "[plugins.hostile]\nprocess = [\"sleep *\"]\nlimits = { timeout_ms = 5000 }\n",
+    );
+    let start = Instant::now();
+    let outcome =
+        s.runner(Hooks::none()).run(user("sleep"), RunConfig::default()).unwrap().wait().unwrap();
+    let took = start.elapsed();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    let path = s.main_path(&outcome.trace_id);
+    let tools: Vec<&Message> = path.iter().filter(|m| m.role == Role::Tool).collect();
+    assert_eq!(tools.len(), 3);
+    assert!(tools.iter().all(|m| m.duration_ms >= 550), "each call slept");
+    assert!(took < Duration::from_millis(1500), "three 0.6 s calls took {took:?}: not concurrent");
+}
+
+#[test]
+fn accounting_sums_every_token_kind_and_cost() {
+    let usage = |p: u64, c: u64| json!({ "prompt_tokens": p, "completion_tokens": c, "reasoning_tokens": 1, "cache_read_tokens": 2, "cache_write_tokens": 3 });
+    let s = Setup::new(json!({ "turns": [
+        { "tool_calls": [{ "name": "echo", "arguments": { "text": "x" } }], "usage": usage(100, 10), "cost": 0.25 },
+        { "text": "ok", "usage": usage(200, 20), "cost": 0.5 }
+    ]}));
+    let outcome =
+        s.runner(Hooks::none()).run(user("count"), RunConfig::default()).unwrap().wait().unwrap();
+    assert_eq!(outcome.usage.prompt_tokens, 300);
+    assert!((outcome.cost - 0.75).abs() < 1e-9);
+    let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+    let u = trace.totals.usage;
+    assert_eq!(
+        (
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.reasoning_tokens,
+            u.cache_read_tokens,
+            u.cache_write_tokens
+        ),
+        (300, 30, 2, 4, 6)
+    );
+    assert!((trace.totals.cost - 0.75).abs() < 1e-9);
+    assert_eq!(trace.totals.messages, 4);
+    let path = s.main_path(&outcome.trace_id);
+    assert_eq!(path[1].usage.prompt_tokens, 100);
+    assert_eq!(path[3].usage.completion_tokens, 20);
+    let goals = s.store.goals(&outcome.trace_id).unwrap();
+    let root = &goals.goals()[0];
+    assert_eq!(goals.cumulative(&root.id).unwrap().usage.prompt_tokens, 300);
+}
+
+#[test]
+fn stop_ends_the_run_and_a_continue_picks_it_up() {
+    let s = Setup::new(
+        json!({ "turns": [{ "text": "thinking", "delay_ms": 800 }, text_turn("after")] }),
+    );
+    let runner = s.runner(Hooks::none());
+    let handle = runner.run(user("slow"), RunConfig::default()).unwrap();
+    let id = handle.trace_id().to_owned();
+    while let Some(event) = handle.next_event() {
+        if matches!(event, AgentEvent::ModelRequest { .. }) {
+            assert!(runner.stop(&id));
+            break;
+        }
+    }
+    let outcome = handle.wait().unwrap();
+    assert_eq!(outcome.status, TraceStatus::Stopped);
+    let trace = s.store.get(&id).unwrap().unwrap();
+    assert_eq!(trace.status, TraceStatus::Stopped);
+    assert!(!runner.stop(&id), "no longer running");
+
+    let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
+    let outcome = runner.run(user("go on"), cont).unwrap().wait().unwrap();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    assert_eq!(s.main_path(&id).last().unwrap().text(), "after");
+}
+
+#[test]
+fn hooks_observe_and_can_block() {
+    let s = Setup::new(json!({ "turns": [echo_turn("x"), text_turn("done")] }));
+    let requests = Arc::new(AtomicU32::new(0));
+    let counter = requests.clone();
+    let hooks = Hooks::none().on(HookPoint::PreRequest, move |_: &HookEvent| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        HookDecision::Continue
+    });
+    s.runner(hooks).run(user("go"), RunConfig::default()).unwrap().wait().unwrap();
+    assert_eq!(requests.load(Ordering::SeqCst), 2);
+
+    let errors = Arc::new(AtomicU32::new(0));
+    let seen = errors.clone();
+    let blocking = Hooks::none()
+        .on(HookPoint::PostRequest, |e: &HookEvent| {
+            if e.iteration == 2 {
+                HookDecision::Block("budget spent".into())
+            } else {
+                HookDecision::Continue
+            }
+        })
+        .on(HookPoint::OnError, move |_: &HookEvent| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            HookDecision::Continue
+        });
+    let err = s.runner(blocking).run(user("go"), RunConfig::default()).unwrap().wait().unwrap_err();
+    match &err {
+        AgentError::HookBlocked { point, reason } => {
+            assert_eq!((point.as_str(), reason.as_str()), ("post-request", "budget spent"))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(errors.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn retryable_provider_errors_fire_on_retry_then_fail() {
+    let s = Setup::new(
+        json!({ "turns": [{ "error": { "kind": "rate-limited", "message": "slow down", "retry_after_ms": 10 } }] }),
+    );
+    let retries = Arc::new(AtomicU32::new(0));
+    let counter = retries.clone();
+    let hooks = Hooks::none().on(HookPoint::OnRetry, move |_: &HookEvent| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        HookDecision::Continue
+    });
+    let config = RunConfig { max_retries: 2, ..RunConfig::default() };
+    let err = s.runner(hooks).run(user("go"), config).unwrap().wait().unwrap_err();
+    assert_eq!(retries.load(Ordering::SeqCst), 2);
+    assert!(err.to_string().contains("rate limited: slow down"), "{err}");
+    assert!(err.is_recoverable());
+
+    s.set_script(json!({ "turns": [{ "error": { "kind": "auth", "message": "bad key" } }] }));
+    let retries = Arc::new(AtomicU32::new(0));
+    let counter = retries.clone();
+    let hooks = Hooks::none().on(HookPoint::OnRetry, move |_: &HookEvent| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        HookDecision::Continue
+    });
+    let err = s.runner(hooks).run(user("go"), RunConfig::default()).unwrap().wait().unwrap_err();
+    assert_eq!(retries.load(Ordering::SeqCst), 0, "auth errors are not retried");
+    assert!(!err.is_recoverable());
+}
+
+#[test]
+fn goal_tree_is_kept_and_reminded_at_the_tail() {
+    let add = json!({ "tool_calls": [{ "name": "goal", "arguments": { "action": "add", "description": "sub" } }] });
+    let mut turns = vec![add];
+    turns.extend((0..3).map(|i| echo_turn(&format!("step {i}"))));
+    turns.push(text_turn("end"));
+    let s = Setup::new(json!({ "turns": turns }));
+    let config = RunConfig { goal_reminder_every: 2, ..RunConfig::default() };
+    let outcome = s.runner(Hooks::none()).run(user("plan"), config).unwrap().wait().unwrap();
+    let goals = s.store.goals(&outcome.trace_id).unwrap();
+    assert_eq!(goals.goals().len(), 2, "a root goal for the task plus the added one");
+    assert_eq!(goals.goals()[0].description, "plan");
+    let path = s.main_path(&outcome.trace_id);
+    let reminders: Vec<&Message> =
+        path.iter().filter(|m| m.synthetic && m.role == Role::User).collect();
+    assert_eq!(reminders.len(), 2, "iterations 3 and 5");
+    assert!(reminders[0].text().starts_with("<goal-tree>\n[>] g1 plan"), "{}", reminders[0].text());
+    let first = path.iter().position(|m| m.synthetic).unwrap();
+    assert_eq!(path[first - 1].role, Role::Tool, "appended at the tail, after the last result");
+}
+
+#[test]
+fn agent_builder_refuses_an_incomplete_bundle() {
+    let s = Setup::new(json!({ "turns": [] }));
+    let provider = Arc::new(PluginProvider::new(s.runtime.clone(), "scripted"));
+    let store: Arc<dyn TraceStore> = s.store.clone();
+    let cases = [
+        (
+            AgentBuilder::new()
+                .tools(ToolRegistry::builtins_only())
+                .hooks(Hooks::none())
+                .store(store.clone()),
+            "provider",
+        ),
+        (
+            AgentBuilder::new()
+                .provider(provider.clone())
+                .hooks(Hooks::none())
+                .store(store.clone()),
+            "tools",
+        ),
+        (
+            AgentBuilder::new()
+                .provider(provider.clone())
+                .tools(ToolRegistry::builtins_only())
+                .store(store.clone()),
+            "hooks",
+        ),
+        (
+            AgentBuilder::new()
+                .provider(provider)
+                .tools(ToolRegistry::builtins_only())
+                .hooks(Hooks::none()),
+            "trace store",
+        ),
+    ];
+    for (builder, missing) in cases {
+        match builder.build() {
+            Err(AgentError::Config(message)) => assert!(message.contains(missing), "{message}"),
+            other => panic!("expected a config error for {missing}, got {:?}", other.err()),
+        }
+    }
+}
+
+#[test]
+fn sessions_submit_turns_with_hooks_and_memory() {
+    let s =
+        Setup::new(json!({ "turns": [echo_turn("hi"), text_turn("first"), text_turn("second")] }));
+    let turns = Arc::new(AtomicU32::new(0));
+    let counter = turns.clone();
+    let bundle = AgentBuilder::new()
+        .provider(Arc::new(PluginProvider::new(s.runtime.clone(), "scripted")))
+        .tools(ToolRegistry::new(s.runtime.clone()))
+        .hooks(Hooks::none().on(HookPoint::OnTurnEnd, move |_: &HookEvent| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            HookDecision::Continue
+        }))
+        .store(s.store.clone())
+        .params(LlmParams { model: "scripted-1".into(), ..LlmParams::default() })
+        .build()
+        .unwrap();
+    let agent = Arc::new(BasicAgent::new("helper", "You help.").with_tools(vec!["echo".into()]));
+    assert_eq!(
+        bundle.tool_specs(agent.as_ref()).iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        ["echo"]
+    );
+    let memory = SessionMemory::in_memory("s1").unwrap();
+    memory.set("user", "name", "Ada").unwrap();
+    let mut session = AgentSession::with_memory(agent.clone(), bundle.clone(), memory);
+    let first = session.submit_turn("hello").unwrap();
+    let second = session.submit_turn("again").unwrap();
+    assert_eq!((first.turn, first.text.as_str(), first.tool_calls), (1, "first", 1));
+    assert_eq!((second.turn, second.text.as_str()), (2, "second"));
+    assert_eq!(first.trace_id, second.trace_id, "a session is one trace");
+    assert_eq!(session.turn_index(), 2);
+    assert_eq!(turns.load(Ordering::SeqCst), 2);
+    let trace = s.store.get(&first.trace_id).unwrap().unwrap();
+    assert_eq!(trace.agent_type, "helper");
+    let prompt = trace.context.extra["system_prompt"].as_str().unwrap();
+    assert_eq!(prompt, "You help.\n\n<session-context>\n[user]\nname: Ada\n</session-context>");
+
+    // Another session's memory is its own.
+    let other = AgentSession::new(agent, bundle).unwrap();
+    assert!(other.memory().snapshot().unwrap().is_empty());
+    assert_eq!(other.system_prompt().unwrap(), "You help.");
+}
+
+fn reson_run(s: &Setup, script: &serde_json::Value, args: &[&str]) -> std::process::Child {
+    let path: PathBuf = s.dir.path().join(format!("run-{}.json", fastrand_name()));
+    std::fs::write(&path, script.to_string()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args(["--config", &s.dir.path().join("reson.toml").to_string_lossy()])
+        .args(["--plugins-dir", &s.dir.plugins().to_string_lossy()])
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+        .args(["--traces-dir", &s.dir.path().join("traces").to_string_lossy()])
+        .args(["run", "--json", "--script", &path.to_string_lossy()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn fastrand_name() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// Reads the child's JSON events until one of type `kind`, then kills it
+/// with SIGKILL. Returns the trace id.
+fn kill_at(mut child: std::process::Child, kind: &str) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let mut trace_id = None;
+    for line in BufReader::new(stdout).lines() {
+        let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["type"] == "trace_started" {
+            trace_id = event["trace_id"].as_str().map(str::to_owned);
+        }
+        if event["type"] == kind {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return trace_id.expect("trace_started comes first");
+        }
+    }
+    panic!("the run ended before a {kind} event: {:?}", child.wait_with_output());
+}
+
+#[test]
+fn a_run_killed_during_a_tool_call_is_healed_on_continue() {
+    let s = Setup::with_config(
+        json!({ "turns": [] }),
+        "[plugins.hostile]\nlimits = { timeout_ms = 2000 }\n",
+    );
+    let script = json!({ "turns": [
+        { "text": "spinning", "tool_calls": [{ "id": "call_spin", "name": "spin", "arguments": {} }] },
+        text_turn("recovered")
+    ]});
+    let id = kill_at(reson_run(&s, &script, &["spin please"]), "tool_started");
+
+    let trace = s.store.get(&id).unwrap().expect("the killed trace loads");
+    assert_eq!(trace.status, TraceStatus::Running, "it never got to finish");
+    let before = s.store.messages(&id).unwrap();
+    assert_eq!(before.len(), 2, "user and assistant were persisted before the kill");
+
+    let out = reson_run(&s, &script, &["--trace", &id, "go on"]).wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = s.main_path(&id);
+    assert_eq!(path[..2], before[..], "nothing persisted before the kill was lost");
+    let healed = &path[2];
+    assert_eq!((healed.role, healed.tool_call_id.as_deref()), (Role::Tool, Some("call_spin")));
+    assert!(healed.synthetic && healed.text() == INTERRUPTED);
+    assert_eq!(path[3].text(), "go on");
+    assert_eq!(path.last().unwrap().text(), "recovered");
+    assert_eq!(s.store.get(&id).unwrap().unwrap().status, TraceStatus::Completed);
+}
+
+#[test]
+fn a_run_killed_during_a_model_call_continues_without_loss() {
+    let s = Setup::new(json!({ "turns": [] }));
+    let slow = json!({ "turns": [echo_turn("one"), { "text": "slow", "delay_ms": 10000 }] });
+    let id = kill_at(reson_run(&s, &slow, &["echo then think"]), "tool_finished");
+    // The kill lands while the second model call sleeps, or just before it.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = s.store.messages(&id).unwrap();
+    assert!(before.len() >= 2, "{before:?}");
+
+    let fast = json!({ "turns": [echo_turn("one"), text_turn("fast now")] });
+    let out = reson_run(&s, &fast, &["--trace", &id]).wait_with_output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = s.main_path(&id);
+    assert_eq!(path[..before.len()], before[..], "nothing persisted before the kill was lost");
+    assert_eq!(path.last().unwrap().text(), "fast now");
+    let all = s.store.messages(&id).unwrap();
+    assert!(
+        all.windows(2).all(|w| w[0].sequence + 1 == w[1].sequence),
+        "sequences stay dense and unique"
+    );
+}
