@@ -456,10 +456,11 @@ impl Run {
         let stored = self.inner.store.add_message(&mut self.trace, message, head)?;
         self.tree.insert(&stored);
         self.path.push(stored.clone());
-        if let Some(goal_id) = &stored.goal_id
-            && self.goals.record(goal_id, &GoalStats::of(&stored)).is_ok()
-        {
-            self.inner.store.save_goals(&self.trace.id, &self.goals)?;
+        // Goal stats are saved with the next goal change or when the run
+        // ends, not per message: they can be rebuilt from the messages,
+        // which carry their goal id and usage.
+        if let Some(goal_id) = &stored.goal_id {
+            let _ = self.goals.record(goal_id, &GoalStats::of(&stored));
         }
         self.inner
             .store
@@ -522,6 +523,7 @@ impl Run {
         self.trace.error_message = error.clone();
         self.trace.finished_at_ms = Some(now_ms());
         self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
+        self.inner.store.save_goals(&self.trace.id, &self.goals)?;
         self.inner.store.update(&self.trace)?;
         self.inner
             .store
@@ -710,6 +712,14 @@ impl Run {
                 self.goal_changed()?;
             }
             self.record_result(call, result, started.elapsed())?;
+        }
+        if let [call] = plugin_calls.as_slice() {
+            // One call needs no thread.
+            let started = Instant::now();
+            let context =
+                CallContext { call_id: call.id.clone(), trace_id: Some(self.trace.id.clone()) };
+            let result = self.inner.tools.call(call, &context);
+            return self.record_result(call, result, started.elapsed());
         }
         let tools = self.inner.tools.clone();
         let trace_id = self.trace.id.clone();
