@@ -30,7 +30,8 @@ fn bench(c: &mut Criterion) {
         "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n",
         script.display()
     ));
-    let store = Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
+    let store =
+        Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
     let runner = Runner::new(
         store,
         Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
@@ -58,7 +59,10 @@ fn bench(c: &mut Criterion) {
     let mut samples: Vec<Duration> = (0..30).map(|_| per_iteration()).collect();
     samples.sort();
     println!("\n== figures ==");
-    println!("agent loop, median per iteration: {:>8.3} ms  (target <= 1 ms)", samples[15].as_secs_f64() * 1e3);
+    println!(
+        "agent loop, median per iteration: {:>8.3} ms  (target <= 1 ms)",
+        samples[15].as_secs_f64() * 1e3
+    );
 }
 
 criterion_group!(benches, bench);

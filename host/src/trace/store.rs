@@ -90,7 +90,8 @@ pub trait TraceStore: Send + Sync {
     /// continues the main path; an earlier sequence rewinds or forks). It
     /// gets the next sequence, its id, trace, parent and creation time, and
     /// becomes the head; the trace's totals grow by its usage, cost and
-    /// time. Returns the message as stored.
+    /// time. Returns the message as stored; from then on [`get`](Self::get)
+    /// reflects it, whatever happens to the process.
     ///
     /// The parent is taken as given: to rewind onto an assistant message
     /// with tool calls, pass [`MessageTree::rewind_point`](super::MessageTree::rewind_point).

@@ -214,6 +214,29 @@ fn rewinding_onto_tool_calls_keeps_their_results() {
 }
 
 #[test]
+fn meta_json_is_rewritten_for_branches_and_every_32nd_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1");
+    let on_disk = || -> Trace {
+        serde_json::from_slice(&fs::read(dir.path().join("t1/meta.json")).unwrap()).unwrap()
+    };
+    for text in ["a", "b", "c"] {
+        store.add_message(&mut trace, Message::new(Role::User, text), None).unwrap();
+    }
+    assert_eq!(on_disk().last_sequence, 0, "continuations leave meta.json to `get`");
+    assert_eq!(store.get("t1").unwrap().unwrap(), trace);
+
+    store.add_message(&mut trace, Message::new(Role::User, "branch"), Some(1)).unwrap();
+    assert_eq!((on_disk().last_sequence, on_disk().head_sequence), (4, Some(4)));
+    while trace.last_sequence < 32 {
+        store.add_message(&mut trace, Message::new(Role::User, "more"), None).unwrap();
+    }
+    assert_eq!(on_disk(), trace);
+    assert_eq!(store.get("t1").unwrap().unwrap(), trace);
+}
+
+#[test]
 fn orphaned_calls_of_an_interrupted_run_can_be_healed() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
