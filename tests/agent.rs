@@ -320,11 +320,14 @@ fn stop_ends_the_run_and_a_continue_picks_it_up() {
     let trace = s.store.get(&id).unwrap().unwrap();
     assert_eq!(trace.status, TraceStatus::Stopped);
     assert!(!runner.stop(&id), "no longer running");
+    let roles: Vec<Role> = s.main_path(&id).iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::User], "the model call in flight was cancelled");
 
     let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
     let outcome = runner.run(user("go on"), cont).unwrap().wait().unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
-    assert_eq!(s.main_path(&id).last().unwrap().text(), "after");
+    let path = s.main_path(&id);
+    assert_eq!(path.iter().map(Message::text).collect::<Vec<_>>(), ["slow", "go on", "thinking"]);
 }
 
 #[test]
@@ -589,4 +592,74 @@ fn a_run_killed_during_a_model_call_continues_without_loss() {
         all.windows(2).all(|w| w[0].sequence + 1 == w[1].sequence),
         "sequences stay dense and unique"
     );
+}
+
+#[test]
+fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
+    let s = Setup::new(json!({ "turns": [] }));
+    let slow = json!({ "turns": [echo_turn("one"), { "text": "slow", "delay_ms": 10000 }] });
+    let mut child = reson_run(&s, &slow, &["think slowly"]);
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut trace_id = String::new();
+    let mut requests = 0;
+    for line in lines.by_ref() {
+        let event: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["type"] == "trace_started" {
+            trace_id = event["trace_id"].as_str().unwrap().to_owned();
+        }
+        if event["type"] == "model_request" {
+            requests += 1;
+            if requests == 2 {
+                break;
+            }
+        }
+    }
+    let started = Instant::now();
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let exit = child.wait().unwrap();
+    assert_eq!(exit.code(), Some(130), "a stopped run exits 130: {rest:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "it did not wait for the slow model call to end"
+    );
+    assert!(rest.iter().any(|l| l.contains(r#""status":"stopped""#)), "{rest:?}");
+    assert_eq!(s.store.get(&trace_id).unwrap().unwrap().status, TraceStatus::Stopped);
+
+    // A rewind onto the user message makes a branch; show draws both.
+    let answer = json!({ "turns": [text_turn("branch answer")] });
+    let out = reson_run(&s, &answer, &["--trace", &trace_id, "--after", "1", "another way"])
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let show = Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args([
+            "--traces-dir",
+            &s.dir.path().join("traces").to_string_lossy(),
+            "traces",
+            "show",
+            &trace_id,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(show.stdout).unwrap();
+    assert!(text.contains("* #1 user: think slowly"), "{text}");
+    assert!(text.contains("    #2 assistant:  → echo()"), "the old branch, indented: {text}");
+    assert!(text.contains("*   #4 user: another way"), "the new branch, on the main path: {text}");
+    assert!(text.contains("*   #5 assistant: branch answer"), "{text}");
+    assert!(text.contains("goals:\n[>] g1 think slowly (current)"), "{text}");
+    let list = Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args([
+            "--traces-dir",
+            &s.dir.path().join("traces").to_string_lossy(),
+            "traces",
+            "list",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let traces: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(traces[0]["id"], trace_id.as_str());
 }

@@ -84,6 +84,52 @@ fn loop_over_host_calls_hits_the_deadline() {
 }
 
 #[test]
+fn sleeping_in_a_host_call_is_cut_at_the_deadline() {
+    let (_dir, rt) = hostile("");
+    assert_eq!(call(&rt, "nap", json!({"ms": 10})).unwrap(), "slept 10 ms");
+    let start = Instant::now();
+    let err = call(&rt, "nap", json!({"ms": 60_000})).unwrap_err();
+    assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS });
+    assert!(
+        start.elapsed() < Duration::from_millis(TIMEOUT_MS * 3),
+        "slept on: {:?}",
+        start.elapsed()
+    );
+    assert_alive(&rt);
+}
+
+#[test]
+fn a_cancelled_call_stops_promptly() {
+    let (_dir, rt) = hostile("");
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let context = CallContext { cancel: Some(cancel.clone()), ..CallContext::default() };
+    let flag = cancel.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    for (tool, args) in [("nap", json!({"ms": 60_000})), ("spin", json!({}))] {
+        cancel.store(false, std::sync::atomic::Ordering::SeqCst);
+        let start = Instant::now();
+        if tool == "spin" {
+            let flag = cancel.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        let err = rt.call_tool(tool, &args.to_string(), &context).unwrap_err();
+        assert!(matches!(err, CallError::Cancelled { .. }), "{tool}: {err:?}");
+        assert!(
+            start.elapsed() < Duration::from_millis(TIMEOUT_MS),
+            "{tool}: {:?}",
+            start.elapsed()
+        );
+    }
+    assert_alive(&rt);
+}
+
+#[test]
 fn memory_bomb_hits_the_memory_cap() {
     let (_dir, rt) = hostile("");
     let err = call(&rt, "grow", json!({})).unwrap_err();

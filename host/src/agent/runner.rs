@@ -550,7 +550,9 @@ impl Run {
             self.inner.hooks.fire(&self.hook(HookPoint::PreRequest, *iterations))?;
             self.emit(AgentEvent::ModelRequest { iteration: *iterations });
             let started = Instant::now();
-            let response = self.call_model(*iterations)?;
+            let Some(response) = self.call_model(*iterations)? else {
+                return Ok(TraceStatus::Stopped);
+            };
             self.inner.hooks.fire(&self.hook(HookPoint::PostRequest, *iterations))?;
 
             let mut message = response.message;
@@ -608,7 +610,8 @@ impl Run {
         system.into_iter().chain(self.path.iter().cloned()).collect()
     }
 
-    fn call_model(&self, iteration: u32) -> Result<ChatResponse, AgentError> {
+    /// The model's answer; `None` when the run was stopped meanwhile.
+    fn call_model(&self, iteration: u32) -> Result<Option<ChatResponse>, AgentError> {
         let request = ChatRequest {
             messages: self.history(),
             tools: self.inner.tools.specs(),
@@ -625,8 +628,10 @@ impl Run {
                 };
                 let _ = events.send(event);
             });
-            match self.inner.provider.chat(&request, sink) {
-                Ok(response) => return Ok(response),
+            match self.inner.provider.chat(&request, sink, self.stop.clone()) {
+                Ok(response) => return Ok(Some(response)),
+                // A stop cancels the call in flight.
+                Err(_) if self.stopped() => return Ok(None),
                 Err(e) if e.is_retryable() && attempt <= self.config.max_retries => {
                     let backoff = self.config.retry_base_delay * 2u32.saturating_pow(attempt - 1);
                     let jitter = backoff.mul_f64(fastrand::f64() * 0.25);
@@ -643,7 +648,7 @@ impl Run {
                     });
                     self.sleep_unless_stopped(delay);
                     if self.stopped() {
-                        return Err(AgentError::Llm(e));
+                        return Ok(None);
                     }
                 }
                 Err(e) => return Err(AgentError::Llm(e)),
@@ -716,8 +721,11 @@ impl Run {
         if let [call] = plugin_calls.as_slice() {
             // One call needs no thread.
             let started = Instant::now();
-            let context =
-                CallContext { call_id: call.id.clone(), trace_id: Some(self.trace.id.clone()) };
+            let context = CallContext {
+                call_id: call.id.clone(),
+                trace_id: Some(self.trace.id.clone()),
+                cancel: Some(self.stop.clone()),
+            };
             let result = self.inner.tools.call(call, &context);
             return self.record_result(call, result, started.elapsed());
         }
@@ -726,11 +734,15 @@ impl Run {
         let (done, results) = mpsc::channel();
         std::thread::scope(|scope| -> Result<(), AgentError> {
             for call in &plugin_calls {
-                let (tools, done, trace_id) = (&tools, done.clone(), trace_id.clone());
+                let (tools, done, trace_id, stop) =
+                    (&tools, done.clone(), trace_id.clone(), self.stop.clone());
                 scope.spawn(move || {
                     let started = Instant::now();
-                    let context =
-                        CallContext { call_id: call.id.clone(), trace_id: Some(trace_id) };
+                    let context = CallContext {
+                        call_id: call.id.clone(),
+                        trace_id: Some(trace_id),
+                        cancel: Some(stop),
+                    };
                     let result = tools.call(call, &context);
                     let _ = done.send((*call, result, started.elapsed()));
                 });

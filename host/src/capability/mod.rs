@@ -5,6 +5,7 @@
 //! host calls is stopped as surely as one looping in pure wasm, and every
 //! capability is checked against the plugin's [`Grants`] on every call.
 
+pub(crate) mod clock;
 mod config;
 pub(crate) mod http;
 mod log;
@@ -16,6 +17,7 @@ use crate::contract::bindings::provider::reson::plugin::chat_types::Delta;
 use crate::policy::Grants;
 use serde::Serialize;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -54,6 +56,8 @@ pub(crate) struct HostState {
     pub(crate) deadline: Instant,
     pub(crate) denials: Vec<Denial>,
     pub(crate) deltas: Option<DeltaSink>,
+    /// Set by the caller to cut the call short.
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
     logged: usize,
 }
 
@@ -76,14 +80,25 @@ impl HostState {
             deadline,
             denials: Vec::new(),
             deltas: None,
+            cancel: None,
             logged: 0,
         }
     }
 
-    /// Time left before the deadline, or a trap if it has passed.
+    /// Whether the caller cancelled the call.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Time left before the deadline, or a trap if it has passed or the
+    /// call was cancelled.
     fn remaining(&self) -> wasmtime::Result<Duration> {
         let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() { Err(wasmtime::Error::new(HostTrap::Deadline)) } else { Ok(left) }
+        if left.is_zero() || self.cancelled() {
+            Err(wasmtime::Error::new(HostTrap::Deadline))
+        } else {
+            Ok(left)
+        }
     }
 
     /// Records a refusal and returns the message for the guest.

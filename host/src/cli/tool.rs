@@ -91,6 +91,6 @@ fn exit_code(err: &CallError) -> u8 {
         CallError::Tool { .. } => exit::TOOL_FAILED,
         CallError::LimitExceeded { .. } => exit::LIMIT,
         CallError::Trapped { .. } => exit::TRAPPED,
-        CallError::Internal { .. } => exit::HOST,
+        CallError::Internal { .. } | CallError::Cancelled { .. } => exit::HOST,
     }
 }

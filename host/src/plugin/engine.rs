@@ -49,6 +49,7 @@ impl Sandbox {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        crate::capability::clock::add_to_linker(&mut linker)?;
         // The three worlds share their host interfaces; `streaming` is the
         // provider world's only extra import.
         bindings::tool::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;

@@ -254,6 +254,14 @@ pub enum CallError {
         /// The tool's error.
         failure: ToolFailure,
     },
+    /// The caller cancelled the call (for example, the run was stopped).
+    #[error("tool `{tool}` of plugin `{plugin}` was cancelled")]
+    Cancelled {
+        /// The plugin.
+        plugin: String,
+        /// The tool.
+        tool: String,
+    },
     /// The host could not set up the call.
     #[error("could not run tool `{tool}` of plugin `{plugin}`: {message}")]
     Internal {

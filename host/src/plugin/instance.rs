@@ -8,6 +8,7 @@ use crate::capability::{HostState, HostTrap, Secrets};
 use crate::config::Access;
 use crate::policy::Grants;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -41,6 +42,7 @@ impl CallStore {
         plugin: &Arc<str>,
         grants: &Arc<Grants>,
         secrets: &Arc<Secrets>,
+        cancel: Option<Arc<AtomicBool>>,
         site: Site<'_>,
     ) -> Result<Self, CallError> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
@@ -49,7 +51,8 @@ impl CallStore {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
-            .allow_blocking_current_thread(true);
+            .allow_blocking_current_thread(true)
+            .monotonic_clock(crate::capability::clock::GuestClock);
         for dir in &grants.dirs {
             let perms = if dir.access == Access::ReadWrite {
                 FsPerms::ReadWrite
@@ -62,12 +65,14 @@ impl CallStore {
         }
         let limits = grants.limits;
         let deadline = Instant::now() + limits.timeout;
-        let state =
+        let mut state =
             HostState::new(wasi.build(), plugin.clone(), grants.clone(), secrets.clone(), deadline);
+        state.cancel = cancel.clone();
         let mut store = Store::new(&sandbox.engine, state);
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_callback(move |_| {
-            Ok(if Instant::now() >= deadline {
+            let cancelled = cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
+            Ok(if cancelled || Instant::now() >= deadline {
                 UpdateDeadline::Interrupt
             } else {
                 UpdateDeadline::Continue(1)
@@ -92,6 +97,9 @@ impl CallStore {
         };
         let trapped =
             |trap| CallError::Trapped { plugin: site.plugin.into(), tool: site.tool.into(), trap };
+        if self.store.data().cancelled() {
+            return CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() };
+        }
         if let Some(host) = find::<HostTrap>(err) {
             return match host {
                 HostTrap::Deadline => limit(Limit::timeout(limits.timeout)),

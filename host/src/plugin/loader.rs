@@ -20,6 +20,7 @@ use crate::policy::Grants;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 const MAX_TOOL_NAME: usize = 64;
@@ -67,6 +68,9 @@ pub struct CallContext {
     pub call_id: String,
     /// The trace the call belongs to.
     pub trace_id: Option<String>,
+    /// Set it to cut the call short (it then fails with
+    /// [`CallError::Cancelled`]).
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 pub(crate) struct ToolEntry {
@@ -247,8 +251,8 @@ fn list_tools(
     pre: &ToolPluginPre<HostState>,
 ) -> Result<Vec<ToolEntry>, String> {
     let site = Site { plugin, tool: "list" };
-    let mut call =
-        CallStore::new(cx.sandbox, plugin, grants, cx.secrets, site).map_err(|e| e.to_string())?;
+    let mut call = CallStore::new(cx.sandbox, plugin, grants, cx.secrets, None, site)
+        .map_err(|e| e.to_string())?;
     let specs = pre
         .instantiate(&mut call.store)
         .and_then(|instance| instance.reson_plugin_tool().call_list(&mut call.store))
@@ -303,7 +307,14 @@ impl LoadedPlugin {
                 message: format!("plugin is a {}, not a tool plugin", self.world),
             });
         };
-        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, site)?;
+        let mut call = CallStore::new(
+            sandbox,
+            &self.name,
+            &self.grants,
+            secrets,
+            context.cancel.clone(),
+            site,
+        )?;
         let instance = pre.instantiate(&mut call.store).map_err(|e| {
             if format!("{e:#}").contains("concurrent") {
                 CallError::LimitExceeded {
@@ -350,6 +361,7 @@ impl LoadedPlugin {
         secrets: &Arc<Secrets>,
         request: &chat::ChatRequest,
         deltas: Option<DeltaSink>,
+        cancel: Option<Arc<AtomicBool>>,
     ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
         let site = Site { plugin: &self.name, tool: "chat" };
         let Exports::Provider { pre } = &self.exports else {
@@ -359,7 +371,7 @@ impl LoadedPlugin {
                 message: format!("plugin is a {}, not a provider plugin", self.world),
             });
         };
-        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, site)?;
+        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, cancel, site)?;
         call.store.data_mut().deltas = deltas;
         let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
         instance

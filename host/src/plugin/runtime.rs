@@ -354,6 +354,7 @@ impl Runtime {
         plugin: &str,
         request: &chat::ChatRequest,
         deltas: Option<DeltaSink>,
+        cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
     ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
         let catalog = self.catalog();
         let Some(loaded) = catalog.slots.get(plugin).and_then(|s| s.active.clone()) else {
@@ -370,7 +371,7 @@ impl Runtime {
                 message: reason,
             });
         };
-        loaded.chat(&self.inner.sandbox, &self.inner.secrets, request, deltas)
+        loaded.chat(&self.inner.sandbox, &self.inner.secrets, request, deltas, cancel)
     }
 
     /// Re-reads the whole plugins directory: new and changed files load,

@@ -7,6 +7,8 @@ mod convert;
 use crate::plugin::{CallError, Runtime, ToolSpec};
 use crate::trace::{Message, Usage};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Sampling and transport parameters of a chat call.
@@ -155,8 +157,13 @@ pub trait ChatProvider: Send + Sync {
     /// The provider's name (the plugin name).
     fn name(&self) -> &str;
     /// Performs one call, blocking; deltas go to `deltas` as they arrive.
-    fn chat(&self, request: &ChatRequest, deltas: DeltaSink)
-    -> Result<ChatResponse, ProviderError>;
+    /// Setting `cancel` cuts the call short.
+    fn chat(
+        &self,
+        request: &ChatRequest,
+        deltas: DeltaSink,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<ChatResponse, ProviderError>;
 }
 
 /// A provider served by a provider plugin.
@@ -182,10 +189,12 @@ impl ChatProvider for PluginProvider {
         &self,
         request: &ChatRequest,
         mut deltas: DeltaSink,
+        cancel: Arc<AtomicBool>,
     ) -> Result<ChatResponse, ProviderError> {
         let wit_request = convert::request(request);
         let sink = Box::new(move |d| deltas(convert::delta(d)));
-        let response = self.runtime.chat(&self.plugin, &wit_request, Some(sink))??;
+        let response =
+            self.runtime.chat(&self.plugin, &wit_request, Some(sink), Some(cancel))??;
         Ok(convert::response(response))
     }
 }

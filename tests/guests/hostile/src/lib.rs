@@ -77,6 +77,20 @@ struct FloodArgs {
     bytes: u64,
 }
 
+/// Arguments of `nap`.
+#[derive(Deserialize, JsonSchema)]
+struct NapArgs {
+    /// How long to sleep, in milliseconds.
+    ms: u64,
+}
+
+/// Attacks the deadline from inside a host call: a WASI sleep blocks in the
+/// host, where epoch interruption cannot reach.
+fn nap(args: NapArgs, _: &Context) -> Result<Output, ToolError> {
+    std::thread::sleep(std::time::Duration::from_millis(args.ms));
+    Ok(Output::text(format!("slept {} ms", args.ms)))
+}
+
 /// Arguments of `echo`.
 #[derive(Deserialize, JsonSchema)]
 struct EchoArgs {
@@ -234,7 +248,7 @@ fn tools() -> Toolbox {
     Toolbox::new()
         .tool("spin", "Loops forever on the CPU.", spin)
         .tool("grow", "Allocates 16 MiB chunks forever.", grow)
-        .tool("recurse", "Recurses `depth` frames of 1 KiB stack each.", recurse)
+        .tool("recurse", "Recurses `depth` frames.", recurse)
         .tool("panic", "Panics with `message`.", panic)
         .tool("read", "Reads the file at `path`.", read)
         .tool("write", "Writes `content` to the file at `path`.", write)
@@ -244,6 +258,7 @@ fn tools() -> Toolbox {
         .tool("exec", "Runs `program` with `args` through the host.", exec)
         .tool("flood", "Returns `bytes` bytes of `x`.", flood)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
+        .tool("nap", "Sleeps `ms` milliseconds.", nap)
         .tool("echo", "Returns the given text unchanged.", echo)
 }
 

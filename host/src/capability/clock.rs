@@ -1,0 +1,83 @@
+//! Sleeping guests. WASI's own `monotonic-clock` sleeps block inside a host
+//! call, where epoch interruption cannot reach, so a guest could sleep past
+//! its deadline or through a cancel. These replacements wake at the call's
+//! deadline (the guest is then stopped on its way back into wasm) or as
+//! soon as the call is cancelled.
+
+use super::HostState;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::HostMonotonicClock;
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+
+/// The `wasi:clocks` version wasmtime-wasi 48 provides; guests importing
+/// older 0.2 versions are matched to it by semver.
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+/// How often a sleeping guest's cancel flag is looked at.
+const CANCEL_POLL: Duration = Duration::from_millis(10);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// The monotonic clock guests read, so that `subscribe-instant` can be
+/// measured against the same time.
+pub(crate) struct GuestClock;
+
+impl HostMonotonicClock for GuestClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+struct Sleep {
+    until: Instant,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Sleep {
+    async fn ready(&mut self) {
+        loop {
+            if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return;
+            }
+            let left = self.until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(CANCEL_POLL)).await;
+        }
+    }
+}
+
+impl HostState {
+    fn sleep(&mut self, duration: Duration) -> wasmtime::Result<Resource<DynPollable>> {
+        let wanted = Instant::now().checked_add(duration).unwrap_or(self.deadline);
+        let sleep = Sleep { until: wanted.min(self.deadline), cancel: self.cancel.clone() };
+        let resource = self.table.push(sleep)?;
+        subscribe(&mut self.table, resource)
+    }
+}
+
+/// Replaces `subscribe-duration` and `subscribe-instant` in `linker`.
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    clock.func_wrap("subscribe-duration", |mut cx, (nanos,): (u64,)| {
+        Ok((cx.data_mut().sleep(Duration::from_nanos(nanos))?,))
+    })?;
+    clock.func_wrap("subscribe-instant", |mut cx, (when,): (u64,)| {
+        let now = GuestClock.now();
+        Ok((cx.data_mut().sleep(Duration::from_nanos(when.saturating_sub(now)))?,))
+    })?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
