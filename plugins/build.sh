@@ -32,6 +32,10 @@ for manifest in "$workspace"/*/reson-plugin.toml; do
   crate=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$crate_dir/Cargo.toml" | head -n1)
   name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$manifest" | head -n1)
   wasm="$target_dir/wasm32-wasip2/release/${crate//-/_}.wasm"
+  if [ ! -f "$wasm" ]; then
+    echo "warning: $crate_dir has a reson-plugin.toml but is not a workspace member; skipped" >&2
+    continue
+  fi
   for pair in "$wasm:$out/$name.wasm" "$manifest:$out/$name.toml"; do
     src=${pair%%:*} dst=${pair#*:}
     if ! cmp -s "$src" "$dst"; then

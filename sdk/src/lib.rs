@@ -1,4 +1,4 @@
-//! # reson-sdk: write Reson tools and providers as WebAssembly components
+//! # reson-sdk: write Reson tools, providers and plan parsers as WebAssembly components
 //!
 //! A tool is a function over a deserialised argument struct. The argument
 //! struct derives `serde::Deserialize` and `schemars::JsonSchema` (add
@@ -53,7 +53,9 @@
 //!
 //! An LLM provider is written the same way around one `chat` function and
 //! exported with [`export_provider!`]; the [`provider`] module has its types,
-//! streaming and an example.
+//! streaming and an example. A plan parser, which turns a model's planning
+//! answer into steps, is one `parse` function exported with
+//! [`export_plan_parser!`]; see the [`plan`] module.
 //!
 //! The contract version (`reson:plugin@0.1.0`) is part of every interface
 //! name the component exports, so the host can refuse a component built for
@@ -62,6 +64,7 @@
 #[doc(hidden)]
 pub mod bindings;
 pub mod host;
+pub mod plan;
 pub mod provider;
 mod tool;
 

@@ -7,8 +7,13 @@ mod hooks;
 pub mod memory;
 mod runner;
 mod session;
+mod task;
 
 pub use error::AgentError;
 pub use hooks::{Hook, HookDecision, HookEvent, HookPoint, Hooks};
 pub use runner::{AgentEvent, INTERRUPTED, RunConfig, RunHandle, RunMode, RunOutcome, Runner};
 pub use session::{Agent, AgentBuilder, AgentSession, BasicAgent, RuntimeBundle, TurnOutcome};
+pub use task::{
+    FailurePolicy, Plan, PlanParser, PluginPlanParser, Step, StepStatus, TaskAgent, TaskOutcome,
+    TransitionError,
+};

@@ -8,7 +8,7 @@ use super::runner::{AgentEvent, RunConfig, Runner};
 use crate::plugin::ToolSpec;
 use crate::provider::{ChatProvider, LlmParams};
 use crate::tools::ToolRegistry;
-use crate::trace::{Message, Role, TraceStore, Usage};
+use crate::trace::{Message, Role, TraceMode, TraceStore, Usage};
 use std::sync::Arc;
 
 /// An agent: a name, a system prompt, and the tools it offers the model.
@@ -189,6 +189,7 @@ pub struct AgentSession {
     usage: Usage,
     cost: f64,
     trace_id: Option<String>,
+    mode: TraceMode,
 }
 
 impl AgentSession {
@@ -223,7 +224,19 @@ impl AgentSession {
             usage: Usage::default(),
             cost: 0.0,
             trace_id: None,
+            mode: TraceMode::Agent,
         }
+    }
+
+    /// Records the session's trace as `mode` (the task agent uses
+    /// [`TraceMode::Task`]).
+    pub fn set_mode(&mut self, mode: TraceMode) {
+        self.mode = mode;
+    }
+
+    /// The bundle the session runs on.
+    pub fn bundle(&self) -> &RuntimeBundle {
+        &self.bundle
     }
 
     /// The session id.
@@ -287,6 +300,7 @@ impl AgentSession {
             agent_type: self.agent.name().to_owned(),
             params: self.bundle.params.clone(),
             max_iterations: self.bundle.max_iterations,
+            mode: self.mode,
             ..RunConfig::default()
         };
         let handle = self.runner.run(vec![Message::new(Role::User, input)], config)?;

@@ -11,6 +11,7 @@ use super::manifest::Manifest;
 use crate::capability::{DeltaSink, HostState, Secrets};
 use crate::config::Config;
 use crate::contract::bindings::plan_parser::PlanParserPluginPre;
+use crate::contract::bindings::plan_parser::exports::reson::plugin::plan_parser as plan;
 use crate::contract::bindings::provider::ProviderPluginPre;
 use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::contract::bindings::tool::ToolPluginPre;
@@ -79,15 +80,9 @@ pub(crate) struct ToolEntry {
 }
 
 pub(crate) enum Exports {
-    Tool {
-        pre: ToolPluginPre<HostState>,
-        tools: Vec<ToolEntry>,
-    },
-    Provider {
-        pre: ProviderPluginPre<HostState>,
-    },
-    /// Linked and checked; calls come with the task agent.
-    PlanParser,
+    Tool { pre: ToolPluginPre<HostState>, tools: Vec<ToolEntry> },
+    Provider { pre: ProviderPluginPre<HostState> },
+    PlanParser { pre: PlanParserPluginPre<HostState> },
 }
 
 /// One generation of a loaded plugin. Calls hold an `Arc` to it, so a
@@ -227,8 +222,7 @@ pub(crate) fn load(
             Exports::Provider { pre: ProviderPluginPre::new(pre).map_err(link)? }
         }
         World::PlanParserPlugin => {
-            PlanParserPluginPre::new(pre).map_err(link)?;
-            Exports::PlanParser
+            Exports::PlanParser { pre: PlanParserPluginPre::new(pre).map_err(link)? }
         }
     };
     Ok(LoadedPlugin {
@@ -377,6 +371,30 @@ impl LoadedPlugin {
         instance
             .reson_plugin_provider()
             .call_chat(&mut call.store, request)
+            .map_err(|e| call.classify(&e, site))
+    }
+
+    /// Parses `raw` with a plan parser plugin in a fresh instance.
+    pub(crate) fn parse_plan(
+        &self,
+        sandbox: &Sandbox,
+        secrets: &Arc<Secrets>,
+        raw: &str,
+        goal: &str,
+    ) -> Result<Result<plan::Plan, plan::ParseError>, CallError> {
+        let site = Site { plugin: &self.name, tool: "parse" };
+        let Exports::PlanParser { pre } = &self.exports else {
+            return Err(CallError::Internal {
+                plugin: self.name.to_string(),
+                tool: "parse".into(),
+                message: format!("plugin is a {}, not a plan parser plugin", self.world),
+            });
+        };
+        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, None, site)?;
+        let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
+        instance
+            .reson_plugin_plan_parser()
+            .call_parse(&mut call.store, raw, goal)
             .map_err(|e| call.classify(&e, site))
     }
 

@@ -8,6 +8,7 @@ use super::lock::LockFile;
 use crate::capability::{DeltaSink, Secrets};
 use crate::config::Config;
 use crate::contract::World;
+use crate::contract::bindings::plan_parser::exports::reson::plugin::plan_parser as plan;
 use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
 use crate::policy::Grants;
 use serde::Serialize;
@@ -347,6 +348,20 @@ impl Runtime {
         plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, context)
     }
 
+    /// The loaded generation of `plugin`, or why there is none.
+    fn active(&self, plugin: &str, tool: &str) -> Result<Arc<LoadedPlugin>, CallError> {
+        let catalog = self.catalog();
+        if let Some(loaded) = catalog.slots.get(plugin).and_then(|s| s.active.clone()) {
+            return Ok(loaded);
+        }
+        let message = match catalog.slots.get(plugin).map(|s| &s.status) {
+            Some(PluginStatus::Failed(e)) => e.clone(),
+            Some(PluginStatus::Disabled) => "disabled in the config".into(),
+            _ => format!("no plugin `{plugin}` in {}", self.inner.options.plugins_dir.display()),
+        };
+        Err(CallError::Internal { plugin: plugin.into(), tool: tool.into(), message })
+    }
+
     /// Calls the provider plugin `plugin` once. Blocks like
     /// [`Runtime::call_tool`].
     pub(crate) fn chat(
@@ -356,22 +371,28 @@ impl Runtime {
         deltas: Option<DeltaSink>,
         cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
     ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
-        let catalog = self.catalog();
-        let Some(loaded) = catalog.slots.get(plugin).and_then(|s| s.active.clone()) else {
-            let reason = match catalog.slots.get(plugin).map(|s| &s.status) {
-                Some(PluginStatus::Failed(e)) => e.clone(),
-                Some(PluginStatus::Disabled) => "disabled in the config".into(),
-                _ => {
-                    format!("no plugin `{plugin}` in {}", self.inner.options.plugins_dir.display())
-                }
-            };
-            return Err(CallError::Internal {
-                plugin: plugin.into(),
-                tool: "chat".into(),
-                message: reason,
-            });
-        };
-        loaded.chat(&self.inner.sandbox, &self.inner.secrets, request, deltas, cancel)
+        self.active(plugin, "chat")?.chat(
+            &self.inner.sandbox,
+            &self.inner.secrets,
+            request,
+            deltas,
+            cancel,
+        )
+    }
+
+    /// Parses a plan with the plan parser plugin `plugin`.
+    pub(crate) fn parse_plan(
+        &self,
+        plugin: &str,
+        raw: &str,
+        goal: &str,
+    ) -> Result<Result<plan::Plan, plan::ParseError>, CallError> {
+        self.active(plugin, "parse")?.parse_plan(
+            &self.inner.sandbox,
+            &self.inner.secrets,
+            raw,
+            goal,
+        )
     }
 
     /// Re-reads the whole plugins directory: new and changed files load,
