@@ -3,6 +3,7 @@
 
 mod plugins;
 mod run;
+mod task;
 mod tool;
 mod traces;
 
@@ -43,6 +44,8 @@ enum Command {
     Tool(tool::Command),
     /// Run an agent: a new task, a continue (--trace), a rewind (--after).
     Run(run::RunArgs),
+    /// Plan a goal (or take a plan with --plan) and execute it step by step.
+    Task(task::TaskArgs),
     /// List traces, or show one with its message and goal trees.
     #[command(subcommand)]
     Traces(traces::Command),
@@ -72,6 +75,9 @@ pub fn main() -> ExitCode {
         Command::Tool(cmd) => open(&cli, |_| Ok(())).and_then(|rt| tool::run(&rt, cmd)),
         Command::Run(args) => {
             open(&cli, |o| run::prepare_options(o, args)).and_then(|rt| run::run(&rt, args))
+        }
+        Command::Task(args) => {
+            open(&cli, |o| task::prepare_options(o, args)).and_then(|rt| task::run(&rt, args))
         }
         Command::Traces(cmd) => options(&cli).and_then(|o| traces::run(&run::traces_dir(&o), cmd)),
     };

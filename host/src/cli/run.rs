@@ -53,7 +53,13 @@ const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to 
 /// Grants the scripted provider read access to the script and tells it where
 /// the script is, before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
-    let Some(script) = &args.script else { return Ok(()) };
+    grant_script(options, args.script.as_deref())
+}
+
+/// Grants the scripted provider read access to `script` and tells it where
+/// the script is.
+pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyhow::Result<()> {
+    let Some(script) = script else { return Ok(()) };
     let script = script.canonicalize().with_context(|| format!("script {}", script.display()))?;
     let dir = script.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
     let grant = options.config.plugins.entry("scripted".into()).or_default();

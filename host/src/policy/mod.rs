@@ -3,6 +3,13 @@
 
 mod grants;
 mod patterns;
+mod presets;
+mod rules;
 
 pub use grants::{EffectiveLimits, Grants, MountedDir};
 pub use patterns::{CommandPattern, PatternError, UrlPattern};
+pub use presets::Preset;
+pub use rules::{
+    Decision, PatternKind, Rule, RuleError, RuleSet, TOOL_ARGUMENTS, ToolArgument, Verdict,
+    subject_of,
+};

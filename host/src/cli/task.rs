@@ -1,0 +1,140 @@
+//! `reson task`: plan a goal (or take a plan), then execute it step by step.
+
+use super::exit;
+use super::run::traces_dir;
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use reson::agent::{
+    AgentBuilder, BasicAgent, FailurePolicy, Hooks, Plan, PlanParser, PluginPlanParser, StepStatus,
+    TaskAgent,
+};
+use reson::plugin::{Options, Runtime};
+use reson::provider::{LlmParams, PluginProvider};
+use reson::tools::ToolRegistry;
+use reson::trace::{Durability, FileTraceStore};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Args)]
+pub(crate) struct TaskArgs {
+    /// The goal.
+    goal: String,
+    /// Plan parser plugin.
+    #[arg(long, default_value = "json-plan")]
+    parser: String,
+    /// Execute this plan (in the parser's format) instead of asking the model for one.
+    #[arg(long)]
+    plan: Option<PathBuf>,
+    /// Replay this script of assistant turns (the offline `scripted` provider).
+    #[arg(long)]
+    script: Option<PathBuf>,
+    /// Provider plugin [default: scripted]
+    #[arg(long)]
+    provider: Option<String>,
+    /// Model name passed to the provider.
+    #[arg(long, default_value = "")]
+    model: String,
+    /// What to do when a step fails.
+    #[arg(long, value_enum, default_value_t = OnFailure::Stop)]
+    on_failure: OnFailure,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum OnFailure {
+    Stop,
+    Skip,
+    Continue,
+}
+
+const SYSTEM_PROMPT: &str = "You are a careful agent working through a plan one step at a time. \
+                             Use the tools, then say briefly what the step achieved.";
+
+pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow::Result<()> {
+    super::run::grant_script(options, args.script.as_deref())
+}
+
+pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode> {
+    let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
+    let provider = args.provider.clone().unwrap_or_else(|| "scripted".into());
+    let bundle = AgentBuilder::new()
+        .provider(Arc::new(PluginProvider::new(runtime.clone(), provider)))
+        .tools(ToolRegistry::new(runtime.clone()))
+        .hooks(Hooks::none())
+        .store(store)
+        .params(LlmParams { model: args.model.clone(), ..LlmParams::default() })
+        .build()?;
+    let parser = Arc::new(PluginPlanParser::new(runtime.clone(), args.parser.clone()));
+    let policy = match args.on_failure {
+        OnFailure::Stop => FailurePolicy::Stop,
+        OnFailure::Skip => FailurePolicy::Skip,
+        OnFailure::Continue => FailurePolicy::Continue,
+    };
+    let agent = Arc::new(BasicAgent::new("task", SYSTEM_PROMPT));
+    let mut task = TaskAgent::new(agent, bundle, parser.clone())?.with_failure_policy(policy);
+    let mut printer = Printer::default();
+    let outcome = match &args.plan {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("plan {}", path.display()))?;
+            let plan = parser.parse(&text, &args.goal)?;
+            task.execute_plan(plan, |p| printer.show(p))
+        }
+        None => task.run(&args.goal, |p| printer.show(p)),
+    };
+    match outcome {
+        Ok(outcome) => {
+            print!("\n{}", outcome.plan.render());
+            if let Some(id) = &outcome.trace_id {
+                eprintln!("trace {id}");
+            }
+            Ok(if outcome.succeeded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(exit::TOOL_FAILED)
+            })
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(exit::TOOL_FAILED))
+        }
+    }
+}
+
+/// Prints each step when its status changes.
+#[derive(Default)]
+struct Printer {
+    seen: Vec<String>,
+}
+
+impl Printer {
+    fn show(&mut self, plan: &Plan) {
+        if self.seen.is_empty() {
+            println!("plan for: {}", plan.goal);
+            print!("{}", plan.render());
+            self.seen = plan.steps.iter().map(|s| s.status().to_string()).collect();
+            return;
+        }
+        for (step, seen) in plan.steps.iter().zip(self.seen.iter_mut()) {
+            let now = step.status().to_string();
+            if now != *seen {
+                let detail = match step.status() {
+                    StepStatus::Completed { response } => format!(": {}", first_line(response)),
+                    StepStatus::Failed { error } => format!(": {error}"),
+                    _ => String::new(),
+                };
+                println!(
+                    "[{}/{}] {now} {}{detail}",
+                    step.index + 1,
+                    plan.steps.len(),
+                    step.description
+                );
+                *seen = now;
+            }
+        }
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().chars().take(100).collect()
+}
