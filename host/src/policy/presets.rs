@@ -104,8 +104,9 @@ impl Preset {
         })
     }
 
-    /// The rules in force under this preset: `global`'s, then the preset's,
-    /// then denials for tools outside `allowed_tools` and for
+    /// The rules in force under this preset: `global`'s, then the preset's
+    /// (a built-in preset's rules come first instead: they are defaults,
+    /// and the user's global rules win over them), then denials for tools outside `allowed_tools` and for
     /// `denied_tools`, last so that they win. Fails when the preset's own
     /// rules do not compile or their examples fail.
     pub fn rule_set(&self, global: &RuleSet) -> Result<RuleSet, RuleError> {
@@ -113,7 +114,11 @@ impl Preset {
             name: self.name.clone(),
             source: Box::new(source),
         })?;
-        let mut set = RuleSet::layered(global, &own);
+        let mut set = if Self::builtin(&self.name).as_ref() == Some(self) {
+            RuleSet::layered(&own.with_default(global.default()), global)
+        } else {
+            RuleSet::layered(global, &own)
+        };
         if let Some(allowed) = &self.allowed_tools {
             set = set.then_deny(
                 ToolMatcher::AllBut(allowed.clone()),
@@ -226,6 +231,19 @@ mod tests {
         let preset = Preset::builtin("analyst").unwrap();
         let global = [Rule { pattern: Some("src/**".into()), ..rule(Decision::Allow, "write") }];
         assert_eq!(decide(&preset, &global, "write", json!({ "path": "src/a" })), Decision::Allow);
+    }
+
+    #[test]
+    fn global_rules_win_over_a_builtin_presets_defaults() {
+        let preset = Preset::builtin("default").unwrap();
+        let global = [
+            Rule { pattern: Some("**/.env".into()), ..rule(Decision::Deny, "read") },
+            Rule { pattern: Some("git *".into()), ..rule(Decision::Allow, "shell") },
+        ];
+        assert_eq!(decide(&preset, &global, "read", json!({ "path": "app/.env" })), Decision::Deny);
+        assert_eq!(decide(&preset, &global, "read", json!({ "path": "app/main.rs" })), Decision::Allow);
+        assert_eq!(decide(&preset, &global, "shell", json!({ "command": "git status" })), Decision::Allow);
+        assert_eq!(decide(&preset, &global, "shell", json!({ "command": "rm -rf /" })), Decision::Ask);
     }
 
     #[test]

@@ -419,6 +419,11 @@ impl RuleSet {
         Ok(Self { rules, default: Decision::Ask })
     }
 
+    /// The decision for calls no rule matches.
+    pub fn default(&self) -> Decision {
+        self.default
+    }
+
     /// Sets the decision for calls no rule matches.
     pub fn with_default(mut self, default: Decision) -> Self {
         self.default = default;
