@@ -19,6 +19,11 @@ plugins_dir = "$root/target/plugins"
 lock_file = "reson.lock"
 traces_dir = "traces"
 
+[permissions]
+# The default preset asks before writes; the demo's changes are allowed
+# up front, inside the workspace only.
+rules = [{ decision = "allow", tool = "{write,edit}", pattern = "{src,notes}/**", examples = ["src/main.rs", "notes/done.txt"], counter_examples = ["../outside.txt", "/etc/passwd"] }]
+
 [plugins.fs]
 dirs = [{ path = "workspace", access = "read-write" }]
 limits = { timeout_ms = 5000 }

@@ -43,8 +43,11 @@ impl Setup {
             .install(support::test_plugins(), "hostile");
         let script_path = dir.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
+        // `reson run` checks permissions; these tests are about the loop.
         let runtime = dir.open(&format!(
             r#"
+            [permissions]
+            default = "allow"
             [plugins.scripted]
             dirs = [{{ path = ".", access = "read" }}]
             config = {{ script = "{}" }}

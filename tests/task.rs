@@ -30,7 +30,8 @@ impl Setup {
         let script_path = dir.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         let runtime = dir.open(&format!(
-            "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n\
+            "[permissions]\ndefault = \"allow\"\n\
+             [plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n\
              [plugins.fs]\ndirs = [{{ path = \"workspace\", access = \"read-write\" }}]\n",
             script_path.display()
         ));

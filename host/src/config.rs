@@ -3,6 +3,7 @@
 //! Nothing here can be widened by a plugin or a model: a plugin gets the
 //! intersection of what its manifest requests and what this file grants.
 
+use crate::policy::{Decision, Rule, RuleSet};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +48,12 @@ pub struct Config {
     /// beyond computing and logging.
     #[serde(default)]
     pub plugins: BTreeMap<String, PluginGrant>,
+    /// Permission rules for tool calls, checked by the host.
+    #[serde(default)]
+    pub permissions: PermissionsConfig,
+    /// User presets by name; they override built-ins of the same name.
+    #[serde(default)]
+    pub presets: BTreeMap<String, crate::policy::Preset>,
     /// Secret values by name, for plugins granted those names. Environment
     /// variables of the same name take precedence.
     #[serde(default, skip_serializing)]
@@ -67,11 +74,29 @@ impl Config {
         Ok(config)
     }
 
-    /// Parses TOML text; relative paths resolve against the current directory.
+    /// Parses TOML text; relative paths resolve against the current
+    /// directory. Permission rules are compiled and their examples checked
+    /// here, so a rule that does not do what its examples say is a config
+    /// error, not a surprise at run time.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
         config.base_dir = PathBuf::from(".");
+        let global = config.permissions.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
+        for (name, preset) in &config.presets {
+            let preset = crate::policy::Preset { name: name.clone(), ..preset.clone() };
+            preset.rule_set(&global).map_err(|e| format!("[presets.{name}]: {e}"))?;
+        }
         Ok(config)
+    }
+
+    /// The rules in force under preset `name` (a user preset, else a
+    /// built-in), with the preset itself.
+    pub fn preset(&self, name: &str) -> Result<(crate::policy::Preset, RuleSet), String> {
+        let preset =
+            crate::policy::Preset::resolve(name, &self.presets).map_err(|e| e.to_string())?;
+        let global = self.permissions.rule_set().map_err(|e| e.to_string())?;
+        let rules = preset.rule_set(&global).map_err(|e| e.to_string())?;
+        Ok((preset, rules))
     }
 
     /// Resolves a path from this file against the file's directory.
@@ -82,6 +107,31 @@ impl Config {
     /// The grant for `plugin`, or the empty grant.
     pub fn grant(&self, plugin: &str) -> PluginGrant {
         self.plugins.get(plugin).cloned().unwrap_or_default()
+    }
+}
+
+/// `[permissions]`: the host's rules for tool calls.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsConfig {
+    /// The decision when no rule matches.
+    pub default: Decision,
+    /// How long a headless approval waits for an answer before denying.
+    pub approval_timeout_ms: u64,
+    /// Rules; the last that matches a call decides it.
+    pub rules: Vec<Rule>,
+}
+
+impl Default for PermissionsConfig {
+    fn default() -> Self {
+        Self { default: Decision::Ask, approval_timeout_ms: 60_000, rules: Vec::new() }
+    }
+}
+
+impl PermissionsConfig {
+    /// The global rules, compiled.
+    pub fn rule_set(&self) -> Result<RuleSet, crate::policy::RuleError> {
+        Ok(RuleSet::compile(&self.rules)?.with_default(self.default))
     }
 }
 
@@ -220,6 +270,24 @@ mod tests {
         assert!(fs.enabled);
         let other = config.grant("other");
         assert!(other.enabled && other.dirs.is_empty() && other.http.is_empty());
+    }
+
+    #[test]
+    fn rule_examples_are_checked_when_the_config_loads() {
+        let ok = r#"
+            [permissions]
+            rules = [{ decision = "allow", tool = "shell", pattern = "git *", examples = ["git status"] }]
+        "#;
+        assert!(Config::parse(ok).is_ok());
+        let bad = ok.replace("git status", "gti status");
+        let err = Config::parse(&bad).unwrap_err();
+        assert!(err.contains("[permissions]") && err.contains("gti status"), "{err}");
+        let bad_preset = r#"
+            [presets.review]
+            rules = [{ decision = "deny", tool = "shell", pattern = "rm *", counter_examples = ["rm -rf /"] }]
+        "#;
+        let err = Config::parse(bad_preset).unwrap_err();
+        assert!(err.contains("[presets.review]") && err.contains("rm -rf /"), "{err}");
     }
 
     #[test]

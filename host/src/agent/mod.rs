@@ -1,6 +1,7 @@
 //! Agents: the loop that turns model answers into tool calls and traces,
 //! and the AG Core layer (agents, sessions, hooks, session memory) on top.
 
+mod approval;
 mod doom;
 mod error;
 mod hooks;
@@ -9,6 +10,7 @@ mod runner;
 mod session;
 mod task;
 
+pub use approval::{Answer, ApprovalRequest, Approver, PendingApprovals, Permissions};
 pub use error::AgentError;
 pub use hooks::{Hook, HookDecision, HookEvent, HookPoint, Hooks};
 pub use runner::{AgentEvent, INTERRUPTED, RunConfig, RunHandle, RunMode, RunOutcome, Runner};

@@ -8,6 +8,7 @@
 //! are healed with a synthetic "interrupted" result before the next model
 //! call.
 
+use super::approval::{ApprovalRequest, Permissions};
 use super::doom::DoomLoopDetector;
 use super::error::AgentError;
 use super::hooks::{HookEvent, HookPoint, Hooks};
@@ -141,6 +142,12 @@ pub enum AgentEvent {
         /// The wait before it.
         delay_ms: u64,
     },
+    /// A tool call waits for approval: answer it through the run's
+    /// approver (for example [`PendingApprovals::answer`](super::PendingApprovals::answer)).
+    ApprovalNeeded {
+        /// The request.
+        request: ApprovalRequest,
+    },
     /// A tool call starts.
     ToolStarted {
         /// The call id.
@@ -230,6 +237,7 @@ struct Inner {
     provider: Arc<dyn ChatProvider>,
     tools: ToolRegistry,
     hooks: Hooks,
+    permissions: Option<Arc<Permissions>>,
     running: Mutex<HashMap<String, Arc<AtomicBool>>>,
 }
 
@@ -248,7 +256,39 @@ impl Runner {
         tools: ToolRegistry,
         hooks: Hooks,
     ) -> Self {
-        Self { inner: Arc::new(Inner { store, provider, tools, hooks, running: Mutex::default() }) }
+        let inner =
+            Inner { store, provider, tools, hooks, permissions: None, running: Mutex::default() };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// The same runner with tool calls checked by `permissions`: a denied
+    /// call never runs, an `ask` waits for the approver, and tools the
+    /// rules deny outright are not offered to the model.
+    pub fn with_permissions(self, permissions: Permissions) -> Self {
+        self.with_shared_permissions(Arc::new(permissions))
+    }
+
+    pub(crate) fn with_shared_permissions(self, permissions: Arc<Permissions>) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                store: inner.store.clone(),
+                provider: inner.provider.clone(),
+                tools: inner.tools.clone(),
+                hooks: inner.hooks.clone(),
+                permissions: Some(permissions),
+                running: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The tool specs the model is offered.
+    fn offered_tools(inner: &Inner) -> Vec<crate::plugin::ToolSpec> {
+        let specs = inner.tools.specs();
+        match &inner.permissions {
+            Some(p) => specs.into_iter().filter(|t| p.offered(&t.name)).collect(),
+            None => specs,
+        }
     }
 
     /// The one entry point. `config.trace_id` and `config.after_sequence`
@@ -304,6 +344,13 @@ impl Runner {
     }
 }
 
+/// `message` with its content replaced by `text`.
+fn with_text(message: &Message, text: String) -> Message {
+    let mut shown = message.clone();
+    shown.content = vec![crate::trace::ContentPart::Text { text }];
+    shown
+}
+
 /// One run's state, owned by its thread.
 struct Run {
     inner: Arc<Inner>,
@@ -343,7 +390,7 @@ impl Run {
                 let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
                 trace.model = Some(config.params.model.clone()).filter(|m| !m.is_empty());
                 trace.provider = Some(inner.provider.name().to_owned());
-                trace.tools = inner.tools.specs().into_iter().map(|t| t.name).collect();
+                trace.tools = Runner::offered_tools(&inner).into_iter().map(|t| t.name).collect();
                 trace.llm_params = serde_json::to_value(&config.params).unwrap_or_default();
                 if let Some((parent_trace, parent_goal)) = &config.parent {
                     trace.parent_trace_id = Some(parent_trace.clone());
@@ -605,16 +652,31 @@ impl Run {
         Ok(())
     }
 
+    /// The history sent to the model. Tool results older than the last
+    /// assistant message are sent as their long-term memory when they have
+    /// one, or left out when they asked to be shown only once; the newest
+    /// results always go in full.
     fn history(&self) -> Vec<Message> {
         let system = self.system_prompt.as_ref().map(|p| Message::new(Role::System, p.clone()));
-        system.into_iter().chain(self.path.iter().cloned()).collect()
+        let last_answer = self.path.iter().rposition(|m| m.role == Role::Assistant);
+        let shown = self.path.iter().enumerate().map(|(i, m)| {
+            let older = last_answer.is_some_and(|a| i < a);
+            match (&m.long_term_memory, m.include_output_only_once) {
+                (Some(memory), _) if older && m.role == Role::Tool => with_text(m, memory.clone()),
+                (None, true) if older && m.role == Role::Tool => {
+                    with_text(m, "[output shown once; omitted from later history]".into())
+                }
+                _ => m.clone(),
+            }
+        });
+        system.into_iter().chain(shown).collect()
     }
 
     /// The model's answer; `None` when the run was stopped meanwhile.
     fn call_model(&self, iteration: u32) -> Result<Option<ChatResponse>, AgentError> {
         let request = ChatRequest {
             messages: self.history(),
-            tools: self.inner.tools.specs(),
+            tools: Runner::offered_tools(&self.inner),
             params: self.config.params.clone(),
         };
         let mut attempt = 1;
@@ -695,23 +757,19 @@ impl Run {
                 arguments: call.arguments.clone(),
             });
         }
+        let mut allowed = Vec::with_capacity(calls.len());
+        for call in calls {
+            if self.permitted(call)? {
+                allowed.push(call);
+            }
+        }
         let (plugin_calls, builtin_calls): (Vec<&ToolCall>, Vec<&ToolCall>) =
-            calls.iter().partition(|c| !ToolRegistry::is_builtin(&c.name));
+            allowed.into_iter().partition(|c| !ToolRegistry::is_builtin(&c.name));
         for call in builtin_calls {
             let started = Instant::now();
             let result = match goal::apply(&mut self.goals, &call.arguments) {
-                Ok(text) => ToolResult {
-                    text,
-                    ok: true,
-                    long_term_memory: None,
-                    include_output_only_once: false,
-                },
-                Err(text) => ToolResult {
-                    text,
-                    ok: false,
-                    long_term_memory: None,
-                    include_output_only_once: false,
-                },
+                Ok(text) => ToolResult::text(text),
+                Err(text) => ToolResult::error(text),
             };
             if result.ok {
                 self.goal_changed()?;
@@ -755,6 +813,40 @@ impl Run {
         })
     }
 
+    /// Checks one call against the permissions; a call that may not run
+    /// gets its result (the reason) right away. Every decision is recorded.
+    fn permitted(&mut self, call: &ToolCall) -> Result<bool, AgentError> {
+        let Some(permissions) = self.inner.permissions.clone() else { return Ok(true) };
+        let events = self.events.clone();
+        let ruling = permissions.check(&self.trace.id, call, |request| {
+            let _ = events.send(AgentEvent::ApprovalNeeded { request: request.clone() });
+        });
+        self.inner.store.append_event(
+            &mut self.trace,
+            EventKind::PermissionDecided {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                decision: ruling.decision.to_owned(),
+                rule: ruling.rule.clone(),
+            },
+        )?;
+        if ruling.run {
+            return Ok(true);
+        }
+        let why =
+            ruling.rule.map_or_else(|| "no rule allows it".to_owned(), |r| format!("rule {r}"));
+        let text = match ruling.decision {
+            "ask-denied" => format!("Error: the user denied this call of `{}`.", call.name),
+            "ask-timeout" => format!(
+                "Error: no one approved this call of `{}` in time; it was denied.",
+                call.name
+            ),
+            _ => format!("Error: permission denied for `{}` ({why}).", call.name),
+        };
+        self.record_result(call, ToolResult::error(text), Duration::ZERO)?;
+        Ok(false)
+    }
+
     fn record_result(
         &mut self,
         call: &ToolCall,
@@ -764,6 +856,13 @@ impl Run {
         let mut message = Message::tool_result(call, result.text.clone());
         message.long_term_memory = result.long_term_memory;
         message.include_output_only_once = result.include_output_only_once;
+        for image in &result.images {
+            use base64::Engine as _;
+            let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+            message.content.push(crate::trace::ContentPart::ImageUrl {
+                url: format!("data:{};base64,{data}", image.media_type),
+            });
+        }
         message.duration_ms = took.as_millis() as u64;
         self.persist(message)?;
         let summary: String = result.text.chars().take(200).collect();

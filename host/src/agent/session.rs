@@ -1,6 +1,7 @@
 //! The AG Core layer on top of the runner: agents, the runtime bundle they
 //! run on, and sessions that submit turns.
 
+use super::approval::Permissions;
 use super::error::AgentError;
 use super::hooks::{HookEvent, HookPoint, Hooks};
 use super::memory::SessionMemory;
@@ -69,6 +70,7 @@ pub struct RuntimeBundle {
     store: Arc<dyn TraceStore>,
     params: LlmParams,
     max_iterations: u32,
+    permissions: Option<Arc<Permissions>>,
 }
 
 impl RuntimeBundle {
@@ -105,6 +107,7 @@ pub struct AgentBuilder {
     store: Option<Arc<dyn TraceStore>>,
     params: LlmParams,
     max_iterations: Option<u32>,
+    permissions: Option<Permissions>,
 }
 
 impl AgentBuilder {
@@ -143,6 +146,12 @@ impl AgentBuilder {
         self
     }
 
+    /// Checks every tool call against `permissions` (no checks when unset).
+    pub fn permissions(mut self, permissions: Permissions) -> Self {
+        self.permissions = Some(permissions);
+        self
+    }
+
     /// Most model calls per turn (default 50).
     pub fn max_iterations(mut self, max: u32) -> Self {
         self.max_iterations = Some(max);
@@ -159,6 +168,7 @@ impl AgentBuilder {
             store: self.store.ok_or_else(|| missing("trace store"))?,
             params: self.params,
             max_iterations: self.max_iterations.unwrap_or(50),
+            permissions: self.permissions.map(Arc::new),
         })
     }
 }
@@ -208,12 +218,15 @@ impl AgentSession {
         bundle: RuntimeBundle,
         memory: SessionMemory,
     ) -> Self {
-        let runner = Runner::new(
+        let mut runner = Runner::new(
             bundle.store.clone(),
             bundle.provider.clone(),
             bundle.registry_for(agent.as_ref()),
             bundle.hooks.clone(),
         );
+        if let Some(permissions) = &bundle.permissions {
+            runner = runner.with_shared_permissions(permissions.clone());
+        }
         Self {
             id: memory.session_id().to_owned(),
             agent,

@@ -3,9 +3,13 @@
 use super::exit;
 use anyhow::Context as _;
 use clap::Args;
-use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
+use reson::agent::{
+    AgentEvent, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals, Permissions, RunConfig,
+    Runner,
+};
 use reson::config::{Access, DirGrant};
 use reson::plugin::{Options, Runtime};
+use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
 use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus};
@@ -42,6 +46,9 @@ pub(crate) struct RunArgs {
     /// Most model calls in this run.
     #[arg(long, default_value_t = 50)]
     max_iterations: u32,
+    /// Permission preset: default, explore, analyst, or one from the config.
+    #[arg(long, default_value = "default")]
+    preset: String,
     /// Print events as JSON lines instead of text.
     #[arg(long)]
     json: bool,
@@ -76,11 +83,27 @@ pub(crate) fn traces_dir(options: &Options) -> PathBuf {
         .map_or_else(|| PathBuf::from(".reson/traces"), |p| config.resolve(p))
 }
 
+/// The preset `name` and its permissions. Someone at a terminal answers
+/// `ask`; with no one there, requests wait on the event stream and are
+/// denied when the configured timeout passes.
+pub(crate) fn permissions(runtime: &Runtime, name: &str) -> anyhow::Result<(Preset, Permissions)> {
+    let config = &runtime.options().config;
+    let (preset, rules) = config.preset(name).map_err(anyhow::Error::msg)?;
+    let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() {
+        Arc::new(TerminalApprover)
+    } else {
+        PendingApprovals::new(Duration::from_millis(config.permissions.approval_timeout_ms))
+    };
+    Ok((preset, Permissions::new(rules, approver)))
+}
+
 pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let provider_name = args.provider.clone().unwrap_or_else(|| "scripted".into());
     let provider = Arc::new(PluginProvider::new(runtime.clone(), provider_name));
-    let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none());
+    let (preset, permissions) = permissions(runtime, &args.preset)?;
+    let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none())
+        .with_permissions(permissions);
 
     let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
     let config = RunConfig {
@@ -90,8 +113,14 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
             .system
             .clone()
             .or_else(|| args.trace.is_none().then(|| SYSTEM_PROMPT.to_owned())),
-        params: LlmParams { model: args.model.clone(), stream: true, ..LlmParams::default() },
-        max_iterations: args.max_iterations,
+        params: LlmParams {
+            model: args.model.clone(),
+            stream: true,
+            temperature: preset.temperature,
+            ..LlmParams::default()
+        },
+        max_iterations: preset.max_iterations.unwrap_or(args.max_iterations),
+        agent_type: preset.name.clone(),
         ..RunConfig::default()
     };
     let handle = runner.run(messages, config)?;
@@ -152,6 +181,26 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
             );
             Ok(ExitCode::from(exit::TOOL_FAILED))
         }
+    }
+}
+
+/// Asks the person at the terminal.
+struct TerminalApprover;
+
+impl Approver for TerminalApprover {
+    fn approve(&self, request: &ApprovalRequest) -> Option<Answer> {
+        let rule = request.rule.as_ref().map(|r| format!(" (rule: {r})")).unwrap_or_default();
+        eprint!(
+            "\n? allow {}({}){rule}\n  [y] once  [a] always for this rule  [n] deny: ",
+            request.tool, request.arguments
+        );
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).ok()?;
+        Some(match line.trim().chars().next() {
+            Some('y' | 'Y') => Answer::Once,
+            Some('a' | 'A') => Answer::Always,
+            _ => Answer::Deny,
+        })
     }
 }
 
@@ -245,6 +294,13 @@ impl Printer {
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
+            AgentEvent::ApprovalNeeded { request } if !self.tty => {
+                eprintln!(
+                    "approval needed for {}({}); waiting for an answer",
+                    request.tool, request.arguments
+                );
+            }
+            AgentEvent::ApprovalNeeded { .. } => {}
             AgentEvent::Retrying { attempt, error, delay_ms } => {
                 eprintln!("model call failed ({error}); attempt {attempt} in {delay_ms} ms");
             }

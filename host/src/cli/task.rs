@@ -35,6 +35,9 @@ pub(crate) struct TaskArgs {
     /// Model name passed to the provider.
     #[arg(long, default_value = "")]
     model: String,
+    /// Permission preset: default, explore, analyst, or one from the config.
+    #[arg(long, default_value = "default")]
+    preset: String,
     /// What to do when a step fails.
     #[arg(long, value_enum, default_value_t = OnFailure::Stop)]
     on_failure: OnFailure,
@@ -63,6 +66,7 @@ pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode
         .hooks(Hooks::none())
         .store(store)
         .params(LlmParams { model: args.model.clone(), ..LlmParams::default() })
+        .permissions(super::run::permissions(runtime, &args.preset)?.1)
         .build()?;
     let parser = Arc::new(PluginPlanParser::new(runtime.clone(), args.parser.clone()));
     let policy = match args.on_failure {

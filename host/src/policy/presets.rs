@@ -241,9 +241,18 @@ mod tests {
             Rule { pattern: Some("git *".into()), ..rule(Decision::Allow, "shell") },
         ];
         assert_eq!(decide(&preset, &global, "read", json!({ "path": "app/.env" })), Decision::Deny);
-        assert_eq!(decide(&preset, &global, "read", json!({ "path": "app/main.rs" })), Decision::Allow);
-        assert_eq!(decide(&preset, &global, "shell", json!({ "command": "git status" })), Decision::Allow);
-        assert_eq!(decide(&preset, &global, "shell", json!({ "command": "rm -rf /" })), Decision::Ask);
+        assert_eq!(
+            decide(&preset, &global, "read", json!({ "path": "app/main.rs" })),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(&preset, &global, "shell", json!({ "command": "git status" })),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(&preset, &global, "shell", json!({ "command": "rm -rf /" })),
+            Decision::Ask
+        );
     }
 
     #[test]

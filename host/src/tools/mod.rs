@@ -3,7 +3,7 @@
 
 pub mod goal;
 
-use crate::plugin::{CallContext, CallError, Runtime, ToolSpec};
+use crate::plugin::{CallContext, CallError, Image, Runtime, ToolSpec};
 use crate::trace::ToolCall;
 
 /// The result of one tool call, as it goes back to the model.
@@ -17,11 +17,25 @@ pub struct ToolResult {
     pub long_term_memory: Option<String>,
     /// Send `text` once, then only the summary.
     pub include_output_only_once: bool,
+    /// Images that go to the model with the text.
+    pub images: Vec<Image>,
 }
 
 impl ToolResult {
-    fn error(text: String) -> Self {
-        Self { text, ok: false, long_term_memory: None, include_output_only_once: false }
+    /// A failed call's result: `text` tells the model what went wrong.
+    pub fn error(text: String) -> Self {
+        Self {
+            text,
+            ok: false,
+            long_term_memory: None,
+            include_output_only_once: false,
+            images: Vec::new(),
+        }
+    }
+
+    /// A successful call's plain text result.
+    pub fn text(text: String) -> Self {
+        Self { ok: true, ..Self::error(text) }
     }
 }
 
@@ -88,6 +102,7 @@ impl ToolRegistry {
                 ok: true,
                 long_term_memory: out.long_term_memory,
                 include_output_only_once: out.include_output_only_once,
+                images: out.images,
             },
             Err(CallError::UnknownTool { .. }) => unknown(),
             Err(e) => ToolResult::error(format!("Error: {e}")),

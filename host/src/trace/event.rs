@@ -61,6 +61,18 @@ pub enum EventKind {
         /// The whole tree after the change.
         tree: GoalTree,
     },
+    /// The permission checker decided a tool call.
+    PermissionDecided {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// `allow`, `deny`, `ask-once`, `ask-always` (approved), `ask-denied`
+        /// or `ask-timeout`.
+        decision: String,
+        /// The rule that decided, rendered; none for the default.
+        rule: Option<String>,
+    },
     /// A run ended.
     TraceFinished {
         /// How it ended.
