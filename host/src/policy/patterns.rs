@@ -14,7 +14,8 @@ pub struct PatternError {
 }
 
 /// `[scheme://]host[:port][/path-prefix]`; `*.example.com` matches any
-/// subdomain of example.com (not example.com itself).
+/// subdomain of example.com (not example.com itself), and `*` any host —
+/// meant for a plugin's requests, where the user's grant still decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UrlPattern {
     scheme: Option<String>,
@@ -48,7 +49,7 @@ impl UrlPattern {
             ),
             None => (authority.trim_start_matches('[').trim_end_matches(']'), None),
         };
-        if host.is_empty() || host.contains('*') && !host.starts_with("*.") {
+        if host.is_empty() || host.contains('*') && host != "*" && !host.starts_with("*.") {
             return Err(err("host must be a name, an address or `*.domain`"));
         }
         Ok(Self { scheme, host: host.to_ascii_lowercase(), port, path_prefix: path.to_owned() })
@@ -60,7 +61,7 @@ impl UrlPattern {
             return false;
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let host_ok = match self.host.strip_prefix("*.") {
+        let host_ok = self.host == "*" || match self.host.strip_prefix("*.") {
             Some(domain) => {
                 host.strip_suffix(domain).is_some_and(|sub| sub.ends_with('.') && sub.len() > 1)
             }
@@ -134,6 +135,8 @@ mod tests {
             ("example.com/v1", "https://example.com/", false),
             ("https://example.com", "http://example.com/", false),
             ("[::1]", "http://[::1]:3000/", true),
+            ("*", "https://anything.example/x", true),
+            ("*/v1", "https://anything.example/v2", false),
         ];
         for (pattern, url, expected) in cases {
             assert_eq!(url_ok(pattern, url), expected, "{pattern} vs {url}");
