@@ -42,8 +42,14 @@ pub enum Answer {
 /// Someone who answers approval requests. `None` means no answer came in
 /// time, which denies.
 pub trait Approver: Send + Sync {
-    /// Answers `request`, blocking until there is an answer.
-    fn approve(&self, request: &ApprovalRequest) -> Option<Answer>;
+    /// Answers `request`, blocking until there is an answer. `announce`
+    /// puts the request on the run's event stream; call it once the
+    /// approver is ready to take an answer.
+    fn approve(
+        &self,
+        request: &ApprovalRequest,
+        announce: &dyn Fn(&ApprovalRequest),
+    ) -> Option<Answer>;
 }
 
 /// Approvals answered through a library call: each request waits, up to a
@@ -70,9 +76,14 @@ impl PendingApprovals {
 }
 
 impl Approver for PendingApprovals {
-    fn approve(&self, request: &ApprovalRequest) -> Option<Answer> {
+    fn approve(
+        &self,
+        request: &ApprovalRequest,
+        announce: &dyn Fn(&ApprovalRequest),
+    ) -> Option<Answer> {
         let (reply, answer) = mpsc::channel();
         self.waiting.lock().expect("approvals").insert(request.id, reply);
+        announce(request);
         let result = answer.recv_timeout(self.timeout).ok();
         self.waiting.lock().expect("approvals").remove(&request.id);
         result
@@ -108,13 +119,13 @@ impl Permissions {
         self.rules.offered(tool)
     }
 
-    /// Decides one call; `announce` is told about a request before the
-    /// approver is asked, so it can reach the run's event stream.
+    /// Decides one call; `announce` puts an approval request on the run's
+    /// event stream.
     pub(crate) fn check(
         &self,
         trace_id: &str,
         call: &crate::trace::ToolCall,
-        announce: impl FnOnce(&ApprovalRequest),
+        announce: &dyn Fn(&ApprovalRequest),
     ) -> Ruling {
         let args = serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null);
         let verdict = self.rules.decide(&call.name, &args);
@@ -138,8 +149,7 @@ impl Permissions {
                     arguments: call.arguments.clone(),
                     rule: verdict.rule.clone(),
                 };
-                announce(&request);
-                match self.approver.approve(&request) {
+                match self.approver.approve(&request, announce) {
                     Some(Answer::Once) => ruling(true, "ask-once"),
                     Some(Answer::Always) => {
                         self.always.lock().expect("always").insert(key);

@@ -818,7 +818,7 @@ impl Run {
     fn permitted(&mut self, call: &ToolCall) -> Result<bool, AgentError> {
         let Some(permissions) = self.inner.permissions.clone() else { return Ok(true) };
         let events = self.events.clone();
-        let ruling = permissions.check(&self.trace.id, call, |request| {
+        let ruling = permissions.check(&self.trace.id, call, &|request| {
             let _ = events.send(AgentEvent::ApprovalNeeded { request: request.clone() });
         });
         self.inner.store.append_event(

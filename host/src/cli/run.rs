@@ -188,7 +188,12 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
 struct TerminalApprover;
 
 impl Approver for TerminalApprover {
-    fn approve(&self, request: &ApprovalRequest) -> Option<Answer> {
+    fn approve(
+        &self,
+        request: &ApprovalRequest,
+        announce: &dyn Fn(&ApprovalRequest),
+    ) -> Option<Answer> {
+        announce(request);
         let rule = request.rule.as_ref().map(|r| format!(" (rule: {r})")).unwrap_or_default();
         eprint!(
             "\n? allow {}({}){rule}\n  [y] once  [a] always for this rule  [n] deny: ",

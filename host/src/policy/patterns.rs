@@ -61,12 +61,13 @@ impl UrlPattern {
             return false;
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let host_ok = self.host == "*" || match self.host.strip_prefix("*.") {
-            Some(domain) => {
-                host.strip_suffix(domain).is_some_and(|sub| sub.ends_with('.') && sub.len() > 1)
-            }
-            None => host.eq_ignore_ascii_case(&self.host),
-        };
+        let host_ok = self.host == "*"
+            || match self.host.strip_prefix("*.") {
+                Some(domain) => {
+                    host.strip_suffix(domain).is_some_and(|sub| sub.ends_with('.') && sub.len() > 1)
+                }
+                None => host.eq_ignore_ascii_case(&self.host),
+            };
         let scheme_ok = self.scheme.as_deref().is_none_or(|s| s == url.scheme());
         let port_ok = self.port.is_none_or(|p| Some(p) == url.port_or_known_default());
         host_ok && scheme_ok && port_ok && path_under(url.path(), &self.path_prefix)

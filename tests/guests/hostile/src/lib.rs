@@ -91,6 +91,28 @@ fn nap(args: NapArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text(format!("slept {} ms", args.ms)))
 }
 
+/// Arguments of `remember`.
+#[derive(Deserialize, JsonSchema)]
+struct RememberArgs {
+    /// The full output.
+    text: String,
+    /// A summary for later history.
+    memory: Option<String>,
+    /// Show the full output once only.
+    #[serde(default)]
+    once: bool,
+}
+
+/// Not an attack: returns output with long-term memory, for the history
+/// tests.
+fn remember(args: RememberArgs, _: &Context) -> Result<Output, ToolError> {
+    let mut out = Output::text(args.text);
+    if let Some(memory) = args.memory {
+        out = out.with_memory(memory);
+    }
+    Ok(if args.once { out.once() } else { out })
+}
+
 /// Arguments of `echo`.
 #[derive(Deserialize, JsonSchema)]
 struct EchoArgs {
@@ -259,6 +281,7 @@ fn tools() -> Toolbox {
         .tool("flood", "Returns `bytes` bytes of `x`.", flood)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
+        .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
         .tool("echo", "Returns the given text unchanged.", echo)
 }
 

@@ -1,0 +1,153 @@
+//! Branching a trace: run a task, continue it, rewind to an earlier message
+//! with a different request, and regenerate an answer — four runs of one
+//! `Runner` on one trace. Nothing is deleted: each rewind starts a branch in
+//! the message tree and moves the head, and the main path follows the head.
+//!
+//! ```sh
+//! cargo run -p reson --example rewind
+//! ```
+//!
+//! Offline: the bundled `scripted` provider replays
+//! `examples/scripts/rewind.json`. It picks its turn by how many assistant
+//! messages the history holds, so a branch replays the script consistently
+//! (and a regenerated answer is the same text; a real model would answer
+//! anew). The tree is printed like `reson traces show` does.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use anyhow::{Context as _, Result};
+use common::{Setup, heading};
+use reson::agent::{AgentEvent, Hooks, RunConfig, RunMode, RunOutcome, Runner};
+use reson::tools::ToolRegistry;
+use reson::trace::{FileTraceStore, Message, MessageTree, Role, TraceStore};
+use std::collections::{BTreeMap, HashSet};
+
+fn main() -> Result<()> {
+    let setup = Setup::open(Some("rewind"))?;
+    let store = setup.trace_store()?;
+    let runner = Runner::new(
+        store.clone(),
+        setup.provider(),
+        ToolRegistry::new(setup.runtime.clone()),
+        Hooks::none(),
+    );
+
+    heading("1. a new trace");
+    let (mode, first) = run(&runner, Some("Write a one-line draft to draft.txt."), None, None)?;
+    let id = first.trace_id.clone();
+    assert_eq!((mode, main_path(&store, &id)?), (RunMode::New, vec![1, 2, 3, 4]));
+
+    heading("2. continue after the head");
+    let (mode, _) = run(&runner, Some("Now make it longer."), Some(&id), None)?;
+    assert_eq!((mode, main_path(&store, &id)?), (RunMode::Continue, vec![1, 2, 3, 4, 5, 6]));
+
+    // #2 is the assistant message that called `write`: the new message
+    // follows its tool result, #3, so no call loses its result.
+    heading("3. rewind after #2: a new branch");
+    let (mode, _) =
+        run(&runner, Some("Actually, keep it short; where is it?"), Some(&id), Some(2))?;
+    assert_eq!((mode, main_path(&store, &id)?), (RunMode::Rewind, vec![1, 2, 3, 7, 8]));
+    assert_eq!(store.message(&id, 7)?.and_then(|m| m.parent_sequence), Some(3));
+
+    heading("4. regenerate the answer to #7");
+    let (mode, _) = run(&runner, None, Some(&id), Some(7))?;
+    assert_eq!((mode, main_path(&store, &id)?), (RunMode::Regenerate, vec![1, 2, 3, 7, 9]));
+
+    heading(&format!("message tree of {id} (* = main path)"));
+    let messages = store.messages(&id)?;
+    let head = store.get(&id)?.and_then(|t| t.head_sequence);
+    print!("{}", render_tree(&messages, head));
+    let all: Vec<u64> = messages.iter().map(|m| m.sequence).collect();
+    assert_eq!(all, (1..=9).collect::<Vec<_>>(), "nothing deleted, no sequence reused");
+    println!("\nok: main path 1 → 2 → 3 → 7 → 9; the other branches are kept");
+    Ok(())
+}
+
+/// One run: `message` (none to regenerate) on trace `trace_id` (none for a
+/// new one) after `after` (none to continue after the head). Prints the
+/// mode and the answer.
+fn run(
+    runner: &Runner,
+    message: Option<&str>,
+    trace_id: Option<&str>,
+    after: Option<u64>,
+) -> Result<(RunMode, RunOutcome)> {
+    let messages = message.map(|m| Message::new(Role::User, m)).into_iter().collect();
+    let config = RunConfig {
+        trace_id: trace_id.map(str::to_owned),
+        after_sequence: after,
+        ..RunConfig::default()
+    };
+    if let Some(message) = message {
+        println!("user: {message}");
+    }
+    let handle = runner.run(messages, config)?;
+    // TraceStarted says how the runner prepared the trace.
+    let mode = std::iter::from_fn(|| handle.next_event())
+        .find_map(|event| match event {
+            AgentEvent::TraceStarted { mode, .. } => Some(mode),
+            _ => None,
+        })
+        .context("the run reported no TraceStarted")?;
+    let outcome = handle.wait()?;
+    println!("mode {mode:?}; assistant: {}", outcome.final_text.as_deref().unwrap_or_default());
+    Ok((mode, outcome))
+}
+
+/// The sequences on the main path, from the root to the head.
+fn main_path(store: &FileTraceStore, id: &str) -> Result<Vec<u64>> {
+    let head = store.get(id)?.and_then(|t| t.head_sequence).expect("a run moved the head");
+    let path: Vec<u64> = store.main_path(id, head)?.iter().map(|m| m.sequence).collect();
+    println!("main path: {path:?}");
+    Ok(path)
+}
+
+// Copied from `reson traces show` (host/src/cli/traces.rs), which the
+// library does not export.
+
+/// The message tree as text: a chain continues at the same depth, each
+/// branch point indents its children.
+fn render_tree(messages: &[Message], head: Option<u64>) -> String {
+    let tree = MessageTree::from_messages(messages);
+    let main: HashSet<u64> =
+        head.map(|h| tree.main_path(h).into_iter().collect()).unwrap_or_default();
+    let mut children: BTreeMap<Option<u64>, Vec<&Message>> = BTreeMap::new();
+    for m in messages {
+        children.entry(m.parent_sequence).or_default().push(m);
+    }
+    let mut out = String::new();
+    let mut stack: Vec<(&Message, usize)> = children
+        .get(&None)
+        .map(|roots| roots.iter().rev().map(|m| (*m, 0)).collect())
+        .unwrap_or_default();
+    while let Some((m, depth)) = stack.pop() {
+        let mark = if main.contains(&m.sequence) { '*' } else { ' ' };
+        out.push_str(&format!(
+            "{mark} {:indent$}#{} {}\n",
+            "",
+            m.sequence,
+            line(m),
+            indent = depth * 2
+        ));
+        let kids = children.get(&Some(m.sequence)).map(Vec::as_slice).unwrap_or_default();
+        let child_depth = if kids.len() > 1 { depth + 1 } else { depth };
+        stack.extend(kids.iter().rev().map(|k| (*k, child_depth)));
+    }
+    out
+}
+
+fn line(m: &Message) -> String {
+    let text: String = m.text().replace('\n', " ").chars().take(70).collect();
+    match m.role {
+        Role::Tool => format!("tool {}: {text}", m.name.as_deref().unwrap_or("?")),
+        Role::Assistant if !m.tool_calls.is_empty() => {
+            let calls: Vec<String> = m.tool_calls.iter().map(|c| format!("{}()", c.name)).collect();
+            format!("assistant: {text} → {}", calls.join(", "))
+        }
+        role => format!(
+            "{}: {text}",
+            serde_json::to_value(role).unwrap_or_default().as_str().unwrap_or("")
+        ),
+    }
+}

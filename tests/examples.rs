@@ -1,0 +1,80 @@
+//! The examples, run as a user runs them: each binary must exit 0. They
+//! check their own results with assertions, so a behaviour they show that
+//! breaks fails here.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+
+/// Runs example `name` and fails with its output unless it exits 0.
+fn run_example(name: &str) {
+    // One at a time: every example runs plugins/build.sh on the same
+    // directory, and its copy-then-rename is not safe against itself. The
+    // flag says whether this process has built the examples yet.
+    static BUILT: Mutex<bool> = Mutex::new(false);
+    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+    // This test is `<target>/<profile dir>/deps/examples-<hash>`; the
+    // examples are built into `<target>/<profile dir>/examples/`.
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile dir>/deps");
+    if !*built {
+        // `cargo test --test examples` builds this test only, and a binary
+        // left from an earlier build may be stale; when they are current
+        // this is a no-op. Same target directory and profile as this test.
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(name) => name,
+            None => panic!("no profile directory above {}", exe.display()),
+        };
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "reson", "--examples", "--profile", profile, "--target-dir"])
+            .arg(profile_dir.parent().expect("<target>/<profile dir>"))
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .status()
+            .expect("running cargo build");
+        assert!(status.success(), "building the examples failed");
+        *built = true;
+    }
+    let binary =
+        profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(binary.exists(), "no example binary at {}", binary.display());
+
+    let out = Command::new(&binary).output().expect("running the example");
+    assert!(
+        out.status.success(),
+        "example {name} exited with {}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn custom_tool() {
+    run_example("custom_tool");
+}
+
+#[test]
+fn agent_session() {
+    run_example("agent_session");
+}
+
+#[test]
+fn task_agent() {
+    run_example("task_agent");
+}
+
+#[test]
+fn session_memory() {
+    run_example("session_memory");
+}
+
+#[test]
+fn streaming_events() {
+    run_example("streaming_events");
+}
+
+#[test]
+fn rewind() {
+    run_example("rewind");
+}

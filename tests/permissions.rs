@@ -1,0 +1,357 @@
+//! The permission checker at run time, the shell and webfetch plugins, and
+//! what the model is offered and sent.
+
+mod support;
+
+use reson::agent::{
+    AgentEvent, Answer, Hooks, PendingApprovals, Permissions, RunConfig, RunHandle, Runner,
+};
+use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
+use reson::policy::{Decision, Rule, RuleSet};
+use reson::provider::{
+    ChatProvider, ChatRequest, ChatResponse, DeltaSink, PluginProvider, ProviderError,
+};
+use reson::tools::ToolRegistry;
+use reson::trace::{EventKind, FileTraceStore, Message, Role, TraceStore};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::TestDir;
+
+/// The scripted provider, recording every request the model is sent.
+struct Recording {
+    inner: PluginProvider,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+impl ChatProvider for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn chat(
+        &self,
+        request: &ChatRequest,
+        deltas: DeltaSink,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<ChatResponse, ProviderError> {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.chat(request, deltas, cancel)
+    }
+}
+
+struct Setup {
+    dir: TestDir,
+    runtime: Runtime,
+    store: Arc<FileTraceStore>,
+    provider: Arc<Recording>,
+}
+
+impl Setup {
+    fn new(turns: serde_json::Value) -> Self {
+        let dir = TestDir::new();
+        for plugin in ["scripted", "fs", "shell", "webfetch"] {
+            dir.install(support::plugins(), plugin);
+        }
+        dir.install(support::test_plugins(), "hostile");
+        let script = dir.path().join("script.json");
+        std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
+        let runtime = dir.open(&format!(
+            r#"
+            [plugins.scripted]
+            dirs = [{{ path = ".", access = "read" }}]
+            config = {{ script = "{}" }}
+            [plugins.shell]
+            dirs = [{{ path = "workspace", access = "read-write" }}]
+            process = ["echo *", "touch *"]
+            [plugins.hostile]
+            dirs = [{{ path = "workspace", access = "read-write" }}]
+            [plugins.fs]
+            dirs = [{{ path = "workspace", access = "read-write" }}]
+            "#,
+            script.display()
+        ));
+        let store = Arc::new(
+            FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched)
+                .unwrap(),
+        );
+        let provider = Arc::new(Recording {
+            inner: PluginProvider::new(runtime.clone(), "scripted"),
+            requests: Mutex::default(),
+        });
+        Self { dir, runtime, store, provider }
+    }
+
+    fn runner(&self, rules: RuleSet, approvals: Arc<PendingApprovals>) -> Runner {
+        Runner::new(
+            self.store.clone(),
+            self.provider.clone(),
+            ToolRegistry::new(self.runtime.clone()),
+            Hooks::none(),
+        )
+        .with_permissions(Permissions::new(rules, approvals))
+    }
+
+    fn decisions(&self, trace_id: &str) -> Vec<String> {
+        self.store
+            .events_after(trace_id, 0)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EventKind::PermissionDecided { decision, .. } => Some(decision),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn tool_texts(&self, trace_id: &str) -> Vec<String> {
+        self.store
+            .messages(trace_id)
+            .unwrap()
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .map(Message::text)
+            .collect()
+    }
+}
+
+fn shell(command: &str) -> serde_json::Value {
+    json!({ "tool_calls": [{ "name": "shell", "arguments": { "command": command } }] })
+}
+
+fn rules(rules: &[(Decision, &str, Option<&str>)], default: Decision) -> RuleSet {
+    let rules: Vec<Rule> = rules
+        .iter()
+        .map(|(decision, tool, pattern)| Rule {
+            decision: *decision,
+            tool: (*tool).into(),
+            pattern: pattern.map(Into::into),
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        })
+        .collect();
+    RuleSet::compile(&rules).unwrap().with_default(default)
+}
+
+/// Drives a run, answering approval requests in order from `answers`
+/// (`None`: leave it unanswered). Returns the number of requests seen.
+fn drive(
+    handle: RunHandle,
+    approvals: &PendingApprovals,
+    answers: &[Option<Answer>],
+) -> (String, usize) {
+    let id = handle.trace_id().to_owned();
+    let mut asked = 0;
+    while let Some(event) = handle.next_event() {
+        if let AgentEvent::ApprovalNeeded { request } = event {
+            if let Some(Some(answer)) = answers.get(asked) {
+                assert!(approvals.answer(request.id, *answer));
+            }
+            asked += 1;
+        }
+    }
+    handle.wait().unwrap();
+    (id, asked)
+}
+
+#[test]
+fn approve_once_then_always_then_remembered() {
+    let s = Setup::new(
+        json!([shell("echo one"), shell("echo two"), shell("echo three"), { "text": "done" }]),
+    );
+    let approvals = PendingApprovals::new(Duration::from_secs(30));
+    let runner = s.runner(
+        rules(&[(Decision::Ask, "shell", Some("echo *"))], Decision::Deny),
+        approvals.clone(),
+    );
+    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
+    let (id, asked) = drive(handle, &approvals, &[Some(Answer::Once), Some(Answer::Always)]);
+    assert_eq!(asked, 2, "the third call matched an `always` answer and was not asked");
+    assert_eq!(s.decisions(&id), ["ask-once", "ask-always", "ask-remembered"]);
+    let outputs = s.tool_texts(&id);
+    assert!(outputs.iter().all(|t| t.starts_with("exit code 0")), "{outputs:?}");
+}
+
+#[test]
+fn a_denied_or_unanswered_ask_does_not_run() {
+    let s = Setup::new(
+        json!([shell("touch marker-denied"), shell("touch marker-timeout"), { "text": "done" }]),
+    );
+    let approvals = PendingApprovals::new(Duration::from_millis(300));
+    let runner =
+        s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
+    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
+    let (id, asked) = drive(handle, &approvals, &[Some(Answer::Deny), None]);
+    assert_eq!(asked, 2);
+    assert_eq!(s.decisions(&id), ["ask-denied", "ask-timeout"]);
+    assert!(!s.dir.workspace().join("marker-denied").exists());
+    assert!(!s.dir.workspace().join("marker-timeout").exists());
+    let outputs = s.tool_texts(&id);
+    assert!(outputs[0].contains("the user denied this call"), "{outputs:?}");
+    assert!(outputs[1].contains("no one approved this call"), "{outputs:?}");
+}
+
+#[test]
+fn a_shell_command_the_rules_deny_never_runs() {
+    let s = Setup::new(json!([shell("touch marker"), shell("echo allowed"), { "text": "done" }]));
+    let approvals = PendingApprovals::new(Duration::from_secs(1));
+    let set = rules(
+        &[(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("touch *"))],
+        Decision::Ask,
+    );
+    let handle = s
+        .runner(set, approvals.clone())
+        .run(vec![Message::new(Role::User, "go")], RunConfig::default())
+        .unwrap();
+    let (id, asked) = drive(handle, &approvals, &[]);
+    assert_eq!(asked, 0);
+    assert!(!s.dir.workspace().join("marker").exists(), "the denied command ran");
+    assert_eq!(s.decisions(&id), ["deny", "allow"]);
+    let outputs = s.tool_texts(&id);
+    assert!(
+        outputs[0].contains("permission denied for `shell` (rule deny shell \"touch *\")"),
+        "{outputs:?}"
+    );
+    assert_eq!(outputs[1], "exit code 0\nallowed");
+}
+
+#[test]
+fn a_preset_without_shell_never_offers_it() {
+    let s = Setup::new(json!([{ "text": "hi" }, { "text": "hi again" }]));
+    let approvals = PendingApprovals::new(Duration::from_secs(1));
+    let config = s.dir.config("");
+    let (_, explore) = config.preset("explore").unwrap();
+    let handle = s
+        .runner(explore, approvals.clone())
+        .run(vec![Message::new(Role::User, "look")], RunConfig::default())
+        .unwrap();
+    drive(handle, &approvals, &[]);
+    let (_, default) = config.preset("default").unwrap();
+    let handle = s
+        .runner(default, approvals.clone())
+        .run(vec![Message::new(Role::User, "look")], RunConfig::default())
+        .unwrap();
+    drive(handle, &approvals, &[]);
+    let requests = s.provider.requests.lock().unwrap();
+    let offered = |i: usize| requests[i].tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+    assert!(
+        !offered(0).contains(&"shell".to_owned()) && !offered(0).contains(&"write".to_owned()),
+        "{:?}",
+        offered(0)
+    );
+    assert!(offered(0).contains(&"read".to_owned()));
+    assert!(offered(1).contains(&"shell".to_owned()), "{:?}", offered(1));
+}
+
+#[test]
+fn invalid_arguments_never_reach_the_plugin() {
+    let s = Setup::new(json!([
+        { "tool_calls": [{ "name": "write", "arguments": { "path": 5, "content": "x" } }] },
+        { "tool_calls": [{ "name": "write", "arguments": { "path": "made.txt", "content": "x" } }] },
+        { "text": "done" }
+    ]));
+    let approvals = PendingApprovals::new(Duration::from_secs(1));
+    let handle = s
+        .runner(rules(&[], Decision::Allow), approvals.clone())
+        .run(vec![Message::new(Role::User, "w")], RunConfig::default())
+        .unwrap();
+    let (id, _) = drive(handle, &approvals, &[]);
+    let outputs = s.tool_texts(&id);
+    assert!(
+        outputs[0].contains("invalid arguments for `write`") && outputs[0].contains("/path"),
+        "{outputs:?}"
+    );
+    assert!(s.dir.workspace().join("made.txt").exists(), "the corrected call ran");
+    // Only the corrected call reached a plugin: the fs tool wrote once.
+    assert_eq!(outputs.iter().filter(|o| o.starts_with("wrote")).count(), 1);
+}
+
+#[test]
+fn tool_result_memory_shapes_the_history_sent() {
+    let remember = |text: &str, memory: Option<&str>, once: bool| json!({ "tool_calls": [{ "name": "remember", "arguments": { "text": text, "memory": memory, "once": once } }] });
+    let s = Setup::new(json!([
+        remember("FULL-A", Some("mem-A"), false),
+        remember("FULL-B", None, true),
+        { "text": "done" }
+    ]));
+    let approvals = PendingApprovals::new(Duration::from_secs(1));
+    let handle = s
+        .runner(rules(&[], Decision::Allow), approvals.clone())
+        .run(vec![Message::new(Role::User, "r")], RunConfig::default())
+        .unwrap();
+    drive(handle, &approvals, &[]);
+    let requests = s.provider.requests.lock().unwrap();
+    let sent =
+        |i: usize| requests[i].messages.iter().map(Message::text).collect::<Vec<_>>().join("|");
+    assert!(sent(1).contains("FULL-A"), "the newest result goes in full: {}", sent(1));
+    assert!(
+        sent(2).contains("mem-A") && !sent(2).contains("FULL-A"),
+        "later, its memory: {}",
+        sent(2)
+    );
+    assert!(sent(2).contains("FULL-B"));
+    let stored = s.store.list(&Default::default()).unwrap().remove(0);
+    let all: Vec<String> =
+        s.store.messages(&stored.id).unwrap().iter().map(Message::text).collect();
+    assert!(all.contains(&"FULL-A".to_owned()), "the trace keeps the full output");
+}
+
+/// Serves one HTML page to every request.
+fn html_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body = "<html><head><script>evil()</script></head><body><h1>Hello</h1><p>Readable <b>text</b>.</p></body></html>";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(body.as_bytes());
+        }
+    });
+    addr
+}
+
+#[test]
+fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
+    let addr = html_server();
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "webfetch");
+    let rt = dir.open(&format!("[plugins.webfetch]\nhttp = [\"{addr}\"]\n"));
+    let ctx = CallContext::default();
+    let page = rt
+        .call_tool("webfetch", &json!({ "url": format!("http://{addr}/") }).to_string(), &ctx)
+        .unwrap();
+    assert!(
+        page.text.contains("# Hello") && page.text.contains("Readable **text**."),
+        "{}",
+        page.text
+    );
+    assert!(!page.text.contains("evil"), "scripts are dropped: {}", page.text);
+    let text = rt
+        .call_tool(
+            "webfetch",
+            &json!({ "url": format!("http://{addr}/"), "format": "text" }).to_string(),
+            &ctx,
+        )
+        .unwrap();
+    assert!(text.text.contains("Hello") && !text.text.contains("**"), "{}", text.text);
+
+    let refused = rt
+        .call_tool("webfetch", &json!({ "url": "http://127.0.0.1:9/" }).to_string(), &ctx)
+        .unwrap_err();
+    match refused {
+        CallError::Tool { failure: ToolFailure::Denied(message), .. } => {
+            assert!(message.contains("not granted"), "{message}")
+        }
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
