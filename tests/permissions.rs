@@ -270,6 +270,27 @@ fn invalid_arguments_never_reach_the_plugin() {
 }
 
 #[test]
+fn tool_result_images_reach_the_provider_as_image_parts() {
+    let s = Setup::new(json!([
+        { "tool_calls": [{ "name": "remember", "arguments": { "text": "see image", "image": true } }] },
+        { "text": "I see it" }
+    ]));
+    let approvals = PendingApprovals::new(Duration::from_secs(1));
+    let handle = s
+        .runner(rules(&[], Decision::Allow), approvals.clone())
+        .run(vec![Message::new(Role::User, "img")], RunConfig::default())
+        .unwrap();
+    drive(handle, &approvals, &[]);
+    let requests = s.provider.requests.lock().unwrap();
+    let tool = requests[1].messages.iter().find(|m| m.role == Role::Tool).unwrap();
+    assert_eq!(tool.content.len(), 2, "{:?}", tool.content);
+    assert_eq!(
+        tool.content[1],
+        reson::trace::ContentPart::ImageUrl { url: "data:image/png;base64,iVBORw0KGgo=".into() }
+    );
+}
+
+#[test]
 fn tool_result_memory_shapes_the_history_sent() {
     let remember = |text: &str, memory: Option<&str>, once: bool| json!({ "tool_calls": [{ "name": "remember", "arguments": { "text": text, "memory": memory, "once": once } }] });
     let s = Setup::new(json!([

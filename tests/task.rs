@@ -187,6 +187,11 @@ fn a_task_is_planned_executed_and_mirrored_into_the_goal_tree() {
     let trace = s.store.get(&trace_id).unwrap().unwrap();
     assert_eq!(trace.mode, TraceMode::Task);
     let goals = s.store.goals(&trace_id).unwrap();
+    let root = &goals.goals()[0];
+    assert_eq!(
+        (root.description.as_str(), root.status),
+        ("Store the answer", GoalStatus::Completed)
+    );
     let steps: Vec<_> =
         goals.goals().iter().skip(1).map(|g| (g.description.as_str(), g.status)).collect();
     assert_eq!(

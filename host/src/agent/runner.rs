@@ -52,6 +52,8 @@ pub struct RunConfig {
     pub mode: TraceMode,
     /// Recorded in the trace.
     pub agent_type: String,
+    /// A new trace's task (and root goal); the first user message when unset.
+    pub task: Option<String>,
     /// Model and sampling.
     pub params: LlmParams,
     /// Most model calls in one run.
@@ -77,6 +79,7 @@ impl Default for RunConfig {
             system_prompt: None,
             mode: TraceMode::Agent,
             agent_type: "default".into(),
+            task: None,
             params: LlmParams::default(),
             max_iterations: 50,
             doom_loop_threshold: 3,
@@ -102,8 +105,9 @@ pub enum RunMode {
     Regenerate,
 }
 
-/// What a run reports while it goes.
+/// What a run reports while it goes. New kinds of events may be added.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentEvent {
     /// The trace is ready.
@@ -363,7 +367,6 @@ struct Run {
     system_prompt: Option<String>,
     events: mpsc::Sender<AgentEvent>,
     stop: Arc<AtomicBool>,
-    mode: RunMode,
     usage: Usage,
     cost: f64,
 }
@@ -382,11 +385,13 @@ impl Run {
                 if messages.is_empty() {
                     return Err(AgentError::Config("a new run needs at least one message".into()));
                 }
-                let task = messages
-                    .iter()
-                    .find(|m| m.role == Role::User)
-                    .map(Message::text)
-                    .unwrap_or_default();
+                let task = config.task.clone().unwrap_or_else(|| {
+                    messages
+                        .iter()
+                        .find(|m| m.role == Role::User)
+                        .map(Message::text)
+                        .unwrap_or_default()
+                });
                 let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
                 trace.model = Some(config.params.model.clone()).filter(|m| !m.is_empty());
                 trace.provider = Some(inner.provider.name().to_owned());
@@ -426,10 +431,11 @@ impl Run {
             system_prompt,
             events,
             stop,
-            mode,
             usage: Usage::default(),
             cost: 0.0,
         };
+        // First on the stream, before the messages this preparation adds.
+        run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
         if let Some(prompt) = &run.system_prompt {
             run.trace.context.extra.insert(SYSTEM_PROMPT_KEY.into(), prompt.clone().into());
         }
@@ -540,7 +546,6 @@ impl Run {
     }
 
     fn execute(mut self) -> Result<RunOutcome, AgentError> {
-        self.emit(AgentEvent::TraceStarted { trace_id: self.trace.id.clone(), mode: self.mode });
         let mut iterations = 0;
         let result = self.run_loop(&mut iterations);
         let (status, error) = match &result {

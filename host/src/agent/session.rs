@@ -200,6 +200,7 @@ pub struct AgentSession {
     cost: f64,
     trace_id: Option<String>,
     mode: TraceMode,
+    task: Option<String>,
 }
 
 impl AgentSession {
@@ -238,6 +239,7 @@ impl AgentSession {
             cost: 0.0,
             trace_id: None,
             mode: TraceMode::Agent,
+            task: None,
         }
     }
 
@@ -245,6 +247,12 @@ impl AgentSession {
     /// [`TraceMode::Task`]).
     pub fn set_mode(&mut self, mode: TraceMode) {
         self.mode = mode;
+    }
+
+    /// The task (and root goal) of the trace the first turn creates; the
+    /// first message when unset.
+    pub fn set_task(&mut self, task: impl Into<String>) {
+        self.task = Some(task.into());
     }
 
     /// The bundle the session runs on.
@@ -314,6 +322,7 @@ impl AgentSession {
             params: self.bundle.params.clone(),
             max_iterations: self.bundle.max_iterations,
             mode: self.mode,
+            task: self.task.clone(),
             ..RunConfig::default()
         };
         let handle = self.runner.run(vec![Message::new(Role::User, input)], config)?;

@@ -325,6 +325,7 @@ impl Printer {
                 }
                 self.alive = false;
             }
+            _ => {}
         }
     }
 }

@@ -68,6 +68,7 @@ impl TaskAgent {
 
     /// Asks the model for a plan for `goal` and parses it (autonomous mode).
     pub fn plan(&mut self, goal: &str) -> Result<Plan, AgentError> {
+        self.session.set_task(goal);
         let prompt = format!("Make a plan for this goal: {goal}\n{}", self.parser.format_hint());
         let answer = self.session.submit_turn(&prompt)?;
         self.parser.parse(&answer.text, goal)
@@ -92,6 +93,7 @@ impl TaskAgent {
         mut on_progress: impl FnMut(&Plan),
     ) -> Result<TaskOutcome, AgentError> {
         let total = plan.steps.len();
+        self.session.set_task(plan.goal.clone());
         on_progress(&plan);
         let mut goal_ids: Vec<Option<String>> = vec![None; total];
         for i in 0..total {
@@ -138,8 +140,24 @@ impl TaskAgent {
                 }
             }
         }
-        let succeeded =
-            plan.steps.iter().all(|s| matches!(s.status(), StepStatus::Completed { .. }));
+        let completed = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s.status(), StepStatus::Completed { .. }))
+            .count();
+        let succeeded = completed == total;
+        // The root goal is the task: closed with the plan's outcome.
+        if self.session.trace_id().is_some() {
+            self.edit_goals(|tree| {
+                let root = tree.ensure_root(&plan.goal)?;
+                tree.focus(&root)?;
+                if succeeded {
+                    tree.done(&format!("all {total} steps completed"))
+                } else {
+                    tree.abandon(&format!("{completed} of {total} steps completed"))
+                }
+            })?;
+        }
         Ok(TaskOutcome { plan, trace_id: self.session.trace_id().map(str::to_owned), succeeded })
     }
 

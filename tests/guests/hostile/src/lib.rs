@@ -101,6 +101,9 @@ struct RememberArgs {
     /// Show the full output once only.
     #[serde(default)]
     once: bool,
+    /// Attach a tiny PNG.
+    #[serde(default)]
+    image: bool,
 }
 
 /// Not an attack: returns output with long-term memory, for the history
@@ -109,6 +112,10 @@ fn remember(args: RememberArgs, _: &Context) -> Result<Output, ToolError> {
     let mut out = Output::text(args.text);
     if let Some(memory) = args.memory {
         out = out.with_memory(memory);
+    }
+    if args.image {
+        // The 8-byte PNG signature is enough to stand for an image here.
+        out = out.with_image("image/png", b"\x89PNG\r\n\x1a\n".to_vec());
     }
     Ok(if args.once { out.once() } else { out })
 }
