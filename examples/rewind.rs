@@ -20,8 +20,7 @@ use anyhow::{Context as _, Result};
 use common::{Setup, heading};
 use reson::agent::{AgentEvent, Hooks, RunConfig, RunMode, RunOutcome, Runner};
 use reson::tools::ToolRegistry;
-use reson::trace::{FileTraceStore, Message, MessageTree, Role, TraceStore};
-use std::collections::{BTreeMap, HashSet};
+use reson::trace::{FileTraceStore, Message, Role, TraceStore};
 
 fn main() -> Result<()> {
     let setup = Setup::open(Some("rewind"))?;
@@ -57,7 +56,7 @@ fn main() -> Result<()> {
     heading(&format!("message tree of {id} (* = main path)"));
     let messages = store.messages(&id)?;
     let head = store.get(&id)?.and_then(|t| t.head_sequence);
-    print!("{}", render_tree(&messages, head));
+    print!("{}", reson::trace::render_tree(&messages, head));
     let all: Vec<u64> = messages.iter().map(|m| m.sequence).collect();
     assert_eq!(all, (1..=9).collect::<Vec<_>>(), "nothing deleted, no sequence reused");
     println!("\nok: main path 1 → 2 → 3 → 7 → 9; the other branches are kept");
@@ -101,53 +100,4 @@ fn main_path(store: &FileTraceStore, id: &str) -> Result<Vec<u64>> {
     let path: Vec<u64> = store.main_path(id, head)?.iter().map(|m| m.sequence).collect();
     println!("main path: {path:?}");
     Ok(path)
-}
-
-// Copied from `reson traces show` (host/src/cli/traces.rs), which the
-// library does not export.
-
-/// The message tree as text: a chain continues at the same depth, each
-/// branch point indents its children.
-fn render_tree(messages: &[Message], head: Option<u64>) -> String {
-    let tree = MessageTree::from_messages(messages);
-    let main: HashSet<u64> =
-        head.map(|h| tree.main_path(h).into_iter().collect()).unwrap_or_default();
-    let mut children: BTreeMap<Option<u64>, Vec<&Message>> = BTreeMap::new();
-    for m in messages {
-        children.entry(m.parent_sequence).or_default().push(m);
-    }
-    let mut out = String::new();
-    let mut stack: Vec<(&Message, usize)> = children
-        .get(&None)
-        .map(|roots| roots.iter().rev().map(|m| (*m, 0)).collect())
-        .unwrap_or_default();
-    while let Some((m, depth)) = stack.pop() {
-        let mark = if main.contains(&m.sequence) { '*' } else { ' ' };
-        out.push_str(&format!(
-            "{mark} {:indent$}#{} {}\n",
-            "",
-            m.sequence,
-            line(m),
-            indent = depth * 2
-        ));
-        let kids = children.get(&Some(m.sequence)).map(Vec::as_slice).unwrap_or_default();
-        let child_depth = if kids.len() > 1 { depth + 1 } else { depth };
-        stack.extend(kids.iter().rev().map(|k| (*k, child_depth)));
-    }
-    out
-}
-
-fn line(m: &Message) -> String {
-    let text: String = m.text().replace('\n', " ").chars().take(70).collect();
-    match m.role {
-        Role::Tool => format!("tool {}: {text}", m.name.as_deref().unwrap_or("?")),
-        Role::Assistant if !m.tool_calls.is_empty() => {
-            let calls: Vec<String> = m.tool_calls.iter().map(|c| format!("{}()", c.name)).collect();
-            format!("assistant: {text} → {}", calls.join(", "))
-        }
-        role => format!(
-            "{}: {text}",
-            serde_json::to_value(role).unwrap_or_default().as_str().unwrap_or("")
-        ),
-    }
 }

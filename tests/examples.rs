@@ -10,17 +10,18 @@ use std::sync::{Mutex, PoisonError};
 fn run_example(name: &str) {
     // One at a time: every example runs plugins/build.sh on the same
     // directory, and its copy-then-rename is not safe against itself. The
-    // flag says whether this process has built the examples yet.
+    // flag says whether this process has looked for the binaries yet.
     static BUILT: Mutex<bool> = Mutex::new(false);
     let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
     // This test is `<target>/<profile dir>/deps/examples-<hash>`; the
     // examples are built into `<target>/<profile dir>/examples/`.
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile dir>/deps");
-    if !*built {
-        // `cargo test --test examples` builds this test only, and a binary
-        // left from an earlier build may be stale; when they are current
-        // this is a no-op. Same target directory and profile as this test.
+    let binary =
+        profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    // `cargo test` builds the examples before it runs any test; only a
+    // run of this test alone (`--test examples`) finds them missing.
+    if !*built && !binary.exists() {
         let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => "dev",
             Some(name) => name,
@@ -33,10 +34,8 @@ fn run_example(name: &str) {
             .status()
             .expect("running cargo build");
         assert!(status.success(), "building the examples failed");
-        *built = true;
     }
-    let binary =
-        profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    *built = true;
     assert!(binary.exists(), "no example binary at {}", binary.display());
 
     let out = Command::new(&binary).output().expect("running the example");

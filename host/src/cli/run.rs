@@ -20,20 +20,40 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+/// Which model answers, under which permissions; shared by `run` and `task`.
+#[derive(Args)]
+pub(crate) struct ModelArgs {
+    /// Replay this script of assistant turns (the offline `scripted` provider).
+    #[arg(long)]
+    pub(crate) script: Option<PathBuf>,
+    /// Provider plugin [default: scripted]
+    #[arg(long)]
+    pub(crate) provider: Option<String>,
+    /// Model name passed to the provider.
+    #[arg(long, default_value = "")]
+    pub(crate) model: String,
+    /// Permission preset: default, explore, analyst, or one from the config.
+    #[arg(long, default_value = "default")]
+    pub(crate) preset: String,
+}
+
+impl ModelArgs {
+    /// The provider to call.
+    pub(crate) fn provider(&self, runtime: &Runtime) -> PluginProvider {
+        PluginProvider::new(
+            runtime.clone(),
+            self.provider.clone().unwrap_or_else(|| "scripted".into()),
+        )
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// The task, or the next message when continuing. Omit it with --after
     /// to regenerate the answer that followed that message.
     message: Option<String>,
-    /// Replay this script of assistant turns (the offline `scripted` provider).
-    #[arg(long)]
-    script: Option<PathBuf>,
-    /// Provider plugin [default: scripted]
-    #[arg(long)]
-    provider: Option<String>,
-    /// Model name passed to the provider.
-    #[arg(long, default_value = "")]
-    model: String,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Continue this trace.
     #[arg(long)]
     trace: Option<String>,
@@ -46,9 +66,6 @@ pub(crate) struct RunArgs {
     /// Most model calls in this run.
     #[arg(long, default_value_t = 50)]
     max_iterations: u32,
-    /// Permission preset: default, explore, analyst, or one from the config.
-    #[arg(long, default_value = "default")]
-    preset: String,
     /// Print events as JSON lines instead of text.
     #[arg(long)]
     json: bool,
@@ -60,7 +77,7 @@ const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to 
 /// Grants the scripted provider read access to the script and tells it where
 /// the script is, before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
-    grant_script(options, args.script.as_deref())
+    grant_script(options, args.model.script.as_deref())
 }
 
 /// Grants the scripted provider read access to `script` and tells it where
@@ -99,9 +116,8 @@ pub(crate) fn permissions(runtime: &Runtime, name: &str) -> anyhow::Result<(Pres
 
 pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
-    let provider_name = args.provider.clone().unwrap_or_else(|| "scripted".into());
-    let provider = Arc::new(PluginProvider::new(runtime.clone(), provider_name));
-    let (preset, permissions) = permissions(runtime, &args.preset)?;
+    let provider = Arc::new(args.model.provider(runtime));
+    let (preset, permissions) = permissions(runtime, &args.model.preset)?;
     let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none())
         .with_permissions(permissions);
 
@@ -114,7 +130,7 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
             .clone()
             .or_else(|| args.trace.is_none().then(|| SYSTEM_PROMPT.to_owned())),
         params: LlmParams {
-            model: args.model.clone(),
+            model: args.model.model.clone(),
             stream: true,
             temperature: preset.temperature,
             ..LlmParams::default()

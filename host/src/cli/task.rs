@@ -9,7 +9,7 @@ use reson::agent::{
     TaskAgent,
 };
 use reson::plugin::{Options, Runtime};
-use reson::provider::{LlmParams, PluginProvider};
+use reson::provider::LlmParams;
 use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore};
 use std::path::PathBuf;
@@ -26,18 +26,8 @@ pub(crate) struct TaskArgs {
     /// Execute this plan (in the parser's format) instead of asking the model for one.
     #[arg(long)]
     plan: Option<PathBuf>,
-    /// Replay this script of assistant turns (the offline `scripted` provider).
-    #[arg(long)]
-    script: Option<PathBuf>,
-    /// Provider plugin [default: scripted]
-    #[arg(long)]
-    provider: Option<String>,
-    /// Model name passed to the provider.
-    #[arg(long, default_value = "")]
-    model: String,
-    /// Permission preset: default, explore, analyst, or one from the config.
-    #[arg(long, default_value = "default")]
-    preset: String,
+    #[command(flatten)]
+    model: super::run::ModelArgs,
     /// What to do when a step fails.
     #[arg(long, value_enum, default_value_t = OnFailure::Stop)]
     on_failure: OnFailure,
@@ -54,19 +44,18 @@ const SYSTEM_PROMPT: &str = "You are a careful agent working through a plan one 
                              Use the tools, then say briefly what the step achieved.";
 
 pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow::Result<()> {
-    super::run::grant_script(options, args.script.as_deref())
+    super::run::grant_script(options, args.model.script.as_deref())
 }
 
 pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode> {
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
-    let provider = args.provider.clone().unwrap_or_else(|| "scripted".into());
     let bundle = AgentBuilder::new()
-        .provider(Arc::new(PluginProvider::new(runtime.clone(), provider)))
+        .provider(Arc::new(args.model.provider(runtime)))
         .tools(ToolRegistry::new(runtime.clone()))
         .hooks(Hooks::none())
         .store(store)
-        .params(LlmParams { model: args.model.clone(), ..LlmParams::default() })
-        .permissions(super::run::permissions(runtime, &args.preset)?.1)
+        .params(LlmParams { model: args.model.model.clone(), ..LlmParams::default() })
+        .permissions(super::run::permissions(runtime, &args.model.preset)?.1)
         .build()?;
     let parser = Arc::new(PluginPlanParser::new(runtime.clone(), args.parser.clone()));
     let policy = match args.on_failure {

@@ -1,8 +1,7 @@
 //! `reson traces ...`: list traces and show one as a tree.
 
 use clap::Subcommand;
-use reson::trace::{FileTraceStore, Message, MessageTree, Role, TraceFilter, TraceStore};
-use std::collections::{BTreeMap, HashSet};
+use reson::trace::{FileTraceStore, TraceFilter, TraceStore};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -78,56 +77,10 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
                 println!("error: {error}");
             }
             println!("\nmessages (* = main path):");
-            print!("{}", render_tree(&messages, trace.head_sequence));
+            print!("{}", reson::trace::render_tree(&messages, trace.head_sequence));
             println!("\ngoals:");
             print!("{}", goals.render());
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The message tree as text: a chain continues at the same depth, each
-/// branch point indents its children.
-pub(crate) fn render_tree(messages: &[Message], head: Option<u64>) -> String {
-    let tree = MessageTree::from_messages(messages);
-    let main: HashSet<u64> =
-        head.map(|h| tree.main_path(h).into_iter().collect()).unwrap_or_default();
-    let mut children: BTreeMap<Option<u64>, Vec<&Message>> = BTreeMap::new();
-    for m in messages {
-        children.entry(m.parent_sequence).or_default().push(m);
-    }
-    let mut out = String::new();
-    let mut stack: Vec<(&Message, usize)> = children
-        .get(&None)
-        .map(|roots| roots.iter().rev().map(|m| (*m, 0)).collect())
-        .unwrap_or_default();
-    while let Some((m, depth)) = stack.pop() {
-        let mark = if main.contains(&m.sequence) { '*' } else { ' ' };
-        out.push_str(&format!(
-            "{mark} {:indent$}#{} {}\n",
-            "",
-            m.sequence,
-            line(m),
-            indent = depth * 2
-        ));
-        let kids = children.get(&Some(m.sequence)).map(Vec::as_slice).unwrap_or_default();
-        let child_depth = if kids.len() > 1 { depth + 1 } else { depth };
-        stack.extend(kids.iter().rev().map(|k| (*k, child_depth)));
-    }
-    out
-}
-
-fn line(m: &Message) -> String {
-    let text: String = m.text().replace('\n', " ").chars().take(70).collect();
-    match m.role {
-        Role::Tool => format!("tool {}: {text}", m.name.as_deref().unwrap_or("?")),
-        Role::Assistant if !m.tool_calls.is_empty() => {
-            let calls: Vec<String> = m.tool_calls.iter().map(|c| format!("{}()", c.name)).collect();
-            format!("assistant: {text} → {}", calls.join(", "))
-        }
-        role => format!(
-            "{}: {text}",
-            serde_json::to_value(role).unwrap_or_default().as_str().unwrap_or("")
-        ),
-    }
 }

@@ -72,6 +72,7 @@ mod flush;
 mod goal;
 mod message;
 mod model;
+mod render;
 mod store;
 mod tree;
 
@@ -80,6 +81,7 @@ pub use file::{Durability, FileTraceStore};
 pub use goal::{Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
 pub use model::{Collaborator, Trace, TraceContext, TraceMode, TraceStatus};
+pub use render::render_tree;
 pub use store::{TraceError, TraceFilter, TraceStore};
 pub use tree::MessageTree;
 
