@@ -1,19 +1,18 @@
 //! Between the stored message shape and the contract's chat types.
 
-use super::{ChatRequest, ChatResponse, Delta, ProviderError};
+use super::{ChatResponse, Delta, LlmParams, ProviderError};
 use crate::contract::bindings::provider::reson::plugin::chat_types as wit;
 use crate::contract::bindings::tool::reson::plugin::types as wit_types;
+use crate::plugin::ToolSpec;
 use crate::trace::{ContentPart, Message, Role, ToolCall, Usage};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use std::time::Duration;
 
-pub(super) fn request(request: &ChatRequest) -> wit::ChatRequest {
-    let p = &request.params;
+pub(super) fn request(messages: &[Message], tools: &[ToolSpec], p: &LlmParams) -> wit::ChatRequest {
     wit::ChatRequest {
-        messages: request.messages.iter().map(message).collect(),
-        tools: request
-            .tools
+        messages: messages.iter().map(message).collect(),
+        tools: tools
             .iter()
             .map(|t| wit_types::ToolSpec {
                 name: t.name.clone(),

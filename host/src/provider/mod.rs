@@ -2,6 +2,7 @@
 //! runs it through a provider plugin. Messages cross in the stored
 //! (OpenAI-compatible) shape; each plugin converts to its own API.
 
+mod continuation;
 mod convert;
 
 use crate::plugin::{CallError, Runtime, ToolSpec};
@@ -191,7 +192,8 @@ impl ChatProvider for PluginProvider {
         mut deltas: DeltaSink,
         cancel: Arc<AtomicBool>,
     ) -> Result<ChatResponse, ProviderError> {
-        let wit_request = convert::request(request);
+        let history = continuation::prepare(&request.messages, &self.plugin);
+        let wit_request = convert::request(&history, &request.tools, &request.params);
         let sink = Box::new(move |d| deltas(convert::delta(d)));
         let response =
             self.runtime.chat(&self.plugin, &wit_request, Some(sink), Some(cancel))??;
