@@ -9,44 +9,40 @@ use serde::Deserialize;
 /// The tool's name.
 pub const NAME: &str = "goal";
 
-/// Arguments of `goal`: one action per call.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
-enum GoalAction {
+/// What a `goal` call does.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Action {
     /// Add a goal under the current goal (at the top level when none is current).
-    Add {
-        /// What the goal is.
-        description: String,
-    },
+    Add,
     /// Add a goal as the last child of `goal_id`.
-    Under {
-        /// The parent goal, such as `g1`.
-        goal_id: String,
-        /// What the goal is.
-        description: String,
-    },
+    Under,
     /// Add a goal right after `goal_id`, as its sibling.
-    After {
-        /// The sibling goal.
-        goal_id: String,
-        /// What the goal is.
-        description: String,
-    },
+    After,
     /// Make `goal_id` the current goal.
-    Focus {
-        /// The goal to work on.
-        goal_id: String,
-    },
-    /// Complete the current goal.
-    Done {
-        /// What was achieved.
-        summary: String,
-    },
-    /// Give up the current goal.
-    Abandon {
-        /// Why.
-        reason: String,
-    },
+    Focus,
+    /// Complete the current goal, with a `summary`.
+    Done,
+    /// Give up the current goal, with a `reason`.
+    Abandon,
+}
+
+/// Arguments of `goal`: one action per call. A flat object, as every
+/// provider API wants for tool parameters; which fields an action needs is
+/// checked when it runs.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GoalArgs {
+    /// The action.
+    action: Action,
+    /// What the goal is (add, under, after).
+    description: Option<String>,
+    /// The goal acted on, such as `g1` (under, after, focus).
+    goal_id: Option<String>,
+    /// What was achieved (done).
+    summary: Option<String>,
+    /// Why it is given up (abandon).
+    reason: Option<String>,
 }
 
 /// The tool's spec.
@@ -55,10 +51,11 @@ pub fn spec() -> ToolSpec {
         name: NAME.to_owned(),
         description:
             "Plan and track your work as a tree of goals. Actions: add (under the current \
-                      goal), under, after, focus, done (with a summary), abandon (with a reason). \
-                      Returns the updated tree."
+                      goal; needs description), under and after (need goal_id and description), \
+                      focus (needs goal_id), done (needs summary), abandon (needs reason). Returns \
+                      the updated tree."
                 .to_owned(),
-        input_schema: serde_json::to_value(schemars::schema_for!(GoalAction))
+        input_schema: serde_json::to_value(schemars::schema_for!(GoalArgs))
             .expect("a derived schema serialises"),
         plugin: "builtin".to_owned(),
     }
@@ -67,25 +64,35 @@ pub fn spec() -> ToolSpec {
 /// Applies one call to `tree`. `Err` is a message for the model; the tree
 /// is unchanged then.
 pub fn apply(tree: &mut GoalTree, arguments: &str) -> Result<String, String> {
-    let action: GoalAction = serde_json::from_str(arguments)
+    let args: GoalArgs = serde_json::from_str(arguments)
         .map_err(|e| format!("Error: invalid goal arguments: {e}"))?;
-    let done = match action {
-        GoalAction::Add { description } => tree.add(&description).map(|id| format!("added {id}")),
-        GoalAction::Under { goal_id, description } => {
+    let need = |field: &Option<String>, name: &str| {
+        field.clone().ok_or_else(|| format!("Error: goal action {:?} needs `{name}`", args.action))
+    };
+    let done = match args.action {
+        Action::Add => {
+            tree.add(&need(&args.description, "description")?).map(|id| format!("added {id}"))
+        }
+        Action::Under => {
+            let (goal_id, description) =
+                (need(&args.goal_id, "goal_id")?, need(&args.description, "description")?);
             tree.under(&goal_id, &description).map(|id| format!("added {id} under {goal_id}"))
         }
-        GoalAction::After { goal_id, description } => {
+        Action::After => {
+            let (goal_id, description) =
+                (need(&args.goal_id, "goal_id")?, need(&args.description, "description")?);
             tree.after(&goal_id, &description).map(|id| format!("added {id} after {goal_id}"))
         }
-        GoalAction::Focus { goal_id } => {
+        Action::Focus => {
+            let goal_id = need(&args.goal_id, "goal_id")?;
             tree.focus(&goal_id).map(|()| format!("focused {goal_id}"))
         }
-        GoalAction::Done { summary } => {
-            tree.done(&summary).map(|()| "completed the current goal".to_owned())
-        }
-        GoalAction::Abandon { reason } => {
-            tree.abandon(&reason).map(|()| "abandoned the current goal".to_owned())
-        }
+        Action::Done => tree
+            .done(&need(&args.summary, "summary")?)
+            .map(|()| "completed the current goal".to_owned()),
+        Action::Abandon => tree
+            .abandon(&need(&args.reason, "reason")?)
+            .map(|()| "abandoned the current goal".to_owned()),
     };
     match done {
         Ok(what) => Ok(format!("{what}\n{}", tree.render())),
@@ -110,14 +117,18 @@ mod tests {
         assert!(err.contains("g9"), "{err}");
         let err = apply(&mut tree, r#"{"action":"fly"}"#).unwrap_err();
         assert!(err.contains("invalid goal arguments"), "{err}");
+        let err = apply(&mut tree, r#"{"action":"under","goal_id":"g1"}"#).unwrap_err();
+        assert_eq!(err, "Error: goal action Under needs `description`");
         assert_eq!(tree, before);
         apply(&mut tree, r#"{"action":"done","summary":"shipped"}"#).unwrap();
         assert_eq!(tree.get("g1").unwrap().summary.as_deref(), Some("shipped"));
     }
 
     #[test]
-    fn the_spec_schema_lists_every_action() {
-        let schema = spec().input_schema.to_string();
+    fn the_spec_schema_is_a_flat_object_listing_every_action() {
+        let schema = spec().input_schema;
+        assert_eq!(schema["type"], "object", "providers want an object at the root");
+        let schema = schema.to_string();
         for action in ["add", "under", "after", "focus", "done", "abandon"] {
             assert!(schema.contains(&format!("\"{action}\"")), "{action} missing from {schema}");
         }
