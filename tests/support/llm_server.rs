@@ -38,7 +38,10 @@ impl Reply {
         Self {
             status: 200,
             headers: vec![("content-type".into(), "text/event-stream".into())],
-            chunks: pieces.into_iter().map(|p| (Duration::from_millis(5), p.into().into_bytes())).collect(),
+            chunks: pieces
+                .into_iter()
+                .map(|p| (Duration::from_millis(5), p.into().into_bytes()))
+                .collect(),
         }
     }
 
@@ -98,7 +101,10 @@ impl LlmServer {
                 let Some(request) = read_request(&stream) else { continue };
                 seen.lock().unwrap().push(request);
                 let reply = replies.next().unwrap_or_else(|| {
-                    Reply::json(500, &serde_json::json!({"error": {"message": "test server: no more replies"}}))
+                    Reply::json(
+                        500,
+                        &serde_json::json!({"error": {"message": "test server: no more replies"}}),
+                    )
                 });
                 // Each reply on its own thread, so a slow stream does not
                 // hold up the next request (a retry after a timeout).

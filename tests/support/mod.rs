@@ -4,6 +4,8 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod llm_server;
+
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,660 @@
+//! The provider components against real HTTP servers on 127.0.0.1 that
+//! speak each protocol: answers, tool-call round trips through the whole
+//! agent loop, SSE streams split anywhere, retries, errors, deadlines,
+//! secrets, and a trace that moves between providers.
+
+mod support;
+
+use reson::agent::{
+    AgentError, AgentEvent, HookDecision, HookEvent, HookPoint, Hooks, RunConfig, Runner,
+};
+use reson::plugin::Runtime;
+use reson::provider::{LlmParams, PluginProvider, ProviderError};
+use reson::tools::ToolRegistry;
+use reson::trace::{FileTraceStore, Message, Role, TraceStore};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use support::TestDir;
+use support::llm_server::{LlmServer, Recorded, Reply};
+
+const SECRET: &str = "sk-test-9f8e7d6c5b4a";
+
+/// How one protocol's server talks.
+trait Protocol {
+    const PLUGIN: &'static str;
+    /// Whether the API carries tool-call ids (Gemini matches by name).
+    const IDS: bool = true;
+    const KEY: &'static str;
+    /// The `base_url` setting for a server at `url`.
+    fn base_url(url: &str) -> String;
+    fn text(text: &str, prompt: u64, completion: u64) -> Reply;
+    fn tool_call(id: &str, name: &str, args: Value) -> Reply;
+    /// A streamed tool call whose arguments are split across events, and
+    /// usage at the end; every piece is written separately.
+    fn streamed_tool_call(id: &str, name: &str, args: Value) -> Reply;
+    fn streamed_text(text: &str) -> Reply;
+    /// A stream cut off in the middle of an event.
+    fn cut_stream() -> Reply;
+    fn error(status: u16, message: &str) -> Reply;
+    /// The secret as the server should see it, in the request.
+    fn sent_key(request: &Recorded) -> Option<String>;
+    /// The tool results the request carries: (call id, text).
+    fn tool_results(request: &Recorded) -> Vec<(String, String)>;
+}
+
+struct OpenAi;
+struct Anthropic;
+struct Gemini;
+
+impl Protocol for OpenAi {
+    const PLUGIN: &'static str = "openai";
+    const KEY: &'static str = "OPENAI_API_KEY";
+    fn base_url(url: &str) -> String {
+        format!("{url}/v1")
+    }
+    fn text(text: &str, prompt: u64, completion: u64) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
+                "choices": [{ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": "stop" }],
+                "usage": { "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion }
+            }),
+        )
+    }
+    fn tool_call(id: &str, name: &str, args: Value) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "chatcmpl-2", "object": "chat.completion", "model": "gpt-test",
+                "choices": [{ "index": 0, "finish_reason": "tool_calls", "message": { "role": "assistant", "content": null,
+                    "tool_calls": [{ "id": id, "type": "function", "function": { "name": name, "arguments": args.to_string() } }] } }],
+                "usage": { "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15 }
+            }),
+        )
+    }
+    fn streamed_tool_call(id: &str, name: &str, args: Value) -> Reply {
+        let args = args.to_string();
+        let (a, b) = args.split_at(args.len() / 2);
+        let chunk = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({ "id": "c", "object": "chat.completion.chunk", "model": "gpt-test",
+                "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] })
+            )
+        };
+        let first = chunk(
+            json!({ "role": "assistant", "tool_calls": [{ "index": 0, "id": id, "type": "function", "function": { "name": name, "arguments": a } }] }),
+            Value::Null,
+        );
+        let second = chunk(
+            json!({ "tool_calls": [{ "index": 0, "function": { "arguments": b } }] }),
+            Value::Null,
+        );
+        let (s1, s2) = second.split_at(17);
+        Reply::sse([
+            first,
+            s1.to_owned(),
+            s2.to_owned(),
+            chunk(json!({}), json!("tool_calls")),
+            format!(
+                "data: {}\n\n",
+                json!({ "id": "c", "object": "chat.completion.chunk", "choices": [], "usage": { "prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37 } })
+            ),
+            "data: [DONE]\n\n".to_owned(),
+        ])
+    }
+    fn streamed_text(text: &str) -> Reply {
+        let mut pieces: Vec<String> = text
+            .split_inclusive(' ')
+            .map(|w| format!("data: {}\n\n", json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": { "content": w }, "finish_reason": null }] })))
+            .collect();
+        pieces.push(format!("data: {}\n\n", json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }], "usage": { "prompt_tokens": 40, "completion_tokens": 3 } })));
+        pieces.push("data: [DONE]\n\n".into());
+        Reply::sse(pieces)
+    }
+    fn cut_stream() -> Reply {
+        Reply::sse(["data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hal".to_owned()])
+    }
+    fn error(status: u16, message: &str) -> Reply {
+        Reply::json(status, &json!({ "error": { "message": message, "type": "test_error" } }))
+    }
+    fn sent_key(request: &Recorded) -> Option<String> {
+        request.header("authorization").and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned)
+    }
+    fn tool_results(request: &Recorded) -> Vec<(String, String)> {
+        request.json()["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| {
+                (
+                    m["tool_call_id"].as_str().unwrap().to_owned(),
+                    m["content"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Protocol for Anthropic {
+    const PLUGIN: &'static str = "anthropic";
+    const KEY: &'static str = "ANTHROPIC_API_KEY";
+    fn base_url(url: &str) -> String {
+        url.to_owned()
+    }
+    fn text(text: &str, prompt: u64, completion: u64) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+                "content": [{ "type": "text", "text": text }], "stop_reason": "end_turn", "stop_sequence": null,
+                "usage": { "input_tokens": prompt, "output_tokens": completion, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0 }
+            }),
+        )
+    }
+    fn tool_call(id: &str, name: &str, args: Value) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-test",
+                "content": [{ "type": "text", "text": "Let me check." }, { "type": "tool_use", "id": id, "name": name, "input": args }],
+                "stop_reason": "tool_use", "stop_sequence": null, "usage": { "input_tokens": 10, "output_tokens": 5 }
+            }),
+        )
+    }
+    fn streamed_tool_call(id: &str, name: &str, args: Value) -> Reply {
+        let args = args.to_string();
+        let (a, b) = args.split_at(args.len() / 2);
+        let event = |kind: &str, data: Value| format!("event: {kind}\ndata: {data}\n\n");
+        let delta = event(
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "input_json_delta", "partial_json": b } }),
+        );
+        let (d1, d2) = delta.split_at(25);
+        Reply::sse([
+            event(
+                "message_start",
+                json!({ "type": "message_start", "message": { "id": "msg_3", "type": "message", "role": "assistant", "model": "claude-test", "content": [], "stop_reason": null, "usage": { "input_tokens": 30, "output_tokens": 1, "cache_read_input_tokens": 4 } } }),
+            ),
+            event(
+                "content_block_start",
+                json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "tool_use", "id": id, "name": name, "input": {} } }),
+            ),
+            event(
+                "content_block_delta",
+                json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "input_json_delta", "partial_json": a } }),
+            ),
+            d1.to_owned(),
+            d2.to_owned(),
+            event("content_block_stop", json!({ "type": "content_block_stop", "index": 0 })),
+            event(
+                "message_delta",
+                json!({ "type": "message_delta", "delta": { "stop_reason": "tool_use", "stop_sequence": null }, "usage": { "output_tokens": 7 } }),
+            ),
+            event("message_stop", json!({ "type": "message_stop" })),
+        ])
+    }
+    fn streamed_text(text: &str) -> Reply {
+        let event = |kind: &str, data: Value| format!("event: {kind}\ndata: {data}\n\n");
+        let mut pieces = vec![
+            event(
+                "message_start",
+                json!({ "type": "message_start", "message": { "id": "msg_4", "type": "message", "role": "assistant", "model": "claude-test", "content": [], "stop_reason": null, "usage": { "input_tokens": 40, "output_tokens": 1 } } }),
+            ),
+            event(
+                "content_block_start",
+                json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+            ),
+        ];
+        pieces.extend(text.split_inclusive(' ').map(|w| {
+            event("content_block_delta", json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": w } }))
+        }));
+        pieces
+            .push(event("content_block_stop", json!({ "type": "content_block_stop", "index": 0 })));
+        pieces.push(event("message_delta", json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": 3 } })));
+        pieces.push(event("message_stop", json!({ "type": "message_stop" })));
+        Reply::sse(pieces)
+    }
+    fn cut_stream() -> Reply {
+        Reply::sse(["event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"mess".to_owned()])
+    }
+    fn error(status: u16, message: &str) -> Reply {
+        let kind = match status {
+            401 => "authentication_error",
+            429 => "rate_limit_error",
+            400 => "invalid_request_error",
+            _ => "api_error",
+        };
+        Reply::json(
+            status,
+            &json!({ "type": "error", "error": { "type": kind, "message": message } }),
+        )
+    }
+    fn sent_key(request: &Recorded) -> Option<String> {
+        request.header("x-api-key").map(str::to_owned)
+    }
+    fn tool_results(request: &Recorded) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for m in request.json()["messages"].as_array().unwrap() {
+            for block in m["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_result" {
+                    let text = block["content"]
+                        .as_array()
+                        .and_then(|c| c.first())
+                        .and_then(|c| c["text"].as_str())
+                        .or_else(|| block["content"].as_str())
+                        .unwrap_or("");
+                    out.push((block["tool_use_id"].as_str().unwrap().to_owned(), text.to_owned()));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Protocol for Gemini {
+    const PLUGIN: &'static str = "gemini";
+    const KEY: &'static str = "GEMINI_API_KEY";
+    const IDS: bool = false;
+    fn base_url(url: &str) -> String {
+        format!("{url}/v1beta")
+    }
+    fn text(text: &str, prompt: u64, completion: u64) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "candidates": [{ "content": { "role": "model", "parts": [{ "text": text }] }, "finishReason": "STOP", "index": 0 }],
+                "usageMetadata": { "promptTokenCount": prompt, "candidatesTokenCount": completion, "totalTokenCount": prompt + completion },
+                "modelVersion": "gemini-test"
+            }),
+        )
+    }
+    fn tool_call(_id: &str, name: &str, args: Value) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "candidates": [{ "content": { "role": "model", "parts": [{ "functionCall": { "name": name, "args": args } }] }, "finishReason": "STOP", "index": 0 }],
+                "usageMetadata": { "promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15 }
+            }),
+        )
+    }
+    fn streamed_tool_call(_id: &str, name: &str, args: Value) -> Reply {
+        // Gemini sends a call whole; the event itself is split on the wire.
+        let call = format!(
+            "data: {}\r\n\r\n",
+            json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "functionCall": { "name": name, "args": args } }] }, "index": 0 }] })
+        );
+        let (a, b) = call.split_at(call.len() / 2);
+        Reply::sse([
+            a.to_owned(),
+            b.to_owned(),
+            format!(
+                "data: {}\r\n\r\n",
+                json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": "" }] }, "finishReason": "STOP", "index": 0 }], "usageMetadata": { "promptTokenCount": 30, "candidatesTokenCount": 7, "cachedContentTokenCount": 4 } })
+            ),
+        ])
+    }
+    fn streamed_text(text: &str) -> Reply {
+        let words: Vec<&str> = text.split_inclusive(' ').collect();
+        let last = words.len() - 1;
+        Reply::sse(words.iter().enumerate().map(|(i, w)| {
+            let mut chunk = json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": w }] }, "index": 0 }] });
+            if i == last {
+                chunk["candidates"][0]["finishReason"] = json!("STOP");
+                chunk["usageMetadata"] = json!({ "promptTokenCount": 40, "candidatesTokenCount": 3 });
+            }
+            format!("data: {chunk}\n\n")
+        }))
+    }
+    fn cut_stream() -> Reply {
+        Reply::sse(["data: {\"candidates\": [{\"content\": {\"role\": \"mod".to_owned()])
+    }
+    fn error(status: u16, message: &str) -> Reply {
+        let name = match status {
+            401 => "UNAUTHENTICATED",
+            429 => "RESOURCE_EXHAUSTED",
+            400 => "INVALID_ARGUMENT",
+            _ => "INTERNAL",
+        };
+        Reply::json(
+            status,
+            &json!({ "error": { "code": status, "message": message, "status": name } }),
+        )
+    }
+    fn sent_key(request: &Recorded) -> Option<String> {
+        request.header("x-goog-api-key").map(str::to_owned)
+    }
+    fn tool_results(request: &Recorded) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for turn in request.json()["contents"].as_array().unwrap() {
+            for part in turn["parts"].as_array().into_iter().flatten() {
+                if let Some(response) = part.get("functionResponse") {
+                    let text = response["response"]["content"].as_str().unwrap_or("").to_owned();
+                    out.push((response["name"].as_str().unwrap().to_owned(), text));
+                }
+            }
+        }
+        out
+    }
+}
+
+struct Setup {
+    dir: TestDir,
+    runtime: Runtime,
+    store: Arc<FileTraceStore>,
+}
+
+impl Setup {
+    /// The provider plugin `P` pointed at `server`, plus the echo tool.
+    fn new<P: Protocol>(server: &LlmServer, extra: &str) -> Self {
+        let dir = TestDir::new();
+        dir.install(support::plugins(), P::PLUGIN).install(support::plugins(), "echo");
+        let runtime = dir.open(&format!(
+            r#"
+            [permissions]
+            default = "allow"
+            [secrets]
+            {key} = "{SECRET}"
+            [plugins.{plugin}]
+            http = ["{addr}"]
+            secrets = ["{key}"]
+            config = {{ base_url = "{base}", price_input_per_mtok = "1000", price_output_per_mtok = "2000" }}
+            {extra}
+            "#,
+            key = P::KEY,
+            plugin = P::PLUGIN,
+            addr = server.addr,
+            base = P::base_url(&server.url()),
+        ));
+        let store = Arc::new(
+            FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched)
+                .unwrap(),
+        );
+        Self { dir, runtime, store }
+    }
+
+    fn runner<P: Protocol>(&self, hooks: Hooks) -> Runner {
+        Runner::new(
+            self.store.clone(),
+            Arc::new(PluginProvider::new(self.runtime.clone(), P::PLUGIN)),
+            ToolRegistry::new(self.runtime.clone()).only(vec!["echo".into()]),
+            hooks,
+        )
+    }
+}
+
+fn config(stream: bool) -> RunConfig {
+    RunConfig {
+        params: LlmParams { model: "test-model".into(), stream, ..LlmParams::default() },
+        retry_base_delay: Duration::from_millis(10),
+        max_retries: 2,
+        ..RunConfig::default()
+    }
+}
+
+fn user(text: &str) -> Vec<Message> {
+    vec![Message::new(Role::User, text)]
+}
+
+/// Every byte the host wrote for this setup: the traces and the lock file
+/// (the config, which holds the secret, is the test's own).
+fn written(dir: &TestDir) -> String {
+    let mut all =
+        String::from_utf8_lossy(&std::fs::read(dir.path().join("reson.lock")).unwrap_or_default())
+            .into_owned();
+    for entry in walk(&dir.path().join("traces")) {
+        all.push_str(&String::from_utf8_lossy(&std::fs::read(entry).unwrap_or_default()));
+    }
+    all
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else if path.extension().is_none_or(|e| e != "wasm") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+fn tool_round_trip<P: Protocol>(stream: bool) {
+    let args = json!({ "text": "ping from the model" });
+    let first = if stream {
+        P::streamed_tool_call("call_1", "echo", args)
+    } else {
+        P::tool_call("call_1", "echo", args)
+    };
+    let last =
+        if stream { P::streamed_text("all done now") } else { P::text("all done now", 50, 4) };
+    let server = LlmServer::start(vec![first, last]);
+    let s = Setup::new::<P>(&server, "");
+    let handle = s.runner::<P>(Hooks::none()).run(user("echo something"), config(stream)).unwrap();
+    let mut deltas = 0;
+    while let Some(event) = handle.next_event() {
+        if matches!(event, AgentEvent::TextDelta { .. }) {
+            deltas += 1;
+        }
+    }
+    let outcome = handle.wait().unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("all done now"));
+    if stream {
+        assert!(deltas >= 3, "text deltas reach the event stream as they arrive ({deltas})");
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(P::sent_key(&requests[0]).as_deref(), Some(SECRET), "the host filled in the secret");
+    let results = P::tool_results(&requests[1]);
+    assert_eq!(results.len(), 1);
+    let key = if P::IDS { "call_1" } else { "echo" };
+    assert_eq!(results[0].0, key, "the result answers its call");
+    assert_eq!(results[0].1, "ping from the model");
+    let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+    assert!(trace.totals.usage.prompt_tokens > 0 && trace.totals.cost > 0.0, "{:?}", trace.totals);
+    assert!(!written(&s.dir).contains(SECRET), "the secret was written somewhere");
+}
+
+fn retries_then_succeeds<P: Protocol>() {
+    let server = LlmServer::start(vec![
+        P::error(429, "slow down").header("retry-after", "0"),
+        P::error(500, "boom"),
+        P::text("finally", 5, 1),
+    ]);
+    let s = Setup::new::<P>(&server, "");
+    let retries = Arc::new(AtomicU32::new(0));
+    let counter = retries.clone();
+    let hooks = Hooks::none().on(HookPoint::OnRetry, move |_: &HookEvent| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        HookDecision::Continue
+    });
+    let outcome = s.runner::<P>(hooks).run(user("hi"), config(false)).unwrap().wait().unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("finally"));
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(retries.load(Ordering::SeqCst), 2);
+}
+
+fn failure<P: Protocol>(replies: Vec<Reply>, stream: bool) -> (AgentError, usize, Setup) {
+    let server = LlmServer::start(replies);
+    let s = Setup::new::<P>(&server, "[plugins.echo]\n");
+    let err =
+        s.runner::<P>(Hooks::none()).run(user("hi"), config(stream)).unwrap().wait().unwrap_err();
+    let count = server.requests().len();
+    (err, count, s)
+}
+
+fn errors_are_typed<P: Protocol>() {
+    let (err, requests, s) = failure::<P>(vec![P::error(401, "bad key")], false);
+    assert!(matches!(err, AgentError::Llm(ProviderError::Auth(_))), "{err:?}");
+    assert_eq!(requests, 1, "auth errors are not retried");
+    assert!(!err.is_recoverable());
+    assert!(!err.to_string().contains(SECRET) && !written(&s.dir).contains(SECRET));
+
+    let (err, requests, _) =
+        failure::<P>(vec![Reply::raw(200, "application/json", "{\"choices\": [ {")], false);
+    assert!(matches!(err, AgentError::Llm(ProviderError::InvalidResponse(_))), "{err:?}");
+    assert_eq!(requests, 1);
+
+    let (err, _, _) = failure::<P>(vec![P::cut_stream()], true);
+    assert!(matches!(err, AgentError::Llm(ProviderError::InvalidResponse(_))), "{err:?}");
+}
+
+fn a_slow_stream_meets_the_deadline<P: Protocol>() {
+    let server = LlmServer::start(vec![
+        P::streamed_text("one two three four five six").paced(Duration::from_millis(400)),
+    ]);
+    let s = Setup::new::<P>(&server, "");
+    let mut options =
+        s.dir.options(&std::fs::read_to_string(s.dir.path().join("reson.toml")).unwrap());
+    options.config.plugins.get_mut(P::PLUGIN).unwrap().limits.timeout_ms = Some(1200);
+    let runtime = Runtime::open(options).unwrap();
+    let runner = Runner::new(
+        s.store.clone(),
+        Arc::new(PluginProvider::new(runtime.clone(), P::PLUGIN)),
+        ToolRegistry::builtins_only(),
+        Hooks::none(),
+    );
+    let started = std::time::Instant::now();
+    let err = runner
+        .run(user("hi"), RunConfig { max_retries: 0, ..config(true) })
+        .unwrap()
+        .wait()
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+    let text = err.to_string();
+    assert!(text.contains("time limit of 1200 ms") || text.contains("timed out"), "{text}");
+}
+
+fn an_ungranted_host_is_refused<P: Protocol>() {
+    let server = LlmServer::start(vec![P::text("never", 1, 1)]);
+    let s = Setup::new::<P>(&server, "");
+    let mut options =
+        s.dir.options(&std::fs::read_to_string(s.dir.path().join("reson.toml")).unwrap());
+    options.config.plugins.get_mut(P::PLUGIN).unwrap().http = vec!["127.0.0.1:1".into()];
+    let runtime = Runtime::open(options).unwrap();
+    let runner = Runner::new(
+        s.store.clone(),
+        Arc::new(PluginProvider::new(runtime, P::PLUGIN)),
+        ToolRegistry::builtins_only(),
+        Hooks::none(),
+    );
+    let err = runner.run(user("hi"), config(false)).unwrap().wait().unwrap_err();
+    assert!(err.to_string().contains("not granted"), "{err}");
+    assert!(server.requests().is_empty(), "nothing reached the server");
+}
+
+macro_rules! protocol_tests {
+    ($module:ident, $protocol:ty) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn a_tool_call_round_trip_through_the_loop() {
+                tool_round_trip::<$protocol>(false);
+            }
+
+            #[test]
+            fn a_streamed_round_trip_with_arguments_split_across_chunks() {
+                tool_round_trip::<$protocol>(true);
+            }
+
+            #[test]
+            fn rate_limits_and_server_errors_are_retried() {
+                retries_then_succeeds::<$protocol>();
+            }
+
+            #[test]
+            fn auth_malformed_and_cut_streams_are_typed_errors() {
+                errors_are_typed::<$protocol>();
+            }
+
+            #[test]
+            fn a_stream_slower_than_the_deadline_is_stopped() {
+                a_slow_stream_meets_the_deadline::<$protocol>();
+            }
+
+            #[test]
+            fn a_host_not_granted_is_refused() {
+                an_ungranted_host_is_refused::<$protocol>();
+            }
+        }
+    };
+}
+
+protocol_tests!(openai, OpenAi);
+protocol_tests!(anthropic, Anthropic);
+protocol_tests!(gemini, Gemini);
+
+/// A trace started on OpenAI (with a tool call whose id Anthropic would
+/// reject) continues on Anthropic: ids rewritten consistently, results
+/// grouped after their calls.
+#[test]
+fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
+    let odd_id = "call:abc.123/xyz";
+    let openai = LlmServer::start(vec![
+        OpenAi::tool_call(odd_id, "echo", json!({ "text": "hi" })),
+        OpenAi::text("done", 5, 1),
+    ]);
+    let first = Setup::new::<OpenAi>(&openai, "");
+    let outcome = first
+        .runner::<OpenAi>(Hooks::none())
+        .run(user("start"), config(false))
+        .unwrap()
+        .wait()
+        .unwrap();
+
+    let anthropic = LlmServer::start(vec![Anthropic::text("continued", 5, 1)]);
+    let second = Setup::new::<Anthropic>(&anthropic, "");
+    let runner = Runner::new(
+        first.store.clone(),
+        Arc::new(PluginProvider::new(second.runtime.clone(), "anthropic")),
+        ToolRegistry::new(second.runtime.clone()).only(vec!["echo".into()]),
+        Hooks::none(),
+    );
+    let cont = RunConfig { trace_id: Some(outcome.trace_id.clone()), ..config(false) };
+    let outcome = runner.run(user("and now?"), cont).unwrap().wait().unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("continued"));
+
+    let body = anthropic.requests()[0].json();
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert!(roles.windows(2).all(|w| w[0] != w[1]), "roles alternate: {roles:?}");
+    let tool_use = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .find(|b| b["type"] == "tool_use")
+        .unwrap();
+    let id = tool_use["id"].as_str().unwrap();
+    assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'), "{id}");
+    let results = Anthropic::tool_results(&anthropic.requests()[0]);
+    assert_eq!(results, [(id.to_owned(), "hi".to_owned())], "the result still answers its call");
+    // The stored trace keeps the original id.
+    let stored = first.store.messages(&outcome.trace_id).unwrap();
+    assert!(stored.iter().any(|m| m.tool_calls.iter().any(|c| c.id == odd_id)));
+
+    // And on to Gemini: calls and results as function parts, turns alternating.
+    let gemini = LlmServer::start(vec![Gemini::text("and on", 5, 1)]);
+    let third = Setup::new::<Gemini>(&gemini, "");
+    let runner = Runner::new(
+        first.store.clone(),
+        Arc::new(PluginProvider::new(third.runtime.clone(), "gemini")),
+        ToolRegistry::new(third.runtime.clone()).only(vec!["echo".into()]),
+        Hooks::none(),
+    );
+    let cont = RunConfig { trace_id: Some(outcome.trace_id.clone()), ..config(false) };
+    assert_eq!(
+        runner.run(user("last"), cont).unwrap().wait().unwrap().final_text.as_deref(),
+        Some("and on")
+    );
+    let body = gemini.requests()[0].json();
+    let roles: Vec<&str> =
+        body["contents"].as_array().unwrap().iter().map(|c| c["role"].as_str().unwrap()).collect();
+    assert!(roles.windows(2).all(|w| w[0] != w[1]), "roles alternate: {roles:?}");
+    assert_eq!(Gemini::tool_results(&gemini.requests()[0]), [("echo".to_owned(), "hi".to_owned())]);
+}
