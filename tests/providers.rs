@@ -658,3 +658,40 @@ fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
     assert!(roles.windows(2).all(|w| w[0] != w[1]), "roles alternate: {roles:?}");
     assert_eq!(Gemini::tool_results(&gemini.requests()[0]), [("echo".to_owned(), "hi".to_owned())]);
 }
+
+#[test]
+fn reson_run_talks_to_a_configured_base_url_and_prints_deltas() {
+    let server = LlmServer::start(vec![OpenAi::streamed_text("hello from the stream")]);
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "openai");
+    dir.config(&format!(
+        "[plugins.openai]\nhttp = [\"{}\"]\nsecrets = [\"OPENAI_API_KEY\"]\nconfig = {{ base_url = \"{}/v1\" }}\n",
+        server.addr,
+        server.url()
+    ));
+    let reson = |key: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_reson"));
+        cmd.args(["--config", &dir.path().join("reson.toml").to_string_lossy()])
+            .args(["--plugins-dir", &dir.plugins().to_string_lossy()])
+            .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+            .args(["--traces-dir", &dir.path().join("traces").to_string_lossy()])
+            .args(["run", "--provider", "openai", "--model", "gpt-test", "say hello"])
+            .env_remove("OPENAI_API_KEY");
+        if let Some(key) = key {
+            cmd.env("OPENAI_API_KEY", key);
+        }
+        cmd.output().unwrap()
+    };
+    let out = reson(Some(SECRET));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("hello from the stream"), "{stdout}");
+    assert_eq!(OpenAi::sent_key(&server.requests()[0]).as_deref(), Some(SECRET));
+    assert_eq!(server.requests()[0].json()["model"], "gpt-test");
+
+    let out = reson(None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("OPENAI_API_KEY"), "the error names the missing key: {stderr}");
+    assert_eq!(server.requests().len(), 1, "without a key nothing was sent");
+}

@@ -38,6 +38,24 @@ pub(crate) struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// Naming a bundled provider on the command line is the user granting
+    /// it its vendor's endpoint and key variable, unless the config
+    /// already says what it may reach (for a compatible server elsewhere).
+    pub(crate) fn grant_vendor(&self, options: &mut Options) {
+        let Some((name, host, key)) =
+            VENDORS.iter().find(|(n, ..)| Some(*n) == self.provider.as_deref())
+        else {
+            return;
+        };
+        let grant = options.config.plugins.entry((*name).to_owned()).or_default();
+        if grant.http.is_empty() {
+            grant.http.push((*host).to_owned());
+        }
+        if grant.secrets.is_empty() {
+            grant.secrets.push((*key).to_owned());
+        }
+    }
+
     /// The provider to call.
     pub(crate) fn provider(&self, runtime: &Runtime) -> PluginProvider {
         PluginProvider::new(
@@ -77,8 +95,16 @@ const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to 
 /// Grants the scripted provider read access to the script and tells it where
 /// the script is, before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
+    args.model.grant_vendor(options);
     grant_script(options, args.model.script.as_deref())
 }
+
+/// The public endpoint and key variable of each bundled provider plugin.
+const VENDORS: [(&str, &str, &str); 3] = [
+    ("openai", "api.openai.com", "OPENAI_API_KEY"),
+    ("anthropic", "api.anthropic.com", "ANTHROPIC_API_KEY"),
+    ("gemini", "generativelanguage.googleapis.com", "GEMINI_API_KEY"),
+];
 
 /// Grants the scripted provider read access to `script` and tells it where
 /// the script is.
