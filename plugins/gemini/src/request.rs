@@ -337,20 +337,8 @@ fn encode_segment(segment: &str) -> String {
 
 /// Standard base64 with padding (RFC 4648), for inline image bytes.
 fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 #[cfg(test)]
@@ -665,17 +653,5 @@ mod tests {
             "http://h/v1/models/odd%2F%7B%7Bsecret%3AK%7D%7D%20name:generateContent"
         );
         assert!(matches!(url("http://h", " ", false), Err(ProviderError::BadRequest(_))));
-    }
-
-    #[test]
-    fn base64_matches_the_rfc_4648_vectors() {
-        let vectors =
-            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg==")];
-        for (plain, encoded) in vectors {
-            assert_eq!(base64(plain.as_bytes()), encoded);
-        }
-        assert_eq!(base64(b"fooba"), "Zm9vYmE=");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
-        assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
     }
 }
