@@ -92,8 +92,7 @@ pub(crate) struct RunArgs {
 const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to inspect and change \
                              files in the workspace, then answer briefly.";
 
-/// Grants the scripted provider read access to the script and tells it where
-/// the script is, before the runtime loads plugins.
+/// What the command line grants, applied before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
     args.model.grant_vendor(options);
     grant_script(options, args.model.script.as_deref())

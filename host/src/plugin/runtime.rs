@@ -299,10 +299,9 @@ impl Runtime {
         let catalog = self.catalog();
         let mut tools: Vec<ToolSpec> = catalog
             .tools
-            .values()
-            .map(|(plugin, i)| &plugin.tools()[*i])
-            .filter(|t| catalog.tools[&t.spec.name].0.grants.allows_tool(&t.spec.name))
-            .map(|t| t.spec.clone())
+            .iter()
+            .filter(|(name, (plugin, _))| plugin.grants.allows_tool(name))
+            .map(|(_, (plugin, i))| plugin.tools()[*i].spec.clone())
             .collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
