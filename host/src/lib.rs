@@ -25,5 +25,6 @@ pub mod contract;
 pub mod plugin;
 pub mod policy;
 pub mod provider;
+pub mod redact;
 pub mod tools;
 pub mod trace;

@@ -4,6 +4,7 @@
 mod plugins;
 mod run;
 mod task;
+mod term;
 mod tool;
 mod traces;
 
@@ -84,7 +85,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            term::say_err!("error: {err:#}");
             ExitCode::from(exit::HOST)
         }
     }

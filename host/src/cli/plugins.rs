@@ -1,6 +1,7 @@
 //! `reson plugins ...`
 
 use super::exit;
+use super::term::say;
 use clap::Subcommand;
 use reson::plugin::{PluginInfo, PluginStatus, Runtime};
 use std::process::ExitCode;
@@ -23,19 +24,19 @@ pub(crate) enum Command {
 pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json: true } => {
-            println!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
+            say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
         }
         Command::List { json: false } => print_table(&runtime.plugins()),
         Command::Accept { name } => {
             runtime.accept(name)?;
             let info = runtime.plugins().into_iter().find(|p| &p.name == name);
             match info.map(|p| p.status) {
-                Some(PluginStatus::Ready) => println!("accepted {name}; it is loaded"),
+                Some(PluginStatus::Ready) => say!("accepted {name}; it is loaded"),
                 Some(PluginStatus::Failed(e) | PluginStatus::Stale(e)) => {
-                    println!("accepted {name}, but it does not load: {e}");
+                    say!("accepted {name}, but it does not load: {e}");
                     return Ok(ExitCode::from(exit::HOST));
                 }
-                _ => println!("accepted {name}"),
+                _ => say!("accepted {name}"),
             }
         }
     }
@@ -44,7 +45,7 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
 
 fn print_table(plugins: &[PluginInfo]) {
     if plugins.is_empty() {
-        println!("no plugins found");
+        say!("no plugins found");
         return;
     }
     for p in plugins {
@@ -55,22 +56,22 @@ fn print_table(plugins: &[PluginInfo]) {
             PluginStatus::Stale(e) => format!("STALE (previous version serving): {e}"),
         };
         let world = p.world.map(|w| w.to_string()).unwrap_or_else(|| "-".into());
-        println!("{} {}  [{world}]  {status}", p.name, p.version.as_deref().unwrap_or("?"));
+        say!("{} {}  [{world}]  {status}", p.name, p.version.as_deref().unwrap_or("?"));
         if let Some(sha) = &p.sha256 {
-            println!("    sha256  {sha}");
+            say!("    sha256  {sha}");
         }
         if !p.tools.is_empty() {
-            println!("    tools   {}", p.tools.join(", "));
+            say!("    tools   {}", p.tools.join(", "));
         }
         if let Some(g) = &p.grants {
             let dirs: Vec<String> =
                 g.dirs.iter().map(|d| format!("{} ({:?})", d.host.display(), d.access)).collect();
             let none = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
-            println!("    dirs    {}", none(&dirs));
-            println!("    http    {}", none(&g.http));
-            println!("    process {}", none(&g.process));
-            println!("    secrets {}", none(&g.secrets));
-            println!(
+            say!("    dirs    {}", none(&dirs));
+            say!("    http    {}", none(&g.http));
+            say!("    process {}", none(&g.process));
+            say!("    secrets {}", none(&g.secrets));
+            say!(
                 "    limits  timeout {} ms, memory {} MiB, output {} bytes{}",
                 g.limits.timeout.as_millis(),
                 g.limits.memory_bytes >> 20,

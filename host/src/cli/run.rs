@@ -1,6 +1,7 @@
 //! `reson run`: run an agent and print it as it happens.
 
 use super::exit;
+use super::term::{clean, say, say_err};
 use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
@@ -176,7 +177,7 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
                 // A second Ctrl-C: leave now; the trace is already durable.
                 std::process::exit(130);
             }
-            eprintln!("\nstopping… (Ctrl-C again to quit at once)");
+            say_err!("\nstopping… (Ctrl-C again to quit at once)");
             runner.stop(&trace_id);
         })
         .context("installing the Ctrl-C handler")?;
@@ -200,7 +201,7 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
     printer.clear_spinner();
     match outcome {
         Ok(outcome) => {
-            eprintln!(
+            say_err!(
                 "trace {} {} ({} model calls, {} prompt + {} completion tokens)",
                 outcome.trace_id,
                 status_word(outcome.status),
@@ -215,8 +216,8 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
             })
         }
         Err(e) => {
-            eprintln!("error: {e}");
-            eprintln!(
+            say_err!("error: {e}");
+            say_err!(
                 "trace {trace_id} failed{}",
                 if e.is_recoverable() { " (recoverable: continue it with --trace)" } else { "" }
             );
@@ -237,8 +238,11 @@ impl Approver for TerminalApprover {
         announce(request);
         let rule = request.rule.as_ref().map(|r| format!(" (rule: {r})")).unwrap_or_default();
         eprint!(
-            "\n? allow {}({}){rule}\n  [y] once  [a] always for this rule  [n] deny: ",
-            request.tool, request.arguments
+            "{}",
+            clean(&format!(
+                "\n? allow {}({}){rule}\n  [y] once  [a] always for this rule  [n] deny: ",
+                request.tool, request.arguments
+            ))
         );
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).ok()?;
@@ -300,7 +304,7 @@ impl Printer {
 
     fn print(&mut self, event: &AgentEvent) {
         if self.json {
-            println!("{}", serde_json::to_string(event).expect("events serialise"));
+            say!("{}", serde_json::to_string(event).expect("events serialise"));
             if matches!(event, AgentEvent::Finished { .. }) {
                 self.alive = false;
             }
@@ -312,7 +316,7 @@ impl Printer {
         let mut out = std::io::stdout().lock();
         match event {
             AgentEvent::TraceStarted { trace_id, mode } => {
-                eprintln!(
+                say_err!(
                     "trace {trace_id} ({})",
                     serde_json::to_value(mode).unwrap_or_default().as_str().unwrap_or("")
                 );
@@ -323,46 +327,48 @@ impl Printer {
             }
             AgentEvent::TextDelta { text } => {
                 self.streamed = true;
-                let _ = write!(out, "{text}");
+                let _ = write!(out, "{}", clean(text));
                 let _ = out.flush();
             }
             AgentEvent::ReasoningDelta { .. } | AgentEvent::GoalChanged { .. } => {}
             AgentEvent::MessageAdded { message } if message.role == Role::Assistant => {
                 let text = message.text();
                 if !self.streamed && !text.is_empty() {
-                    let _ = write!(out, "{text}");
+                    let _ = write!(out, "{}", clean(&text));
                 }
                 if self.streamed || !text.is_empty() {
                     let _ = writeln!(out);
                 }
                 for call in &message.tool_calls {
-                    let _ = writeln!(out, "→ {}({})", call.name, call.arguments);
+                    let _ =
+                        writeln!(out, "{}", clean(&format!("→ {}({})", call.name, call.arguments)));
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
             AgentEvent::ApprovalNeeded { request } if !self.tty => {
-                eprintln!(
+                say_err!(
                     "approval needed for {}({}); waiting for an answer",
-                    request.tool, request.arguments
+                    request.tool,
+                    request.arguments
                 );
             }
             AgentEvent::ApprovalNeeded { .. } => {}
             AgentEvent::Retrying { attempt, error, delay_ms } => {
-                eprintln!("model call failed ({error}); attempt {attempt} in {delay_ms} ms");
+                say_err!("model call failed ({error}); attempt {attempt} in {delay_ms} ms");
             }
             AgentEvent::ToolFinished { name, ok, output, .. } => {
                 let mark = if *ok { "←" } else { "✗" };
                 let lines: Vec<&str> = output.lines().collect();
                 let shown =
                     lines.iter().take(8).map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
-                let _ = writeln!(out, "{mark} {name}\n{shown}");
+                let _ = writeln!(out, "{}", clean(&format!("{mark} {name}\n{shown}")));
                 if lines.len() > 8 {
                     let _ = writeln!(out, "  … {} more lines", lines.len() - 8);
                 }
             }
             AgentEvent::Finished { error, .. } => {
                 if let Some(error) = error {
-                    let _ = writeln!(out, "run failed: {error}");
+                    let _ = writeln!(out, "{}", clean(&format!("run failed: {error}")));
                 }
                 self.alive = false;
             }

@@ -2,6 +2,7 @@
 
 use super::exit;
 use super::run::traces_dir;
+use super::term::{say, say_err, say_part};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use reson::agent::{
@@ -78,9 +79,9 @@ pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode
     };
     match outcome {
         Ok(outcome) => {
-            print!("\n{}", outcome.plan.render());
+            say_part!("\n{}", outcome.plan.render());
             if let Some(id) = &outcome.trace_id {
-                eprintln!("trace {id}");
+                say_err!("trace {id}");
             }
             Ok(if outcome.succeeded {
                 ExitCode::SUCCESS
@@ -89,7 +90,7 @@ pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode
             })
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             Ok(ExitCode::from(exit::TOOL_FAILED))
         }
     }
@@ -104,8 +105,8 @@ struct Printer {
 impl Printer {
     fn show(&mut self, plan: &Plan) {
         if self.seen.is_empty() {
-            println!("plan for: {}", plan.goal);
-            print!("{}", plan.render());
+            say!("plan for: {}", plan.goal);
+            say_part!("{}", plan.render());
             self.seen = plan.steps.iter().map(|s| s.status().to_string()).collect();
             return;
         }
@@ -117,7 +118,7 @@ impl Printer {
                     StepStatus::Failed { error } => format!(": {error}"),
                     _ => String::new(),
                 };
-                println!(
+                say!(
                     "[{}/{}] {now} {}{detail}",
                     step.index + 1,
                     plan.steps.len(),

@@ -1,6 +1,7 @@
 //! `reson tool ...`: how tool authors try a tool without a model.
 
 use super::exit;
+use super::term::{say, say_err};
 use anyhow::Context as _;
 use clap::Subcommand;
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
@@ -31,16 +32,11 @@ pub(crate) enum Command {
 pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json: true } => {
-            println!("{}", serde_json::to_string_pretty(&runtime.tools())?);
+            say!("{}", serde_json::to_string_pretty(&runtime.tools())?);
         }
         Command::List { json: false } => {
             for tool in runtime.tools() {
-                println!(
-                    "{:<12} {:<10} {}",
-                    tool.name,
-                    format!("[{}]", tool.plugin),
-                    tool.description
-                );
+                say!("{:<12} {:<10} {}", tool.name, format!("[{}]", tool.plugin), tool.description);
             }
         }
         Command::Call { tool, args, json } => {
@@ -62,21 +58,21 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
 fn call(runtime: &Runtime, tool: &str, args: &str, json: bool) -> ExitCode {
     match runtime.call_tool(tool, args, &CallContext::default()) {
         Ok(out) if json => {
-            println!("{}", serde_json::to_string_pretty(&out).expect("tool output serialises"));
+            say!("{}", serde_json::to_string_pretty(&out).expect("tool output serialises"));
             ExitCode::SUCCESS
         }
         Ok(out) => {
-            println!("{}", out.text);
+            say!("{}", out.text);
             for image in &out.images {
-                println!("[image {} ({} bytes)]", image.media_type, image.data.len());
+                say!("[image {} ({} bytes)]", image.media_type, image.data.len());
             }
             ExitCode::SUCCESS
         }
         Err(err) => {
             if json {
-                println!("{}", serde_json::to_string_pretty(&err).expect("errors serialise"));
+                say!("{}", serde_json::to_string_pretty(&err).expect("errors serialise"));
             }
-            eprintln!("error: {err}");
+            say_err!("error: {err}");
             ExitCode::from(exit_code(&err))
         }
     }

@@ -1,5 +1,6 @@
 //! `reson traces ...`: list traces and show one as a tree.
 
+use super::term::{say, say_err, say_part};
 use clap::Subcommand;
 use reson::trace::{FileTraceStore, TraceFilter, TraceStore};
 use std::path::Path;
@@ -29,14 +30,14 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
         Command::List { json } => {
             let traces = store.list(&TraceFilter::default())?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&traces)?);
+                say!("{}", serde_json::to_string_pretty(&traces)?);
             } else if traces.is_empty() {
-                println!("no traces in {}", dir.display());
+                say!("no traces in {}", dir.display());
             } else {
                 for t in traces {
                     let status = serde_json::to_value(t.status)?;
                     let task: String = t.task.chars().take(60).collect();
-                    println!(
+                    say!(
                         "{}  {:<9}  {:>4} msgs  {:>7} tokens  {task}",
                         t.id,
                         status.as_str().unwrap_or(""),
@@ -48,7 +49,7 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
         }
         Command::Show { id, json } => {
             let Some(trace) = store.get(id)? else {
-                eprintln!("error: no trace {id} in {}", dir.display());
+                say_err!("error: no trace {id} in {}", dir.display());
                 return Ok(ExitCode::from(super::exit::USAGE));
             };
             let messages = store.messages(id)?;
@@ -56,13 +57,13 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
             if *json {
                 let all =
                     serde_json::json!({ "trace": trace, "messages": messages, "goals": goals });
-                println!("{}", serde_json::to_string_pretty(&all)?);
+                say!("{}", serde_json::to_string_pretty(&all)?);
                 return Ok(ExitCode::SUCCESS);
             }
             let status = serde_json::to_value(trace.status)?;
-            println!("trace {}  {}  task: {}", trace.id, status.as_str().unwrap_or(""), trace.task);
+            say!("trace {}  {}  task: {}", trace.id, status.as_str().unwrap_or(""), trace.task);
             let u = trace.totals.usage;
-            println!(
+            say!(
                 "{} messages, {} prompt / {} completion / {} reasoning / {} cache-read / {} cache-write tokens, ${:.4}, {} ms",
                 trace.totals.messages,
                 u.prompt_tokens,
@@ -74,12 +75,12 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
                 trace.totals.duration_ms
             );
             if let Some(error) = &trace.error_message {
-                println!("error: {error}");
+                say!("error: {error}");
             }
-            println!("\nmessages (* = main path):");
-            print!("{}", reson::trace::render_tree(&messages, trace.head_sequence));
-            println!("\ngoals:");
-            print!("{}", goals.render());
+            say!("\nmessages (* = main path):");
+            say_part!("{}", reson::trace::render_tree(&messages, trace.head_sequence));
+            say!("\ngoals:");
+            say_part!("{}", goals.render());
         }
     }
     Ok(ExitCode::SUCCESS)
