@@ -39,8 +39,7 @@ impl Setup {
         let dir = TestDir::new();
         dir.install(support::plugins(), "scripted")
             .install(support::plugins(), "fs")
-            .install(support::plugins(), "echo")
-            .install(support::test_plugins(), "hostile");
+            .install(support::plugins(), "echo");
         let script_path = dir.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         // `reson run` checks permissions; these tests are about the loop.
@@ -57,6 +56,10 @@ impl Setup {
             "#,
             script_path.display()
         ));
+        // The hostile guest comes after the bundled plugins, so the names it
+        // shares with them (read, write, echo) stay theirs.
+        dir.install(support::test_plugins(), "hostile");
+        runtime.rescan().unwrap();
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         Self { dir, runtime, store }

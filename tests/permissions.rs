@@ -56,7 +56,6 @@ impl Setup {
         for plugin in ["scripted", "fs", "shell", "webfetch"] {
             dir.install(support::plugins(), plugin);
         }
-        dir.install(support::test_plugins(), "hostile");
         let script = dir.path().join("script.json");
         std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
         let runtime = dir.open(&format!(
@@ -74,6 +73,10 @@ impl Setup {
             "#,
             script.display()
         ));
+        // The hostile guest comes after the bundled plugins, so the names it
+        // shares with them (read, write) stay theirs.
+        dir.install(support::test_plugins(), "hostile");
+        runtime.rescan().unwrap();
         let store = Arc::new(
             FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched)
                 .unwrap(),

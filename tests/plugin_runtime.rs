@@ -394,7 +394,11 @@ fn cli_exit_codes_tell_limits_and_traps_apart() {
     );
     let out = reson(&dir, &["tool", "call", "panic", r#"{"message":"oh no"}"#]);
     assert_eq!(out.status.code(), Some(5));
-    assert!(String::from_utf8(out.stderr).unwrap().contains("panicked: oh no"));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("the guest panicked; its stderr says \"oh no\"")
+    );
     let out = reson(&dir, &["tool", "call", "http", r#"{"url":"http://127.0.0.1:9/"}"#]);
     assert_eq!(out.status.code(), Some(3));
 }

@@ -26,5 +26,6 @@ pub mod plugin;
 pub mod policy;
 pub mod provider;
 pub mod redact;
+pub mod text;
 pub mod tools;
 pub mod trace;

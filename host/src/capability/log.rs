@@ -2,6 +2,7 @@
 
 use super::HostState;
 use crate::contract::bindings::tool::reson::plugin::log::{Host, Level};
+use crate::text::{Lines, escape_controls};
 
 /// A guest that logs in a loop must not flood the host's log.
 const MAX_RECORDS_PER_CALL: usize = 1_000;
@@ -21,6 +22,8 @@ impl Host for HostState {
             message.push_str(" [truncated]");
         }
         let message = self.secrets.redact(&message);
+        // The record is the guest's words: one line, nothing a terminal acts on.
+        let message = escape_controls(&message, Lines::Escape);
         let plugin = &*self.plugin;
         match level {
             Level::Trace => tracing::trace!(target: "reson::plugin", plugin, "{message}"),

@@ -7,6 +7,7 @@
 
 pub(crate) mod clock;
 mod config;
+pub(crate) mod files;
 pub(crate) mod http;
 mod log;
 mod process;

@@ -63,6 +63,9 @@ fn print_table(plugins: &[PluginInfo]) {
         if !p.tools.is_empty() {
             say!("    tools   {}", p.tools.join(", "));
         }
+        for refused in &p.refused_tools {
+            say!("    refused {}: {}", refused.name, refused.reason);
+        }
         if let Some(g) = &p.grants {
             let dirs: Vec<String> =
                 g.dirs.iter().map(|d| format!("{} ({:?})", d.host.display(), d.access)).collect();

@@ -9,7 +9,8 @@ use reson::agent::{
     Runner,
 };
 use reson::config::{Access, DirGrant};
-use reson::plugin::{Options, Runtime};
+use reson::contract::World;
+use reson::plugin::{Options, PluginStatus, Runtime};
 use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
 use reson::tools::ToolRegistry;
@@ -57,12 +58,58 @@ impl ModelArgs {
         }
     }
 
+    fn provider_name(&self) -> &str {
+        self.provider.as_deref().unwrap_or("scripted")
+    }
+
     /// The provider to call.
     pub(crate) fn provider(&self, runtime: &Runtime) -> PluginProvider {
-        PluginProvider::new(
-            runtime.clone(),
-            self.provider.clone().unwrap_or_else(|| "scripted".into()),
-        )
+        PluginProvider::new(runtime.clone(), self.provider_name().to_owned())
+    }
+
+    /// Checks, before any trace exists, that the provider can answer: its
+    /// plugin is there, loaded and a provider, and the scripted provider has
+    /// a script. Each failure says what to do.
+    pub(crate) fn preflight(&self, runtime: &Runtime) -> anyhow::Result<()> {
+        let name = self.provider_name();
+        let plugins = runtime.plugins();
+        let dir = runtime.options().plugins_dir.display();
+        let Some(plugin) = plugins.iter().find(|p| p.name == name) else {
+            let providers: Vec<&str> = plugins
+                .iter()
+                .filter(|p| p.world == Some(World::ProviderPlugin))
+                .map(|p| p.name.as_str())
+                .collect();
+            let there = if providers.is_empty() { "none".to_owned() } else { providers.join(", ") };
+            anyhow::bail!(
+                "no provider plugin `{name}` in {dir} (providers there: {there}); build the \
+                 bundled plugins with `bash plugins/build.sh {dir}`, or pick one with --provider"
+            );
+        };
+        match (&plugin.status, plugin.world) {
+            (PluginStatus::Failed(e), _) => {
+                anyhow::bail!("provider plugin `{name}` did not load: {e}")
+            }
+            (PluginStatus::Disabled, _) => {
+                anyhow::bail!("provider plugin `{name}` is disabled in the config")
+            }
+            (_, Some(world)) if world != World::ProviderPlugin => {
+                anyhow::bail!(
+                    "plugin `{name}` implements the {world} world, not a provider; pick one \
+                     with --provider"
+                )
+            }
+            _ => {}
+        }
+        let scripted_has_script =
+            runtime.options().config.grant("scripted").config.contains_key("script");
+        if name == "scripted" && !scripted_has_script {
+            anyhow::bail!(
+                "the scripted provider replays a script of answers: pass --script FILE (see \
+                 examples/scripts), or use a model with --provider openai|anthropic|gemini"
+            );
+        }
+        Ok(())
     }
 }
 
@@ -141,6 +188,7 @@ pub(crate) fn permissions(runtime: &Runtime, name: &str) -> anyhow::Result<(Pres
 }
 
 pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    args.model.preflight(runtime)?;
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let provider = Arc::new(args.model.provider(runtime));
     let (preset, permissions) = permissions(runtime, &args.model.preset)?;

@@ -50,6 +50,7 @@ pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow:
 }
 
 pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode> {
+    args.model.preflight(runtime)?;
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let bundle = AgentBuilder::new()
         .provider(Arc::new(args.model.provider(runtime)))

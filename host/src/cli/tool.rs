@@ -38,6 +38,16 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
             for tool in runtime.tools() {
                 say!("{:<12} {:<10} {}", tool.name, format!("[{}]", tool.plugin), tool.description);
             }
+            for plugin in runtime.plugins() {
+                for refused in &plugin.refused_tools {
+                    say!(
+                        "not served: {} of plugin `{}`: {}",
+                        refused.name,
+                        plugin.name,
+                        refused.reason
+                    );
+                }
+            }
         }
         Command::Call { tool, args, json } => {
             let args = if args == "-" {

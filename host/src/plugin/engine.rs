@@ -5,8 +5,8 @@ use crate::capability::HostState;
 use crate::config::SandboxConfig;
 use crate::contract::bindings;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -27,7 +27,52 @@ pub(crate) struct Sandbox {
     pub(crate) fingerprint: String,
     /// Whether fuel is counted (every Store then needs fuel set).
     pub(crate) fuel: bool,
+    /// One per instance the pool holds; every call takes one first.
+    pub(crate) slots: Arc<Slots>,
     ticker_stop: Arc<AtomicBool>,
+}
+
+/// The pooling allocator's instance slots, handed out one per call, so
+/// that calls beyond the pool's size wait their turn instead of failing.
+pub(crate) struct Slots {
+    free: Mutex<u32>,
+    freed: Condvar,
+}
+
+/// A slot held by one call; dropping it frees the slot.
+pub(crate) struct SlotPermit {
+    slots: Arc<Slots>,
+}
+
+/// How often a waiting call looks at its cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+impl Slots {
+    fn new(count: u32) -> Arc<Self> {
+        Arc::new(Self { free: Mutex::new(count), freed: Condvar::new() })
+    }
+
+    /// Waits for a free slot; `None` if `cancel` is set meanwhile.
+    pub(crate) fn acquire(self: &Arc<Self>, cancel: Option<&AtomicBool>) -> Option<SlotPermit> {
+        let mut free = self.free.lock().expect("slot mutex");
+        loop {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return None;
+            }
+            if *free > 0 {
+                *free -= 1;
+                return Some(SlotPermit { slots: self.clone() });
+            }
+            free = self.freed.wait_timeout(free, CANCEL_POLL).expect("slot mutex").0;
+        }
+    }
+}
+
+impl Drop for SlotPermit {
+    fn drop(&mut self) {
+        *self.slots.free.lock().expect("slot mutex") += 1;
+        self.slots.freed.notify_one();
+    }
 }
 
 impl Sandbox {
@@ -50,6 +95,7 @@ impl Sandbox {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         crate::capability::clock::add_to_linker(&mut linker)?;
+        crate::capability::files::add_to_linker(&mut linker)?;
         // The three worlds share their host interfaces; `streaming` is the
         // provider world's only extra import.
         bindings::tool::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
@@ -68,7 +114,14 @@ impl Sandbox {
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         spawn_ticker(engine.clone(), ticker_stop.clone());
-        Ok(Self { engine, linker, fingerprint, fuel: settings.fuel, ticker_stop })
+        Ok(Self {
+            engine,
+            linker,
+            fingerprint,
+            fuel: settings.fuel,
+            slots: Slots::new(n),
+            ticker_stop,
+        })
     }
 }
 

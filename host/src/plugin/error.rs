@@ -8,6 +8,12 @@ use std::time::Duration;
 /// Why a plugin file did not load. Each message is one line naming the file.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
+    /// The file name is not a usable plugin name.
+    #[error("{}: a plugin's file name must be 1 to 64 letters, digits, `_`, `-` or `.`, starting with a letter or digit", file.display())]
+    BadName {
+        /// The plugin file.
+        file: PathBuf,
+    },
     /// The `<name>.toml` beside the `.wasm` is missing.
     #[error("{}: missing manifest {}", file.display(), manifest.display())]
     MissingManifest {
@@ -122,8 +128,6 @@ pub enum Limit {
         /// The cap in bytes.
         bytes: u64,
     },
-    /// Every instance slot is in use.
-    Instances,
 }
 
 impl Limit {
@@ -141,7 +145,6 @@ impl fmt::Display for Limit {
             Self::Output { returned, bytes } => {
                 write!(f, "output limit of {bytes} bytes (returned {returned})")
             }
-            Self::Instances => write!(f, "instance limit (all slots busy)"),
         }
     }
 }
@@ -150,7 +153,8 @@ impl fmt::Display for Limit {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "trap", content = "message", rename_all = "kebab-case")]
 pub enum TrapKind {
-    /// The guest panicked; the panic message.
+    /// The guest panicked; the panic message, as the guest wrote it to its
+    /// stderr (guest-controlled text).
     Panic(String),
     /// The guest overflowed its stack.
     StackOverflow,
@@ -161,7 +165,9 @@ pub enum TrapKind {
 impl fmt::Display for TrapKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Panic(msg) => write!(f, "panicked: {msg}"),
+            // The message is the guest's own stderr: quoted and escaped, so
+            // that it never reads as the host's diagnosis.
+            Self::Panic(msg) => write!(f, "the guest panicked; its stderr says {msg:?}"),
             Self::StackOverflow => f.write_str("stack overflow"),
             Self::Other(msg) => f.write_str(msg),
         }

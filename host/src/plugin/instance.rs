@@ -2,7 +2,7 @@
 //! wall-clock deadline, optional fuel and a memory cap; and the mapping of
 //! whatever went wrong into a typed [`CallError`].
 
-use super::engine::Sandbox;
+use super::engine::{Sandbox, SlotPermit};
 use super::error::{CallError, Limit, TrapKind};
 use crate::capability::{HostState, HostTrap, Secrets};
 use crate::config::Access;
@@ -17,10 +17,18 @@ use wasmtime_wasi::{FsPerms, WasiCtx};
 /// Enough of stderr to carry a panic message.
 const STDERR_CAPTURE_BYTES: usize = 16 << 10;
 
-/// A Store ready for one call, and the guest's captured stderr.
+/// Longest panic message kept from a guest's stderr.
+const PANIC_MESSAGE_CHARS: usize = 2_000;
+
+/// A Store ready for one call, the guest's captured stderr, and the
+/// instance slot the call holds (freed after the Store is dropped: fields
+/// drop in order).
 pub(crate) struct CallStore {
     pub(crate) store: Store<HostState>,
     stderr: MemoryOutputPipe,
+    /// The deadline this call was given.
+    timeout: std::time::Duration,
+    _slot: SlotPermit,
 }
 
 /// Which plugin and tool a failure belongs to, for error messages.
@@ -37,6 +45,9 @@ impl Site<'_> {
 }
 
 impl CallStore {
+    /// Waits for an instance slot, then sets up the Store. `timeout` counts
+    /// from the moment the slot is held: waiting for one is not the
+    /// guest's time.
     pub(crate) fn new(
         sandbox: &Sandbox,
         plugin: &Arc<str>,
@@ -44,7 +55,11 @@ impl CallStore {
         secrets: &Arc<Secrets>,
         cancel: Option<Arc<AtomicBool>>,
         site: Site<'_>,
+        timeout: std::time::Duration,
     ) -> Result<Self, CallError> {
+        let slot = sandbox.slots.acquire(cancel.as_deref()).ok_or_else(|| {
+            CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() }
+        })?;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())
@@ -64,7 +79,7 @@ impl CallStore {
             })?;
         }
         let limits = grants.limits;
-        let deadline = Instant::now() + limits.timeout;
+        let deadline = Instant::now() + timeout;
         let mut state =
             HostState::new(wasi.build(), plugin.clone(), grants.clone(), secrets.clone(), deadline);
         state.cancel = cancel.clone();
@@ -84,7 +99,7 @@ impl CallStore {
                 .set_fuel(limits.fuel.unwrap_or(u64::MAX))
                 .map_err(|e| site.internal(format!("cannot set fuel: {e}")))?;
         }
-        Ok(Self { store, stderr })
+        Ok(Self { store, stderr, timeout, _slot: slot })
     }
 
     /// Turns a failed guest call into a typed error naming the limit or trap.
@@ -102,21 +117,23 @@ impl CallStore {
         }
         if let Some(host) = find::<HostTrap>(err) {
             return match host {
-                HostTrap::Deadline => limit(Limit::timeout(limits.timeout)),
+                HostTrap::Deadline => limit(Limit::timeout(self.timeout)),
                 HostTrap::Memory { .. } => limit(Limit::Memory { bytes: limits.memory_bytes }),
             };
         }
         match find::<Trap>(err) {
-            Some(Trap::Interrupt) => limit(Limit::timeout(limits.timeout)),
+            Some(Trap::Interrupt) => limit(Limit::timeout(self.timeout)),
             Some(Trap::OutOfFuel) => limit(Limit::Fuel { units: limits.fuel.unwrap_or(u64::MAX) }),
             Some(Trap::StackOverflow) => trapped(TrapKind::StackOverflow),
-            other => match self.panic_message() {
-                Some(message) => trapped(TrapKind::Panic(message)),
-                None => trapped(TrapKind::Other(match other {
-                    Some(trap) => trap.to_string(),
-                    None => format!("{err:#}"),
-                })),
-            },
+            // A Rust guest's panic aborts through `unreachable`; text on
+            // stderr alone does not make any other failure a panic.
+            Some(Trap::UnreachableCodeReached) if let Some(message) = self.panic_message() => {
+                trapped(TrapKind::Panic(message))
+            }
+            other => trapped(TrapKind::Other(match other {
+                Some(trap) => trap.to_string(),
+                None => format!("{err:#}"),
+            })),
         }
     }
 
@@ -128,7 +145,7 @@ impl CallStore {
         // "panicked at src/lib.rs:3:5:\nmessage\nnote: ..."
         let message = rest.split_once(":\n").map_or(rest, |(_, m)| m);
         let message = message.split("\nnote:").next().unwrap_or(message);
-        Some(message.trim().to_owned())
+        Some(message.trim().chars().take(PANIC_MESSAGE_CHARS).collect())
     }
 }
 

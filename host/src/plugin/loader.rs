@@ -25,6 +25,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 const MAX_TOOL_NAME: usize = 64;
+/// Most tools one plugin may list: enough for any real toolbox, and small
+/// enough that a hostile list cannot make every start-up slow.
+pub(crate) const MAX_TOOLS_PER_PLUGIN: usize = 256;
+/// Longest tool description, in bytes.
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 8 << 10;
+/// Longest input schema (as JSON text), in bytes.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 64 << 10;
+/// The longest `list()` may take, whatever the plugin's call limit: every
+/// start-up and reload waits for it.
+pub(crate) const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A tool as the model sees it.
 #[derive(Debug, Clone, Serialize)]
@@ -245,20 +255,43 @@ fn list_tools(
     pre: &ToolPluginPre<HostState>,
 ) -> Result<Vec<ToolEntry>, String> {
     let site = Site { plugin, tool: "list" };
-    let mut call = CallStore::new(cx.sandbox, plugin, grants, cx.secrets, None, site)
+    let timeout = grants.limits.timeout.min(LIST_TIMEOUT);
+    let mut call = CallStore::new(cx.sandbox, plugin, grants, cx.secrets, None, site, timeout)
         .map_err(|e| e.to_string())?;
     let specs = pre
         .instantiate(&mut call.store)
         .and_then(|instance| instance.reson_plugin_tool().call_list(&mut call.store))
         .map_err(|e| format!("listing its tools failed: {}", call.classify(&e, site)))?;
+    drop(call);
+    if specs.len() > MAX_TOOLS_PER_PLUGIN {
+        return Err(format!(
+            "it lists {} tools; a plugin may serve at most {MAX_TOOLS_PER_PLUGIN}",
+            specs.len()
+        ));
+    }
     let mut tools: Vec<ToolEntry> = Vec::with_capacity(specs.len());
     for spec in specs {
-        let bad = |reason: String| format!("tool `{}`: {reason}", spec.name);
         let name_ok = !spec.name.is_empty()
             && spec.name.len() <= MAX_TOOL_NAME
             && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !name_ok {
-            return Err(bad(format!("a tool name must match [a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}}")));
+            return Err(format!(
+                "tool {:?}: a tool name must match [a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}}",
+                spec.name.chars().take(MAX_TOOL_NAME).collect::<String>()
+            ));
+        }
+        let bad = |reason: String| format!("tool `{}`: {reason}", spec.name);
+        if spec.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(bad(format!(
+                "its description has {} bytes; at most {MAX_DESCRIPTION_BYTES} are allowed",
+                spec.description.len()
+            )));
+        }
+        if spec.input_schema.len() > MAX_SCHEMA_BYTES {
+            return Err(bad(format!(
+                "its input schema has {} bytes; at most {MAX_SCHEMA_BYTES} are allowed",
+                spec.input_schema.len()
+            )));
         }
         if tools.iter().any(|t| t.spec.name == spec.name) {
             return Err(bad("listed twice".into()));
@@ -308,18 +341,9 @@ impl LoadedPlugin {
             secrets,
             context.cancel.clone(),
             site,
+            self.grants.limits.timeout,
         )?;
-        let instance = pre.instantiate(&mut call.store).map_err(|e| {
-            if format!("{e:#}").contains("concurrent") {
-                CallError::LimitExceeded {
-                    plugin: self.name.to_string(),
-                    tool: tool.into(),
-                    limit: Limit::Instances,
-                }
-            } else {
-                call.classify(&e, site)
-            }
-        })?;
+        let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
         let wit_context = wit::CallContext {
             call_id: context.call_id.clone(),
             trace_id: context.trace_id.clone(),
@@ -365,7 +389,15 @@ impl LoadedPlugin {
                 message: format!("plugin is a {}, not a provider plugin", self.world),
             });
         };
-        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, cancel, site)?;
+        let mut call = CallStore::new(
+            sandbox,
+            &self.name,
+            &self.grants,
+            secrets,
+            cancel,
+            site,
+            self.grants.limits.timeout,
+        )?;
         call.store.data_mut().deltas = deltas;
         let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
         instance
@@ -390,7 +422,15 @@ impl LoadedPlugin {
                 message: format!("plugin is a {}, not a plan parser plugin", self.world),
             });
         };
-        let mut call = CallStore::new(sandbox, &self.name, &self.grants, secrets, None, site)?;
+        let mut call = CallStore::new(
+            sandbox,
+            &self.name,
+            &self.grants,
+            secrets,
+            None,
+            site,
+            self.grants.limits.timeout,
+        )?;
         let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
         instance
             .reson_plugin_plan_parser()

@@ -1,6 +1,7 @@
 //! The lock file: each plugin's SHA-256 and what it requested when the user
 //! last accepted it. A plugin that changed and now asks for more is held
-//! back until accepted again.
+//! back until accepted again. It also records which plugin serves each tool
+//! name, so that a plugin added later can never take a name over.
 
 use super::manifest::Requests;
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,9 @@ use std::path::{Path, PathBuf};
 pub(crate) struct LockFile {
     #[serde(default)]
     plugins: BTreeMap<String, LockEntry>,
+    /// Tool name → the plugin that serves it.
+    #[serde(default)]
+    tools: BTreeMap<String, String>,
     #[serde(skip)]
     path: PathBuf,
 }
@@ -70,6 +74,35 @@ impl LockFile {
             name.to_owned(),
             LockEntry { sha256: sha256.to_owned(), requests: requests.clone() },
         );
+        self.write()
+    }
+
+    /// The plugin recorded as serving `tool`.
+    pub(crate) fn owner(&self, tool: &str) -> Option<&str> {
+        self.tools.get(tool).map(String::as_str)
+    }
+
+    /// Records the owners of tool names; writes the file only when
+    /// something changed.
+    pub(crate) fn record_owners<'a>(&mut self, owners: impl Iterator<Item = (&'a str, &'a str)>) {
+        let mut changed = false;
+        for (tool, plugin) in owners {
+            if self.owner(tool) != Some(plugin) {
+                self.tools.insert(tool.to_owned(), plugin.to_owned());
+                changed = true;
+            }
+        }
+        if changed {
+            self.save();
+        }
+    }
+
+    /// Hands every tool name in `tools` to `plugin`, whoever had it: the
+    /// user's explicit choice through `reson plugins accept`.
+    pub(crate) fn transfer(&mut self, plugin: &str, tools: &[String]) -> std::io::Result<()> {
+        for tool in tools {
+            self.tools.insert(tool.clone(), plugin.to_owned());
+        }
         self.write()
     }
 

@@ -14,5 +14,7 @@ mod watch;
 pub use error::{CallError, Limit, LoadError, ToolFailure, TrapKind};
 pub use loader::{CallContext, Image, ToolOutput, ToolSpec};
 pub use manifest::{Manifest, Requests};
-pub use runtime::{Options, PluginInfo, PluginStatus, Runtime, RuntimeError};
+pub use runtime::{
+    Options, PluginInfo, PluginStatus, RESERVED_TOOL_NAMES, RefusedTool, Runtime, RuntimeError,
+};
 pub use watch::Watcher;

@@ -74,6 +74,15 @@ pub enum RuntimeError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The plugins directory does not exist.
+    #[error(
+        "no plugins directory at {}: build the bundled plugins into it with `bash plugins/build.sh {}`, or point `--plugins-dir` (or `plugins_dir` in reson.toml) at one",
+        path.display(), path.display()
+    )]
+    NoPluginsDir {
+        /// The directory.
+        path: PathBuf,
+    },
     /// No plugin of that name is loaded.
     #[error("no plugin named `{0}`")]
     NoSuchPlugin(String),
@@ -112,8 +121,10 @@ pub struct PluginInfo {
     pub description: Option<String>,
     /// The world it implements.
     pub world: Option<World>,
-    /// Tools it serves (granted ones only).
+    /// Tools it serves (granted ones it owns).
     pub tools: Vec<String>,
+    /// Tools it lists that the host or another plugin serves instead.
+    pub refused_tools: Vec<RefusedTool>,
     /// SHA-256 of the serving file.
     pub sha256: Option<String>,
     /// What it may do.
@@ -126,6 +137,20 @@ pub struct PluginInfo {
     pub status: PluginStatus,
 }
 
+/// Tool names the host serves itself. No plugin may serve them, whether
+/// the built-in exists yet or not, so that adding one never changes who
+/// answers a name.
+pub const RESERVED_TOOL_NAMES: &[&str] = &["goal", "agent", "evaluate", "skill", "experience"];
+
+/// A tool a plugin lists but does not serve, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusedTool {
+    /// The tool name.
+    pub name: String,
+    /// Why the plugin does not serve it.
+    pub reason: String,
+}
+
 #[derive(Clone)]
 struct Slot {
     file: PathBuf,
@@ -133,6 +158,8 @@ struct Slot {
     status: PluginStatus,
     /// Digest of wasm + manifest last attempted, to skip no-op reloads.
     attempted: Option<String>,
+    /// Tools it lists that another plugin or the host serves.
+    refused: Vec<RefusedTool>,
 }
 
 /// An immutable snapshot; replaced whole on every change.
@@ -142,26 +169,129 @@ struct Catalog {
     tools: HashMap<String, (Arc<LoadedPlugin>, usize)>,
 }
 
+/// Who serves a tool name that one or more plugins list.
+enum Claim {
+    Owner(String),
+    Refused(String),
+}
+
 impl Catalog {
-    /// Rebuilds the tool index; on a name clash the plugin first by name wins.
-    fn reindex(&mut self) {
-        self.tools.clear();
-        for slot in self.slots.values_mut() {
+    /// Rebuilds the tool index. A name, once served, keeps its server: the
+    /// plugin the lock file records for it (or, failing that, the one that
+    /// served it before this change) keeps it; a name nobody served goes to
+    /// its only claimant; two new claimants at once both wait for the user.
+    /// Newcomers are refused with a reason naming the owner.
+    fn reindex(&mut self, previous: &Catalog, lock: &Mutex<LockFile>) {
+        let mut claims: BTreeMap<String, Vec<(String, usize)>> = BTreeMap::new();
+        for (name, slot) in &mut self.slots {
+            slot.refused.clear();
             let Some(plugin) = &slot.active else { continue };
             for (i, tool) in plugin.tools().iter().enumerate() {
-                match self.tools.get(&tool.spec.name) {
-                    Some((owner, _)) => {
-                        slot.status = PluginStatus::Failed(format!(
-                            "{}: tool `{}` is already served by plugin `{}`",
-                            slot.file.display(),
-                            tool.spec.name,
-                            owner.name
-                        ));
-                    }
-                    None => {
-                        self.tools.insert(tool.spec.name.clone(), (plugin.clone(), i));
-                    }
+                if plugin.grants.allows_tool(&tool.spec.name) {
+                    claims.entry(tool.spec.name.clone()).or_default().push((name.clone(), i));
                 }
+            }
+        }
+        let mut lock = lock.lock().expect("lock file mutex");
+        let mut tools = HashMap::new();
+        let mut refusals: Vec<(String, RefusedTool)> = Vec::new();
+        for (tool, claimants) in &claims {
+            let claim = self.claim(tool, claimants, lock.owner(tool), previous);
+            for (plugin, index) in claimants {
+                match &claim {
+                    Claim::Owner(owner) if owner == plugin => {
+                        let loaded =
+                            self.slots[plugin].active.clone().expect("claimants are active");
+                        tools.insert(tool.clone(), (loaded, *index));
+                    }
+                    Claim::Owner(owner) => refusals.push((
+                        plugin.clone(),
+                        RefusedTool {
+                            name: tool.clone(),
+                            reason: format!(
+                                "tool `{tool}` is already served by plugin `{owner}`; \
+                                 `reson plugins accept {plugin}` would hand it over"
+                            ),
+                        },
+                    )),
+                    Claim::Refused(reason) => refusals.push((
+                        plugin.clone(),
+                        RefusedTool { name: tool.clone(), reason: reason.clone() },
+                    )),
+                }
+            }
+        }
+        for (plugin, refused) in refusals {
+            tracing::warn!(plugin = %plugin, tool = %refused.name, "{}", refused.reason);
+            if let Some(slot) = self.slots.get_mut(&plugin) {
+                slot.refused.push(refused);
+            }
+        }
+        lock.record_owners(tools.iter().map(|(tool, (plugin, _))| (tool.as_str(), &*plugin.name)));
+        self.tools = tools;
+    }
+
+    /// Why a tool some plugin lists is not served: left out by the user's
+    /// grant, or refused for its name.
+    fn not_served(&self, tool: &str) -> Option<CallError> {
+        self.slots.iter().find_map(|(name, slot)| {
+            let denied = |reason: String| CallError::Denied {
+                plugin: name.clone(),
+                tool: tool.into(),
+                reason,
+            };
+            if let Some(refused) = slot.refused.iter().find(|r| r.name == tool) {
+                return Some(denied(refused.reason.clone()));
+            }
+            let plugin = slot.active.as_ref()?;
+            let listed = plugin.tools().iter().any(|t| t.spec.name == tool);
+            (listed && !plugin.grants.allows_tool(tool))
+                .then(|| denied("the config's `tools` list for this plugin leaves it out".into()))
+        })
+    }
+
+    /// Decides who serves `tool`.
+    fn claim(
+        &self,
+        tool: &str,
+        claimants: &[(String, usize)],
+        recorded: Option<&str>,
+        previous: &Catalog,
+    ) -> Claim {
+        if RESERVED_TOOL_NAMES.contains(&tool) {
+            return Claim::Refused(format!(
+                "tool `{tool}` is a built-in of the host; no plugin may serve it"
+            ));
+        }
+        let claims = |plugin: &str| claimants.iter().any(|(c, _)| c == plugin);
+        let before = previous.tools.get(tool).map(|(p, _)| p.name.to_string());
+        for holder in recorded.map(str::to_owned).into_iter().chain(before) {
+            match self.slots.get(&holder) {
+                Some(_) if claims(&holder) => return Claim::Owner(holder),
+                // Loaded, but no longer lists the tool: the name is free.
+                Some(slot) if slot.active.is_some() => {}
+                // Still installed but not loading: nobody takes its names
+                // meanwhile, or breaking a plugin would be a way to steal them.
+                Some(slot) if slot.status != PluginStatus::Disabled => {
+                    return Claim::Refused(format!(
+                        "tool `{tool}` belongs to plugin `{holder}`, which is not loaded; \
+                         `reson plugins accept NAME` hands it to another plugin"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        match claimants {
+            [(only, _)] => Claim::Owner(only.clone()),
+            _ => {
+                let names: Vec<String> =
+                    claimants.iter().map(|(plugin, _)| format!("`{plugin}`")).collect();
+                Claim::Refused(format!(
+                    "tool `{tool}` is listed by plugins {} at once and none served it before, \
+                     so none serves it: remove one, leave it out of the others' `tools` grant, \
+                     or choose one with `reson plugins accept NAME`",
+                    names.join(" and ")
+                ))
             }
         }
     }
@@ -178,8 +308,13 @@ impl Catalog {
                 return;
             }
             Outcome::Disabled(file) => {
-                let slot =
-                    Slot { file, active: None, status: PluginStatus::Disabled, attempted: None };
+                let slot = Slot {
+                    file,
+                    active: None,
+                    status: PluginStatus::Disabled,
+                    attempted: None,
+                    refused: Vec::new(),
+                };
                 self.slots.insert(name, slot);
                 return;
             }
@@ -193,6 +328,7 @@ impl Catalog {
                     active: Some(Arc::new(plugin)),
                     status: PluginStatus::Ready,
                     attempted,
+                    refused: Vec::new(),
                 }
             }
             Err(err) => {
@@ -203,7 +339,7 @@ impl Catalog {
                     Some(_) => PluginStatus::Stale(err.to_string()),
                     None => PluginStatus::Failed(err.to_string()),
                 };
-                Slot { file, active, status, attempted }
+                Slot { file, active, status, attempted, refused: Vec::new() }
             }
         };
         self.slots.insert(name, slot);
@@ -233,6 +369,9 @@ impl Runtime {
     /// plugin that fails to load is reported in [`Runtime::plugins`]; the
     /// others load regardless.
     pub fn open(options: Options) -> Result<Self, RuntimeError> {
+        if !options.plugins_dir.is_dir() {
+            return Err(RuntimeError::NoPluginsDir { path: options.plugins_dir });
+        }
         let sandbox = Sandbox::new(&options.config.sandbox)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
@@ -280,10 +419,16 @@ impl Runtime {
                             p.tools()
                                 .iter()
                                 .map(|t| t.spec.name.clone())
-                                .filter(|t| p.grants.allows_tool(t))
+                                .filter(|t| {
+                                    catalog
+                                        .tools
+                                        .get(t)
+                                        .is_some_and(|(owner, _)| owner.name == p.name)
+                                })
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    refused_tools: slot.refused.clone(),
                     sha256: active.map(|p| p.sha256.clone()),
                     grants: active.map(|p| (*p.grants).clone()),
                     generation: active.map_or(0, |p| p.generation),
@@ -297,19 +442,16 @@ impl Runtime {
     /// The tools on offer, sorted by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
         let catalog = self.catalog();
-        let mut tools: Vec<ToolSpec> = catalog
-            .tools
-            .iter()
-            .filter(|(name, (plugin, _))| plugin.grants.allows_tool(name))
-            .map(|(_, (plugin, i))| plugin.tools()[*i].spec.clone())
-            .collect();
+        let mut tools: Vec<ToolSpec> =
+            catalog.tools.iter().map(|(_, (plugin, i))| plugin.tools()[*i].spec.clone()).collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
     }
 
-    /// Calls a tool: lookup, schema check of `args` (a JSON object), grant
-    /// check, then a fresh instance. Blocks the calling thread; from async
-    /// code, call it inside `spawn_blocking`.
+    /// Calls a tool: lookup (a tool the grant leaves out, or whose name
+    /// another plugin serves, is refused), schema check of `args` (a JSON
+    /// object), then a fresh instance. Blocks the calling thread; from
+    /// async code, call it inside `spawn_blocking`.
     pub fn call_tool(
         &self,
         name: &str,
@@ -318,10 +460,10 @@ impl Runtime {
     ) -> Result<ToolOutput, CallError> {
         let catalog = self.catalog();
         let Some((plugin, index)) = catalog.tools.get(name) else {
-            return Err(CallError::UnknownTool {
+            return Err(catalog.not_served(name).unwrap_or_else(|| CallError::UnknownTool {
                 name: name.into(),
                 available: self.tools().into_iter().map(|t| t.name).collect(),
-            });
+            }));
         };
         let invalid = |message: String| CallError::InvalidArguments { tool: name.into(), message };
         let value: serde_json::Value = serde_json::from_str(args)
@@ -336,13 +478,6 @@ impl Runtime {
             .collect();
         if !errors.is_empty() {
             return Err(invalid(errors.join("; ")));
-        }
-        if !plugin.grants.allows_tool(name) {
-            return Err(CallError::Denied {
-                plugin: plugin.name.to_string(),
-                tool: name.into(),
-                reason: "the config's `tools` list for this plugin leaves it out".into(),
-            });
         }
         plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, context)
     }
@@ -455,12 +590,13 @@ impl Runtime {
         for (name, outcome) in outcomes {
             next.apply(name, outcome);
         }
-        next.reindex();
+        next.reindex(&before, &self.inner.lock);
         *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
     }
 
-    /// Accepts a plugin held back because it changed and asks for more,
-    /// records it in the lock file, and loads it.
+    /// Accepts a plugin as it is now: one held back because it changed and
+    /// asks for more, or one whose tool names another plugin serves (they
+    /// are handed to it). Records it in the lock file and loads it.
     pub fn accept(&self, name: &str) -> Result<(), RuntimeError> {
         let file = self.inner.options.plugins_dir.join(format!("{name}.wasm"));
         if !file.exists() {
@@ -476,6 +612,17 @@ impl Runtime {
         )?;
         self.forget_attempt(name);
         self.reload(&[name.to_owned()]);
+        let listed: Vec<String> = self
+            .catalog()
+            .slots
+            .get(name)
+            .and_then(|slot| slot.active.as_ref())
+            .map(|p| p.tools().iter().map(|t| t.spec.name.clone()).collect())
+            .unwrap_or_default();
+        if !listed.is_empty() {
+            self.inner.lock.lock().expect("lock file mutex").transfer(name, &listed)?;
+            self.reload(&[]);
+        }
         Ok(())
     }
 
@@ -509,6 +656,9 @@ fn load_outcome(
     if !cx.config.grant(name).enabled {
         return Outcome::Disabled(file);
     }
+    if !valid_plugin_name(name) {
+        return Outcome::Loaded(file.clone(), None, Box::new(Err(LoadError::BadName { file })));
+    }
     let files = match loader::PluginFiles::read(&file) {
         Ok(files) => files,
         Err(e) => return Outcome::Loaded(file, None, Box::new(Err(e))),
@@ -520,6 +670,14 @@ fn load_outcome(
     let next = generation.fetch_add(1, Ordering::Relaxed) + 1;
     let loaded = loader::load(cx, name, &file, &files, next);
     Outcome::Loaded(file, Some(fp), Box::new(loaded))
+}
+
+/// Whether `name` may name a plugin: it shows up in tool errors, logs and
+/// terminals, so it is kept to letters, digits, `_`, `-` and `.`.
+fn valid_plugin_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// The plugin a path in the plugins directory belongs to, if any.

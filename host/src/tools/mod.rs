@@ -109,3 +109,14 @@ impl ToolRegistry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_name_is_reserved_from_plugins() {
+        assert!(crate::plugin::RESERVED_TOOL_NAMES.contains(&goal::NAME));
+        assert!(ToolRegistry::is_builtin(goal::NAME));
+    }
+}

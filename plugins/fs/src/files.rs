@@ -49,6 +49,9 @@ pub fn write(args: WriteArgs, ctx: &Context) -> Result<Output, ToolError> {
             path.display()
         )));
     }
+    if let Ok(meta) = fs::metadata(&path) {
+        paths::require_regular(&path, &meta)?;
+    }
     create_parents(&path)?;
     fs::write(&path, &args.content).map_err(|err| io_error(&path, err))?;
     Ok(Output::text(format!("wrote {} to {}", plural(args.content.len(), "byte"), path.display())))

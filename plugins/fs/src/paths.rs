@@ -53,16 +53,32 @@ pub fn require_dir(path: &Path) -> Result<(), ToolError> {
 /// Reads a whole file as text. Directories and non-UTF-8 content are refused
 /// with a message saying so, rather than an OS error or mangled text.
 pub fn read_text(path: &Path) -> Result<String, ToolError> {
-    if metadata(path)?.is_dir() {
+    let meta = metadata(path)?;
+    if meta.is_dir() {
         return Err(ToolError::invalid(format!(
             "{} is a directory, not a file; use list to see its entries",
             path.display()
         )));
     }
+    require_regular(path, &meta)?;
     let bytes = fs::read(path).map_err(|err| io_error(path, err))?;
     String::from_utf8(bytes).map_err(|_| {
         ToolError::invalid(format!("{} is a binary file (not UTF-8 text)", path.display()))
     })
+}
+
+/// Refuses what is neither a regular file nor a directory: opening a FIFO
+/// would wait for a writer, and a device never ends.
+pub fn require_regular(path: &Path, meta: &Metadata) -> Result<(), ToolError> {
+    if meta.is_file() || meta.is_dir() {
+        Ok(())
+    } else {
+        Err(ToolError::invalid(format!(
+            "{} is not a regular file (a FIFO, socket or device); the file tools read and write \
+             regular files only",
+            path.display()
+        )))
+    }
 }
 
 /// Turns a failed file-system call on `path` into a message for the model.

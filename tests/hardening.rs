@@ -1,0 +1,361 @@
+//! Attacks on the host's own bookkeeping: plugins that try to take over
+//! tool names (cold, hot, through reloads and failures), tool lists that
+//! try to stall loading, files that block an open, more parallel calls
+//! than instance slots, guest text posing as the host's, terminal control
+//! characters, and a first run in an empty directory.
+
+mod support;
+
+use reson::plugin::{CallContext, CallError, PluginStatus, Runtime, TrapKind};
+use reson::tools::ToolRegistry;
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::TestDir;
+
+fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+}
+
+/// Installs the hostile guest as plugin `name`, listing only `tools`, each
+/// answering "impostor served: ...".
+fn install_impostor(dir: &TestDir, name: &str) {
+    std::fs::copy(
+        support::test_plugins().join("hostile.wasm"),
+        dir.plugins().join(format!("{name}.wasm")),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.plugins().join(format!("{name}.toml")),
+        format!("name = \"{name}\"\nversion = \"0.1.0\"\ndescription = \"Impostor.\"\n"),
+    )
+    .unwrap();
+}
+
+fn impostor_config(name: &str, tools: &str) -> String {
+    format!(
+        r#"
+        [plugins.fs]
+        dirs = [{{ path = "workspace", access = "read-write" }}]
+        [plugins.{name}]
+        config = {{ impostor_tools = "{tools}" }}
+        "#
+    )
+}
+
+fn refused(rt: &Runtime, plugin: &str) -> Vec<(String, String)> {
+    let info = rt.plugins().into_iter().find(|p| p.name == plugin).expect("plugin listed");
+    info.refused_tools.into_iter().map(|r| (r.name, r.reason)).collect()
+}
+
+fn owner(rt: &Runtime, tool: &str) -> Option<String> {
+    rt.tools().into_iter().find(|t| t.name == tool).map(|t| t.plugin)
+}
+
+#[test]
+fn a_newcomer_never_takes_a_served_name_cold_hot_or_across_reloads() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    // `aaa` sorts before `fs`: the order that used to win.
+    let config = impostor_config("aaa", "read,aaa_extra");
+    let rt = dir.open(&config);
+    assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
+
+    // Hot: the impostor arrives while fs serves `read`.
+    install_impostor(&dir, "aaa");
+    rt.rescan().unwrap();
+    let read = call(&rt, "read", json!({"path": "note.txt"})).unwrap();
+    assert!(read.contains("the real file"), "{read}");
+    let refusals = refused(&rt, "aaa");
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0].0, "read");
+    assert!(refusals[0].1.contains("`fs`"), "the refusal names the owner: {}", refusals[0].1);
+    let fs = rt.plugins().into_iter().find(|p| p.name == "fs").unwrap();
+    assert_eq!(fs.status, PluginStatus::Ready, "the owner is not marked failed");
+    // The newcomer's other tools are served.
+    assert_eq!(call(&rt, "aaa_extra", json!({"text": "x"})).unwrap(), "impostor served: x");
+
+    // Reloads of either side change nothing.
+    std::fs::write(
+        dir.plugins().join("fs.toml"),
+        std::fs::read_to_string(dir.plugins().join("fs.toml")).unwrap() + "\n# touched\n",
+    )
+    .unwrap();
+    rt.reload(&["fs".into(), "aaa".into()]);
+    assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
+
+    // Cold: a new process with the same lock file still gives it to fs.
+    let cold = dir.open(&config);
+    assert_eq!(owner(&cold, "read").as_deref(), Some("fs"));
+    assert!(call(&cold, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
+
+    // Only the user hands a name over.
+    cold.accept("aaa").unwrap();
+    assert_eq!(owner(&cold, "read").as_deref(), Some("aaa"));
+    let fresh = dir.open(&config);
+    assert_eq!(owner(&fresh, "read").as_deref(), Some("aaa"), "the choice is in the lock file");
+}
+
+#[test]
+fn two_new_claimants_at_once_both_wait_for_the_user() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    install_impostor(&dir, "aaa");
+    let rt = dir.open(&impostor_config("aaa", "read"));
+    assert_eq!(owner(&rt, "read"), None);
+    for plugin in ["aaa", "fs"] {
+        let refusals = refused(&rt, plugin);
+        assert_eq!(refusals.len(), 1, "{plugin}: {refusals:?}");
+        assert!(refusals[0].1.contains("`aaa` and `fs`"), "{}", refusals[0].1);
+    }
+    match call(&rt, "read", json!({"path": "x"})).unwrap_err() {
+        CallError::Denied { reason, .. } => assert!(reason.contains("at once"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!rt.tools().iter().any(|t| t.name == "read"), "nobody offers it");
+    rt.accept("fs").unwrap();
+    assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
+}
+
+#[test]
+fn a_plugin_that_stops_loading_keeps_its_names() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    let config = impostor_config("aaa", "read");
+    drop(dir.open(&config));
+    // fs is broken and an impostor is there: the name stays fs's.
+    std::fs::write(dir.plugins().join("fs.wasm"), b"\0asm garbage").unwrap();
+    install_impostor(&dir, "aaa");
+    let rt = dir.open(&config);
+    assert_eq!(owner(&rt, "read"), None);
+    let refusals = refused(&rt, "aaa");
+    assert!(refusals[0].1.contains("belongs to plugin `fs`, which is not loaded"), "{refusals:?}");
+}
+
+#[test]
+fn built_in_names_are_reserved() {
+    let dir = TestDir::new();
+    install_impostor(&dir, "aaa");
+    let rt = dir.open(&impostor_config("aaa", "goal,agent,evaluate,fine"));
+    let refusals = refused(&rt, "aaa");
+    let names: Vec<&str> = refusals.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["agent", "evaluate", "goal"]);
+    assert!(refusals.iter().all(|(_, reason)| reason.contains("built-in")), "{refusals:?}");
+    let specs = ToolRegistry::new(rt.clone()).specs();
+    let goals: Vec<_> = specs.iter().filter(|t| t.name == "goal").collect();
+    assert_eq!(goals.len(), 1);
+    assert_eq!(goals[0].plugin, "builtin", "the goal tool is the host's");
+    assert_eq!(owner(&rt, "fine").as_deref(), Some("aaa"));
+}
+
+#[test]
+fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    install_impostor(&dir, "crowd");
+    install_impostor(&dir, "mob");
+    install_impostor(&dir, "verbose");
+    let started = Instant::now();
+    let rt = dir.open(
+        r#"
+        [plugins.crowd]
+        config = { tool_count = "3000" }
+        [plugins.mob]
+        config = { tool_count = "100000" }
+        [plugins.verbose]
+        config = { description_bytes = "1000000" }
+        "#,
+    );
+    let took = started.elapsed();
+    let status = |name: &str| rt.plugins().into_iter().find(|p| p.name == name).unwrap().status;
+    match status("crowd") {
+        PluginStatus::Failed(e) => assert!(e.contains("at most 256"), "{e}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    // So many that the guest runs out of memory building the list: that is
+    // its own failure, and nobody else's.
+    assert!(matches!(status("mob"), PluginStatus::Failed(_)));
+    match status("verbose") {
+        PluginStatus::Failed(e) => assert!(e.contains("description has 1000000 bytes"), "{e}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert_eq!(status("echo"), PluginStatus::Ready);
+    assert_eq!(call(&rt, "echo", json!({"text": "fine"})).unwrap(), "fine");
+    assert!(took < Duration::from_secs(20), "loading took {took:?}");
+}
+
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+    assert!(status.success());
+}
+
+#[test]
+fn the_fs_tools_refuse_what_is_not_a_regular_file() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    let ws = dir.workspace();
+    mkfifo(&ws.join("pipe"));
+    std::fs::create_dir(ws.join("tree")).unwrap();
+    mkfifo(&ws.join("tree/pipe"));
+    std::fs::write(ws.join("tree/a.txt"), "needle\n").unwrap();
+    std::os::unix::fs::symlink("pipe", ws.join("link")).unwrap();
+    let rt = dir.open(
+        r#"
+        [plugins.fs]
+        dirs = [{ path = "workspace", access = "read-write" }]
+        limits = { timeout_ms = 3000 }
+        "#,
+    );
+    let started = Instant::now();
+    for path in ["pipe", "link"] {
+        let err = call(&rt, "read", json!({"path": path})).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "fs read {path}: {err}");
+        let err = call(&rt, "write", json!({"path": path, "content": "x"})).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "fs write {path}: {err}");
+        let edit = json!({"path": path, "old_string": "a", "new_string": "b"});
+        let err = call(&rt, "edit", edit).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "fs edit {path}: {err}");
+    }
+    let hits = call(&rt, "grep", json!({"pattern": "needle", "path": "tree"})).unwrap();
+    assert!(hits.contains("a.txt:1:needle"), "{hits}");
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_hostile_guest_opening_a_fifo_gets_an_error_at_once() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    mkfifo(&dir.workspace().join("pipe"));
+    let rt = dir.open(
+        r#"
+        [plugins.hostile]
+        dirs = [{ path = "workspace", access = "read-write" }]
+        limits = { timeout_ms = 5000 }
+        "#,
+    );
+    for tool in ["read", "write"] {
+        let started = Instant::now();
+        let err = call(&rt, tool, json!({"path": "pipe", "content": "x"})).unwrap_err();
+        assert!(err.to_string().contains("ermission denied"), "{tool}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{tool} took {:?}", started.elapsed());
+    }
+    assert_eq!(call(&rt, "echo", json!({"text": "alive"})).unwrap(), "alive");
+}
+
+#[test]
+fn calls_beyond_the_instance_pool_wait_for_a_slot() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open(
+        r#"
+        [sandbox]
+        max_instances = 2
+        [plugins.hostile]
+        limits = { timeout_ms = 2000 }
+        "#,
+    );
+    let started = Instant::now();
+    let results: Vec<Result<String, CallError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            (0..6).map(|_| scope.spawn(|| call(&rt, "nap", json!({"ms": 300})))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for result in results {
+        assert_eq!(result.unwrap(), "slept 300 ms");
+    }
+    // Six calls through two slots take at least three rounds.
+    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_guest_panic_is_reported_as_the_guests_words() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("");
+    let message = "host memory corrupted\n\u{1b}[2J reinstall now";
+    let err = call(&rt, "panic", json!({ "message": message })).unwrap_err();
+    match &err {
+        CallError::Trapped { trap: TrapKind::Panic(text), .. } => {
+            assert!(text.contains("reinstall"))
+        }
+        other => panic!("expected a panic, got {other:?}"),
+    }
+    let shown = err.to_string();
+    assert!(shown.contains("the guest panicked; its stderr says \""), "{shown}");
+    assert!(!shown.contains('\u{1b}') && shown.contains("\\u{1b}[2J"), "{shown}");
+}
+
+fn reson(cwd: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_reson"))
+        .current_dir(cwd)
+        .env_remove("RESON_CONFIG")
+        .env_remove("RESON_PLUGINS_DIR")
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+        .args(args)
+        .output()
+        .expect("running reson")
+}
+
+#[test]
+fn terminal_output_escapes_control_characters() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    std::fs::write(dir.plugins().join("evil\u{1b}[31m.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let plugins = dir.plugins();
+    let plugins = plugins.to_str().unwrap();
+    let list = reson(dir.path(), &["--plugins-dir", plugins, "plugins", "list"]);
+    let out = String::from_utf8_lossy(&list.stdout);
+    assert!(!out.contains('\u{1b}'), "{out}");
+    assert!(out.contains("evil\\u{1b}[31m") && out.contains("plugin's file name"), "{out}");
+    let echo = reson(
+        dir.path(),
+        &[
+            "--plugins-dir",
+            plugins,
+            "tool",
+            "call",
+            "echo",
+            r#"{"text":"a\u001b]0;pwned\u0007b\rc"}"#,
+        ],
+    );
+    let out = String::from_utf8_lossy(&echo.stdout);
+    assert!(echo.status.success(), "{out}");
+    assert_eq!(out.trim_end(), "a\\u{1b}]0;pwned\\u{7}b\\u{d}c");
+}
+
+#[test]
+fn a_first_run_in_an_empty_directory_says_what_to_do_and_leaves_nothing() {
+    let empty = tempfile::tempdir().unwrap();
+    let run = reson(empty.path(), &["run", "hi"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(err.contains("no plugins directory") && err.contains("plugins/build.sh"), "{err}");
+    let list = reson(empty.path(), &["plugins", "list"]);
+    assert!(!list.status.success());
+    assert!(String::from_utf8_lossy(&list.stderr).contains("no plugins directory"));
+
+    // A plugins directory without the provider.
+    std::fs::create_dir(empty.path().join("plugins")).unwrap();
+    let run = reson(empty.path(), &["run", "hi"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(err.contains("no provider plugin `scripted`"), "{err}");
+
+    // The provider, but no script.
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
+    let plugins = dir.plugins();
+    let plugins = plugins.to_str().unwrap();
+    let run = reson(dir.path(), &["--plugins-dir", plugins, "run", "hi"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(err.contains("--script"), "{err}");
+    let run = reson(dir.path(), &["--plugins-dir", plugins, "run", "hi", "--provider", "echo"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("tool-plugin world, not a provider"), "{err}");
+    for base in [empty.path(), dir.path()] {
+        assert!(!base.join(".reson").exists(), "no trace is left behind in {}", base.display());
+    }
+}
