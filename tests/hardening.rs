@@ -359,3 +359,29 @@ fn a_first_run_in_an_empty_directory_says_what_to_do_and_leaves_nothing() {
         assert!(!base.join(".reson").exists(), "no trace is left behind in {}", base.display());
     }
 }
+
+#[test]
+fn plugin_files_that_would_stall_the_loader_are_refused() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    mkfifo(&dir.plugins().join("stuck.wasm"));
+    install_impostor(&dir, "piped");
+    std::fs::remove_file(dir.plugins().join("piped.toml")).unwrap();
+    mkfifo(&dir.plugins().join("piped.toml"));
+    install_impostor(&dir, "sneaky");
+    let started = Instant::now();
+    let rt = dir.open("[plugins.sneaky]\nconfig = { impostor_tools = \"mcp__tool,fine\" }\n");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let status = |name: &str| rt.plugins().into_iter().find(|p| p.name == name).unwrap().status;
+    for name in ["stuck", "piped"] {
+        match status(name) {
+            PluginStatus::Failed(e) => assert!(e.contains("not a regular file"), "{name}: {e}"),
+            other => panic!("{name}: expected a failure, got {other:?}"),
+        }
+    }
+    match status("sneaky") {
+        PluginStatus::Failed(e) => assert!(e.contains("without `__`"), "{e}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert_eq!(call(&rt, "echo", json!({"text": "ok"})).unwrap(), "ok");
+}

@@ -132,14 +132,14 @@ pub(crate) struct PluginFiles {
 
 impl PluginFiles {
     pub(crate) fn read(file: &Path) -> Result<Self, LoadError> {
-        let bytes = std::fs::read(file)
-            .map_err(|e| LoadError::Io { file: file.into(), reason: e.to_string() })?;
-        let manifest = match std::fs::read_to_string(manifest_path(file)) {
-            Ok(text) => Some(text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => {
-                return Err(LoadError::Io { file: manifest_path(file), reason: e.to_string() });
-            }
+        let bytes = read_capped(file, MAX_COMPONENT_BYTES)?;
+        let manifest = match read_capped(&manifest_path(file), MAX_MANIFEST_BYTES) {
+            Ok(bytes) => Some(String::from_utf8(bytes).map_err(|_| LoadError::Io {
+                file: manifest_path(file),
+                reason: "the manifest is not UTF-8 text".into(),
+            })?),
+            Err(LoadError::Io { reason, .. }) if reason == NOT_FOUND => None,
+            Err(e) => return Err(e),
         };
         Ok(Self { sha256: sha256(&bytes), bytes, manifest })
     }
@@ -171,6 +171,37 @@ impl PluginFiles {
         }
         Ok(manifest)
     }
+}
+
+/// Largest component file loaded: compiling is not interruptible, so its
+/// input is bounded instead.
+const MAX_COMPONENT_BYTES: u64 = 128 << 20;
+/// Largest manifest read.
+const MAX_MANIFEST_BYTES: u64 = 64 << 10;
+const NOT_FOUND: &str = "no such file";
+
+/// Reads a regular file of at most `cap` bytes. Anything else (a FIFO would
+/// block the loader, a device would never end) is an error naming it.
+fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, LoadError> {
+    let io = |reason: String| LoadError::Io { file: path.into(), reason };
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => io(NOT_FOUND.into()),
+        _ => io(e.to_string()),
+    })?;
+    if !meta.is_file() {
+        return Err(io("not a regular file".into()));
+    }
+    if meta.len() > cap {
+        return Err(io(format!("{} bytes; at most {cap} are loaded", meta.len())));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, cap + 1), &mut bytes))
+        .map_err(|e| io(e.to_string()))?;
+    if bytes.len() as u64 > cap {
+        return Err(io(format!("more than {cap} bytes; at most {cap} are loaded")));
+    }
+    Ok(bytes)
 }
 
 /// SHA-256 of `bytes`, hex.
@@ -273,10 +304,12 @@ fn list_tools(
     for spec in specs {
         let name_ok = !spec.name.is_empty()
             && spec.name.len() <= MAX_TOOL_NAME
-            && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            && !spec.name.contains("__");
         if !name_ok {
             return Err(format!(
-                "tool {:?}: a tool name must match [a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}}",
+                "tool {:?}: a tool name must match [a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}} without \
+                 `__` (reserved for the host's namespaced tools)",
                 spec.name.chars().take(MAX_TOOL_NAME).collect::<String>()
             ));
         }
