@@ -385,3 +385,52 @@ fn plugin_files_that_would_stall_the_loader_are_refused() {
     }
     assert_eq!(call(&rt, "echo", json!({"text": "ok"})).unwrap(), "ok");
 }
+
+#[test]
+fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
+    use reson::agent::{Hooks, RunConfig, Runner};
+    use reson::provider::PluginProvider;
+    use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStore};
+    use std::sync::Arc;
+
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "scripted").install(support::test_plugins(), "hostile");
+    let nap = |id: &str| json!({ "id": id, "name": "nap", "arguments": { "ms": 150 } });
+    let script = json!({ "turns": [
+        { "tool_calls": [nap("a"), nap("b"), nap("c"), nap("d"), nap("e")] },
+        { "text": "rested" }
+    ] });
+    let script_path = dir.path().join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let runtime = dir.open(&format!(
+        r#"
+        [sandbox]
+        max_instances = 2
+        [plugins.scripted]
+        dirs = [{{ path = ".", access = "read" }}]
+        config = {{ script = "{}" }}
+        [plugins.hostile]
+        limits = {{ timeout_ms = 2000 }}
+        "#,
+        script_path.display()
+    ));
+    let store =
+        Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
+    let runner = Runner::new(
+        store.clone(),
+        Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
+        ToolRegistry::new(runtime),
+        Hooks::none(),
+    );
+    let outcome = runner
+        .run(vec![Message::new(Role::User, "nap five times")], RunConfig::default())
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("rested"));
+    let trace = store.get(&outcome.trace_id).unwrap().unwrap();
+    let path = store.main_path(&outcome.trace_id, trace.head_sequence.unwrap()).unwrap();
+    let results: Vec<String> =
+        path.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
+    assert_eq!(results, vec!["slept 150 ms"; 5], "every call ran; none hit an instance limit");
+}
