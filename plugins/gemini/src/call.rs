@@ -259,25 +259,26 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_cut_off_is_invalid_and_says_what_was_missing() {
+    fn a_stream_cut_off_is_a_network_error_and_says_what_was_missing() {
         let bytes = TEXT_STREAM.as_bytes();
         let last_event = TEXT_STREAM.rfind("data:").unwrap();
         // Mid-event: half of the last chunk's JSON.
         let (result, deltas) = stream(200, vec![bytes[..last_event + 200].to_vec()]);
         assert!(
-            matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("middle of an event"))
+            matches!(result, Err(ProviderError::Network(m)) if m.contains("middle of an event"))
         );
         // What was complete went out before the cut.
         assert_eq!(deltas.len(), 2);
         // Between events: the final chunk never came.
         let (result, _) = stream(200, vec![bytes[..last_event].to_vec()]);
         assert!(
-            matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("no finishReason"))
+            matches!(result, Err(ProviderError::Network(m)) if m.contains("no finishReason"))
         );
         let (result, _) = stream(200, vec![]);
         assert!(
-            matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("without any"))
+            matches!(result, Err(ProviderError::Network(m)) if m.contains("without any"))
         );
+        // A whole event that is not JSON stays an invalid response.
         let (result, _) = stream(200, vec![b"data: {\"candidates\": [\n\n".to_vec()]);
         assert!(
             matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("not a valid"))
