@@ -127,6 +127,11 @@ pub enum ProviderError {
     /// The answer could not be understood.
     #[error("invalid response: {0}")]
     InvalidResponse(String),
+    /// The provider's content filter withheld the answer, or refused the
+    /// prompt: nothing came back. Not retried, as the same request would be
+    /// blocked again.
+    #[error("blocked by the provider's content filter: {0}")]
+    ContentFiltered(String),
     /// The plugin failed for its own reasons.
     #[error("{0}")]
     Other(String),
@@ -150,6 +155,21 @@ impl ProviderError {
             Self::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+}
+
+impl ChatResponse {
+    /// The error for an answer the provider's content filter emptied: a
+    /// `content_filter` finish with no text and no tool calls. An answer
+    /// that kept some content is the model's answer, cut short.
+    pub fn filtered(&self, provider: &str) -> Option<ProviderError> {
+        let empty = self.message.text().trim().is_empty() && self.message.tool_calls.is_empty();
+        (self.finish_reason == "content_filter" && empty).then(|| {
+            ProviderError::ContentFiltered(format!(
+                "{provider} returned no answer (finish reason content_filter): the prompt or the \
+                 answer was blocked for safety; change the request, or rewind to before it"
+            ))
+        })
     }
 }
 
