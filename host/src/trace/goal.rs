@@ -480,6 +480,7 @@ mod tests {
             usage: Usage { prompt_tokens: prompt, ..Usage::default() },
             cost,
             duration_ms: messages * 10,
+            requests: messages,
         }
     }
 
