@@ -7,8 +7,7 @@
 mod support;
 
 use reson::agent::{
-    AgentEvent, Answer, Hooks, PendingApprovals, Permissions, RunConfig, RunHandle, RunMode,
-    Runner,
+    AgentEvent, Answer, Hooks, PendingApprovals, Permissions, RunConfig, RunHandle, RunMode, Runner,
 };
 use reson::plugin::Runtime;
 use reson::policy::{Decision, Rule, RuleSet};
@@ -97,7 +96,11 @@ fn user(text: &str) -> Vec<Message> {
 
 /// Everything a run reports, with the approvals it asked for answered by
 /// `answer` (none: left to time out).
-fn drive(handle: RunHandle, approvals: &PendingApprovals, answer: Option<Answer>) -> Vec<AgentEvent> {
+fn drive(
+    handle: RunHandle,
+    approvals: &PendingApprovals,
+    answer: Option<Answer>,
+) -> Vec<AgentEvent> {
     let mut events = Vec::new();
     while let Some(event) = handle.next_event() {
         if let (AgentEvent::ApprovalNeeded { request }, Some(answer)) = (&event, answer) {
@@ -135,9 +138,10 @@ fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
         "echo".into(),
         "flood".into(),
     ]);
-    let runner = s
-        .runner(tools)
-        .with_permissions(Permissions::new(rules(&[(Decision::Deny, "flood")], Decision::Ask), approvals.clone()));
+    let runner = s.runner(tools).with_permissions(Permissions::new(
+        rules(&[(Decision::Deny, "flood")], Decision::Ask),
+        approvals.clone(),
+    ));
     let started = Instant::now();
     let handle = runner.run(user("go somewhere"), RunConfig::default()).unwrap();
     let id = handle.trace_id().to_owned();
@@ -290,7 +294,8 @@ fn each_branch_has_its_own_goal_tree() {
 
     // A rewind to the first message starts from the initial tree.
     s.set_turns(json!([{ "text": "starting over" }]));
-    let rewind = RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
+    let rewind =
+        RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
     let handle = runner.run(user("try again"), rewind).unwrap();
     let mut changed = Vec::new();
     while let Some(event) = handle.next_event() {
@@ -329,7 +334,8 @@ fn each_branch_has_its_own_goal_tree() {
 
     // A regenerate of the first answer is a branch of its own too.
     s.set_turns(json!([{ "text": "regenerated" }]));
-    let regen = RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
+    let regen =
+        RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
     let outcome = runner.run(Vec::new(), regen).unwrap().wait().unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("regenerated"));
     assert_eq!(goals_of(&s.store, &id).goals().len(), 1);
@@ -339,7 +345,8 @@ fn each_branch_has_its_own_goal_tree() {
 fn goal_results_stored_without_snapshots_are_replayed() {
     let s = Setup::new(planning_turns());
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()));
-    let id = runner.run(user("write a draft"), RunConfig::default()).unwrap().wait().unwrap().trace_id;
+    let id =
+        runner.run(user("write a draft"), RunConfig::default()).unwrap().wait().unwrap().trace_id;
     // As an older host stored them: no snapshot in any message, and a
     // goal call that failed (its arguments would change the tree if replayed).
     let messages = s.dir.path().join("traces").join(&id).join("messages");
@@ -356,11 +363,17 @@ fn goal_results_stored_without_snapshots_are_replayed() {
     std::fs::write(path(6), done.to_string()).unwrap();
 
     s.set_turns(planning_turns());
-    let old = RunConfig { trace_id: Some(id.clone()), after_sequence: Some(7), ..RunConfig::default() };
+    let old =
+        RunConfig { trace_id: Some(id.clone()), after_sequence: Some(7), ..RunConfig::default() };
     runner.run(user("and more"), old).unwrap().wait().unwrap();
     let tree = goals_of(&s.store, &id);
     let g2 = tree.get("g2").unwrap();
-    assert_eq!(g2.status, GoalStatus::InProgress, "the denied `done` was not replayed: {}", tree.render());
+    assert_eq!(
+        g2.status,
+        GoalStatus::InProgress,
+        "the denied `done` was not replayed: {}",
+        tree.render()
+    );
     assert_eq!(tree.current().unwrap().id, "g2");
 }
 

@@ -909,7 +909,8 @@ fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
             "modelVersion": "gemini-test"
         }),
     );
-    let (err, requests, _) = failure::<Gemini>(vec![blocked_prompt, Gemini::text("no", 1, 1)], false);
+    let (err, requests, _) =
+        failure::<Gemini>(vec![blocked_prompt, Gemini::text("no", 1, 1)], false);
     assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
     assert_eq!(requests, 1);
 
@@ -918,7 +919,8 @@ fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
         json!({ "candidates": [{ "finishReason": "SAFETY", "index": 0 }],
                 "usageMetadata": { "promptTokenCount": 8, "totalTokenCount": 8 } })
     )]);
-    let (err, requests, _) = failure::<Gemini>(vec![blocked_stream, Gemini::streamed_text("no")], true);
+    let (err, requests, _) =
+        failure::<Gemini>(vec![blocked_stream, Gemini::streamed_text("no")], true);
     assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
     assert_eq!(requests, 1);
 

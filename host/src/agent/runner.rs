@@ -724,10 +724,11 @@ impl Run {
             });
             self.requests += 1;
             let result = self.inner.provider.chat(&request, sink, self.stop.clone());
-            let result = result.and_then(|response| match response.filtered(self.inner.provider.name()) {
-                Some(blocked) => Err(blocked),
-                None => Ok(response),
-            });
+            let result =
+                result.and_then(|response| match response.filtered(self.inner.provider.name()) {
+                    Some(blocked) => Err(blocked),
+                    None => Ok(response),
+                });
             match result {
                 Ok(response) => return Ok(Some((response, attempt))),
                 // A stop cancels the call in flight.

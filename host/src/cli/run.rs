@@ -266,7 +266,8 @@ fn status_word(status: TraceStatus) -> &'static str {
 
 /// Printed after the partial text of a model call that failed and is
 /// tried again.
-const DISCARDED: &str = "[discarded: the model call failed before its answer was complete; retrying]";
+const DISCARDED: &str =
+    "[discarded: the model call failed before its answer was complete; retrying]";
 
 /// Prints events for a person (or as JSON lines), with a spinner on stderr
 /// while the model is thinking.

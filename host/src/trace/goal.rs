@@ -2,8 +2,8 @@
 //! with what each part cost.
 
 use super::message::{Message, Role, ToolCall, Usage};
-use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt;
 
 /// Messages, tokens, cost and time spent: a goal's own share, or (as
@@ -298,11 +298,8 @@ impl GoalTree {
         initial: GoalTree,
         mut replay: impl FnMut(&mut GoalTree, &ToolCall, &Message),
     ) -> GoalTree {
-        let calls: HashMap<&str, &ToolCall> = path
-            .iter()
-            .flat_map(|m| &m.tool_calls)
-            .map(|call| (call.id.as_str(), call))
-            .collect();
+        let calls: HashMap<&str, &ToolCall> =
+            path.iter().flat_map(|m| &m.tool_calls).map(|call| (call.id.as_str(), call)).collect();
         let mut tree = initial;
         for message in path.iter().filter(|m| m.role == Role::Tool && !m.synthetic) {
             match (&message.goals, message.tool_call_id.as_deref().and_then(|id| calls.get(id))) {

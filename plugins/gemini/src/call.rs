@@ -303,13 +303,9 @@ mod tests {
         assert_eq!(deltas.len(), 2);
         // Between events: the final chunk never came.
         let (result, _) = stream(200, vec![bytes[..last_event].to_vec()]);
-        assert!(
-            matches!(result, Err(ProviderError::Network(m)) if m.contains("no finishReason"))
-        );
+        assert!(matches!(result, Err(ProviderError::Network(m)) if m.contains("no finishReason")));
         let (result, _) = stream(200, vec![]);
-        assert!(
-            matches!(result, Err(ProviderError::Network(m)) if m.contains("without any"))
-        );
+        assert!(matches!(result, Err(ProviderError::Network(m)) if m.contains("without any")));
         // A whole event that is not JSON stays an invalid response.
         let (result, _) = stream(200, vec![b"data: {\"candidates\": [\n\n".to_vec()]);
         assert!(

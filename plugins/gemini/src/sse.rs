@@ -121,9 +121,7 @@ mod tests {
     #[test]
     fn an_event_open_at_the_end_is_an_error() {
         let err = parse_all(&[b"data: {\"a\":1}\r\n\r\ndata: {\"cand"]).unwrap_err();
-        assert!(
-            matches!(err, ProviderError::Network(m) if m.contains("middle of an event"))
-        );
+        assert!(matches!(err, ProviderError::Network(m) if m.contains("middle of an event")));
         // Complete data without its blank line is still an open event.
         assert!(parse_all(&[b"data: {}\n"]).is_err());
         assert!(parse_all(&[b""]).unwrap().is_empty());
