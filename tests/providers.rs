@@ -626,6 +626,17 @@ fn cut_streams_are_retried<P: Protocol>() {
     assert_eq!(s.store.get(&trace_id).unwrap().unwrap().totals.requests, 3);
 }
 
+/// A server that ignores the request to stream answers with one JSON body:
+/// a whole answer, not a stream cut short.
+fn a_whole_answer_to_a_streamed_request_is_taken<P: Protocol>() {
+    let server = LlmServer::start(vec![P::text("whole anyway", 5, 2), P::text("again", 1, 1)]);
+    let s = Setup::new::<P>(&server, "");
+    let outcome =
+        s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).unwrap().wait().unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("whole anyway"));
+    assert_eq!((server.requests().len(), outcome.requests), (1, 1));
+}
+
 fn filtered_answers_are_typed_errors<P: Protocol>() {
     let (err, requests, s) = failure::<P>(vec![P::filtered(), P::text("never", 1, 1)], false);
     assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
@@ -771,6 +782,11 @@ macro_rules! protocol_tests {
             #[test]
             fn a_stream_cut_after_200_is_retried_and_every_request_counted() {
                 cut_streams_are_retried::<$protocol>();
+            }
+
+            #[test]
+            fn a_json_answer_to_a_streamed_request_is_not_retried() {
+                a_whole_answer_to_a_streamed_request_is_taken::<$protocol>();
             }
 
             #[test]
