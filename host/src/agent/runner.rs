@@ -137,7 +137,9 @@ pub enum AgentEvent {
         /// The new text.
         text: String,
     },
-    /// A model call failed and will be tried again.
+    /// A model call failed and will be tried again. Text the failed
+    /// attempt streamed is not part of the answer: the retry streams the
+    /// answer from its start.
     Retrying {
         /// Attempt about to be made, from 2.
         attempt: u32,
@@ -161,7 +163,8 @@ pub enum AgentEvent {
         /// Its arguments.
         arguments: String,
     },
-    /// A tool call ended.
+    /// A tool call ended. These go out as calls end; the results are
+    /// stored (`MessageAdded`) in the order of the calls.
     ToolFinished {
         /// The call id.
         call_id: String,
@@ -378,7 +381,7 @@ struct Run {
 /// One tool call's result, kept until the results of the calls before it
 /// in its message are stored: results are stored (and sent to the model)
 /// in the order of the calls, as some providers pair them by position.
-struct Finished {
+struct CallOutcome {
     result: ToolResult,
     took: Duration,
     /// The goal in focus when the call ran.
@@ -816,7 +819,7 @@ impl Run {
         }
         let offered: Vec<String> =
             Runner::offered_tools(&self.inner).into_iter().map(|t| t.name).collect();
-        let mut done: Vec<Option<Finished>> = calls.iter().map(|_| None).collect();
+        let mut done: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
         let mut stored = 0;
         let mut plugin_calls = Vec::new();
         for (i, call) in calls.iter().enumerate() {
@@ -884,14 +887,19 @@ impl Run {
 
     /// A call has its result: the live event goes out now, the result waits
     /// for its turn to be stored.
-    fn finished(&self, call: &ToolCall, result: ToolResult, goals: Option<GoalTree>) -> Finished {
+    fn finished(
+        &self,
+        call: &ToolCall,
+        result: ToolResult,
+        goals: Option<GoalTree>,
+    ) -> CallOutcome {
         self.emit(AgentEvent::ToolFinished {
             call_id: call.id.clone(),
             name: call.name.clone(),
             ok: result.ok,
             output: result.text.clone(),
         });
-        Finished {
+        CallOutcome {
             result,
             took: Duration::ZERO,
             goal_id: self.goals.current().map(|g| g.id.clone()),
@@ -904,7 +912,7 @@ impl Run {
     fn store_ready(
         &mut self,
         calls: &[ToolCall],
-        done: &mut [Option<Finished>],
+        done: &mut [Option<CallOutcome>],
         stored: &mut usize,
     ) -> Result<(), AgentError> {
         while let Some(finished) = done.get_mut(*stored).and_then(Option::take) {
@@ -947,8 +955,8 @@ impl Run {
         Ok(Some(ToolResult::error(text)))
     }
 
-    fn record_result(&mut self, call: &ToolCall, finished: Finished) -> Result<(), AgentError> {
-        let Finished { result, took, goal_id, goals } = finished;
+    fn record_result(&mut self, call: &ToolCall, finished: CallOutcome) -> Result<(), AgentError> {
+        let CallOutcome { result, took, goal_id, goals } = finished;
         let mut message = Message::tool_result(call, result.text.clone());
         message.long_term_memory = result.long_term_memory;
         message.include_output_only_once = result.include_output_only_once;
