@@ -220,3 +220,37 @@ impl ChatProvider for PluginProvider {
         Ok(convert::response(response))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Role, ToolCall};
+
+    fn response(finish_reason: &str, text: &str, calls: usize) -> ChatResponse {
+        let mut message = Message::new(Role::Assistant, text);
+        message.tool_calls = (0..calls)
+            .map(|i| ToolCall { id: format!("c{i}"), name: "echo".into(), arguments: "{}".into() })
+            .collect();
+        ChatResponse {
+            message,
+            usage: Usage::default(),
+            finish_reason: finish_reason.into(),
+            model: "m".into(),
+            cost: None,
+        }
+    }
+
+    #[test]
+    fn only_an_answer_the_filter_left_empty_is_an_error() {
+        let blocked = response("content_filter", " \n", 0).filtered("gemini");
+        let Some(ProviderError::ContentFiltered(message)) = &blocked else { panic!("{blocked:?}") };
+        assert!(message.starts_with("gemini returned no answer"), "{message}");
+        assert!(!blocked.unwrap().is_retryable());
+        // Something came through: the model's answer, cut short.
+        assert!(response("content_filter", "Here is", 0).filtered("gemini").is_none());
+        assert!(response("content_filter", "", 1).filtered("gemini").is_none());
+        // An empty answer for another reason is the model's business.
+        assert!(response("stop", "", 0).filtered("gemini").is_none());
+        assert!(response("length", "", 0).filtered("gemini").is_none());
+    }
+}
