@@ -298,11 +298,18 @@ impl GoalTree {
         initial: GoalTree,
         mut replay: impl FnMut(&mut GoalTree, &ToolCall, &Message),
     ) -> GoalTree {
-        let calls: HashMap<&str, &ToolCall> =
-            path.iter().flat_map(|m| &m.tool_calls).map(|call| (call.id.as_str(), call)).collect();
         let mut tree = initial;
-        for message in path.iter().filter(|m| m.role == Role::Tool && !m.synthetic) {
-            match (&message.goals, message.tool_call_id.as_deref().and_then(|id| calls.get(id))) {
+        // Ids are unique only within one answer (Gemini numbers each
+        // answer's calls from `call_0`): a result answers the latest call
+        // with its id.
+        let mut calls: HashMap<&str, &ToolCall> = HashMap::new();
+        for message in path {
+            calls.extend(message.tool_calls.iter().map(|call| (call.id.as_str(), call)));
+            if message.role != Role::Tool || message.synthetic {
+                continue;
+            }
+            let call = message.tool_call_id.as_deref().and_then(|id| calls.get(id));
+            match (&message.goals, call) {
                 (Some(snapshot), _) => tree = snapshot.clone(),
                 (None, Some(call)) => replay(&mut tree, call, message),
                 (None, None) => {}

@@ -375,6 +375,18 @@ fn results_without_snapshots_are_replayed_with_their_calls_in_path_order() {
     let descriptions: Vec<&str> = tree.goals().iter().map(|g| g.description.as_str()).collect();
     assert_eq!(descriptions, ["plan it", "step 0", "step 1"]);
 
+    // With the id of the first call reused by the second answer (as Gemini
+    // does), each result is replayed with its own call.
+    let mut reused = path.clone();
+    reused[3].tool_calls[0].id = "c0".into();
+    reused[4].tool_call_id = Some("c0".into());
+    reused[4].goals = None;
+    let mut replayed = Vec::new();
+    GoalTree::of_branch(&reused, tree_with(&[]), |_, call, _| {
+        replayed.push(call.arguments.clone())
+    });
+    assert_eq!(replayed, [r#"{"add":"step 0"}"#, r#"{"add":"step 1"}"#]);
+
     // A synthetic result (a healed call) and a result whose call is not on
     // the path are skipped.
     let mut healed = path[..3].to_vec();
