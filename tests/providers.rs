@@ -37,6 +37,10 @@ trait Protocol {
     fn streamed_text(text: &str) -> Reply;
     /// A stream cut off in the middle of an event.
     fn cut_stream() -> Reply;
+    /// One answer calling several tools, in this order.
+    fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply;
+    /// An answer the content filter emptied.
+    fn filtered() -> Reply;
     fn error(status: u16, message: &str) -> Reply;
     /// The secret as the server should see it, in the request.
     fn sent_key(request: &Recorded) -> Option<String>;
@@ -117,6 +121,30 @@ impl Protocol for OpenAi {
     }
     fn cut_stream() -> Reply {
         Reply::sse(["data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hal".to_owned()])
+    }
+    fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|(id, name, args)| json!({ "id": id, "type": "function", "function": { "name": name, "arguments": args.to_string() } }))
+            .collect();
+        Reply::json(
+            200,
+            &json!({
+                "id": "chatcmpl-3", "object": "chat.completion", "model": "gpt-test",
+                "choices": [{ "index": 0, "finish_reason": "tool_calls", "message": { "role": "assistant", "content": null, "tool_calls": calls } }],
+                "usage": { "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15 }
+            }),
+        )
+    }
+    fn filtered() -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "chatcmpl-4", "object": "chat.completion", "model": "gpt-test",
+                "choices": [{ "index": 0, "finish_reason": "content_filter", "message": { "role": "assistant", "content": null } }],
+                "usage": { "prompt_tokens": 10, "completion_tokens": 0, "total_tokens": 10 }
+            }),
+        )
     }
     fn error(status: u16, message: &str) -> Reply {
         Reply::json(status, &json!({ "error": { "message": message, "type": "test_error" } }))
@@ -222,6 +250,30 @@ impl Protocol for Anthropic {
     fn cut_stream() -> Reply {
         Reply::sse(["event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"mess".to_owned()])
     }
+    fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
+        let blocks: Vec<Value> = calls
+            .iter()
+            .map(|(id, name, args)| json!({ "type": "tool_use", "id": id, "name": name, "input": args }))
+            .collect();
+        Reply::json(
+            200,
+            &json!({
+                "id": "msg_5", "type": "message", "role": "assistant", "model": "claude-test",
+                "content": blocks, "stop_reason": "tool_use", "stop_sequence": null,
+                "usage": { "input_tokens": 10, "output_tokens": 5 }
+            }),
+        )
+    }
+    fn filtered() -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "msg_6", "type": "message", "role": "assistant", "model": "claude-test",
+                "content": [], "stop_reason": "refusal", "stop_sequence": null,
+                "usage": { "input_tokens": 10, "output_tokens": 0 }
+            }),
+        )
+    }
     fn error(status: u16, message: &str) -> Reply {
         let kind = match status {
             401 => "authentication_error",
@@ -312,6 +364,29 @@ impl Protocol for Gemini {
     }
     fn cut_stream() -> Reply {
         Reply::sse(["data: {\"candidates\": [{\"content\": {\"role\": \"mod".to_owned()])
+    }
+    fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
+        let parts: Vec<Value> = calls
+            .iter()
+            .map(|(_, name, args)| json!({ "functionCall": { "name": name, "args": args } }))
+            .collect();
+        Reply::json(
+            200,
+            &json!({
+                "candidates": [{ "content": { "role": "model", "parts": parts }, "finishReason": "STOP", "index": 0 }],
+                "usageMetadata": { "promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15 }
+            }),
+        )
+    }
+    fn filtered() -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "candidates": [{ "finishReason": "SAFETY", "index": 0, "safetyRatings": [
+                    { "category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true }] }],
+                "usageMetadata": { "promptTokenCount": 10, "totalTokenCount": 10 }
+            }),
+        )
     }
     fn error(status: u16, message: &str) -> Reply {
         let name = match status {
@@ -501,8 +576,128 @@ fn errors_are_typed<P: Protocol>() {
     assert!(matches!(err, AgentError::Llm(ProviderError::InvalidResponse(_))), "{err:?}");
     assert_eq!(requests, 1);
 
-    let (err, _, _) = failure::<P>(vec![P::cut_stream()], true);
+    // A whole event that is not JSON is the server's fault: not retried.
+    let (err, requests, _) = failure::<P>(vec![Reply::sse(["data: {\"not json\n\n"])], true);
     assert!(matches!(err, AgentError::Llm(ProviderError::InvalidResponse(_))), "{err:?}");
+    assert_eq!(requests, 1);
+}
+
+/// `reply` without its last `drop` pieces: a stream that a 200 began and
+/// the connection ended early.
+fn truncated(mut reply: Reply, drop: usize) -> Reply {
+    reply.chunks.truncate(reply.chunks.len() - drop);
+    reply
+}
+
+fn cut_streams_are_retried<P: Protocol>() {
+    // Cut mid-event, and cut between events after some text went out.
+    for cut in [P::cut_stream(), truncated(P::streamed_text("partial words that never end"), 2)] {
+        let server = LlmServer::start(vec![cut, P::streamed_text("the whole answer")]);
+        let s = Setup::new::<P>(&server, "");
+        let handle = s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).unwrap();
+        let mut retries = Vec::new();
+        while let Some(event) = handle.next_event() {
+            if let AgentEvent::Retrying { attempt, error, .. } = event {
+                retries.push((attempt, error));
+            }
+        }
+        let outcome = handle.wait().unwrap();
+        assert_eq!(outcome.final_text.as_deref(), Some("the whole answer"));
+        assert_eq!(server.requests().len(), 2);
+        assert_eq!(retries.len(), 1, "{retries:?}");
+        assert!(retries[0].1.starts_with("network error"), "{retries:?}");
+        assert_eq!((outcome.iterations, outcome.requests), (1, 2), "the failed attempt counts");
+        let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+        assert_eq!(trace.totals.requests, 2);
+        let stored: Vec<_> = s.store.messages(&outcome.trace_id).unwrap();
+        let answer = stored.iter().find(|m| m.role == Role::Assistant).unwrap();
+        assert_eq!((answer.text().as_str(), answer.attempts), ("the whole answer", 2));
+    }
+    // Cut every time: the retries run out and the run fails, every request
+    // counted.
+    let server = LlmServer::start(vec![P::cut_stream(), P::cut_stream(), P::cut_stream()]);
+    let s = Setup::new::<P>(&server, "");
+    let handle = s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).unwrap();
+    let trace_id = handle.trace_id().to_owned();
+    let err = handle.wait().unwrap_err();
+    assert!(matches!(err, AgentError::Llm(ProviderError::Network(_))), "{err:?}");
+    assert!(err.is_recoverable());
+    assert_eq!(server.requests().len(), 3);
+    assert_eq!(s.store.get(&trace_id).unwrap().unwrap().totals.requests, 3);
+}
+
+/// A server that ignores the request to stream answers with one JSON body:
+/// a whole answer, not a stream cut short.
+fn a_whole_answer_to_a_streamed_request_is_taken<P: Protocol>() {
+    let server = LlmServer::start(vec![P::text("whole anyway", 5, 2), P::text("again", 1, 1)]);
+    let s = Setup::new::<P>(&server, "");
+    let outcome =
+        s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).unwrap().wait().unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("whole anyway"));
+    assert_eq!((server.requests().len(), outcome.requests), (1, 1));
+}
+
+fn filtered_answers_are_typed_errors<P: Protocol>() {
+    let (err, requests, s) = failure::<P>(vec![P::filtered(), P::text("never", 1, 1)], false);
+    assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
+    assert_eq!(requests, 1, "a blocked request is not retried");
+    assert!(!err.is_recoverable());
+    let text = err.to_string();
+    assert!(text.contains("content filter") && text.contains(P::PLUGIN), "{text}");
+    let trace = &s.store.list(&reson::trace::TraceFilter::default()).unwrap()[0];
+    assert_eq!(trace.status, reson::trace::TraceStatus::Failed);
+    assert_eq!(trace.error_message.as_deref(), Some(text.as_str()));
+    assert_eq!(trace.totals.requests, 1);
+    assert!(s.store.messages(&trace.id).unwrap().iter().all(|m| m.role != Role::Assistant));
+}
+
+/// Two calls of one tool, the first slower: results are stored and sent in
+/// the order of the calls, not the order they finished.
+fn results_follow_the_call_order<P: Protocol>() {
+    let server = LlmServer::start(vec![
+        P::tool_calls(&[
+            ("call_slow", "nap", json!({ "ms": 700 })),
+            ("call_fast", "nap", json!({ "ms": 1 })),
+        ]),
+        P::text("both slept", 5, 1),
+    ]);
+    let s = Setup::new::<P>(&server, "");
+    s.dir.install(support::test_plugins(), "hostile");
+    let runtime = Runtime::open(
+        s.dir.options(&std::fs::read_to_string(s.dir.path().join("reson.toml")).unwrap()),
+    )
+    .unwrap();
+    let runner = Runner::new(
+        s.store.clone(),
+        Arc::new(PluginProvider::new(runtime.clone(), P::PLUGIN)),
+        ToolRegistry::new(runtime).only(vec!["nap".into()]),
+        Hooks::none(),
+    );
+    let handle = runner.run(user("nap twice"), config(false)).unwrap();
+    let mut finished = Vec::new();
+    while let Some(event) = handle.next_event() {
+        if let AgentEvent::ToolFinished { output, .. } = event {
+            finished.push(output);
+        }
+    }
+    let outcome = handle.wait().unwrap();
+    assert_eq!(finished, ["slept 1 ms", "slept 700 ms"], "events go out as calls finish");
+    let stored: Vec<String> = s
+        .store
+        .messages(&outcome.trace_id)
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.text())
+        .collect();
+    assert_eq!(stored, ["slept 700 ms", "slept 1 ms"]);
+    let sent = P::tool_results(&server.requests()[1]);
+    let texts: Vec<&str> = sent.iter().map(|(_, text)| text.as_str()).collect();
+    assert_eq!(texts, ["slept 700 ms", "slept 1 ms"], "the server sees them in call order");
+    if P::IDS {
+        let ids: Vec<&str> = sent.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["call_slow", "call_fast"]);
+    }
 }
 
 fn a_slow_stream_meets_the_deadline<P: Protocol>() {
@@ -582,6 +777,26 @@ macro_rules! protocol_tests {
             #[test]
             fn a_host_not_granted_is_refused() {
                 an_ungranted_host_is_refused::<$protocol>();
+            }
+
+            #[test]
+            fn a_stream_cut_after_200_is_retried_and_every_request_counted() {
+                cut_streams_are_retried::<$protocol>();
+            }
+
+            #[test]
+            fn a_json_answer_to_a_streamed_request_is_not_retried() {
+                a_whole_answer_to_a_streamed_request_is_taken::<$protocol>();
+            }
+
+            #[test]
+            fn an_answer_the_content_filter_emptied_is_a_typed_error() {
+                filtered_answers_are_typed_errors::<$protocol>();
+            }
+
+            #[test]
+            fn parallel_results_are_stored_and_sent_in_call_order() {
+                results_follow_the_call_order::<$protocol>();
             }
         }
     };
@@ -694,4 +909,114 @@ fn reson_run_talks_to_a_configured_base_url_and_prints_deltas() {
     assert!(!out.status.success());
     assert!(stderr.contains("OPENAI_API_KEY"), "the error names the missing key: {stderr}");
     assert_eq!(server.requests().len(), 1, "without a key nothing was sent");
+}
+
+/// Gemini blocks in two ways besides a SAFETY finish: the prompt, with
+/// `promptFeedback.blockReason` and no candidate; and a stream whose only
+/// chunk says SAFETY. Both fail the run once, typed, not retried.
+#[test]
+fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
+    let blocked_prompt = Reply::json(
+        200,
+        &json!({
+            "promptFeedback": { "blockReason": "SAFETY", "safetyRatings": [
+                { "category": "HARM_CATEGORY_HARASSMENT", "probability": "HIGH" }] },
+            "usageMetadata": { "promptTokenCount": 8, "totalTokenCount": 8 },
+            "modelVersion": "gemini-test"
+        }),
+    );
+    let (err, requests, _) =
+        failure::<Gemini>(vec![blocked_prompt, Gemini::text("no", 1, 1)], false);
+    assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
+    assert_eq!(requests, 1);
+
+    let blocked_stream = Reply::sse([format!(
+        "data: {}\r\n\r\n",
+        json!({ "candidates": [{ "finishReason": "SAFETY", "index": 0 }],
+                "usageMetadata": { "promptTokenCount": 8, "totalTokenCount": 8 } })
+    )]);
+    let (err, requests, _) =
+        failure::<Gemini>(vec![blocked_stream, Gemini::streamed_text("no")], true);
+    assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
+    assert_eq!(requests, 1);
+
+    // Text that came before the filter stopped it is an answer, cut short.
+    let cut_short = Reply::json(
+        200,
+        &json!({ "candidates": [{ "content": { "role": "model", "parts": [{ "text": "Here is" }] },
+                 "finishReason": "SAFETY", "index": 0 }] }),
+    );
+    let server = LlmServer::start(vec![cut_short]);
+    let s = Setup::new::<Gemini>(&server, "");
+    let outcome =
+        s.runner::<Gemini>(Hooks::none()).run(user("hi"), config(false)).unwrap().wait().unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("Here is"));
+}
+
+/// `reson run` against the local server for `provider`, configured with
+/// its base URL and key; returns the process's output.
+fn reson_run<P: Protocol>(server: &LlmServer, dir: &TestDir, prompt: &str) -> std::process::Output {
+    dir.config(&format!(
+        "[plugins.{plugin}]\nhttp = [\"{addr}\"]\nsecrets = [\"{key}\"]\nconfig = {{ base_url = \"{base}\" }}\n",
+        plugin = P::PLUGIN,
+        key = P::KEY,
+        addr = server.addr,
+        base = P::base_url(&server.url()),
+    ));
+    std::process::Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args(["--config", &dir.path().join("reson.toml").to_string_lossy()])
+        .args(["--plugins-dir", &dir.plugins().to_string_lossy()])
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+        .args(["--traces-dir", &dir.path().join("traces").to_string_lossy()])
+        .args(["run", "--provider", P::PLUGIN, "--model", "test-model", prompt])
+        .env(P::KEY, SECRET)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn reson_run_marks_the_text_of_a_failed_attempt_as_discarded() {
+    let server = LlmServer::start(vec![
+        truncated(OpenAi::streamed_text("partial words that never end"), 2),
+        OpenAi::streamed_text("the real answer"),
+    ]);
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "openai");
+    let out = reson_run::<OpenAi>(&server, &dir, "say something");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let partial = stdout.find("partial words").expect("the partial text was streamed");
+    let discarded = stdout.find("[discarded").expect("the partial text is marked discarded");
+    let answer = stdout.rfind("the real answer").expect("the answer follows");
+    assert!(partial < discarded && discarded < answer, "{stdout}");
+    assert!(
+        stdout[discarded..].lines().nth(1).is_some_and(|l| l.starts_with("the real answer")),
+        "the retry's text starts on its own line: {stdout}"
+    );
+    assert!(stderr.contains("attempt 2"), "{stderr}");
+    assert!(stderr.contains("1 model calls, 2 requests"), "{stderr}");
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn reson_run_shows_a_gemini_safety_block_as_a_failure() {
+    let server = LlmServer::start(vec![Gemini::filtered(), Gemini::text("never", 1, 1)]);
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "gemini");
+    let out = reson_run::<Gemini>(&server, &dir, "something blocked");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("blocked by the provider's content filter"), "{stderr}");
+    assert!(stderr.contains("failed"), "{stderr}");
+    assert_eq!(server.requests().len(), 1, "not retried");
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args(["--traces-dir", &dir.path().join("traces").to_string_lossy()])
+        .args(["--config", &dir.path().join("reson.toml").to_string_lossy()])
+        .args(["traces", "list"])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&shown.stdout);
+    assert!(list.contains("failed"), "{list}");
 }

@@ -137,7 +137,9 @@ pub enum AgentEvent {
         /// The new text.
         text: String,
     },
-    /// A model call failed and will be tried again.
+    /// A model call failed and will be tried again. Text the failed
+    /// attempt streamed is not part of the answer: the retry streams the
+    /// answer from its start.
     Retrying {
         /// Attempt about to be made, from 2.
         attempt: u32,
@@ -161,7 +163,8 @@ pub enum AgentEvent {
         /// Its arguments.
         arguments: String,
     },
-    /// A tool call ended.
+    /// A tool call ended. These go out as calls end; the results are
+    /// stored (`MessageAdded`) in the order of the calls.
     ToolFinished {
         /// The call id.
         call_id: String,
@@ -197,6 +200,8 @@ pub struct RunOutcome {
     pub final_text: Option<String>,
     /// Model calls made.
     pub iterations: u32,
+    /// Model requests sent, failed attempts included.
+    pub requests: u32,
     /// Tokens used by this run.
     pub usage: Usage,
     /// Cost of this run.
@@ -369,6 +374,20 @@ struct Run {
     stop: Arc<AtomicBool>,
     usage: Usage,
     cost: f64,
+    /// Model requests sent by this run, failed attempts included.
+    requests: u32,
+}
+
+/// One tool call's result, kept until the results of the calls before it
+/// in its message are stored: results are stored (and sent to the model)
+/// in the order of the calls, as some providers pair them by position.
+struct CallOutcome {
+    result: ToolResult,
+    took: Duration,
+    /// The goal in focus when the call ran.
+    goal_id: Option<String>,
+    /// For a `goal` call: the tree after it.
+    goals: Option<GoalTree>,
 }
 
 impl Run {
@@ -433,6 +452,7 @@ impl Run {
             stop,
             usage: Usage::default(),
             cost: 0.0,
+            requests: 0,
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
@@ -456,11 +476,17 @@ impl Run {
         {
             run.inner.store.set_head(&mut run.trace, point)?;
         }
+        // A rewind runs on another branch, with that branch's goals; a
+        // continue stays on the head's branch, whose tree goal.json holds.
         // Every message carries a goal: the task is the root goal until the
         // model plans its own.
-        if run.goals.is_empty() {
-            let task = if run.trace.task.is_empty() { "the task" } else { run.trace.task.as_str() };
-            run.goals.ensure_root(task).map_err(|e| AgentError::Other(e.to_string()))?;
+        if run.config.after_sequence.is_some() {
+            run.goals = goal::branch_tree(&run.path, &run.trace.task)
+                .map_err(|e| AgentError::Other(e.to_string()))?;
+            run.goal_changed()?;
+        } else if run.goals.is_empty() {
+            run.goals =
+                goal::initial(&run.trace.task).map_err(|e| AgentError::Other(e.to_string()))?;
             run.goal_changed()?;
         }
         // A crash or stop may have left calls without results.
@@ -565,6 +591,7 @@ impl Run {
             status,
             final_text: self.trace.result_summary.clone(),
             iterations,
+            requests: self.requests,
             usage: self.usage,
             cost: self.cost,
         })
@@ -602,13 +629,14 @@ impl Run {
             self.inner.hooks.fire(&self.hook(HookPoint::PreRequest, *iterations))?;
             self.emit(AgentEvent::ModelRequest { iteration: *iterations });
             let started = Instant::now();
-            let Some(response) = self.call_model(*iterations)? else {
+            let Some((response, attempts)) = self.call_model(*iterations)? else {
                 return Ok(TraceStatus::Stopped);
             };
             self.inner.hooks.fire(&self.hook(HookPoint::PostRequest, *iterations))?;
 
             let mut message = response.message;
             message.duration_ms = started.elapsed().as_millis() as u64;
+            message.attempts = attempts;
             self.usage += message.usage;
             self.cost += message.cost;
             let assistant = self.persist(message)?;
@@ -677,8 +705,10 @@ impl Run {
         system.into_iter().chain(shown).collect()
     }
 
-    /// The model's answer; `None` when the run was stopped meanwhile.
-    fn call_model(&self, iteration: u32) -> Result<Option<ChatResponse>, AgentError> {
+    /// The model's answer and the requests it took; `None` when the run was
+    /// stopped meanwhile. Requests that produced no stored answer are
+    /// counted in the trace's totals here; the others with their answer.
+    fn call_model(&mut self, iteration: u32) -> Result<Option<(ChatResponse, u32)>, AgentError> {
         let request = ChatRequest {
             messages: self.history(),
             tools: Runner::offered_tools(&self.inner),
@@ -695,10 +725,20 @@ impl Run {
                 };
                 let _ = events.send(event);
             });
-            match self.inner.provider.chat(&request, sink, self.stop.clone()) {
-                Ok(response) => return Ok(Some(response)),
+            self.requests += 1;
+            let result = self.inner.provider.chat(&request, sink, self.stop.clone());
+            let result =
+                result.and_then(|response| match response.filtered(self.inner.provider.name()) {
+                    Some(blocked) => Err(blocked),
+                    None => Ok(response),
+                });
+            match result {
+                Ok(response) => return Ok(Some((response, attempt))),
                 // A stop cancels the call in flight.
-                Err(_) if self.stopped() => return Ok(None),
+                Err(_) if self.stopped() => {
+                    self.unanswered(attempt);
+                    return Ok(None);
+                }
                 Err(e) if e.is_retryable() && attempt <= self.config.max_retries => {
                     let backoff = self.config.retry_base_delay * 2u32.saturating_pow(attempt - 1);
                     let jitter = backoff.mul_f64(fastrand::f64() * 0.25);
@@ -707,7 +747,10 @@ impl Run {
                     let mut event = self.hook(HookPoint::OnRetry, iteration);
                     event.attempt = Some(attempt);
                     event.error = Some(e.to_string());
-                    self.inner.hooks.fire(&event)?;
+                    if let Err(blocked) = self.inner.hooks.fire(&event) {
+                        self.unanswered(attempt - 1);
+                        return Err(blocked);
+                    }
                     self.emit(AgentEvent::Retrying {
                         attempt,
                         error: e.to_string(),
@@ -715,12 +758,21 @@ impl Run {
                     });
                     self.sleep_unless_stopped(delay);
                     if self.stopped() {
+                        self.unanswered(attempt - 1);
                         return Ok(None);
                     }
                 }
-                Err(e) => return Err(AgentError::Llm(e)),
+                Err(e) => {
+                    self.unanswered(attempt);
+                    return Err(AgentError::Llm(e));
+                }
             }
         }
+    }
+
+    /// Counts requests that produced no answer in the trace's totals.
+    fn unanswered(&mut self, requests: u32) {
+        self.trace.totals.requests += u64::from(requests);
     }
 
     fn sleep_unless_stopped(&self, delay: Duration) {
@@ -744,8 +796,11 @@ impl Run {
         Ok(())
     }
 
-    /// Runs the calls of one assistant message: the built-in goal tool here,
-    /// plugin tools concurrently. Each result is persisted as it arrives.
+    /// Runs the calls of one assistant message: a call of a tool never
+    /// offered gets an error at once, then permissions decide; the built-in
+    /// goal tool runs here, plugin tools concurrently. Each result is
+    /// stored as soon as the results of every call before it are, so they
+    /// stay in call order; `ToolFinished` goes out as each call ends.
     fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
         for call in calls {
             self.inner.store.append_event(
@@ -762,66 +817,115 @@ impl Run {
                 arguments: call.arguments.clone(),
             });
         }
-        let mut allowed = Vec::with_capacity(calls.len());
-        for call in calls {
-            if self.permitted(call)? {
-                allowed.push(call);
-            }
-        }
-        let (plugin_calls, builtin_calls): (Vec<&ToolCall>, Vec<&ToolCall>) =
-            allowed.into_iter().partition(|c| !ToolRegistry::is_builtin(&c.name));
-        for call in builtin_calls {
-            let started = Instant::now();
-            let result = match goal::apply(&mut self.goals, &call.arguments) {
-                Ok(text) => ToolResult::text(text),
-                Err(text) => ToolResult::error(text),
+        let offered: Vec<String> =
+            Runner::offered_tools(&self.inner).into_iter().map(|t| t.name).collect();
+        let mut done: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
+        let mut stored = 0;
+        let mut plugin_calls = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let now = if !offered.contains(&call.name) {
+                // Checked before the permissions: a name the model made up
+                // must not wait for an approval no one can give.
+                Some(self.finished(call, ToolResult::error(unknown_tool(call, &offered)), None))
+            } else if let Some(denied) = self.permitted(call)? {
+                Some(self.finished(call, denied, None))
+            } else if ToolRegistry::is_builtin(&call.name) {
+                let started = Instant::now();
+                let result = match goal::apply(&mut self.goals, &call.arguments) {
+                    Ok(text) => ToolResult::text(text),
+                    Err(text) => ToolResult::error(text),
+                };
+                if result.ok {
+                    self.goal_changed()?;
+                }
+                let mut finished = self.finished(call, result, Some(self.goals.snapshot()));
+                finished.took = started.elapsed();
+                Some(finished)
+            } else {
+                plugin_calls.push(i);
+                None
             };
-            if result.ok {
-                self.goal_changed()?;
-            }
-            self.record_result(call, result, started.elapsed())?;
+            done[i] = now;
+            self.store_ready(calls, &mut done, &mut stored)?;
         }
-        if let [call] = plugin_calls.as_slice() {
+        let (trace_id, stop) = (self.trace.id.clone(), self.stop.clone());
+        let context = |call: &ToolCall| CallContext {
+            call_id: call.id.clone(),
+            trace_id: Some(trace_id.clone()),
+            cancel: Some(stop.clone()),
+        };
+        if let [i] = plugin_calls[..] {
             // One call needs no thread.
             let started = Instant::now();
-            let context = CallContext {
-                call_id: call.id.clone(),
-                trace_id: Some(self.trace.id.clone()),
-                cancel: Some(self.stop.clone()),
-            };
-            let result = self.inner.tools.call(call, &context);
-            return self.record_result(call, result, started.elapsed());
+            let result = self.inner.tools.call(&calls[i], &context(&calls[i]));
+            let mut finished = self.finished(&calls[i], result, None);
+            finished.took = started.elapsed();
+            done[i] = Some(finished);
+            return self.store_ready(calls, &mut done, &mut stored);
         }
         let tools = self.inner.tools.clone();
-        let trace_id = self.trace.id.clone();
-        let (done, results) = mpsc::channel();
+        let (sender, results) = mpsc::channel();
         std::thread::scope(|scope| -> Result<(), AgentError> {
-            for call in &plugin_calls {
-                let (tools, done, trace_id, stop) =
-                    (&tools, done.clone(), trace_id.clone(), self.stop.clone());
+            for &i in &plugin_calls {
+                let (tools, sender, context) = (&tools, sender.clone(), context(&calls[i]));
                 scope.spawn(move || {
                     let started = Instant::now();
-                    let context = CallContext {
-                        call_id: call.id.clone(),
-                        trace_id: Some(trace_id),
-                        cancel: Some(stop),
-                    };
-                    let result = tools.call(call, &context);
-                    let _ = done.send((*call, result, started.elapsed()));
+                    let result = tools.call(&calls[i], &context);
+                    let _ = sender.send((i, result, started.elapsed()));
                 });
             }
-            drop(done);
-            for (call, result, took) in results {
-                self.record_result(call, result, took)?;
+            drop(sender);
+            for (i, result, took) in results {
+                let mut finished = self.finished(&calls[i], result, None);
+                finished.took = took;
+                done[i] = Some(finished);
+                self.store_ready(calls, &mut done, &mut stored)?;
             }
             Ok(())
         })
     }
 
+    /// A call has its result: the live event goes out now, the result waits
+    /// for its turn to be stored.
+    fn finished(
+        &self,
+        call: &ToolCall,
+        result: ToolResult,
+        goals: Option<GoalTree>,
+    ) -> CallOutcome {
+        self.emit(AgentEvent::ToolFinished {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            ok: result.ok,
+            output: result.text.clone(),
+        });
+        CallOutcome {
+            result,
+            took: Duration::ZERO,
+            goal_id: self.goals.current().map(|g| g.id.clone()),
+            goals,
+        }
+    }
+
+    /// Stores the results from `stored` on, in call order, up to the first
+    /// call still running.
+    fn store_ready(
+        &mut self,
+        calls: &[ToolCall],
+        done: &mut [Option<CallOutcome>],
+        stored: &mut usize,
+    ) -> Result<(), AgentError> {
+        while let Some(finished) = done.get_mut(*stored).and_then(Option::take) {
+            self.record_result(&calls[*stored], finished)?;
+            *stored += 1;
+        }
+        Ok(())
+    }
+
     /// Checks one call against the permissions; a call that may not run
-    /// gets its result (the reason) right away. Every decision is recorded.
-    fn permitted(&mut self, call: &ToolCall) -> Result<bool, AgentError> {
-        let Some(permissions) = self.inner.permissions.clone() else { return Ok(true) };
+    /// gets its result (the reason). Every decision is recorded.
+    fn permitted(&mut self, call: &ToolCall) -> Result<Option<ToolResult>, AgentError> {
+        let Some(permissions) = self.inner.permissions.clone() else { return Ok(None) };
         let events = self.events.clone();
         let ruling = permissions.check(&self.trace.id, call, &|request| {
             let _ = events.send(AgentEvent::ApprovalNeeded { request: request.clone() });
@@ -836,7 +940,7 @@ impl Run {
             },
         )?;
         if ruling.run {
-            return Ok(true);
+            return Ok(None);
         }
         let why =
             ruling.rule.map_or_else(|| "no rule allows it".to_owned(), |r| format!("rule {r}"));
@@ -848,19 +952,16 @@ impl Run {
             ),
             _ => format!("Error: permission denied for `{}` ({why}).", call.name),
         };
-        self.record_result(call, ToolResult::error(text), Duration::ZERO)?;
-        Ok(false)
+        Ok(Some(ToolResult::error(text)))
     }
 
-    fn record_result(
-        &mut self,
-        call: &ToolCall,
-        result: ToolResult,
-        took: Duration,
-    ) -> Result<(), AgentError> {
+    fn record_result(&mut self, call: &ToolCall, finished: CallOutcome) -> Result<(), AgentError> {
+        let CallOutcome { result, took, goal_id, goals } = finished;
         let mut message = Message::tool_result(call, result.text.clone());
         message.long_term_memory = result.long_term_memory;
         message.include_output_only_once = result.include_output_only_once;
+        message.goal_id = goal_id;
+        message.goals = goals;
         for image in &result.images {
             use base64::Engine as _;
             let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
@@ -880,12 +981,15 @@ impl Run {
                 summary,
             },
         )?;
-        self.emit(AgentEvent::ToolFinished {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            ok: result.ok,
-            output: result.text,
-        });
         Ok(())
     }
+}
+
+/// The result of a call to a tool the model was not offered.
+fn unknown_tool(call: &ToolCall, offered: &[String]) -> String {
+    format!(
+        "Error: unknown tool `{}`: no tool of that name was offered. Offered tools: {}.",
+        call.name,
+        offered.join(", ")
+    )
 }

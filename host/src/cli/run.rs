@@ -250,10 +250,11 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
     match outcome {
         Ok(outcome) => {
             say_err!(
-                "trace {} {} ({} model calls, {} prompt + {} completion tokens)",
+                "trace {} {} ({} model calls, {} requests, {} prompt + {} completion tokens)",
                 outcome.trace_id,
                 status_word(outcome.status),
                 outcome.iterations,
+                outcome.requests,
                 outcome.usage.prompt_tokens,
                 outcome.usage.completion_tokens
             );
@@ -310,6 +311,11 @@ fn status_word(status: TraceStatus) -> &'static str {
         TraceStatus::Stopped => "stopped",
     }
 }
+
+/// Printed after the partial text of a model call that failed and is
+/// tried again.
+const DISCARDED: &str =
+    "[discarded: the model call failed before its answer was complete; retrying]";
 
 /// Prints events for a person (or as JSON lines), with a spinner on stderr
 /// while the model is thinking.
@@ -402,6 +408,12 @@ impl Printer {
             }
             AgentEvent::ApprovalNeeded { .. } => {}
             AgentEvent::Retrying { attempt, error, delay_ms } => {
+                // The failed attempt's text is not part of the answer: say
+                // so where it was printed, so the retry's text starts afresh.
+                if std::mem::take(&mut self.streamed) {
+                    let _ = writeln!(out, "\n{DISCARDED}");
+                    let _ = out.flush();
+                }
                 say_err!("model call failed ({error}); attempt {attempt} in {delay_ms} ms");
             }
             AgentEvent::ToolFinished { name, ok, output, .. } => {

@@ -21,6 +21,10 @@ pub(crate) enum Command {
         /// Print JSON (trace, messages, goals) instead of trees.
         #[arg(long)]
         json: bool,
+        /// Show the goal tree of the branch ending at this sequence instead
+        /// of the main path's.
+        #[arg(long)]
+        at: Option<u64>,
     },
 }
 
@@ -47,13 +51,28 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Show { id, json } => {
+        Command::Show { id, json, at } => {
             let Some(trace) = store.get(id)? else {
                 say_err!("error: no trace {id} in {}", dir.display());
                 return Ok(ExitCode::from(super::exit::USAGE));
             };
             let messages = store.messages(id)?;
-            let goals = store.goals(id)?;
+            // goal.json is the main path's tree (runs keep it for the branch
+            // they run on); another branch's comes from its own messages.
+            let goals = match at {
+                None => store.goals(id)?,
+                Some(sequence) if messages.iter().any(|m| m.sequence == *sequence) => {
+                    let path = store.main_path(id, *sequence)?;
+                    reson::tools::goal::branch_tree(&path, &trace.task)?
+                }
+                Some(sequence) => {
+                    say_err!(
+                        "error: trace {id} has no message {sequence} (last sequence {})",
+                        trace.last_sequence
+                    );
+                    return Ok(ExitCode::from(super::exit::USAGE));
+                }
+            };
             if *json {
                 let all =
                     serde_json::json!({ "trace": trace, "messages": messages, "goals": goals });
@@ -64,8 +83,9 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
             say!("trace {}  {}  task: {}", trace.id, status.as_str().unwrap_or(""), trace.task);
             let u = trace.totals.usage;
             say!(
-                "{} messages, {} prompt / {} completion / {} reasoning / {} cache-read / {} cache-write tokens, ${:.4}, {} ms",
+                "{} messages, {} model requests, {} prompt / {} completion / {} reasoning / {} cache-read / {} cache-write tokens, ${:.4}, {} ms",
                 trace.totals.messages,
+                trace.totals.requests,
                 u.prompt_tokens,
                 u.completion_tokens,
                 u.reasoning_tokens,
@@ -79,7 +99,10 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
             }
             say!("\nmessages (* = main path):");
             say_part!("{}", reson::trace::render_tree(&messages, trace.head_sequence));
-            say!("\ngoals:");
+            match at {
+                Some(sequence) => say!("\ngoals (branch ending at {sequence}):"),
+                None => say!("\ngoals:"),
+            }
             say_part!("{}", goals.render());
         }
     }

@@ -127,6 +127,11 @@ pub enum ProviderError {
     /// The answer could not be understood.
     #[error("invalid response: {0}")]
     InvalidResponse(String),
+    /// The provider's content filter withheld the answer, or refused the
+    /// prompt: nothing came back. Not retried, as the same request would be
+    /// blocked again.
+    #[error("blocked by the provider's content filter: {0}")]
+    ContentFiltered(String),
     /// The plugin failed for its own reasons.
     #[error("{0}")]
     Other(String),
@@ -150,6 +155,21 @@ impl ProviderError {
             Self::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+}
+
+impl ChatResponse {
+    /// The error for an answer the provider's content filter emptied: a
+    /// `content_filter` finish with no text and no tool calls. An answer
+    /// that kept some content is the model's answer, cut short.
+    pub fn filtered(&self, provider: &str) -> Option<ProviderError> {
+        let empty = self.message.text().trim().is_empty() && self.message.tool_calls.is_empty();
+        (self.finish_reason == "content_filter" && empty).then(|| {
+            ProviderError::ContentFiltered(format!(
+                "{provider} returned no answer (finish reason content_filter): the prompt or the \
+                 answer was blocked for safety; change the request, or rewind to before it"
+            ))
+        })
     }
 }
 
@@ -198,5 +218,39 @@ impl ChatProvider for PluginProvider {
         let response =
             self.runtime.chat(&self.plugin, &wit_request, Some(sink), Some(cancel))??;
         Ok(convert::response(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Role, ToolCall};
+
+    fn response(finish_reason: &str, text: &str, calls: usize) -> ChatResponse {
+        let mut message = Message::new(Role::Assistant, text);
+        message.tool_calls = (0..calls)
+            .map(|i| ToolCall { id: format!("c{i}"), name: "echo".into(), arguments: "{}".into() })
+            .collect();
+        ChatResponse {
+            message,
+            usage: Usage::default(),
+            finish_reason: finish_reason.into(),
+            model: "m".into(),
+            cost: None,
+        }
+    }
+
+    #[test]
+    fn only_an_answer_the_filter_left_empty_is_an_error() {
+        let blocked = response("content_filter", " \n", 0).filtered("gemini");
+        let Some(ProviderError::ContentFiltered(message)) = &blocked else { panic!("{blocked:?}") };
+        assert!(message.starts_with("gemini returned no answer"), "{message}");
+        assert!(!blocked.unwrap().is_retryable());
+        // Something came through: the model's answer, cut short.
+        assert!(response("content_filter", "Here is", 0).filtered("gemini").is_none());
+        assert!(response("content_filter", "", 1).filtered("gemini").is_none());
+        // An empty answer for another reason is the model's business.
+        assert!(response("stop", "", 0).filtered("gemini").is_none());
+        assert!(response("length", "", 0).filtered("gemini").is_none());
     }
 }

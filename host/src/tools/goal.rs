@@ -2,7 +2,7 @@
 //! tree kept in the trace. It runs in the host, on the trace's own tree.
 
 use crate::plugin::ToolSpec;
-use crate::trace::GoalTree;
+use crate::trace::{GoalError, GoalTree, Message};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -98,6 +98,25 @@ pub fn apply(tree: &mut GoalTree, arguments: &str) -> Result<String, String> {
         Ok(what) => Ok(format!("{what}\n{}", tree.render())),
         Err(e) => Err(format!("Error: {e}")),
     }
+}
+
+/// A new trace's tree: its task as the root goal, in focus.
+pub fn initial(task: &str) -> Result<GoalTree, GoalError> {
+    let mut tree = GoalTree::new();
+    tree.ensure_root(if task.is_empty() { "the task" } else { task })?;
+    Ok(tree)
+}
+
+/// The goal tree of the branch `path` (root first) of a trace whose task
+/// is `task`: from the snapshots in its `goal` results, or, for results
+/// stored without one, by applying their calls again (`apply` depends only
+/// on the tree, so it gives the same tree; failed calls changed nothing).
+pub fn branch_tree(path: &[Message], task: &str) -> Result<GoalTree, GoalError> {
+    Ok(GoalTree::of_branch(path, initial(task)?, |tree, call, result| {
+        if call.name == NAME && !result.text().starts_with("Error") {
+            let _ = apply(tree, &call.arguments);
+        }
+    }))
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The goal tree of a trace: what the agent set out to do, broken down,
 //! with what each part cost.
 
-use super::message::{Message, Usage};
+use super::message::{Message, Role, ToolCall, Usage};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt;
 
 /// Messages, tokens, cost and time spent: a goal's own share, or (as
@@ -18,6 +19,8 @@ pub struct GoalStats {
     pub cost: f64,
     /// Model and tool time, in milliseconds.
     pub duration_ms: u64,
+    /// Model requests, failed attempts included.
+    pub requests: u64,
 }
 
 impl GoalStats {
@@ -28,6 +31,10 @@ impl GoalStats {
             usage: message.usage,
             cost: message.cost,
             duration_ms: message.duration_ms,
+            requests: match message.role {
+                Role::Assistant => u64::from(message.attempts.max(1)),
+                _ => 0,
+            },
         }
     }
 }
@@ -38,6 +45,7 @@ impl std::ops::AddAssign<&GoalStats> for GoalStats {
         self.usage += o.usage;
         self.cost += o.cost;
         self.duration_ms += o.duration_ms;
+        self.requests += o.requests;
     }
 }
 
@@ -269,6 +277,55 @@ impl GoalTree {
         Ok(())
     }
 
+    /// The tree without its stats, as stored in a `goal` tool result: the
+    /// stats of a branch are counted from the branch's own messages.
+    pub fn snapshot(&self) -> GoalTree {
+        let mut tree = self.clone();
+        for goal in &mut tree.goals {
+            goal.self_stats = GoalStats::default();
+            goal.cumulative_stats = GoalStats::default();
+        }
+        tree
+    }
+
+    /// The tree of the branch `path` (its messages, root first): the last
+    /// snapshot on the path, or `initial` when there is none. A tool result
+    /// stored without a snapshot (by a host that kept one tree per trace)
+    /// goes to `replay` with the call it answers, which applies it if it
+    /// changed goals. Stats are counted from the path's messages.
+    pub fn of_branch(
+        path: &[Message],
+        initial: GoalTree,
+        mut replay: impl FnMut(&mut GoalTree, &ToolCall, &Message),
+    ) -> GoalTree {
+        let mut tree = initial;
+        // Ids are unique only within one answer (Gemini numbers each
+        // answer's calls from `call_0`): a result answers the latest call
+        // with its id.
+        let mut calls: HashMap<&str, &ToolCall> = HashMap::new();
+        for message in path {
+            calls.extend(message.tool_calls.iter().map(|call| (call.id.as_str(), call)));
+            if message.role != Role::Tool || message.synthetic {
+                continue;
+            }
+            let call = message.tool_call_id.as_deref().and_then(|id| calls.get(id));
+            match (&message.goals, call) {
+                (Some(snapshot), _) => tree = snapshot.clone(),
+                (None, Some(call)) => replay(&mut tree, call, message),
+                (None, None) => {}
+            }
+        }
+        let mut tree = tree.snapshot();
+        for message in path {
+            if let Some(goal_id) = &message.goal_id {
+                // A goal missing from the tree (a hand-edited file) is
+                // not counted.
+                let _ = tree.record(goal_id, &GoalStats::of(message));
+            }
+        }
+        tree
+    }
+
     /// `goal_id`'s stats together with those of all its descendants.
     pub fn cumulative(&self, goal_id: &str) -> Result<GoalStats, GoalError> {
         Ok(self.goals[self.index(goal_id)?].cumulative_stats)
@@ -427,6 +484,7 @@ mod tests {
             usage: Usage { prompt_tokens: prompt, ..Usage::default() },
             cost,
             duration_ms: messages * 10,
+            requests: messages,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Messages in the OpenAI-compatible shape the host stores. Provider
 //! plugins convert from and to their own APIs; the trace keeps this form.
 
+use super::goal::GoalTree;
 use serde::{Deserialize, Serialize};
 
 /// Who wrote a message.
@@ -127,8 +128,20 @@ pub struct Message {
     /// "interrupted" result of a healed tool call).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub synthetic: bool,
+    /// On an assistant message: the model requests it took, failed attempts
+    /// included; 0 (not recorded, as in older traces) counts as one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// On a `goal` tool result: the goal tree right after the call, so
+    /// that each branch of the trace has its own tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goals: Option<GoalTree>,
     /// Milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Message {
@@ -156,6 +169,8 @@ impl Message {
             duration_ms: 0,
             finish_reason: None,
             synthetic: false,
+            attempts: 0,
+            goals: None,
             created_at_ms: 0,
         }
     }

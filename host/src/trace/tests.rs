@@ -287,6 +287,134 @@ fn goals_are_saved_and_read_back() {
     assert_eq!(store.goals("t1").unwrap(), tree);
 }
 
+/// Stores the branch `root → a (goal call) → result → b (goal call) →
+/// result` and returns the trace; the results carry `snapshots`.
+fn goal_branch(store: &FileTraceStore, snapshots: [Option<GoalTree>; 2]) -> Trace {
+    let mut trace = new_trace(store, "t1");
+    let mut root = Message::new(Role::User, "plan it");
+    root.goal_id = Some("g1".into());
+    store.add_message(&mut trace, root, None).unwrap();
+    for (i, snapshot) in snapshots.into_iter().enumerate() {
+        let call = ToolCall {
+            id: format!("c{i}"),
+            name: "goal".into(),
+            arguments: format!(r#"{{"add":"step {i}"}}"#),
+        };
+        let mut answer = Message::new(Role::Assistant, "");
+        answer.tool_calls = vec![call.clone()];
+        answer.goal_id = Some("g1".into());
+        answer.attempts = 2;
+        answer.usage.prompt_tokens = 10;
+        let head = trace.head_sequence;
+        store.add_message(&mut trace, answer, head).unwrap();
+        let mut result = Message::tool_result(&call, format!("added g{}", i + 2));
+        result.goal_id = Some("g1".into());
+        result.goals = snapshot;
+        let head = trace.head_sequence;
+        store.add_message(&mut trace, result, head).unwrap();
+    }
+    trace
+}
+
+fn tree_with(steps: &[&str]) -> GoalTree {
+    let mut tree = GoalTree::new();
+    tree.ensure_root("plan it").unwrap();
+    for step in steps {
+        tree.add(step).unwrap();
+    }
+    tree
+}
+
+#[test]
+fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut with_stats = tree_with(&["step 0", "step 1"]);
+    with_stats.record("g2", &GoalStats { messages: 99, ..GoalStats::default() }).unwrap();
+    let trace =
+        goal_branch(&store, [Some(tree_with(&["step 0"]).snapshot()), Some(with_stats.snapshot())]);
+    let path = store.main_path("t1", trace.head_sequence.unwrap()).unwrap();
+    let mut replayed = 0;
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| replayed += 1);
+    assert_eq!(replayed, 0, "results with snapshots are not replayed");
+    let ids: Vec<&str> = tree.goals().iter().map(|g| g.id.as_str()).collect();
+    assert_eq!(ids, ["g1", "g2", "g3"]);
+    // Stats come from the path, not from the snapshot: 5 messages, of which
+    // 2 answers that took 2 requests each.
+    let root = tree.get("g1").unwrap();
+    assert_eq!(root.self_stats.messages, 5);
+    assert_eq!(root.self_stats.requests, 4);
+    assert_eq!(root.self_stats.usage.prompt_tokens, 20);
+    assert_eq!(tree.get("g2").unwrap().self_stats, GoalStats::default());
+    assert_eq!(trace.totals.requests, 4, "the trace's totals count requests too");
+
+    // Cut after the first result: that branch has only its own goal.
+    let path = store.main_path("t1", 3).unwrap();
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| {});
+    assert_eq!(tree.goals().len(), 2);
+    // And before any goal call: the initial tree, with the root's stats.
+    let path = store.main_path("t1", 1).unwrap();
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| {});
+    assert_eq!(tree.goals().len(), 1);
+    assert_eq!(tree.get("g1").unwrap().self_stats.messages, 1);
+}
+
+#[test]
+fn results_without_snapshots_are_replayed_with_their_calls_in_path_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let trace = goal_branch(&store, [None, Some(tree_with(&["step 0", "step 1"]).snapshot())]);
+    let path = store.main_path("t1", trace.head_sequence.unwrap()).unwrap();
+    let mut seen = Vec::new();
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |tree, call, result| {
+        seen.push((call.id.clone(), result.text()));
+        tree.add("replayed").unwrap();
+    });
+    assert_eq!(seen, [("c0".to_owned(), "added g2".to_owned())]);
+    // The later snapshot replaces what the replay built.
+    let descriptions: Vec<&str> = tree.goals().iter().map(|g| g.description.as_str()).collect();
+    assert_eq!(descriptions, ["plan it", "step 0", "step 1"]);
+
+    // With the id of the first call reused by the second answer (as Gemini
+    // does), each result is replayed with its own call.
+    let mut reused = path.clone();
+    reused[3].tool_calls[0].id = "c0".into();
+    reused[4].tool_call_id = Some("c0".into());
+    reused[4].goals = None;
+    let mut replayed = Vec::new();
+    GoalTree::of_branch(&reused, tree_with(&[]), |_, call, _| {
+        replayed.push(call.arguments.clone())
+    });
+    assert_eq!(replayed, [r#"{"add":"step 0"}"#, r#"{"add":"step 1"}"#]);
+
+    // A synthetic result (a healed call) and a result whose call is not on
+    // the path are skipped.
+    let mut healed = path[..3].to_vec();
+    healed[2].synthetic = true;
+    let mut orphan = path[..3].to_vec();
+    orphan.remove(1);
+    for path in [healed, orphan] {
+        let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| panic!("replayed"));
+        assert_eq!(tree.goals().len(), 1);
+    }
+}
+
+#[test]
+fn messages_of_older_traces_load_without_attempts_or_snapshots() {
+    let old = r#"{"id":"t1-0002","trace_id":"t1","sequence":2,"parent_sequence":1,
+        "role":"assistant","content":[{"type":"text","text":"hi"}],"created_at_ms":5}"#;
+    let message: Message = serde_json::from_str(old).unwrap();
+    assert_eq!((message.attempts, message.goals.is_none()), (0, true));
+    assert_eq!(GoalStats::of(&message).requests, 1, "an answer took at least one request");
+    let line = serde_json::to_string(&message).unwrap();
+    assert!(!line.contains("attempts") && !line.contains("goals"), "{line}");
+    let mut result = Message::new(Role::Tool, "added g2");
+    result.goals = Some(tree_with(&["x"]));
+    let back: Message = serde_json::from_str(&serde_json::to_string(&result).unwrap()).unwrap();
+    assert_eq!(back.goals, result.goals);
+    assert_eq!(GoalStats::of(&back).requests, 0);
+}
+
 #[test]
 fn events_get_increasing_ids_and_can_be_read_after_an_id() {
     let dir = tempfile::tempdir().unwrap();

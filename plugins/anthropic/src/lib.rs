@@ -99,6 +99,19 @@ fn streamed(request: &http::Request, settings: &Settings) -> Result<Reply, Provi
             &settings.api_key_secret,
         ));
     }
+    let json = response.headers.iter().any(|(name, value)| {
+        name.eq_ignore_ascii_case("content-type")
+            && value.trim_start().to_ascii_lowercase().starts_with("application/json")
+    });
+    if json {
+        // A server that ignores `stream` answers whole: a complete body,
+        // not a stream cut short (which would be retried).
+        let mut body = Vec::new();
+        while let Some(chunk) = next()? {
+            body.extend(chunk);
+        }
+        return response::parse(&body);
+    }
     stream::read(next, &mut provider::emit)
 }
 

@@ -284,8 +284,9 @@ impl Assembler {
         self.stopped
     }
 
-    /// The reply, once the message is complete. `cut` says the body ended
-    /// inside an event, for the message.
+    /// The reply, once the message is complete (a stream that ended before
+    /// `message_stop` is a network error). `cut` says the body ended inside
+    /// an event, for the message.
     pub fn finish(self, cut: bool) -> Result<Reply, ProviderError> {
         if !self.stopped {
             let seen = match self.events {
@@ -294,7 +295,9 @@ impl Assembler {
                 n => format!("{n} events"),
             };
             let cut = if cut { ", in the middle of an event" } else { "" };
-            return Err(ProviderError::InvalidResponse(format!(
+            // The connection was cut before the end: retried like any
+            // broken connection.
+            return Err(ProviderError::Network(format!(
                 "anthropic: the event stream ended before `message_stop` (after {seen}{cut})"
             )));
         }
@@ -541,6 +544,13 @@ data: {"type":"message_stop"}
         (reply.unwrap(), deltas)
     }
 
+    fn cut_off(result: Result<Reply, ProviderError>) -> String {
+        match result {
+            Err(ProviderError::Network(message)) => message,
+            other => panic!("expected a network error, got {other:?}"),
+        }
+    }
+
     fn invalid(result: Result<Reply, ProviderError>) -> String {
         match result {
             Err(ProviderError::InvalidResponse(message)) => message,
@@ -687,21 +697,21 @@ data: {"type":"message_stop"}
     }
 
     #[test]
-    fn a_stream_cut_off_mid_event_is_invalid() {
+    fn a_stream_cut_off_is_a_network_error() {
         let cut = TEXT_STREAM.find("event: message_delta").unwrap() + 30;
-        let message = invalid(collect(&[&TEXT_STREAM.as_bytes()[..cut]]).0);
+        let message = cut_off(collect(&[&TEXT_STREAM.as_bytes()[..cut]]).0);
         assert_eq!(
             message,
             "anthropic: the event stream ended before `message_stop` (after 6 events, in the \
              middle of an event)"
         );
         let between = TEXT_STREAM.find("event: message_stop").unwrap();
-        let message = invalid(collect(&[&TEXT_STREAM.as_bytes()[..between]]).0);
+        let message = cut_off(collect(&[&TEXT_STREAM.as_bytes()[..between]]).0);
         assert_eq!(
             message,
             "anthropic: the event stream ended before `message_stop` (after 7 events)"
         );
-        let message = invalid(collect(&[]).0);
+        let message = cut_off(collect(&[]).0);
         assert_eq!(
             message,
             "anthropic: the event stream ended before `message_stop` (after no event at all)"
@@ -832,11 +842,12 @@ data: {"type":"message_stop"}
         for stream in [TEXT_STREAM, TOOL_STREAM] {
             let bytes = stream.as_bytes();
             // Dropping only the final blank line leaves `message_stop`
-            // undispatched, so every strict prefix must fail.
+            // undispatched, so every strict prefix must fail, as a cut
+            // connection.
             for cut in 0..bytes.len() {
                 let (result, _) = collect(&[&bytes[..cut]]);
                 assert!(
-                    matches!(result, Err(ProviderError::InvalidResponse(_))),
+                    matches!(result, Err(ProviderError::Network(_))),
                     "prefix of {cut} bytes: {result:?}"
                 );
             }

@@ -49,6 +49,19 @@ pub fn streamed(
         }
         return Err(error::from_status(status, headers, &body));
     }
+    let json = headers.iter().any(|(name, value)| {
+        name.eq_ignore_ascii_case("content-type")
+            && value.trim_start().to_ascii_lowercase().starts_with("application/json")
+    });
+    if json {
+        // A server that ignores `alt=sse` answers with one JSON body, whole:
+        // not a stream cut short.
+        let mut body = Vec::new();
+        while let Some(bytes) = read().map_err(|e| error::from_http(e, &settings.secret))? {
+            body.extend(bytes);
+        }
+        return json_stream(&body, emit, model, settings);
+    }
     let mut sse = SseParser::default();
     let mut assembler = Assembler::new(model);
     while let Some(bytes) = read().map_err(|e| error::from_http(e, &settings.secret))? {
@@ -59,6 +72,25 @@ pub fn streamed(
     // Gemini sends no end marker: the stream ends at EOF, after the chunk
     // with the finish reason.
     sse.finish()?;
+    assembler.finish(Received::Stream, settings.prices.as_ref())
+}
+
+/// A streamed request answered with JSON: one response, or the array of
+/// chunks `streamGenerateContent` sends without `alt=sse`.
+fn json_stream(
+    body: &[u8],
+    emit: &mut dyn FnMut(Delta),
+    model: &str,
+    settings: &Settings,
+) -> Result<ChatResponse, ProviderError> {
+    let mut assembler = Assembler::new(model);
+    let Ok(chunks) = serde_json::from_slice::<Vec<serde_json::Value>>(body) else {
+        assembler.chunk(body, emit)?;
+        return assembler.finish(Received::Whole, settings.prices.as_ref());
+    };
+    for chunk in chunks {
+        assembler.chunk(chunk.to_string().as_bytes(), emit)?;
+    }
     assembler.finish(Received::Stream, settings.prices.as_ref())
 }
 
@@ -259,29 +291,53 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_cut_off_is_invalid_and_says_what_was_missing() {
+    fn a_stream_cut_off_is_a_network_error_and_says_what_was_missing() {
         let bytes = TEXT_STREAM.as_bytes();
         let last_event = TEXT_STREAM.rfind("data:").unwrap();
         // Mid-event: half of the last chunk's JSON.
         let (result, deltas) = stream(200, vec![bytes[..last_event + 200].to_vec()]);
         assert!(
-            matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("middle of an event"))
+            matches!(result, Err(ProviderError::Network(m)) if m.contains("middle of an event"))
         );
         // What was complete went out before the cut.
         assert_eq!(deltas.len(), 2);
         // Between events: the final chunk never came.
         let (result, _) = stream(200, vec![bytes[..last_event].to_vec()]);
-        assert!(
-            matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("no finishReason"))
-        );
+        assert!(matches!(result, Err(ProviderError::Network(m)) if m.contains("no finishReason")));
         let (result, _) = stream(200, vec![]);
-        assert!(
-            matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("without any"))
-        );
+        assert!(matches!(result, Err(ProviderError::Network(m)) if m.contains("without any")));
+        // A whole event that is not JSON stays an invalid response.
         let (result, _) = stream(200, vec![b"data: {\"candidates\": [\n\n".to_vec()]);
         assert!(
             matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("not a valid"))
         );
+    }
+
+    #[test]
+    fn a_json_answer_to_a_streamed_request_is_read_whole() {
+        let json = [("content-type".to_owned(), "application/json; charset=UTF-8".to_owned())];
+        let run = |body: &str| {
+            let mut reads = vec![body.as_bytes().to_vec()].into_iter();
+            let mut deltas = Vec::new();
+            let result = streamed(
+                200,
+                &json,
+                || Ok(reads.next()),
+                &mut |d| deltas.push(d),
+                "m",
+                &settings(),
+            );
+            (result, deltas)
+        };
+        let (result, deltas) = run(PLAIN);
+        assert!(!text_of(&result.unwrap()).is_empty());
+        assert!(!deltas.is_empty(), "the text still reaches the caller");
+        let array = r#"[{"candidates": [{"content": {"parts": [{"text": "a"}]}}]},
+            {"candidates": [{"content": {"parts": [{"text": "b"}]}, "finishReason": "STOP"}]}]"#;
+        assert_eq!(text_of(&run(array).0.unwrap()), "ab");
+        let blocked = r#"{"candidates": [{"finishReason": "SAFETY", "index": 0}]}"#;
+        assert!(matches!(run(blocked).0.unwrap().finish_reason, FinishReason::ContentFilter));
+        assert!(matches!(run("{\"candid").0, Err(ProviderError::InvalidResponse(_))));
     }
 
     #[test]

@@ -204,14 +204,16 @@ impl Assembler {
         prices: Option<&Prices>,
     ) -> Result<ChatResponse, ProviderError> {
         let stream = received == Received::Stream;
+        // A stream that stops early was cut in transit: a network error,
+        // retried like any broken connection.
         if stream && self.chunks == 0 {
-            return Err(ProviderError::InvalidResponse(
+            return Err(ProviderError::Network(
                 "the Gemini stream ended without any `data:` event".to_owned(),
             ));
         }
         if self.block_reason.is_none() {
             if stream && self.finish_reason.is_none() {
-                return Err(ProviderError::InvalidResponse(
+                return Err(ProviderError::Network(
                     "the Gemini stream ended before its final chunk (no finishReason received)"
                         .to_owned(),
                 ));

@@ -35,13 +35,14 @@ impl SseParser {
         Ok(events)
     }
 
-    /// Checks the end of the stream: an event still open there was cut off.
+    /// Checks the end of the stream: an event still open there was cut off
+    /// in transit, a network error retried like any broken connection.
     pub fn finish(&self) -> Result<(), ProviderError> {
         if self.line.is_empty() && !self.has_data {
             Ok(())
         } else {
             let pending = self.data.len() + self.line.len();
-            Err(ProviderError::InvalidResponse(format!(
+            Err(ProviderError::Network(format!(
                 "the Gemini stream ended in the middle of an event ({pending} bytes after the \
                  last complete event)"
             )))
@@ -120,9 +121,7 @@ mod tests {
     #[test]
     fn an_event_open_at_the_end_is_an_error() {
         let err = parse_all(&[b"data: {\"a\":1}\r\n\r\ndata: {\"cand"]).unwrap_err();
-        assert!(
-            matches!(err, ProviderError::InvalidResponse(m) if m.contains("middle of an event"))
-        );
+        assert!(matches!(err, ProviderError::Network(m) if m.contains("middle of an event")));
         // Complete data without its blank line is still an open event.
         assert!(parse_all(&[b"data: {}\n"]).is_err());
         assert!(parse_all(&[b""]).unwrap().is_empty());

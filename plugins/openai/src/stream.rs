@@ -144,21 +144,24 @@ impl Assembler {
         if data == b"[DONE]" {
             return Ok(true);
         }
+        // A body that ends inside an event was cut in transit (retryable,
+        // like any broken connection); a whole event that is not JSON is the
+        // server's fault and would come back the same.
         let json: Value = serde_json::from_slice(data).map_err(|e| {
-            ProviderError::InvalidResponse(if ended {
-                format!(
+            if ended {
+                ProviderError::Network(format!(
                     "openai: the stream ended in the middle of event {}, before its terminal \
                      `data: [DONE]` event: {}",
                     self.events,
                     excerpt(data)
-                )
+                ))
             } else {
-                format!(
+                ProviderError::InvalidResponse(format!(
                     "openai: stream event {} is not valid JSON ({e}): {}",
                     self.events,
                     excerpt(data)
-                )
-            })
+                ))
+            }
         })?;
         if json.get("error").is_some_and(|e| !e.is_null()) {
             return Err(errors::in_band(status, &json, settings));
@@ -276,14 +279,15 @@ impl Assembler {
         .into_response(&settings.prices)
     }
 
-    /// The error for a stream that ended before `[DONE]`.
+    /// The error for a stream that ended before `[DONE]`: the connection
+    /// was cut, so it is a network error, retried like one.
     fn cut_off(&self) -> ProviderError {
         let finished = if self.finish_reason.is_some() {
             ""
         } else {
             "; no chunk had a finish_reason, so the answer is incomplete"
         };
-        ProviderError::InvalidResponse(format!(
+        ProviderError::Network(format!(
             "openai: the stream ended without its terminal `data: [DONE]` event (after {} \
              events{finished})",
             self.events
@@ -412,6 +416,13 @@ pub mod tests {
             .collect()
     }
 
+    fn cut(result: Result<ChatResponse, ProviderError>) -> String {
+        match result {
+            Err(ProviderError::Network(message)) => message,
+            other => panic!("expected a network error, got {other:?}"),
+        }
+    }
+
     fn invalid(result: Result<ChatResponse, ProviderError>) -> String {
         match result {
             Err(ProviderError::InvalidResponse(message)) => message,
@@ -515,12 +526,12 @@ pub mod tests {
     }
 
     #[test]
-    fn a_stream_cut_off_mid_event_is_an_invalid_response() {
+    fn a_stream_cut_off_is_a_network_error() {
         let bytes = TEXT_STREAM.as_bytes();
         // Cut inside the `ö` of "wörld", in the third event.
         let middle_of_third = TEXT_STREAM.find("wörld").unwrap() + 2;
         let (result, deltas) = run(SSE, &[&bytes[..middle_of_third]], &settings());
-        let message = invalid(result);
+        let message = cut(result);
         let start = "openai: the stream ended in the middle of event 3, before its terminal \
                      `data: [DONE]` event: {\"id\":\"chatcmpl-AyPK9\"";
         assert!(message.starts_with(start), "{message}");
@@ -528,18 +539,18 @@ pub mod tests {
 
         let before_done = TEXT_STREAM.find("data: [DONE]").unwrap();
         assert_eq!(
-            invalid(run(SSE, &[&bytes[..before_done]], &settings()).0),
+            cut(run(SSE, &[&bytes[..before_done]], &settings()).0),
             "openai: the stream ended without its terminal `data: [DONE]` event (after 5 events)"
         );
         // The start of the fourth event, the one with the finish_reason.
         let before_finish = TEXT_STREAM.match_indices("data: ").nth(3).unwrap().0;
         assert_eq!(
-            invalid(run(SSE, &[&bytes[..before_finish]], &settings()).0),
+            cut(run(SSE, &[&bytes[..before_finish]], &settings()).0),
             "openai: the stream ended without its terminal `data: [DONE]` event (after 3 events; \
              no chunk had a finish_reason, so the answer is incomplete)"
         );
         assert_eq!(
-            invalid(run(SSE, &[], &settings()).0),
+            cut(run(SSE, &[], &settings()).0),
             "openai: the stream ended without its terminal `data: [DONE]` event (after 0 events; \
              no chunk had a finish_reason, so the answer is incomplete)"
         );
