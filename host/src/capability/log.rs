@@ -20,7 +20,7 @@ impl Host for HostState {
             message.truncate(cut);
             message.push_str(" [truncated]");
         }
-        let message = self.secrets.redact(&message);
+        let message = crate::redact::redact(&message);
         let plugin = &*self.plugin;
         match level {
             Level::Trace => tracing::trace!(target: "reson::plugin", plugin, "{message}"),
