@@ -4,7 +4,8 @@
 //! [`redact`], [`redact_bytes`] or a [`StreamRedactor`] on its way out.
 //!
 //! A secret is caught in each form a server or a library is likely to give
-//! it back in: raw, percent-encoded (either hex case, `+` for space),
+//! it back in: raw, percent-encoded (by the character sets of common
+//! encoders, either hex case, `+` for space),
 //! base64 (standard and URL-safe, padded or not, at each of the three byte
 //! alignments, so a secret inside `user:secret` Basic auth is caught), hex,
 //! and JSON-escaped (`\/`, `\uXXXX`). One Aho-Corasick automaton matches
@@ -34,8 +35,45 @@ const MIN_DISTINCT_BYTES: usize = 5;
 const URL_COMPONENT: &AsciiSet =
     &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
-/// What `application/x-www-form-urlencoded` leaves alone.
-const FORM: &AsciiSet = &NON_ALPHANUMERIC.remove(b'*').remove(b'-').remove(b'.').remove(b'_');
+/// What other common encoders leave alone besides letters and digits:
+/// `application/x-www-form-urlencoded`, JavaScript's `encodeURIComponent`
+/// and `encodeURI`, Python's `quote`. (`NON_ALPHANUMERIC` itself is how
+/// Rust's and Go's strictest encoders write it.)
+const OTHER_ENCODERS: [&AsciiSet; 4] = [
+    &NON_ALPHANUMERIC.remove(b'*').remove(b'-').remove(b'.').remove(b'_'),
+    &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'!')
+        .remove(b'~')
+        .remove(b'*')
+        .remove(b'\'')
+        .remove(b'(')
+        .remove(b')'),
+    &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'!')
+        .remove(b'~')
+        .remove(b'*')
+        .remove(b'\'')
+        .remove(b'(')
+        .remove(b')')
+        .remove(b';')
+        .remove(b',')
+        .remove(b'/')
+        .remove(b'?')
+        .remove(b':')
+        .remove(b'@')
+        .remove(b'&')
+        .remove(b'=')
+        .remove(b'+')
+        .remove(b'$')
+        .remove(b'#'),
+    &NON_ALPHANUMERIC.remove(b'_').remove(b'.').remove(b'-').remove(b'~').remove(b'/'),
+];
 
 /// Why a value cannot be used as a secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -82,11 +120,13 @@ pub fn percent_encoded(value: &str) -> String {
 pub fn forms(value: &str) -> Vec<String> {
     let bytes = value.as_bytes();
     let mut forms = vec![value.to_owned()];
-    for encoded in [
+    let mut percent = vec![
         percent_encoded(value),
-        utf8_percent_encode(value, FORM).to_string(),
+        utf8_percent_encode(value, NON_ALPHANUMERIC).to_string(),
         bytes.iter().map(|b| format!("%{b:02X}")).collect(),
-    ] {
+    ];
+    percent.extend(OTHER_ENCODERS.iter().map(|set| utf8_percent_encode(value, set).to_string()));
+    for encoded in percent {
         let lower = lowercase_escapes(&encoded, '%', 2);
         for form in [encoded, lower] {
             forms.push(form.replace("%20", "+"));
