@@ -13,6 +13,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
+use reson::provider::{ChatProvider, ChatRequest, LlmParams, PluginProvider};
+use reson::trace::{Message, Role};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -106,16 +108,19 @@ fn reflect(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
 
     let mut body = String::new();
     let mut echoed = Vec::new();
+    let mut all_forms = Vec::new();
     for item in std::iter::once(&head).chain(&items) {
         for (label, form) in encodings(item) {
             body.push_str(&format!("{label}: {form}\n"));
+            all_forms.push(form.clone());
             let header_safe = form.bytes().all(|b| (b' '..=b'~').contains(&b));
             if item != &head && header_safe && echoed.len() < 80 {
                 echoed.push(form);
             }
         }
     }
-    body.push_str(&json!({ "request": head, "items": items }).to_string());
+    // And once more inside JSON, as an API would: every form escaped again.
+    body.push_str(&json!({ "request": head, "items": items, "forms": all_forms }).to_string());
 
     let chunked = target.starts_with("/chunked");
     let mut out = String::from("HTTP/1.1 200 OK\r\nconnection: close\r\n");
@@ -281,6 +286,11 @@ fn an_echoing_server_hands_back_nothing_of_the_secret() {
         assert!(out.contains("x-echo: [REDACTED]"), "the headers came back redacted: {out}");
         assert!(out.contains("raw: [REDACTED]") && out.contains("\"request\""), "{out}");
         assert_clean(&out, SECRET, &format!("what the guest got ({mode} {args})"));
+        let json: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        let decoded: Vec<&str> =
+            json["forms"].as_array().unwrap().iter().flat_map(|f| f.as_str()).collect();
+        assert!(decoded.len() > 20, "{json}");
+        assert_clean(&decoded.join("\n"), SECRET, "the JSON the guest got, decoded");
     }
     assert_sent_every_form(&echo, SECRET);
     let seen = echo.seen();
@@ -543,11 +553,102 @@ fn repeated(secret: &str) -> String {
     text
 }
 
+fn key_error_body() -> serde_json::Value {
+    json!({ "error": { "message": format!("Incorrect API key provided: {}", repeated(SECRET)), "type": "invalid_request_error" } })
+}
+
+/// A 401 whose body and headers repeat the key.
+fn key_error() -> Reply {
+    Reply::json(401, &key_error_body()).header("x-echo-key", SECRET)
+}
+
+fn answer_text() -> String {
+    format!("Your key is {SECRET} and encoded {}", repeated(SECRET))
+}
+
+/// A streamed answer that holds the key, written in pieces that cut it.
+fn streamed_answer() -> Reply {
+    let event = format!(
+        "data: {}\n\n",
+        json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": { "content": answer_text() }, "finish_reason": null }] })
+    );
+    let cut = event.find("T3st").unwrap();
+    Reply::sse([
+        event[..cut].to_owned(),
+        event[cut..cut + 5].to_owned(),
+        event[cut + 5..].to_owned(),
+        format!(
+            "data: {}\n\n",
+            json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }], "usage": { "prompt_tokens": 4, "completion_tokens": 9 } })
+        ),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+/// A whole answer that holds the key.
+fn answer() -> Reply {
+    Reply::json(
+        200,
+        &json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
+            "choices": [{ "index": 0, "message": { "role": "assistant", "content": answer_text() }, "finish_reason": "stop" }],
+            "usage": { "prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8 }
+        }),
+    )
+    .header("x-echo-key", SECRET)
+}
+
+#[test]
+fn the_provider_plugin_never_sees_the_key() {
+    let server = LlmServer::start(vec![key_error(), streamed_answer(), answer()]);
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "openai");
+    let rt = dir.open(&format!(
+        "[plugins.openai]\nhttp = [\"{addr}\"]\nsecrets = [\"OPENAI_API_KEY\"]\nconfig = {{ base_url = \"{url}/v1\" }}\n[secrets.OPENAI_API_KEY]\nvalue = \"{SECRET}\"\nurls = [\"{addr}\"]\n",
+        addr = server.addr,
+        url = server.url(),
+    ));
+    let provider = PluginProvider::new(rt, "openai");
+    let request = |stream| ChatRequest {
+        messages: vec![Message::new(Role::User, "say the key")],
+        tools: Vec::new(),
+        params: LlmParams { model: "gpt-test".into(), stream, ..LlmParams::default() },
+    };
+    let err = provider.chat(&request(false), Box::new(|_| {}), Arc::default()).unwrap_err();
+    let err = format!("{err} {err:?}");
+    assert!(err.contains("Incorrect API key provided: key [REDACTED]"), "{err}");
+    assert_clean(&err, SECRET, "the provider's error");
+
+    let deltas = Arc::new(Mutex::new(String::new()));
+    let sink = deltas.clone();
+    let streamed = provider
+        .chat(
+            &request(true),
+            Box::new(move |d| sink.lock().unwrap().push_str(&format!("{d:?}"))),
+            Arc::default(),
+        )
+        .unwrap();
+    let whole = provider.chat(&request(false), Box::new(|_| {}), Arc::default()).unwrap();
+    for (what, text) in [
+        ("the streamed answer", streamed.message.text()),
+        ("the deltas", deltas.lock().unwrap().clone()),
+        ("the whole answer", whole.message.text()),
+    ] {
+        assert!(text.contains("Your key is [REDACTED]"), "{what}: {text}");
+        assert_clean(&text, SECRET, what);
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(
+        requests.iter().all(|r| r.header("authorization") == Some(&format!("Bearer {SECRET}")))
+    );
+    let repeated = key_error_body()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(needles(SECRET).iter().all(|n| repeated.contains(n.as_str())), "{repeated}");
+}
+
 #[test]
 fn a_provider_error_that_repeats_the_key_leaks_nothing() {
-    let body = json!({ "error": { "message": format!("Incorrect API key provided: {}", repeated(SECRET)), "type": "invalid_request_error" } });
-    let reply = Reply::json(401, &body).header("x-echo-key", SECRET);
-    let server = LlmServer::start(vec![reply]);
+    let server = LlmServer::start(vec![key_error()]);
     let (dir, out) = run_openai(&server);
     assert!(!out.status.success());
     let requests = server.requests();
@@ -557,35 +658,14 @@ fn a_provider_error_that_repeats_the_key_leaks_nothing() {
     assert!(all.contains("Incorrect API key provided: key [REDACTED]"), "{all}");
     assert!(all.contains("meta.json") && all.contains("events.jsonl"), "{all}");
     assert_clean(&all, SECRET, "what `reson run` wrote after a 401");
-    let repeated = body["error"]["message"].as_str().unwrap();
-    assert!(needles(SECRET).iter().all(|n| repeated.contains(n.as_str())), "{repeated}");
 }
 
 #[test]
 fn a_provider_answer_that_contains_the_key_leaks_nothing() {
-    let answer = format!("Your key is {SECRET} and encoded {}", repeated(SECRET));
-    let event = |content: &str| {
-        format!(
-            "data: {}\n\n",
-            json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": { "content": content }, "finish_reason": null }] })
-        )
-    };
-    let first = event(&answer);
-    // Written in pieces that cut the key in two.
-    let cut = first.find("T3st").unwrap();
-    let stream = Reply::sse([
-        first[..cut].to_owned(),
-        first[cut..cut + 5].to_owned(),
-        first[cut + 5..].to_owned(),
-        format!(
-            "data: {}\n\n",
-            json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }], "usage": { "prompt_tokens": 4, "completion_tokens": 9 } })
-        ),
-        "data: [DONE]\n\n".to_owned(),
-    ]);
-    let server = LlmServer::start(vec![stream]);
+    let server = LlmServer::start(vec![streamed_answer()]);
     let (dir, out) = run_openai(&server);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(server.requests().len(), 1);
     let all = everything_written(&dir, &out);
     assert!(all.contains("Your key is [REDACTED]"), "{all}");
     assert!(all.contains("messages"), "the trace's messages were searched: {all}");

@@ -8,7 +8,9 @@
 //! encoders, either hex case, `+` for space),
 //! base64 (standard and URL-safe, padded or not, at each of the three byte
 //! alignments, so a secret inside `user:secret` Basic auth is caught), hex,
-//! and JSON-escaped (`\/`, `\uXXXX`). One Aho-Corasick automaton matches
+//! and JSON-escaped (`\/`, `\uXXXX`); and each of those once more
+//! JSON-escaped or percent-encoded, as when it sits inside a JSON error
+//! message or a URL. One Aho-Corasick automaton matches
 //! all of them at once; it is rebuilt only when a secret is added, and a
 //! process with no secret pays one atomic load per call.
 
@@ -150,8 +152,7 @@ pub fn forms(value: &str) -> Vec<String> {
             forms.push(encoded[start..].to_owned());
         }
     }
-    let json = serde_json::to_string(value).expect("a string serialises");
-    let json = json[1..json.len() - 1].to_owned();
+    let json = json_string_body(value);
     let ascii: String = json.chars().map(json_escape_non_ascii).collect();
     let every: String = value.encode_utf16().map(|u| format!("\\u{u:04x}")).collect();
     for escaped in [json, ascii, every] {
@@ -161,9 +162,25 @@ pub fn forms(value: &str) -> Vec<String> {
             forms.push(form);
         }
     }
+    // A form inside a JSON string (an API's error message) or a URL
+    // component is escaped once more; the guest would undo that layer.
+    let nested: Vec<String> = forms
+        .iter()
+        .flat_map(|form| {
+            let json = json_string_body(form);
+            [json.replace('/', "\\/"), json, percent_encoded(form)]
+        })
+        .collect();
+    forms.extend(nested);
     forms.sort();
     forms.dedup();
     forms
+}
+
+/// `text` as it stands between the quotes of a JSON string.
+fn json_string_body(text: &str) -> String {
+    let json = serde_json::to_string(text).expect("a string serialises");
+    json[1..json.len() - 1].to_owned()
 }
 
 /// `c` as JSON writes it with only ASCII allowed (`\uXXXX`, a surrogate
