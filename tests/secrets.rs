@@ -484,10 +484,9 @@ fn everything_written(dir: &TestDir, out: &Output) -> String {
     let mut files = 0;
     for path in walk(dir.path()) {
         let name = path.file_name().unwrap().to_string_lossy();
-        if name == "reson.toml" || name.ends_with(".wasm") || path.starts_with(dir.plugins()) {
-            if name != "reson.lock" {
-                continue;
-            }
+        let installed = name.ends_with(".wasm") || path.starts_with(dir.plugins());
+        if name == "reson.toml" || (installed && name != "reson.lock") {
+            continue;
         }
         files += 1;
         all.push_str(&format!("--- {}\n", path.display()));
@@ -670,4 +669,30 @@ fn a_provider_answer_that_contains_the_key_leaks_nothing() {
     assert!(all.contains("Your key is [REDACTED]"), "{all}");
     assert!(all.contains("messages"), "the trace's messages were searched: {all}");
     assert_clean(&all, SECRET, "what `reson run` wrote after an answer holding the key");
+}
+
+#[test]
+fn a_failed_request_reports_no_secret() {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let dir = TestDir::new();
+    let rt = hostile(
+        &dir,
+        &format!(
+            "http = [\"127.0.0.1\"]\nsecrets = [\"{KEY}\"]\n[secrets.{KEY}]\nvalue = \"{SECRET}\"\nurls = [\"127.0.0.1\"]\n"
+        ),
+    );
+    let url = format!("http://{addr}/x/{{{{secret:{KEY}}}}}?k={{{{secret:{KEY}}}}}");
+    match http(&rt, json!({ "url": url })) {
+        Err(CallError::Tool { failure: ToolFailure::Failed(message), .. }) => {
+            // reqwest names the URL it could not reach, filled in.
+            assert!(
+                message.contains("http connect") && message.contains("[REDACTED]"),
+                "{message}"
+            );
+            assert_clean(&message, SECRET, "the connect error");
+        }
+        other => panic!("expected a connect failure, got {other:?}"),
+    }
 }
