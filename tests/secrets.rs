@@ -492,7 +492,7 @@ fn everything_written(dir: &TestDir, out: &Output) -> String {
         all.push_str(&format!("--- {}\n", path.display()));
         all.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
     }
-    assert!(files > 0, "the host wrote no file to search");
+    assert!(files > 0 && all.contains("reson.lock"), "the host wrote no lock file: {all}");
     all
 }
 
@@ -523,6 +523,13 @@ fn the_cli_writes_no_form_of_a_secret_an_echoing_server_returned() {
     }
     assert_sent_every_form(&echo, SECRET);
     assert_eq!(echo.seen().len(), 2);
+    let message = repeated(SECRET);
+    let out =
+        reson(&dir, &["tool", "call", "log", &json!({ "message": message }).to_string()], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("DEBUG") && stderr.matches("key [REDACTED]").count() == 3, "{stderr}");
+    assert_clean(&stderr, SECRET, "the log");
 }
 
 /// `reson run --provider openai` against `server`, the key in the

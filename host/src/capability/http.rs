@@ -111,7 +111,7 @@ impl HostState {
             let value = replace_refs(value, |secret| {
                 let value = self.granted_value(secret)?;
                 if !self.secrets.bound_to(secret, &url, &self.grants) {
-                    let url = redact(url.as_str()).into_owned();
+                    let url = shown_url.clone();
                     return Err(SecretError::Unbound { name: secret.to_owned(), url });
                 }
                 Ok(value)

@@ -24,7 +24,7 @@ struct Entry {
 
 /// Where secret values come from (the environment first, then the config)
 /// and where each may be sent.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Secrets {
     entries: BTreeMap<String, Entry>,
 }

@@ -305,6 +305,22 @@ fn host_spin(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
     }
 }
 
+/// Arguments of `log`.
+#[derive(Deserialize, JsonSchema)]
+struct LogArgs {
+    /// What to write to the host's log.
+    message: String,
+}
+
+/// Attacks the host's log: writes `message` (which a model could have
+/// filled with a secret it saw) at debug, info and warn level.
+fn log(args: LogArgs, _: &Context) -> Result<Output, ToolError> {
+    reson_sdk::host::debug(&args.message);
+    reson_sdk::host::info(&args.message);
+    reson_sdk::host::warn(&args.message);
+    Ok(Output::text("logged"))
+}
+
 /// Attacks nothing: proves the plugin still serves calls after an attack.
 fn echo(args: EchoArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text(args.text))
@@ -326,6 +342,7 @@ fn tools() -> Toolbox {
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
         .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
+        .tool("log", "Writes `message` to the host's log.", log)
         .tool("echo", "Returns the given text unchanged.", echo)
 }
 
