@@ -703,3 +703,25 @@ fn a_failed_request_reports_no_secret() {
         other => panic!("expected a connect failure, got {other:?}"),
     }
 }
+
+#[test]
+fn the_cli_does_not_widen_a_binding_the_config_gives() {
+    let server = LlmServer::start(vec![answer()]);
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "openai");
+    dir.config(&format!(
+        "[plugins.openai]\nhttp = [\"{}\"]\nconfig = {{ base_url = \"{}/v1\" }}\n[secrets.OPENAI_API_KEY]\nurls = [\"https://api.openai.com\"]\n",
+        server.addr,
+        server.url()
+    ));
+    let out = reson(
+        &dir,
+        &["run", "--provider", "openai", "--model", "gpt-test", "hi"],
+        &[("OPENAI_API_KEY", SECRET)],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`OPENAI_API_KEY` is not bound"), "{stderr}");
+    assert!(server.requests().is_empty(), "the key went to a host it is not bound to");
+    assert_clean(&everything_written(&dir, &out), SECRET, "what `reson run` wrote");
+}
