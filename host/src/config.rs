@@ -3,7 +3,7 @@
 //! Nothing here can be widened by a plugin or a model: a plugin gets the
 //! intersection of what its manifest requests and what this file grants.
 
-use crate::policy::{Decision, Rule, RuleSet};
+use crate::policy::{Decision, Rule, RuleSet, UrlPattern};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,10 +54,12 @@ pub struct Config {
     /// User presets by name; they override built-ins of the same name.
     #[serde(default)]
     pub presets: BTreeMap<String, crate::policy::Preset>,
-    /// Secret values by name, for plugins granted those names. Environment
-    /// variables of the same name take precedence.
+    /// Secrets by name, for plugins granted those names: a value
+    /// (`NAME = "value"`) or a table (`[secrets.NAME] value = "..."`,
+    /// `urls = [...]`) that binds the secret to the URLs it may be sent to.
+    /// Environment variables of the same name take precedence over values.
     #[serde(default, skip_serializing)]
-    pub secrets: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, SecretConfig>,
     #[serde(skip)]
     base_dir: PathBuf,
 }
@@ -81,6 +83,11 @@ impl Config {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
         config.base_dir = PathBuf::from(".");
+        for (name, secret) in &config.secrets {
+            for pattern in secret.urls.iter().flatten() {
+                UrlPattern::parse(pattern).map_err(|e| format!("[secrets.{name}]: {e}"))?;
+            }
+        }
         let global = config.permissions.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
         for (name, preset) in &config.presets {
             let preset = crate::policy::Preset { name: name.clone(), ..preset.clone() };
@@ -107,6 +114,43 @@ impl Config {
     /// The grant for `plugin`, or the empty grant.
     pub fn grant(&self, plugin: &str) -> PluginGrant {
         self.plugins.get(plugin).cloned().unwrap_or_default()
+    }
+}
+
+/// One entry of `[secrets]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "SecretEntry")]
+pub struct SecretConfig {
+    /// The value, used when the environment has no variable of this name.
+    pub value: Option<String>,
+    /// URL patterns (`[scheme://]host[:port][/path-prefix]`) the secret may
+    /// be sent to. Unbound (`None`), it may go only to URLs that the
+    /// plugin's own `http` grant names by an exact host (not `*` or
+    /// `*.domain`).
+    pub urls: Option<Vec<String>>,
+}
+
+/// `NAME = "value"` or `[secrets.NAME]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SecretEntry {
+    Value(String),
+    Table(SecretTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretTable {
+    value: Option<String>,
+    urls: Option<Vec<String>>,
+}
+
+impl From<SecretEntry> for SecretConfig {
+    fn from(entry: SecretEntry) -> Self {
+        match entry {
+            SecretEntry::Value(value) => Self { value: Some(value), urls: None },
+            SecretEntry::Table(SecretTable { value, urls }) => Self { value, urls },
+        }
     }
 }
 
@@ -288,6 +332,28 @@ mod tests {
         "#;
         let err = Config::parse(bad_preset).unwrap_err();
         assert!(err.contains("[presets.review]") && err.contains("rm -rf /"), "{err}");
+    }
+
+    #[test]
+    fn secrets_are_values_or_bound_tables() {
+        let config = Config::parse(
+            r#"
+            [secrets]
+            PLAIN = "plain-value-1"
+            [secrets.BOUND]
+            urls = ["api.example.com", "https://other.example/v1"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            config.secrets["PLAIN"],
+            SecretConfig { value: Some("plain-value-1".into()), urls: None }
+        );
+        assert_eq!(config.secrets["BOUND"].value, None);
+        assert_eq!(config.secrets["BOUND"].urls.as_deref().map(<[String]>::len), Some(2));
+        let err = Config::parse("[secrets.K]\nurls = [\"ex*ample.com\"]\n").unwrap_err();
+        assert!(err.contains("[secrets.K]") && err.contains("ex*ample.com"), "{err}");
+        assert!(Config::parse("[secrets.K]\nurl = [\"example.com\"]\n").is_err());
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! `reson:plugin/http`: requests performed by the host, only to URLs both
-//! requested and granted, with secrets filled in by the host.
+//! requested and granted, with secrets filled in by the host after that
+//! check and only where they are bound, and every secret scrubbed from
+//! what comes back before the guest sees it.
 
 use super::HostState;
-use super::secrets::SecretError;
+use super::secrets::{SecretError, replace_refs};
 use crate::contract::bindings::tool::reson::plugin::http::{
     Header, Host, HostBodyStream, HttpError, Request, Response, StreamingResponse,
 };
+use crate::redact::{self, StreamRedactor, redact, redact_bytes};
 use reqwest::blocking::Client;
 use std::io::Read;
 use std::sync::OnceLock;
@@ -22,6 +25,11 @@ pub struct BodyStream {
     response: reqwest::blocking::Response,
     read: u64,
     deadline: Instant,
+    /// `None` once the server's body has ended.
+    redactor: Option<StreamRedactor>,
+    /// Redacted bytes not yet handed to the guest, from `taken` on.
+    ready: Vec<u8>,
+    taken: usize,
 }
 
 /// One client for the whole process: it owns a runtime thread, which must
@@ -40,33 +48,76 @@ fn client() -> &'static Client {
 }
 
 impl HostState {
+    /// Checks `request` and builds it. The URL is parsed and checked with
+    /// its secret references still in, each standing as a random token of
+    /// lower-case letters and digits (which no part of a URL rewrites), so
+    /// the host knows where every reference sits before any value exists:
+    /// references outside the path and query are refused, and the values,
+    /// percent-encoded, cannot move the request to another origin.
     fn prepare(
         &mut self,
         request: Request,
     ) -> Result<(reqwest::blocking::RequestBuilder, Duration), HttpError> {
-        let shown_url = request.url.clone();
-        let fill = |state: &mut Self, text: &str| -> Result<String, HttpError> {
-            let grants = state.grants.clone();
-            state.secrets.substitute(text, |name| grants.allows_secret(name)).map_err(|e| {
-                let detail = match e {
-                    SecretError::NotGranted(name) => format!("secret `{name}` is not granted"),
-                    SecretError::Unset(name) => format!("secret `{name}` is not set"),
-                };
-                HttpError::Denied(state.deny("secret", detail))
-            })
-        };
-        let url = fill(self, &request.url)?;
-        let url = reqwest::Url::parse(&url)
+        let shown_url = redact(&request.url).into_owned();
+        let token = format!("rsnsecret{:016x}n", fastrand::u64(..));
+        let mut names = Vec::new();
+        let masked = replace_refs(&request.url, |name| {
+            names.push(name.to_owned());
+            Ok(format!("{token}{}e", names.len() - 1))
+        })
+        .map_err(|e| self.refuse(e))?;
+        let checked = reqwest::Url::parse(&masked)
             .map_err(|e| HttpError::InvalidRequest(format!("bad URL `{shown_url}`: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
+        if !matches!(checked.scheme(), "http" | "https") {
             return Err(HttpError::InvalidRequest(format!("unsupported scheme in `{shown_url}`")));
         }
-        if !self.grants.allows_url(&url) {
+        let authority_or_fragment = [
+            checked.username(),
+            checked.password().unwrap_or_default(),
+            checked.host_str().unwrap_or_default(),
+            checked.fragment().unwrap_or_default(),
+        ];
+        if authority_or_fragment.iter().any(|part| part.contains(&token)) {
+            return Err(self.refuse(SecretError::Placement));
+        }
+        if !self.grants.allows_url(&checked) {
             let detail = format!(
                 "{} {shown_url} is not granted to plugin `{}`",
                 request.method, self.plugin
             );
             return Err(HttpError::Denied(self.deny("http", detail)));
+        }
+        let mut filled = checked.as_str().to_owned();
+        for (i, name) in names.iter().enumerate() {
+            let value = self.granted_value(name).map_err(|e| self.refuse(e))?;
+            filled = filled.replace(&format!("{token}{i}e"), &redact::percent_encoded(&value));
+        }
+        let url = reqwest::Url::parse(&filled)
+            .map_err(|_| HttpError::InvalidRequest(format!("bad URL `{shown_url}`")))?;
+        let same_place = url.origin() == checked.origin()
+            && url.username() == checked.username()
+            && url.password() == checked.password();
+        if !same_place || !self.grants.allows_url(&url) {
+            let detail =
+                format!("{shown_url} leaves its granted origin once secrets are filled in");
+            return Err(HttpError::Denied(self.deny("secret", detail)));
+        }
+        if let Some(name) = names.iter().find(|n| !self.secrets.bound_to(n, &url, &self.grants)) {
+            let unbound = SecretError::Unbound { name: name.clone(), url: shown_url };
+            return Err(self.refuse(unbound));
+        }
+        let mut headers = Vec::with_capacity(request.headers.len());
+        for (name, value) in &request.headers {
+            let value = replace_refs(value, |secret| {
+                let value = self.granted_value(secret)?;
+                if !self.secrets.bound_to(secret, &url, &self.grants) {
+                    let url = shown_url.clone();
+                    return Err(SecretError::Unbound { name: secret.to_owned(), url });
+                }
+                Ok(value)
+            })
+            .map_err(|e| self.refuse(e))?;
+            headers.push((name, value));
         }
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("bad method `{}`", request.method)))?;
@@ -75,8 +126,8 @@ impl HostState {
             .timeout_ms
             .map_or(remaining, |ms| Duration::from_millis(ms.into()).min(remaining));
         let mut builder = client().request(method, url).timeout(timeout);
-        for (name, value) in &request.headers {
-            builder = builder.header(name, fill(self, value)?);
+        for (name, value) in headers {
+            builder = builder.header(name, value);
         }
         if let Some(body) = request.body {
             builder = builder.body(body);
@@ -84,8 +135,21 @@ impl HostState {
         Ok((builder, timeout))
     }
 
+    /// The value of secret `name`, if the plugin is granted it.
+    fn granted_value(&self, name: &str) -> Result<String, SecretError> {
+        if !self.grants.allows_secret(name) {
+            return Err(SecretError::NotGranted(name.to_owned()));
+        }
+        self.secrets.value(name)
+    }
+
+    /// Records a refused secret and returns the error for the guest.
+    fn refuse(&mut self, err: SecretError) -> HttpError {
+        HttpError::Denied(self.deny("secret", err.to_string()))
+    }
+
     fn classify(&self, err: &reqwest::Error) -> HttpError {
-        let message = self.secrets.redact_named(&err.to_string(), self.grants.secrets.iter());
+        let message = redact(&err.to_string()).into_owned();
         if err.is_timeout() {
             HttpError::Timeout
         } else if err.is_connect() {
@@ -107,11 +171,16 @@ impl HostState {
     }
 }
 
+/// The response headers as the guest may see them: every secret redacted
+/// (a server may echo a request header back).
 fn headers_of(response: &reqwest::blocking::Response) -> Vec<Header> {
     response
         .headers()
         .iter()
-        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(k, v)| {
+            let value = String::from_utf8_lossy(v.as_bytes());
+            (redact(k.as_str()).into_owned(), redact(&value).into_owned())
+        })
         .collect()
 }
 
@@ -128,11 +197,11 @@ impl Host for HostState {
         let read = response.take(MAX_RESPONSE_BYTES + 1).read_to_end(&mut body);
         self.remaining()?;
         Ok(match read {
-            Err(e) => Err(HttpError::Io(e.to_string())),
+            Err(e) => Err(HttpError::Io(redact(&e.to_string()).into_owned())),
             Ok(_) if body.len() as u64 > MAX_RESPONSE_BYTES => {
                 Err(HttpError::TooLarge(MAX_RESPONSE_BYTES))
             }
-            Ok(_) => Ok(Response { status, headers, body }),
+            Ok(_) => Ok(Response { status, headers, body: redact_bytes(&body).into_owned() }),
         })
     }
 
@@ -147,7 +216,14 @@ impl Host for HostState {
         };
         let status = response.status().as_u16();
         let headers = headers_of(&response);
-        let body = self.table.push(BodyStream { response, read: 0, deadline: self.deadline })?;
+        let body = self.table.push(BodyStream {
+            response,
+            read: 0,
+            deadline: self.deadline,
+            redactor: Some(StreamRedactor::default()),
+            ready: Vec::new(),
+            taken: 0,
+        })?;
         Ok(Ok(StreamingResponse { status, headers, body }))
     }
 }
@@ -160,25 +236,37 @@ impl HostBodyStream for HostState {
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, HttpError>> {
         self.remaining()?;
         let body = self.table.get_mut(&stream)?;
-        if Instant::now() >= body.deadline {
-            return Ok(Err(HttpError::Timeout));
-        }
-        let mut chunk = vec![0; max_bytes.clamp(1, MAX_READ_BYTES) as usize];
-        let n = match body.response.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+        let max = max_bytes.clamp(1, MAX_READ_BYTES) as usize;
+        // Bytes the redactor holds back (a possible start of a secret) wait
+        // for the next read from the server; the guest gets only what has
+        // been judged.
+        while body.taken == body.ready.len() {
+            let Some(redactor) = body.redactor.as_mut() else { return Ok(Ok(None)) };
+            if Instant::now() >= body.deadline {
                 return Ok(Err(HttpError::Timeout));
             }
-            Err(e) => return Ok(Err(HttpError::Io(e.to_string()))),
-        };
-        body.read += n as u64;
-        if body.read > MAX_RESPONSE_BYTES {
-            return Ok(Err(HttpError::TooLarge(MAX_RESPONSE_BYTES)));
+            let mut chunk = vec![0; max];
+            let n = match body.response.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Ok(Err(HttpError::Timeout));
+                }
+                Err(e) => return Ok(Err(HttpError::Io(redact(&e.to_string()).into_owned()))),
+            };
+            body.read += n as u64;
+            if body.read > MAX_RESPONSE_BYTES {
+                return Ok(Err(HttpError::TooLarge(MAX_RESPONSE_BYTES)));
+            }
+            body.ready = if n == 0 {
+                body.redactor.take().map(StreamRedactor::finish).unwrap_or_default()
+            } else {
+                redactor.push(&chunk[..n])
+            };
+            body.taken = 0;
         }
-        if n == 0 {
-            return Ok(Ok(None));
-        }
-        chunk.truncate(n);
+        let end = (body.taken + max).min(body.ready.len());
+        let chunk = body.ready[body.taken..end].to_vec();
+        body.taken = end;
         Ok(Ok(Some(chunk)))
     }
 

@@ -21,7 +21,7 @@ impl Host for HostState {
             message.truncate(cut);
             message.push_str(" [truncated]");
         }
-        let message = self.secrets.redact(&message);
+        let message = crate::redact::redact(&message);
         // The record is the guest's words: one line, nothing a terminal acts on.
         let message = escape_controls(&message, Lines::Escape);
         let plugin = &*self.plugin;

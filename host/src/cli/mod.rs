@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -68,7 +69,9 @@ pub fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("RESON_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogLine(Vec::new()))
+        // Colour codes would be escaped by `term::clean` into noise.
+        .with_ansi(false)
         .init();
     let cli = Cli::parse();
     let result = match &cli.command {
@@ -88,6 +91,30 @@ pub fn main() -> ExitCode {
             term::say_err!("error: {err:#}");
             ExitCode::from(exit::HOST)
         }
+    }
+}
+
+/// One log record, buffered so that it reaches stderr through
+/// [`term::clean`] whole: a secret cannot be split across writes, and a
+/// guest's log message cannot drive the terminal.
+struct LogLine(Vec<u8>);
+
+impl std::io::Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        let line = term::clean(&String::from_utf8_lossy(&self.0));
+        // Nowhere is left to report a failed write to stderr.
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }
 }
 

@@ -42,12 +42,14 @@ pub(crate) struct ModelArgs {
 impl ModelArgs {
     /// Naming a bundled provider on the command line is the user granting
     /// it its vendor's endpoint and key variable, unless the config
-    /// already says what it may reach (for a compatible server elsewhere).
-    pub(crate) fn grant_vendor(&self, options: &mut Options) {
+    /// already says what it may reach (for a compatible server elsewhere),
+    /// and binding the key to the vendor's host, or to the host of the
+    /// configured `base_url`, unless the config binds it itself.
+    pub(crate) fn grant_vendor(&self, options: &mut Options) -> anyhow::Result<()> {
         let Some((name, host, key)) =
             VENDORS.iter().find(|(n, ..)| Some(*n) == self.provider.as_deref())
         else {
-            return;
+            return Ok(());
         };
         let grant = options.config.plugins.entry((*name).to_owned()).or_default();
         if grant.http.is_empty() {
@@ -56,6 +58,25 @@ impl ModelArgs {
         if grant.secrets.is_empty() {
             grant.secrets.push((*key).to_owned());
         }
+        let key = match grant.config.get("api_key_secret") {
+            Some(configured) if configured.is_empty() => return Ok(()),
+            Some(configured) => configured.clone(),
+            None => (*key).to_owned(),
+        };
+        let endpoint = match grant.config.get("base_url") {
+            Some(base) => {
+                let url = reqwest::Url::parse(base)
+                    .with_context(|| format!("[plugins.{name}] base_url `{base}`"))?;
+                let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+                format!("{}://{}{port}", url.scheme(), url.host_str().unwrap_or_default())
+            }
+            None => format!("https://{host}"),
+        };
+        let secret = options.config.secrets.entry(key).or_default();
+        if secret.urls.is_none() {
+            secret.urls = Some(vec![endpoint]);
+        }
+        Ok(())
     }
 
     fn provider_name(&self) -> &str {
@@ -142,7 +163,7 @@ const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to 
 
 /// What the command line grants, applied before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
-    args.model.grant_vendor(options);
+    args.model.grant_vendor(options)?;
     grant_script(options, args.model.script.as_deref())
 }
 

@@ -45,7 +45,7 @@ const SYSTEM_PROMPT: &str = "You are a careful agent working through a plan one 
                              Use the tools, then say briefly what the step achieved.";
 
 pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow::Result<()> {
-    args.model.grant_vendor(options);
+    args.model.grant_vendor(options)?;
     super::run::grant_script(options, args.model.script.as_deref())
 }
 

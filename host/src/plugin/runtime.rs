@@ -375,7 +375,7 @@ impl Runtime {
         let sandbox = Sandbox::new(&options.config.sandbox)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
-        let secrets = Arc::new(Secrets::new(options.config.secrets.clone()));
+        let secrets = Arc::new(Secrets::from_config(&options.config));
         let runtime = Self {
             inner: Arc::new(Inner {
                 sandbox,

@@ -123,6 +123,13 @@ impl Grants {
             && self.url_granted.iter().any(|p| p.matches(url))
     }
 
+    /// Whether `url` is granted by a pattern that names its host exactly:
+    /// where a secret bound to no URL of its own may go.
+    pub fn grants_host_exactly(&self, url: &Url) -> bool {
+        self.allows_url(url)
+            && self.url_granted.iter().any(|p| p.names_one_host() && p.matches(url))
+    }
+
     /// Whether the plugin may run `command_line`.
     pub fn allows_command(&self, command_line: &str) -> bool {
         self.cmd_requested.iter().any(|p| p.matches(command_line))

@@ -55,6 +55,11 @@ impl UrlPattern {
         Ok(Self { scheme, host: host.to_ascii_lowercase(), port, path_prefix: path.to_owned() })
     }
 
+    /// Whether the pattern names one host rather than `*` or `*.domain`.
+    pub fn names_one_host(&self) -> bool {
+        !self.host.contains('*')
+    }
+
     /// Whether `url` falls under this pattern.
     pub fn matches(&self, url: &Url) -> bool {
         let Some(host) = url.host_str() else {

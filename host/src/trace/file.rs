@@ -68,13 +68,15 @@ impl FileTraceStore {
     }
 
     /// Replaces `path` atomically: readers and crashes see the old contents
-    /// or the new, never a mix.
+    /// or the new, never a mix. Every file the store writes, but for
+    /// events.jsonl, is written here, through the redaction point.
     fn replace(&self, path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
+        let bytes = crate::redact::redact_bytes(bytes);
         let dir = path.parent().unwrap_or(Path::new("."));
         let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp"));
         let mut file = File::create(&tmp).map_err(io_at(&tmp))?;
-        file.write_all(bytes).map_err(io_at(&tmp))?;
+        file.write_all(&bytes).map_err(io_at(&tmp))?;
         if self.flusher.is_none() {
             // Synced before the rename, or a power loss could leave the new
             // name pointing at contents that never reached the disk.
@@ -362,6 +364,7 @@ impl TraceStore for FileTraceStore {
         let mut line = serde_json::to_vec(&event)
             .map_err(|e| corrupt(&path, format!("cannot serialise: {e}")))?;
         line.push(b'\n');
+        let line = crate::redact::redact_bytes(&line);
         let created = append_line(&path, &line, self.flusher.is_none())
             .map_err(io_at(&path))
             .map_err(|e| missing(&trace.id, &dir, e))?;

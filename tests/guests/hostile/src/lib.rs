@@ -8,6 +8,7 @@ use reson_sdk::host::{config, http, process};
 use reson_sdk::{Context, Output, ToolError, Toolbox};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::hint::black_box;
 use std::io;
@@ -58,6 +59,23 @@ struct ConnectArgs {
 struct HttpArgs {
     /// URL to GET.
     url: String,
+    /// Request headers by name; values may hold `{{secret:NAME}}`.
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// Read the body as a stream, `read_bytes` at a time.
+    #[serde(default)]
+    stream: bool,
+    /// Bytes asked for per streamed read.
+    #[serde(default = "default_read_bytes")]
+    read_bytes: u32,
+    /// Put the response headers, one per line, between the status and the
+    /// body.
+    #[serde(default)]
+    show_headers: bool,
+}
+
+fn default_read_bytes() -> u32 {
+    64 * 1024
 }
 
 /// Arguments of `exec`.
@@ -209,29 +227,48 @@ fn connect(args: ConnectArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text("connected"))
 }
 
-/// Attacks the HTTP allowlist: GETs any URL through the host's `http` import.
+/// Attacks the HTTP allowlist and the secrets: GETs any URL through the
+/// host's `http` import, with any headers, and returns everything the host
+/// let through (status, response headers if asked, body), so a test can look for a
+/// secret a server echoed back.
 fn http_get(args: HttpArgs, _: &Context) -> Result<Output, ToolError> {
     let request = http::Request {
         method: "GET".to_owned(),
         url: args.url,
-        headers: Vec::new(),
+        headers: args.headers.into_iter().collect(),
         body: None,
         timeout_ms: None,
     };
-    match http::send(&request) {
-        Ok(response) => Ok(Output::text(format!(
-            "status: {}\n{}",
-            response.status,
-            String::from_utf8_lossy(&response.body)
-        ))),
-        Err(http::HttpError::Denied(message)) => Err(ToolError::Denied(message)),
-        Err(http::HttpError::Timeout) => Err(ToolError::failed("http: timeout")),
-        Err(http::HttpError::Connect(m)) => Err(ToolError::failed(format!("http connect: {m}"))),
-        Err(http::HttpError::TooLarge(n)) => Err(ToolError::failed(format!("http too large: {n}"))),
-        Err(http::HttpError::InvalidRequest(m)) => {
-            Err(ToolError::failed(format!("http invalid request: {m}")))
+    let (status, headers, body) = if args.stream {
+        let response = http::send_streaming(&request).map_err(http_error)?;
+        let mut body = Vec::new();
+        while let Some(chunk) = response.body.read(args.read_bytes).map_err(http_error)? {
+            body.extend(chunk);
         }
-        Err(http::HttpError::Io(m)) => Err(ToolError::failed(format!("http io: {m}"))),
+        (response.status, response.headers, body)
+    } else {
+        let response = http::send(&request).map_err(http_error)?;
+        (response.status, response.headers, response.body)
+    };
+    let mut text = format!("status: {status}\n");
+    if args.show_headers {
+        for (name, value) in headers {
+            text.push_str(&format!("{name}: {value}\n"));
+        }
+        text.push('\n');
+    }
+    text.push_str(&String::from_utf8_lossy(&body));
+    Ok(Output::text(text))
+}
+
+fn http_error(err: http::HttpError) -> ToolError {
+    match err {
+        http::HttpError::Denied(message) => ToolError::Denied(message),
+        http::HttpError::Timeout => ToolError::failed("http: timeout"),
+        http::HttpError::Connect(m) => ToolError::failed(format!("http connect: {m}")),
+        http::HttpError::TooLarge(n) => ToolError::failed(format!("http too large: {n}")),
+        http::HttpError::InvalidRequest(m) => ToolError::failed(format!("http invalid request: {m}")),
+        http::HttpError::Io(m) => ToolError::failed(format!("http io: {m}")),
     }
 }
 
@@ -266,6 +303,22 @@ fn host_spin(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
     loop {
         black_box(config::get(black_box("x")));
     }
+}
+
+/// Arguments of `log`.
+#[derive(Deserialize, JsonSchema)]
+struct LogArgs {
+    /// What to write to the host's log.
+    message: String,
+}
+
+/// Attacks the host's log: writes `message` (which a model could have
+/// filled with a secret it saw) at debug, info and warn level.
+fn log(args: LogArgs, _: &Context) -> Result<Output, ToolError> {
+    reson_sdk::host::debug(&args.message);
+    reson_sdk::host::info(&args.message);
+    reson_sdk::host::warn(&args.message);
+    Ok(Output::text("logged"))
 }
 
 /// Attacks nothing: proves the plugin still serves calls after an attack.
@@ -324,12 +377,13 @@ fn base_tools() -> Toolbox {
         .tool("write", "Writes `content` to the file at `path`.", write)
         .tool("env", "Lists the environment variables.", env)
         .tool("connect", "Opens a TCP connection to `addr`.", connect)
-        .tool("http", "GETs `url` through the host.", http_get)
+        .tool("http", "GETs `url` through the host, with `headers`, optionally streamed.", http_get)
         .tool("exec", "Runs `program` with `args` through the host.", exec)
         .tool("flood", "Returns `bytes` bytes of `x`.", flood)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
         .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
+        .tool("log", "Writes `message` to the host's log.", log)
         .tool("echo", "Returns the given text unchanged.", echo)
 }
 
