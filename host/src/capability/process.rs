@@ -234,12 +234,12 @@ fn run_capped(
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ProcessError::Spawn(format!("{}: {e}", spec.command.argv[0])))?;
+    let mut child =
+        cmd.spawn().map_err(|e| ProcessError::Spawn(format!("{}: {e}", spec.command.argv[0])))?;
     let mut stdout = Capture::new(child.stdout.take());
     let mut stderr = Capture::new(child.stderr.take());
-    let mut feed = Feed { pipe: child.stdin.take(), data: spec.stdin.unwrap_or_default(), written: 0 };
+    let mut feed =
+        Feed { pipe: child.stdin.take(), data: spec.stdin.unwrap_or_default(), written: 0 };
     if let Some(p) = &feed.pipe {
         set_nonblocking(p.as_raw_fd());
     }
@@ -279,7 +279,12 @@ fn run_capped(
 }
 
 /// Waits up to `wait` for any open pipe to be ready.
-fn poll<R: AsRawFd>(stdout: &Capture<R>, stderr: &Capture<impl AsRawFd>, feed: &Feed, wait: Duration) {
+fn poll<R: AsRawFd>(
+    stdout: &Capture<R>,
+    stderr: &Capture<impl AsRawFd>,
+    feed: &Feed,
+    wait: Duration,
+) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
     let mut add = |fd: Option<libc::c_int>, events| {
         if let Some(fd) = fd {

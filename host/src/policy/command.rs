@@ -145,9 +145,8 @@ pub fn resolve(
         let found = path.find(program).ok_or_else(|| CommandError::NotFound(program.to_owned()))?;
         (program.to_owned(), found)
     };
-    let target = executable
-        .canonicalize()
-        .map_err(|_| CommandError::NotFound(program.to_owned()))?;
+    let target =
+        executable.canonicalize().map_err(|_| CommandError::NotFound(program.to_owned()))?;
     if inside(&target) || inside(&normalize(&executable)) {
         return Err(CommandError::Confined(program.to_owned()));
     }
@@ -194,11 +193,49 @@ pub struct ExecVector {
 /// Programs whose whole job is to run other programs (or commands given as
 /// text): any invocation is an exec vector.
 const RUNNERS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "rbash", "fish", "csh", "tcsh", "busybox",
-    "env", "xargs", "nice", "nohup", "timeout", "setsid", "sudo", "su", "doas", "runuser",
-    "stdbuf", "chroot", "strace", "ltrace", "gdb", "flock", "watch", "unshare", "nsenter", "chrt",
-    "ionice", "taskset", "script", "parallel", "expect", "time", "systemd-run", "setarch",
-    "prlimit", "start-stop-daemon", "run-parts",
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "ash",
+    "rbash",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "nice",
+    "nohup",
+    "timeout",
+    "setsid",
+    "sudo",
+    "su",
+    "doas",
+    "runuser",
+    "stdbuf",
+    "chroot",
+    "strace",
+    "ltrace",
+    "gdb",
+    "flock",
+    "watch",
+    "unshare",
+    "nsenter",
+    "chrt",
+    "ionice",
+    "taskset",
+    "script",
+    "parallel",
+    "expect",
+    "time",
+    "systemd-run",
+    "setarch",
+    "prlimit",
+    "start-stop-daemon",
+    "run-parts",
 ];
 
 /// Git subcommands that are builtins and run nothing configurable by
@@ -206,18 +243,96 @@ const RUNNERS: &[&str] = &[
 /// Left out on purpose: `difftool`, `mergetool`, `filter-branch`,
 /// `credential`, `hook`, `merge-index`, `send-email`.
 const GIT_BUILTINS: &[&str] = &[
-    "add", "am", "annotate", "apply", "archive", "bisect", "blame", "branch", "bundle",
-    "cat-file", "check-attr", "check-ignore", "check-mailmap", "check-ref-format", "checkout",
-    "checkout-index", "cherry", "cherry-pick", "clean", "clone", "column", "commit",
-    "commit-graph", "commit-tree", "config", "count-objects", "describe", "diff", "diff-files",
-    "diff-index", "diff-tree", "fetch", "for-each-ref", "format-patch", "fsck", "gc", "grep",
-    "hash-object", "help", "init", "log", "ls-files", "ls-remote", "ls-tree", "maintenance",
-    "merge", "merge-base", "merge-file", "merge-tree", "mv", "name-rev", "notes", "prune",
-    "pull", "push", "range-diff", "read-tree", "rebase", "reflog", "remote", "repack", "replace",
-    "rerere", "reset", "restore", "rev-list", "rev-parse", "revert", "rm", "shortlog", "show",
-    "show-branch", "show-ref", "sparse-checkout", "stash", "status", "stripspace", "submodule",
-    "switch", "symbolic-ref", "tag", "update-index", "update-ref", "var", "verify-commit",
-    "verify-tag", "version", "whatchanged", "worktree", "write-tree",
+    "add",
+    "am",
+    "annotate",
+    "apply",
+    "archive",
+    "bisect",
+    "blame",
+    "branch",
+    "bundle",
+    "cat-file",
+    "check-attr",
+    "check-ignore",
+    "check-mailmap",
+    "check-ref-format",
+    "checkout",
+    "checkout-index",
+    "cherry",
+    "cherry-pick",
+    "clean",
+    "clone",
+    "column",
+    "commit",
+    "commit-graph",
+    "commit-tree",
+    "config",
+    "count-objects",
+    "describe",
+    "diff",
+    "diff-files",
+    "diff-index",
+    "diff-tree",
+    "fetch",
+    "for-each-ref",
+    "format-patch",
+    "fsck",
+    "gc",
+    "grep",
+    "hash-object",
+    "help",
+    "init",
+    "log",
+    "ls-files",
+    "ls-remote",
+    "ls-tree",
+    "maintenance",
+    "merge",
+    "merge-base",
+    "merge-file",
+    "merge-tree",
+    "mv",
+    "name-rev",
+    "notes",
+    "prune",
+    "pull",
+    "push",
+    "range-diff",
+    "read-tree",
+    "rebase",
+    "reflog",
+    "remote",
+    "repack",
+    "replace",
+    "rerere",
+    "reset",
+    "restore",
+    "rev-list",
+    "rev-parse",
+    "revert",
+    "rm",
+    "shortlog",
+    "show",
+    "show-branch",
+    "show-ref",
+    "sparse-checkout",
+    "stash",
+    "status",
+    "stripspace",
+    "submodule",
+    "switch",
+    "symbolic-ref",
+    "tag",
+    "update-index",
+    "update-ref",
+    "var",
+    "verify-commit",
+    "verify-tag",
+    "version",
+    "whatchanged",
+    "worktree",
+    "write-tree",
 ];
 
 /// The exec vector in `command`, if it has one.
@@ -291,9 +406,9 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
             .then_some(("php", "`-r`, `-B`, `-R`, `-E` and `-F` run code given as text")),
         "Rscript" => has(&|a| a == "-e").then_some(("Rscript", "`-e` runs code given as text")),
         "tar" => {
-            let first_cluster = args.first().is_some_and(|a| {
-                !a.starts_with('-') && a.chars().any(|c| matches!(c, 'I' | 'F'))
-            });
+            let first_cluster = args
+                .first()
+                .is_some_and(|a| !a.starts_with('-') && a.chars().any(|c| matches!(c, 'I' | 'F')));
             (first_cluster
                 || has(&|a| {
                     cluster_has(a, "IF")
@@ -315,10 +430,10 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
                  and `--rsh-command` run programs",
             ))
         }
-        "rsync" => has(&|a| {
-            cluster_has(a, "e") || a.starts_with("--rsh") || a.starts_with("--rsync-path")
-        })
-        .then_some(("rsync", "`-e`/`--rsh` and `--rsync-path` run programs")),
+        "rsync" => {
+            has(&|a| cluster_has(a, "e") || a.starts_with("--rsh") || a.starts_with("--rsync-path"))
+                .then_some(("rsync", "`-e`/`--rsh` and `--rsync-path` run programs"))
+        }
         "ssh" => ssh_vector(args).then_some((
             "ssh",
             "`-o ProxyCommand`/`LocalCommand`/`KnownHostsCommand`/`Match`, `-F` and `-S` run \
@@ -337,7 +452,9 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
         })
         .then_some(("emacs", "`--eval`, `--load`, `--funcall` and `--script` run code")),
         "awk" => has(&|a| {
-            a.contains("system") || a.contains('|') || a.contains("getline")
+            a.contains("system")
+                || a.contains('|')
+                || a.contains("getline")
                 || matches!(a, "-f" | "--file" | "-E" | "--exec")
                 || a.starts_with("--file=")
         })
@@ -408,13 +525,13 @@ fn git_vector(args: &[String]) -> Option<&'static str> {
             || a.starts_with("ext::")
     };
     if has(&transport) {
-        return Some(
-            "`--upload-pack`, `--receive-pack`, `--exec` and `ext::` URLs run programs",
-        );
+        return Some("`--upload-pack`, `--receive-pack`, `--exec` and `ext::` URLs run programs");
     }
     match sub {
         "clone" | "fetch" | "pull" | "ls-remote"
-            if has(&|a| a == "-u" || (sub == "clone" && (a == "-c" || a.starts_with("--config")))) =>
+            if has(&|a| {
+                a == "-u" || (sub == "clone" && (a == "-c" || a.starts_with("--config")))
+            }) =>
         {
             Some("`-u` runs a program, and `clone -c` writes configuration that can run programs")
         }
@@ -441,8 +558,15 @@ fn git_vector(args: &[String]) -> Option<&'static str> {
 fn git_config_reads(rest: &[String]) -> bool {
     const READS: [&str; 7] = ["--get", "--get-all", "--get-regexp", "--list", "-l", "get", "list"];
     const WRITES: [&str; 9] = [
-        "--add", "--unset", "--replace-all", "--rename-section", "--remove-section", "--edit",
-        "-e", "set", "edit",
+        "--add",
+        "--unset",
+        "--replace-all",
+        "--rename-section",
+        "--remove-section",
+        "--edit",
+        "-e",
+        "set",
+        "edit",
     ];
     rest.iter().any(|a| READS.contains(&a.as_str()))
         && !rest.iter().any(|a| WRITES.iter().any(|w| a == w || a.starts_with(&format!("{w}-"))))
@@ -484,7 +608,10 @@ pub const GIT_PINS: &[(&str, &str)] = &[
     ("protocol.ext.allow", "never"),
     // An external diff can only be pinned to a program, not unset: this one
     // is git's own diff, with the exit status an external diff must have.
-    ("diff.external", "f() { git diff --no-index --no-ext-diff -- \"$2\" \"$5\"; test $? -le 1; }; f"),
+    (
+        "diff.external",
+        "f() { git diff --no-index --no-ext-diff -- \"$2\" \"$5\"; test $? -le 1; }; f",
+    ),
 ];
 
 /// The environment every child gets on top of what the guest set: `PATH`
@@ -517,17 +644,26 @@ mod tests {
         canonical_line(line, &SearchPath::default()).unwrap()
     }
 
+    /// The vector as if the program were installed under its own name,
+    /// so the table is tested whatever this machine has.
     fn vector(line: &str) -> Option<&'static str> {
         let words = argv(line);
-        let resolved = resolve(&words[0], &words[1..], &SearchPath::default(), &[]).unwrap();
+        let target = Path::new("/usr/bin").join(&words[0]);
+        let resolved = ResolvedCommand { executable: target.clone(), argv: words, target };
         exec_vector(&resolved).map(|v| v.program)
     }
 
     #[test]
     fn quoting_and_paths_do_not_change_the_canonical_line() {
-        for line in ["rm -f x", "'rm' -f x", r"r\m -f x", "\"rm\" -f x", "/bin/rm -f x",
-            "/usr/bin/../bin/rm -f x", "/usr/bin/rm  -f   'x'"]
-        {
+        for line in [
+            "rm -f x",
+            "'rm' -f x",
+            r"r\m -f x",
+            "\"rm\" -f x",
+            "/bin/rm -f x",
+            "/usr/bin/../bin/rm -f x",
+            "/usr/bin/rm  -f   'x'",
+        ] {
             assert_eq!(canonical(line), "rm -f x", "{line}");
         }
         assert_eq!(canonical("echo 'a b' c"), "echo 'a b' c");
@@ -546,7 +682,10 @@ mod tests {
         let git = resolve("git", &[], &path, &confined).unwrap();
         assert!(git.executable.starts_with("/usr"), "{:?}", git.executable);
         let planted = ws_path.join("git").to_string_lossy().into_owned();
-        assert_eq!(resolve(&planted, &[], &path, &confined), Err(CommandError::Confined(planted.clone())));
+        assert_eq!(
+            resolve(&planted, &[], &path, &confined),
+            Err(CommandError::Confined(planted.clone()))
+        );
         // Without a confinement, the symlink is the program it leads to.
         let unconfined = resolve(&planted, &[], &path, &[]).unwrap();
         assert_ne!(unconfined.argv[0], "git");
@@ -567,32 +706,73 @@ mod tests {
     #[test]
     fn exec_vectors_are_found() {
         let vectors = [
-            "git -c alias.x=!touch status", "git -calias.x=y status", "git --exec-path=/tmp status",
-            "git --config-env=core.pager=X log", "git x", "git st", "git config core.pager cat",
-            "git config --add alias.x !y", "git -C /tmp fetch --upload-pack=touch origin",
-            "git clone -u touch a b", "git clone -c core.fsmonitor=x a b", "git rebase -x ls",
-            "git bisect run ls", "git submodule foreach ls", "git ls-remote ext::sh", "git difftool",
-            "find . -exec touch x ;", "find . -okdir rm {} +", "xargs touch", "env touch x",
-            "sh -c id", "bash x.sh", "nohup true", "timeout 1 true", "setsid true",
-            "python3 -c print(1)", "python3 -Ic x", "perl -e 1", "perl -lne print",
-            "node -e 1", "tar -xf a --to-command=sh", "tar -cIsh -f a .", "tar xIf sh a",
-            "rsync -avze sh a b", "ssh -o ProxyCommand=sh h", "ssh -oProxyCommand=sh h",
+            "git -c alias.x=!touch status",
+            "git -calias.x=y status",
+            "git --exec-path=/tmp status",
+            "git --config-env=core.pager=X log",
+            "git x",
+            "git st",
+            "git config core.pager cat",
+            "git config --add alias.x !y",
+            "git -C /tmp fetch --upload-pack=touch origin",
+            "git clone -u touch a b",
+            "git clone -c core.fsmonitor=x a b",
+            "git rebase -x ls",
+            "git bisect run ls",
+            "git submodule foreach ls",
+            "git ls-remote ext::sh",
+            "git difftool",
+            "find . -exec touch x ;",
+            "find . -okdir rm {} +",
+            "xargs touch",
+            "env touch x",
+            "sh -c id",
+            "bash x.sh",
+            "nohup true",
+            "timeout 1 true",
+            "setsid true",
+            "python3 -c print(1)",
+            "python3 -Ic x",
+            "perl -e 1",
+            "perl -lne print",
+            "node -e 1",
+            "tar -xf a --to-command=sh",
+            "tar -cIsh -f a .",
+            "tar xIf sh a",
+            "rsync -avze sh a b",
+            "ssh -o ProxyCommand=sh h",
+            "ssh -oProxyCommand=sh h",
             "awk BEGIN{system(\"id\")}",
         ];
         for line in vectors {
             assert!(vector(line).is_some(), "{line}");
         }
         let fine = [
-            "git status", "git log -p", "git -C /tmp diff --stat", "git config --get user.name",
-            "git commit -m x", "git add -u", "find . -name x", "python3 script.py -c",
-            "perl script.pl -e", "tar -xzf a.tgz", "rsync -av a b", "ssh -o Port=22 h",
-            "awk {print}", "ls -la",
+            "git status",
+            "git log -p",
+            "git -C /tmp diff --stat",
+            "git config --get user.name",
+            "git commit -m x",
+            "git add -u",
+            "find . -name x",
+            "python3 script.py -c",
+            "perl script.pl -e",
+            "tar -xzf a.tgz",
+            "rsync -av a b",
+            "ssh -o Port=22 h",
+            "awk {print}",
+            "ls -la",
         ];
         for line in fine {
             assert_eq!(vector(line), None, "{line}");
         }
         assert_eq!(vector("python3 -c 1"), Some("python"));
         assert_eq!(vector("/usr/bin/env x"), Some("env"));
+        // A link's target counts too: busybox applets are busybox.
+        let words = argv("ls -l");
+        let busybox = PathBuf::from("/usr/bin/busybox");
+        let applet = ResolvedCommand { executable: "/bin/ls".into(), argv: words, target: busybox };
+        assert_eq!(exec_vector(&applet).map(|v| v.program), Some("busybox"));
     }
 
     #[test]
@@ -601,9 +781,20 @@ mod tests {
         for ok in ["LANG", "LC_ALL", "LC_CTYPE", "TZ", "NO_COLOR", "RUST_LOG", "GIT_DIR"] {
             assert!(env_allowed(ok, &granted), "{ok}");
         }
-        for bad in ["PATH", "LD_PRELOAD", "GIT_CONFIG_COUNT", "PYTHONPATH", "JAVA_TOOL_OPTIONS",
-            "BASH_ENV", "LC_", "lc_all", "A=B", "", "DYLD_INSERT_LIBRARIES", "HOME"]
-        {
+        for bad in [
+            "PATH",
+            "LD_PRELOAD",
+            "GIT_CONFIG_COUNT",
+            "PYTHONPATH",
+            "JAVA_TOOL_OPTIONS",
+            "BASH_ENV",
+            "LC_",
+            "lc_all",
+            "A=B",
+            "",
+            "DYLD_INSERT_LIBRARIES",
+            "HOME",
+        ] {
             assert!(!env_allowed(bad, &granted), "{bad}");
         }
     }

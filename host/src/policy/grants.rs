@@ -157,9 +157,10 @@ impl Grants {
             let invoked = std::path::Path::new(&resolved.argv[0])
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned());
-            let allowed = self.exec_vectors.iter().any(|p| {
-                p == vector.program || Some(p) == invoked.as_ref()
-            });
+            let allowed = self
+                .exec_vectors
+                .iter()
+                .any(|p| p == vector.program || Some(p) == invoked.as_ref());
             if !allowed {
                 return Err(CommandDenial::ExecVector {
                     line,

@@ -92,7 +92,9 @@ fn command_subject(raw: &str, path: &SearchPath) -> Subject {
     let text = match (&resolved, &words) {
         (Some(resolved), _) => resolved.line(),
         (None, Some(words)) => shell_words::join(words),
-        (None, None) => raw.split([' ', '\t']).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" "),
+        (None, None) => {
+            raw.split([' ', '\t']).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
+        }
     };
     Subject {
         text,
@@ -925,6 +927,56 @@ mod tests {
             assert_eq!((verdict.decision, verdict.rule_index), (decision, rule_index), "{what}");
             assert_eq!(verdict.rule.is_some(), rule_index.is_some(), "{what}");
         }
+    }
+
+    #[test]
+    fn command_rules_match_the_argv_that_runs() {
+        let decide =
+            |set: &RuleSet, line: &str| set.decide("shell", &json!({ "command": line })).decision;
+        let deny_rm =
+            RuleSet::compile(&[rule(Allow, "shell", None), rule(Deny, "shell", Some("rm *"))])
+                .unwrap();
+        for line in [
+            "rm -f x",
+            "'rm' -f x",
+            r"r\m -f x",
+            "\"rm\" -f x",
+            "/bin/rm -f x",
+            "/usr/bin/../bin/rm -f x",
+            "/usr//bin/./rm -f x",
+            " rm\t-f  x",
+        ] {
+            assert_eq!(decide(&deny_rm, line), Deny, "{line}");
+        }
+        let allow_git = RuleSet::compile(&[rule(Allow, "shell", Some("git *"))]).unwrap();
+        assert_eq!(decide(&allow_git, "git status"), Allow);
+        assert_eq!(decide(&allow_git, "'git' log -p"), Allow);
+        for line in [
+            "git -c alias.x=!touch status",
+            "'git' '-c' 'alias.x=!touch' x",
+            "git -c core.pager=touch log",
+            "git --exec-path=/tmp status",
+            "git config core.fsmonitor touch",
+            "git st",
+            "git fetch --upload-pack=touch origin",
+        ] {
+            assert_eq!(decide(&allow_git, line), Ask, "{line}");
+        }
+        // Deny and ask patterns still cover exec vectors.
+        let deny_git =
+            RuleSet::compile(&[rule(Allow, "shell", None), rule(Deny, "shell", Some("git *"))])
+                .unwrap();
+        assert_eq!(decide(&deny_git, "git -c alias.x=!touch x"), Deny);
+        // A program the search path would not give keeps its path.
+        let other_git = std::env::temp_dir().join("git");
+        assert_eq!(decide(&allow_git, &format!("{} status", other_git.display())), Ask);
+        let find = RuleSet::compile(&[rule(Allow, "shell", Some("find *"))]).unwrap();
+        assert_eq!(decide(&find, "find . -name x"), Allow);
+        assert_eq!(decide(&find, r"find . -exec touch x \;"), Ask);
+        let find = find.with_exec_vectors(vec!["find".into()]);
+        assert_eq!(decide(&find, r"find . -exec touch x \;"), Allow);
+        let layered = RuleSet::layered(&find, &RuleSet::compile(&[]).unwrap());
+        assert_eq!(decide(&layered, r"find . -exec touch x \;"), Allow);
     }
 
     #[test]
