@@ -342,6 +342,48 @@ mod tests {
     }
 
     #[test]
+    fn command_settings_parse_and_the_search_path_is_checked() {
+        let config = Config::parse(
+            r#"
+            [sandbox]
+            command_path = ["/usr/bin"]
+            [permissions]
+            exec_vectors = ["find"]
+            [plugins.shell]
+            process = ["git *"]
+            env = ["RUST_LOG"]
+            exec_vectors = ["git"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.sandbox.command_path, [PathBuf::from("/usr/bin")]);
+        assert_eq!(config.permissions.exec_vectors, ["find"]);
+        let shell = config.grant("shell");
+        assert_eq!((shell.env, shell.exec_vectors), (vec!["RUST_LOG".into()], vec!["git".into()]));
+        assert_eq!(Config::default().sandbox.command_path, DEFAULT_COMMAND_PATH.map(PathBuf::from));
+        let err = Config::parse("[sandbox]\ncommand_path = [\"bin\"]\n").unwrap_err();
+        assert!(err.contains("[sandbox]") && err.contains("`bin` is not an absolute"), "{err}");
+    }
+
+    #[test]
+    fn the_search_path_reaches_the_rules() {
+        use serde_json::json;
+        let rules = r#"
+            [permissions]
+            default = "allow"
+            rules = [{ decision = "deny", tool = "shell", pattern = "rm *" }]
+        "#;
+        let (_, set) = Config::parse(rules).unwrap().preset("default").unwrap();
+        let rm = json!({ "command": "/usr/bin/rm -f x" });
+        assert_eq!(set.decide("shell", &rm).decision, Decision::Deny);
+        // With a search path that does not give /usr/bin/rm, that path is
+        // not the program `rm`.
+        let elsewhere = format!("[sandbox]\ncommand_path = [\"/nonexistent\"]\n{rules}");
+        let (_, set) = Config::parse(&elsewhere).unwrap().preset("default").unwrap();
+        assert_ne!(set.decide("shell", &rm).decision, Decision::Deny);
+    }
+
+    #[test]
     fn rejects_unknown_keys_with_position() {
         let err = Config::parse("[plugins.fs]\ndirz = []\n").unwrap_err();
         assert!(err.contains("dirz"), "{err}");
