@@ -241,7 +241,9 @@ const RUNNERS: &[&str] = &[
 /// Git subcommands that are builtins and run nothing configurable by
 /// themselves; anything else is an alias or an external `git-*` program.
 /// Left out on purpose: `difftool`, `mergetool`, `filter-branch`,
-/// `credential`, `hook`, `merge-index`, `send-email`.
+/// `credential`, `hook`, `merge-index`, `send-email`, and `submodule`
+/// (`foreach`, and `update` runs `submodule.*.update = !cmd` from the
+/// repository's config).
 const GIT_BUILTINS: &[&str] = &[
     "add",
     "am",
@@ -320,7 +322,6 @@ const GIT_BUILTINS: &[&str] = &[
     "stash",
     "status",
     "stripspace",
-    "submodule",
     "switch",
     "symbolic-ref",
     "tag",
@@ -477,11 +478,7 @@ fn ssh_vector(args: &[String]) -> bool {
     let mut words = args.iter();
     while let Some(a) = words.next() {
         match a.as_str() {
-            "-o" => {
-                if words.next().is_some_and(|o| dangerous(o)) {
-                    return true;
-                }
-            }
+            "-o" if words.next().is_some_and(|o| dangerous(o)) => return true,
             "-F" | "-S" | "-D" => return true,
             a if a.starts_with("-o") && dangerous(&a[2..]) => return true,
             a if a.starts_with("-F") || a.starts_with("-S") => return true,
@@ -539,7 +536,6 @@ fn git_vector(args: &[String]) -> Option<&'static str> {
             Some("`rebase --exec` runs commands")
         }
         "bisect" if rest.first().is_some_and(|a| a == "run") => Some("`bisect run` runs commands"),
-        "submodule" if has(&|a| a == "foreach") => Some("`submodule foreach` runs commands"),
         "grep" if has(&|a| a == "-O" || a.starts_with("--open-files-in-pager")) => {
             Some("`grep -O` runs a pager")
         }

@@ -63,7 +63,7 @@ impl PatternKind {
     /// The argument put in shape for matching; `None` when it has no
     /// subject (a URL without a host).
     fn subject(self, raw: &str, path: &SearchPath) -> Option<Subject> {
-        let plain = |text| Subject { text, simple: true, exec_vector: None };
+        let plain = |text| Subject { text, simple: true, exec_vector: None, inner: Vec::new() };
         match self {
             Self::Command => Some(command_subject(raw, path)),
             Self::Path => Some(plain(normalize_path(raw))),
@@ -81,6 +81,10 @@ struct Subject {
     simple: bool,
     /// The program family of a command's exec vector.
     exec_vector: Option<&'static str>,
+    /// For an exec vector, the commands it may run (`rm -f x` in
+    /// `timeout 5 rm -f x` or `sh -c 'rm -f x'`), which deny and ask
+    /// patterns also match.
+    inner: Vec<String>,
 }
 
 /// A `shell` command line as the canonical line of the argv that will run.
@@ -96,11 +100,38 @@ fn command_subject(raw: &str, path: &SearchPath) -> Subject {
             raw.split([' ', '\t']).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
         }
     };
-    Subject {
-        text,
-        simple: words.is_some() && is_simple_command(raw),
-        exec_vector: resolved.as_ref().and_then(command::exec_vector).map(|v| v.program),
+    let exec_vector = resolved.as_ref().and_then(command::exec_vector).map(|v| v.program);
+    let inner = match (&resolved, exec_vector) {
+        (Some(resolved), Some(_)) => inner_commands(resolved.args(), path),
+        _ => Vec::new(),
+    };
+    Subject { text, simple: words.is_some() && is_simple_command(raw), exec_vector, inner }
+}
+
+/// Every command a runner's arguments could start: from each word that
+/// names a program, to the end, both in the arguments themselves and in
+/// any argument that splits into several words (a `-c` script). Errs on
+/// the side of finding too many, since only deny and ask rules use them.
+fn inner_commands(args: &[String], path: &SearchPath) -> Vec<String> {
+    let mut lists = vec![args.to_vec()];
+    lists.extend(
+        args.iter()
+            .filter(|a| a.contains(char::is_whitespace))
+            .filter_map(|a| command::split(a).ok()),
+    );
+    let mut found = Vec::new();
+    for words in &lists {
+        for start in 0..words.len() {
+            let program = &words[start];
+            if program.starts_with('-') || program.contains('=') {
+                continue;
+            }
+            if let Ok(resolved) = command::resolve(program, &words[start + 1..], path, &[]) {
+                found.push(resolved.line());
+            }
+        }
     }
+    found
 }
 
 impl fmt::Display for PatternKind {
@@ -339,6 +370,9 @@ impl ArgumentMatcher {
     /// from `exec_vectors`.
     fn matches(&self, subject: &Subject, decision: Decision, exec_vectors: &[String]) -> bool {
         match self {
+            Self::Command(pattern) if decision != Decision::Allow => {
+                pattern.matches(&subject.text) || subject.inner.iter().any(|c| pattern.matches(c))
+            }
             Self::Command(pattern) => {
                 pattern.matches(&subject.text)
                     && (decision != Decision::Allow
@@ -962,11 +996,25 @@ mod tests {
         ] {
             assert_eq!(decide(&allow_git, line), Ask, "{line}");
         }
-        // Deny and ask patterns still cover exec vectors.
+        // Deny and ask patterns still cover exec vectors, and the commands
+        // inside them.
         let deny_git =
             RuleSet::compile(&[rule(Allow, "shell", None), rule(Deny, "shell", Some("git *"))])
                 .unwrap();
         assert_eq!(decide(&deny_git, "git -c alias.x=!touch x"), Deny);
+        for line in [
+            "env rm -f x",
+            "env A=b /bin/rm -f x",
+            "timeout 5 rm -f x",
+            "nice -n 5 nohup rm -f x",
+            "sh -c 'rm -f x'",
+            "bash -c 'cd / && rm -f x'",
+            r"find . -exec rm -f {} \;",
+            "xargs rm -f",
+        ] {
+            assert_eq!(decide(&deny_rm, line), Deny, "{line}");
+        }
+        assert_eq!(decide(&deny_rm, "echo rm -f x"), Allow);
         // A program the search path would not give keeps its path.
         let other_git = std::env::temp_dir().join("git");
         assert_eq!(decide(&allow_git, &format!("{} status", other_git.display())), Ask);
