@@ -367,6 +367,9 @@ fn a_deny_rule_holds_however_the_program_is_spelled() {
         "/usr/bin/../bin/rm -f victim",
         "rm  -f 'victim'",
         "/usr/bin/rm -f victim",
+        "env rm -f victim",
+        "timeout 5 /bin/rm -f victim",
+        "sh -c 'rm -f victim'",
     ];
     std::fs::write(ws.join("victim"), "still here").unwrap();
     let rules = [(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("rm *"))];
