@@ -508,3 +508,19 @@ fn stdin_is_fed_without_blocking_the_call() {
     assert!(call(&rt, "exec", args).is_err());
     assert!(started.elapsed() < Duration::from_millis(1_500), "{:?}", started.elapsed());
 }
+
+#[test]
+fn a_command_that_never_stops_writing_still_meets_its_deadline() {
+    let (_dir, rt) = hostile(r#"process = ["yes"]"#);
+    let started = Instant::now();
+    let err = call(&rt, "exec", json!({ "program": "yes", "timeout_ms": 300 })).unwrap_err();
+    assert!(format!("{err:?}").contains("timeout"), "{err:?}");
+    assert!(started.elapsed() < Duration::from_millis(1_200), "{:?}", started.elapsed());
+    // A program that does not exist cannot start, and says so.
+    let err = exec(&rt, "no-such-program-anywhere", &[]).unwrap_err();
+    let message = format!("{err:?}");
+    assert!(
+        message.contains("spawn: `no-such-program-anywhere` is not an executable"),
+        "{message}"
+    );
+}

@@ -11,7 +11,7 @@ use super::HostState;
 use crate::contract::bindings::tool::reson::plugin::process::{
     Command, Host, Output, ProcessError,
 };
-use crate::policy::ResolvedCommand;
+use crate::policy::{CommandDenial, CommandError, ResolvedCommand};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -31,6 +31,9 @@ const INHERITED_ENV: [&str; 2] = ["HOME", "LANG"];
 const PIPE_GRACE: Duration = Duration::from_millis(100);
 /// How often a running command is checked for exit and cancellation.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Reads of one pipe per wake-up, so that a command that writes without
+/// pause cannot keep the loop from its deadline.
+const READS_PER_WAKE: usize = 64;
 
 impl HostState {
     /// Maps a guest path to the host path of the granted directory it lies in.
@@ -50,8 +53,12 @@ impl Host for HostState {
         let remaining = self.remaining()?;
         let resolved = match self.grants.command(&command.program, &command.args) {
             Ok(resolved) => resolved,
+            // A missing program is not a refusal: nothing could run it.
+            Err(CommandDenial::Unresolved(missing @ CommandError::NotFound(_))) => {
+                return Ok(Err(ProcessError::Spawn(missing.to_string())));
+            }
             Err(denial) => {
-                let detail = format!("{denial} (plugin `{}`)", self.plugin);
+                let detail = format!("plugin `{}`: {denial}", self.plugin);
                 return Ok(Err(ProcessError::Denied(self.deny("process", detail))));
             }
         };
@@ -169,17 +176,17 @@ impl<R: Read + AsRawFd> Capture<R> {
     fn read(&mut self) {
         let Some(pipe) = &mut self.pipe else { return };
         let mut buf = [0u8; 16 << 10];
-        loop {
+        for _ in 0..READS_PER_WAKE {
             match pipe.read(&mut buf) {
-                Ok(0) => break self.pipe = None,
+                Ok(0) => return self.pipe = None,
                 Ok(n) => {
                     let room = MAX_CAPTURE_BYTES.saturating_sub(self.kept.len());
                     self.kept.extend_from_slice(&buf[..n.min(room)]);
                     self.dropped |= n > room;
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break self.pipe = None,
+                Err(_) => return self.pipe = None,
             }
         }
     }

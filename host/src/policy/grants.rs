@@ -244,7 +244,7 @@ pub enum CommandDenial {
     #[error(transparent)]
     Unresolved(#[from] CommandError),
     /// No pattern both requested and granted matches the command.
-    #[error("`{line}` matches no command pattern granted to the plugin")]
+    #[error("`{line}` matches no command pattern both requested and granted")]
     NoPattern {
         /// The canonical command line.
         line: String,
