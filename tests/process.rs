@@ -112,28 +112,55 @@ fn repository_config_written_by_the_guest_runs_nothing() {
     let (dir, rt) = hostile(r#"process = ["git *"]"#);
     let ws = dir.workspace();
     let m = text(&marker(&dir));
+    let write = |path: &str, content: &str| {
+        call(&rt, "write", json!({ "path": text(&ws.join(path)), "content": content })).unwrap();
+    };
     exec(&rt, "git", &["init", "-q"]).unwrap();
-    let file = text(&ws.join("f.txt"));
-    call(&rt, "write", json!({ "path": file, "content": "old\n" })).unwrap();
+    write("f.txt", "old\n");
     exec(&rt, "git", &["add", "f.txt"]).unwrap();
     let config = format!(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\
          \tfsmonitor = \"touch {m}.fsmonitor; false\"\n\tpager = touch {m}.pager\n\
          \thooksPath = hooks\n\teditor = touch {m}.editor\n\
+         [user]\n\tname = a\n\temail = a@example.com\n\
          [diff]\n\texternal = touch {m}.diff\n\
-         [alias]\n\tst = !touch {m}.alias\n"
+         [alias]\n\tst = !touch {m}.alias\n\
+         [remote \"origin\"]\n\turl = .\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+         [filter \"evil\"]\n\tclean = touch {m}.filter; cat\n\
+         [diff \"evil\"]\n\ttextconv = touch {m}.textconv; cat\n\
+         \tcommand = touch {m}.diffcmd\n"
     );
-    let git_config = text(&ws.join(".git/config"));
-    call(&rt, "write", json!({ "path": git_config, "content": config })).unwrap();
-    call(&rt, "write", json!({ "path": file, "content": "new\n" })).unwrap();
+    write(".git/config", &config);
+    write(".gitattributes", "f.txt filter=evil diff=evil\n");
+    write("f.txt", "new\n");
     let status = exec(&rt, "git", &["status", "--short"]).unwrap();
     assert!(status.contains("f.txt"), "{status}");
     let diff = exec(&rt, "git", &["diff"]).unwrap();
     assert!(diff.contains("-old") && diff.contains("+new"), "{diff}");
-    exec(&rt, "git", &["log", "--oneline"]).ok();
-    exec(&rt, "git", &["commit", "-q", "-m", "x"]).ok();
+    exec(&rt, "git", &["add", "f.txt"]).unwrap();
+    exec(&rt, "git", &["commit", "-q", "-m", "x"]).unwrap();
+    let log = exec(&rt, "git", &["log", "-p"]).unwrap();
+    assert!(log.contains("+new"), "{log}");
+    exec(&rt, "git", &["-C", &text(&ws), "fetch", "-q", "origin"]).unwrap();
     assert_denied(exec(&rt, "git", &["st"]), &["not a git builtin"]);
-    for suffix in ["fsmonitor", "pager", "editor", "diff", "alias"] {
+    // git reads uploadpack first-wins, so no pin can hold it: refused.
+    let upload = format!("[remote \"origin\"]\n\tuploadpack = touch {m}.upload; git-upload-pack\n");
+    write(".git/config", &format!("{config}{upload}"));
+    for args in [&["fetch", "-q", "origin"][..], &["-C", &text(&ws), "pull"], &["status"]] {
+        assert_denied(exec(&rt, "git", args), &["sets `remote.origin.uploadpack`", "exec_vectors"]);
+    }
+    let suffixes = [
+        "fsmonitor",
+        "pager",
+        "editor",
+        "diff",
+        "alias",
+        "upload",
+        "filter",
+        "textconv",
+        "diffcmd",
+    ];
+    for suffix in suffixes {
         assert!(!Path::new(&format!("{m}.{suffix}")).exists(), "{suffix} ran");
     }
 }

@@ -83,21 +83,47 @@ impl Host for HostState {
             },
             None => self.grants.dirs.first().map_or_else(std::env::temp_dir, |d| d.host.clone()),
         };
-        let mut env: Vec<(String, String)> = INHERITED_ENV
+        // The guest's variables come after PATH, so that a grant naming
+        // PATH lets the guest's through; the git pins come last and win.
+        let mut base: Vec<(String, String)> = INHERITED_ENV
             .iter()
             .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
             .collect();
-        let mut pins = crate::policy::pinned_env(self.grants.search_path()).into_iter();
-        // PATH first, so that a grant naming PATH lets the guest's through;
-        // the git pins last, so that they always win.
-        env.extend(pins.next());
-        env.extend(command.env.iter().cloned());
-        env.extend(pins);
+        base.push(("PATH".to_owned(), self.grants.search_path().env_value()));
+        base.extend(command.env.iter().cloned());
+        let pinned = |named: &[(String, String)]| {
+            base.iter().cloned().chain(crate::policy::pinned_env(named)).collect::<Vec<_>>()
+        };
         let timeout = command
             .timeout_ms
             .map_or(remaining, |ms| Duration::from_millis(ms.into()).min(remaining));
+        let deadline = Instant::now() + timeout;
+        let named = match crate::policy::git_probe(&resolved) {
+            Some(probe) => {
+                let spec = Spec { command: &probe, cwd: &cwd, env: pinned(&[]), stdin: None };
+                let found = match run_capped(spec, timeout, self.cancel.clone()) {
+                    Ok(found) => crate::policy::git_repository_config(&found.stdout),
+                    Err(e) => return Ok(Err(e)),
+                };
+                if let Some(key) = found.refused.filter(|_| !self.grants.allows_exec_vector("git"))
+                {
+                    let detail = format!(
+                        "plugin `{}`: `{}` is refused: the repository's own config sets `{key}`, \
+                         a program git would run; a grant allows that only with \
+                         `exec_vectors = [\"git\"]`",
+                        self.plugin,
+                        resolved.line()
+                    );
+                    return Ok(Err(ProcessError::Denied(self.deny("process", detail))));
+                }
+                found.pins
+            }
+            None => Vec::new(),
+        };
+        let env = pinned(&named);
         let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin };
-        let result = run_capped(spec, timeout, self.cancel.clone());
+        let left = deadline.saturating_duration_since(Instant::now());
+        let result = run_capped(spec, left, self.cancel.clone());
         self.remaining()?;
         Ok(result)
     }

@@ -602,28 +602,133 @@ pub const GIT_PINS: &[(&str, &str)] = &[
     ("commit.gpgSign", "false"),
     ("tag.gpgSign", "false"),
     ("protocol.ext.allow", "never"),
-    // An external diff can only be pinned to a program, not unset: this one
-    // is git's own diff, with the exit status an external diff must have.
-    (
-        "diff.external",
-        "f() { git diff --no-index --no-ext-diff -- \"$2\" \"$5\"; test $? -le 1; }; f",
-    ),
+    ("gpg.ssh.program", "ssh-keygen"),
+    ("gpg.x509.program", "gpgsm"),
+    ("gpg.openpgp.program", "gpg"),
+    ("gpg.ssh.defaultKeyCommand", "false"),
+    ("interactive.diffFilter", "cat"),
+    ("core.alternateRefsCommand", "true"),
+    ("diff.external", DIFF_WRAPPER),
 ];
 
-/// The environment every child gets on top of what the guest set: `PATH`
-/// is the fixed search path and git is pinned.
-pub fn pinned_env(path: &SearchPath) -> Vec<(String, String)> {
+/// An external diff can only be pinned to a program, not unset: this one
+/// is git's own diff, with the exit status an external diff must have.
+const DIFF_WRAPPER: &str =
+    "f() { git diff --no-index --no-ext-diff -- \"$2\" \"$5\"; test $? -le 1; }; f";
+
+/// Keys that name a command per remote, driver, submodule or URL, which a
+/// fixed pin cannot reach, with the inert value each gets when a
+/// repository's own config sets it: (section, variable, value).
+const GIT_NAMED_PINS: &[(&str, &str, &str)] = &[
+    ("diff", "command", DIFF_WRAPPER),
+    ("diff", "textconv", "cat"),
+    ("filter", "clean", "cat"),
+    ("filter", "smudge", "cat"),
+    ("filter", "process", "false"),
+    ("merge", "driver", "false"),
+    ("submodule", "update", "checkout"),
+    ("credential", "helper", ""),
+];
+
+/// Keys git reads first-wins, so no pin can override them: a repository
+/// that sets one of them is refused instead. (section, variable)
+const GIT_REFUSED_KEYS: &[(&str, &str)] = &[("remote", "uploadpack"), ("remote", "receivepack")];
+
+/// What a [`git_probe`] found in a repository's own config files.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GitRepositoryConfig {
+    /// Pins for the command-naming keys it sets.
+    pub pins: Vec<(String, String)>,
+    /// A key it sets that no pin can override (`remote.origin.uploadpack`).
+    pub refused: Option<String>,
+}
+
+/// For a git command, the same git with the same global options (`-C`,
+/// `--git-dir`, ...) listing which [`GIT_NAMED_PINS`] keys its
+/// repository sets, with their scopes: `git config` reads and runs
+/// nothing. Its output goes to [`git_repository_config`].
+pub fn git_probe(command: &ResolvedCommand) -> Option<ResolvedCommand> {
+    let names = [Path::new(&command.argv[0]).file_name(), command.target.file_name()];
+    if !names.into_iter().flatten().any(|n| n == "git") {
+        return None;
+    }
+    let args = command.args();
+    let mut end = 0;
+    while let Some(a) = args.get(end) {
+        end += match a.as_str() {
+            // Options whose value is the next word.
+            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => 2,
+            a if a.starts_with('-') => 1,
+            _ => break,
+        };
+    }
+    let globals = args[..end.min(args.len())].iter().cloned();
+    let named = GIT_NAMED_PINS.iter().map(|(s, v, _)| (*s, *v));
+    let keys: Vec<(&str, &str)> = named.chain(GIT_REFUSED_KEYS.iter().copied()).collect();
+    let mut sections: Vec<&str> = keys.iter().map(|(s, _)| *s).collect();
+    sections.sort_unstable();
+    sections.dedup();
+    let variables: Vec<&str> = keys.iter().map(|(_, v)| *v).collect();
+    let pattern = format!(r"^({})\..+\.({})$", sections.join("|"), variables.join("|"));
+    let probe = ["config", "--show-scope", "--null", "--name-only", "--get-regexp", &pattern];
+    let argv = std::iter::once(command.argv[0].clone())
+        .chain(globals)
+        .chain(probe.iter().map(|a| (*a).to_owned()))
+        .collect();
+    Some(ResolvedCommand {
+        executable: command.executable.clone(),
+        argv,
+        target: command.target.clone(),
+    })
+}
+
+/// Reads a [`git_probe`]'s output: only keys from the repository's own
+/// files (`local` and `worktree` scope, which a guest may have written)
+/// count; the user's global config keeps its drivers.
+pub fn git_repository_config(probe_output: &[u8]) -> GitRepositoryConfig {
+    let text = String::from_utf8_lossy(probe_output);
+    let fields: Vec<&str> = text.split('\0').collect();
+    let mut found = GitRepositoryConfig::default();
+    for pair in fields.chunks(2) {
+        let [scope, key] = pair else { continue };
+        if *scope != "local" && *scope != "worktree" {
+            continue;
+        }
+        let Some((section, variable)) =
+            key.split_once('.').and_then(|(s, rest)| Some((s, rest.rsplit_once('.')?.1)))
+        else {
+            continue;
+        };
+        let is =
+            |s: &str, v: &str| section.eq_ignore_ascii_case(s) && variable.eq_ignore_ascii_case(v);
+        if GIT_REFUSED_KEYS.iter().any(|(s, v)| is(s, v)) {
+            found.refused.get_or_insert_with(|| (*key).to_owned());
+        } else if let Some((_, _, value)) = GIT_NAMED_PINS.iter().find(|(s, v, _)| is(s, v)) {
+            found.pins.push(((*key).to_owned(), (*value).to_owned()));
+        }
+    }
+    found
+}
+
+/// The variables that pin every git a child runs, set after everything
+/// else so that they win: the fixed pins, then `named` ones (from
+/// [`git_repository_config`]).
+pub fn pinned_env(named: &[(String, String)]) -> Vec<(String, String)> {
+    let pins: Vec<(&str, &str)> = GIT_PINS
+        .iter()
+        .copied()
+        .chain(named.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .collect();
     let mut env = vec![
-        ("PATH".to_owned(), path.env_value()),
         ("GIT_CONFIG_NOSYSTEM".to_owned(), "1".to_owned()),
         ("GIT_ATTR_NOSYSTEM".to_owned(), "1".to_owned()),
         ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
         ("GIT_PAGER".to_owned(), "cat".to_owned()),
-        ("GIT_CONFIG_COUNT".to_owned(), GIT_PINS.len().to_string()),
+        ("GIT_CONFIG_COUNT".to_owned(), pins.len().to_string()),
     ];
-    for (i, (key, value)) in GIT_PINS.iter().enumerate() {
-        env.push((format!("GIT_CONFIG_KEY_{i}"), (*key).to_owned()));
-        env.push((format!("GIT_CONFIG_VALUE_{i}"), (*value).to_owned()));
+    for (i, (key, value)) in pins.into_iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{i}"), key.to_owned()));
+        env.push((format!("GIT_CONFIG_VALUE_{i}"), value.to_owned()));
     }
     env
 }
@@ -769,6 +874,24 @@ mod tests {
         let busybox = PathBuf::from("/usr/bin/busybox");
         let applet = ResolvedCommand { executable: "/bin/ls".into(), argv: words, target: busybox };
         assert_eq!(exec_vector(&applet).map(|v| v.program), Some("busybox"));
+    }
+
+    #[test]
+    fn repository_drivers_are_pinned_but_global_ones_kept() {
+        let probe = b"local\0remote.origin.uploadpack\0global\0filter.lfs.process\0\
+                      worktree\0diff.Evil.textconv\0local\0core.pager\0";
+        let found = git_repository_config(probe);
+        assert_eq!(found.pins, [("diff.Evil.textconv".to_owned(), "cat".to_owned())]);
+        assert_eq!(found.refused.as_deref(), Some("remote.origin.uploadpack"));
+        assert_eq!(git_repository_config(b""), GitRepositoryConfig::default());
+        let words = argv("git -C /repo --no-pager fetch origin");
+        let target = PathBuf::from("/usr/bin/git");
+        let git = ResolvedCommand { executable: target.clone(), argv: words, target };
+        let probe = git_probe(&git).unwrap();
+        assert_eq!(probe.argv[..6], ["git", "-C", "/repo", "--no-pager", "config", "--show-scope"]);
+        let ls_path = PathBuf::from("/usr/bin/ls");
+        let ls = ResolvedCommand { executable: ls_path.clone(), argv: argv("ls"), target: ls_path };
+        assert_eq!(git_probe(&ls), None);
     }
 
     #[test]

@@ -157,10 +157,8 @@ impl Grants {
             let invoked = std::path::Path::new(&resolved.argv[0])
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned());
-            let allowed = self
-                .exec_vectors
-                .iter()
-                .any(|p| p == vector.program || Some(p) == invoked.as_ref());
+            let allowed = self.allows_exec_vector(vector.program)
+                || invoked.is_some_and(|name| self.allows_exec_vector(&name));
             if !allowed {
                 return Err(CommandDenial::ExecVector {
                     line,
@@ -170,6 +168,11 @@ impl Grants {
             }
         }
         Ok(resolved)
+    }
+
+    /// Whether `exec_vectors` names `program`.
+    pub fn allows_exec_vector(&self, program: &str) -> bool {
+        self.exec_vectors.iter().any(|p| p == program)
     }
 
     /// Whether a command may be given the environment variable `name`.

@@ -8,8 +8,9 @@ mod presets;
 mod rules;
 
 pub use command::{
-    CommandError, DEFAULT_COMMAND_PATH, ExecVector, ResolvedCommand, SearchPath, canonical_line,
-    env_allowed, exec_vector, pinned_env, resolve, split,
+    CommandError, DEFAULT_COMMAND_PATH, ExecVector, GitRepositoryConfig, ResolvedCommand,
+    SearchPath, canonical_line, env_allowed, exec_vector, git_probe, git_repository_config,
+    pinned_env, resolve, split,
 };
 pub use grants::{CommandDenial, EffectiveLimits, Grants, MountedDir};
 pub use patterns::{CommandPattern, PatternError, UrlPattern};
