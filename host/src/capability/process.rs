@@ -48,6 +48,38 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// For a git command, pins for the commands its repository's own config
+    /// names per driver or remote, found by a `git config` probe run with
+    /// `env` (the fixed pins only); a refusal when the repository sets a key
+    /// no pin can hold. Empty for other programs.
+    fn repository_pins(
+        &mut self,
+        command: &ResolvedCommand,
+        cwd: &Path,
+        env: Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Result<Vec<(String, String)>, ProcessError> {
+        let Some(probe) = crate::policy::git_probe(command) else { return Ok(Vec::new()) };
+        let spec = Spec { command: &probe, cwd, env, stdin: None };
+        let output = run_capped(spec, timeout, self.cancel.clone())?;
+        let found = crate::policy::git_repository_config(&output.stdout);
+        match found.refused {
+            Some(key) if !self.grants.allows_exec_vector("git") => {
+                let detail = format!(
+                    "plugin `{}`: `{}` is refused: the repository's own config sets `{key}`, a \
+                     program git would run; a grant allows that only with \
+                     `exec_vectors = [\"git\"]`",
+                    self.plugin,
+                    command.line()
+                );
+                Err(ProcessError::Denied(self.deny("process", detail)))
+            }
+            _ => Ok(found.pins),
+        }
+    }
+}
+
 impl Host for HostState {
     fn run(&mut self, command: Command) -> wasmtime::Result<Result<Output, ProcessError>> {
         let remaining = self.remaining()?;
@@ -98,27 +130,9 @@ impl Host for HostState {
             .timeout_ms
             .map_or(remaining, |ms| Duration::from_millis(ms.into()).min(remaining));
         let deadline = Instant::now() + timeout;
-        let named = match crate::policy::git_probe(&resolved) {
-            Some(probe) => {
-                let spec = Spec { command: &probe, cwd: &cwd, env: pinned(&[]), stdin: None };
-                let found = match run_capped(spec, timeout, self.cancel.clone()) {
-                    Ok(found) => crate::policy::git_repository_config(&found.stdout),
-                    Err(e) => return Ok(Err(e)),
-                };
-                if let Some(key) = found.refused.filter(|_| !self.grants.allows_exec_vector("git"))
-                {
-                    let detail = format!(
-                        "plugin `{}`: `{}` is refused: the repository's own config sets `{key}`, \
-                         a program git would run; a grant allows that only with \
-                         `exec_vectors = [\"git\"]`",
-                        self.plugin,
-                        resolved.line()
-                    );
-                    return Ok(Err(ProcessError::Denied(self.deny("process", detail))));
-                }
-                found.pins
-            }
-            None => Vec::new(),
+        let named = match self.repository_pins(&resolved, &cwd, pinned(&[]), timeout) {
+            Ok(named) => named,
+            Err(e) => return Ok(Err(e)),
         };
         let env = pinned(&named);
         let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin };
