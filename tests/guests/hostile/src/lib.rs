@@ -296,7 +296,11 @@ fn tools() -> Toolbox {
         .tool("env", "Lists the environment variables.", env)
         .tool("connect", "Opens a TCP connection to `addr`.", connect)
         .tool("http", "GETs `url` through the host.", http_get)
-        .tool("exec", "Runs `program` with `args` (and `env`, `cwd`, `stdin`) through the host.", exec)
+        .tool(
+            "exec",
+            "Runs `program` with `args` (and `env`, `cwd`, `stdin`) through the host.",
+            exec,
+        )
         .tool("flood", "Returns `bytes` bytes of `x`.", flood)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
