@@ -102,6 +102,23 @@ fn git_options_that_run_programs_are_refused() {
     assert!(!marker(&dir).exists());
     // The grant itself works: plain git runs.
     assert!(exec(&rt, "git", &["--version"]).unwrap().starts_with("git version"));
+    // The search path's git under another spelling is the same program.
+    let dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
+    let first = dirs.iter().position(|d| Path::new(d).join("git").is_file()).unwrap();
+    let dir = Path::new(dirs[first]);
+    let up = format!("{}/../{}/git", dir.display(), dir.file_name().unwrap().to_string_lossy());
+    for spelling in [text(&dir.join("git")), up, format!("{}//./git", dir.display())] {
+        assert!(exec(&rt, &spelling, &["--version"]).unwrap().starts_with("git version"));
+        assert_denied(exec(&rt, &spelling, &["-c", "core.pager=x", "log"]), &["exec_vectors"]);
+    }
+    // A git later on the search path is not the one `git` names: it stays
+    // its path, which `git *` does not cover.
+    let shadowed = dirs[first + 1..].iter().map(|d| Path::new(d).join("git")).find(|p| {
+        p.is_file() && p.canonicalize().unwrap() != dir.join("git").canonicalize().unwrap()
+    });
+    if let Some(shadowed) = shadowed {
+        assert_denied(exec(&rt, &text(&shadowed), &["--version"]), &["matches no command pattern"]);
+    }
     assert_eq!(exec(&rt, "git", &["config", "--get", "no.such-key"]).unwrap(), "");
 }
 
