@@ -33,7 +33,6 @@ impl Setup {
     fn new(turns: Value) -> Self {
         let dir = TestDir::new();
         dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
-        dir.install(support::test_plugins(), "hostile");
         let script = dir.path().join("script.json");
         std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
         let runtime = dir.open(&format!(
@@ -46,6 +45,9 @@ impl Setup {
             "#,
             script.display()
         ));
+        // The hostile guest comes after the bundled echo, which keeps `echo`.
+        dir.install(support::test_plugins(), "hostile");
+        runtime.rescan().unwrap();
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         Self { dir, runtime, store }

@@ -3,7 +3,9 @@
 //! Nothing here can be widened by a plugin or a model: a plugin gets the
 //! intersection of what its manifest requests and what this file grants.
 
-use crate::policy::{Decision, Rule, RuleSet, UrlPattern};
+use crate::policy::{
+    CommandError, DEFAULT_COMMAND_PATH, Decision, Rule, RuleSet, SearchPath, UrlPattern,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -88,7 +90,8 @@ impl Config {
                 UrlPattern::parse(pattern).map_err(|e| format!("[secrets.{name}]: {e}"))?;
             }
         }
-        let global = config.permissions.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
+        config.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
+        let global = config.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
         for (name, preset) in &config.presets {
             let preset = crate::policy::Preset { name: name.clone(), ..preset.clone() };
             preset.rule_set(&global).map_err(|e| format!("[presets.{name}]: {e}"))?;
@@ -101,9 +104,19 @@ impl Config {
     pub fn preset(&self, name: &str) -> Result<(crate::policy::Preset, RuleSet), String> {
         let preset =
             crate::policy::Preset::resolve(name, &self.presets).map_err(|e| e.to_string())?;
-        let global = self.permissions.rule_set().map_err(|e| e.to_string())?;
+        let global = self.rule_set().map_err(|e| e.to_string())?;
         let rules = preset.rule_set(&global).map_err(|e| e.to_string())?;
         Ok((preset, rules))
+    }
+
+    /// The global rules, matching `shell` commands with programs resolved
+    /// on `[sandbox] command_path`.
+    fn rule_set(&self) -> Result<RuleSet, crate::policy::RuleError> {
+        let rules = self.permissions.rule_set()?;
+        Ok(match self.sandbox.search_path() {
+            Ok(path) => rules.with_search_path(path),
+            Err(_) => rules,
+        })
     }
 
     /// Resolves a path from this file against the file's directory.
@@ -164,18 +177,28 @@ pub struct PermissionsConfig {
     pub approval_timeout_ms: u64,
     /// Rules; the last that matches a call decides it.
     pub rules: Vec<Rule>,
+    /// Programs (`git`, `find`, `python`, `sh`, ...) whose exec vectors
+    /// `shell` allow patterns may cover; they never do otherwise.
+    pub exec_vectors: Vec<String>,
 }
 
 impl Default for PermissionsConfig {
     fn default() -> Self {
-        Self { default: Decision::Ask, approval_timeout_ms: 60_000, rules: Vec::new() }
+        Self {
+            default: Decision::Ask,
+            approval_timeout_ms: 60_000,
+            rules: Vec::new(),
+            exec_vectors: Vec::new(),
+        }
     }
 }
 
 impl PermissionsConfig {
     /// The global rules, compiled.
     pub fn rule_set(&self) -> Result<RuleSet, crate::policy::RuleError> {
-        Ok(RuleSet::compile(&self.rules)?.with_default(self.default))
+        Ok(RuleSet::compile(&self.rules)?
+            .with_default(self.default)
+            .with_exec_vectors(self.exec_vectors.clone()))
     }
 }
 
@@ -192,11 +215,28 @@ pub struct SandboxConfig {
     pub max_memory_mb: u64,
     /// Default limits for plugins that set none.
     pub defaults: Limits,
+    /// The fixed search path for the programs plugins run and for the
+    /// program names in `shell` permission rules: absolute directories,
+    /// searched in order. Never the host's or a guest's `PATH`.
+    pub command_path: Vec<PathBuf>,
 }
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        Self { fuel: false, max_instances: 64, max_memory_mb: 1024, defaults: Limits::default() }
+        Self {
+            fuel: false,
+            max_instances: 64,
+            max_memory_mb: 1024,
+            defaults: Limits::default(),
+            command_path: DEFAULT_COMMAND_PATH.iter().map(PathBuf::from).collect(),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// `command_path`, checked.
+    pub fn search_path(&self) -> Result<SearchPath, CommandError> {
+        SearchPath::new(&self.command_path)
     }
 }
 
@@ -254,9 +294,20 @@ pub struct PluginGrant {
     /// URL patterns: `host[:port][/path-prefix]`, `*.host` for subdomains.
     #[serde(default)]
     pub http: Vec<String>,
-    /// Command-line globs such as `git *`.
+    /// Command-line globs such as `git *`, matched against the canonical
+    /// command line (program resolved on `[sandbox] command_path`).
     #[serde(default)]
     pub process: Vec<String>,
+    /// Environment variables the plugin may pass to commands, by exact
+    /// name, beyond the safe built-ins (`LANG`, `LC_*`, `TZ`, `NO_COLOR`,
+    /// `TERM`, `COLUMNS`).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Programs (`git`, `find`, `python`, `sh`, ...) whose exec vectors
+    /// (`git -c`, `find -exec`, `python -c`, any use of `sh`) may run when
+    /// a granted pattern matches.
+    #[serde(default)]
+    pub exec_vectors: Vec<String>,
     /// Names of secrets the plugin may reference.
     #[serde(default)]
     pub secrets: Vec<String>,
@@ -281,6 +332,8 @@ impl Default for PluginGrant {
             dirs: Vec::new(),
             http: Vec::new(),
             process: Vec::new(),
+            env: Vec::new(),
+            exec_vectors: Vec::new(),
             secrets: Vec::new(),
             tools: None,
             limits: Limits::default(),
@@ -354,6 +407,48 @@ mod tests {
         let err = Config::parse("[secrets.K]\nurls = [\"ex*ample.com\"]\n").unwrap_err();
         assert!(err.contains("[secrets.K]") && err.contains("ex*ample.com"), "{err}");
         assert!(Config::parse("[secrets.K]\nurl = [\"example.com\"]\n").is_err());
+    }
+
+    #[test]
+    fn command_settings_parse_and_the_search_path_is_checked() {
+        let config = Config::parse(
+            r#"
+            [sandbox]
+            command_path = ["/usr/bin"]
+            [permissions]
+            exec_vectors = ["find"]
+            [plugins.shell]
+            process = ["git *"]
+            env = ["RUST_LOG"]
+            exec_vectors = ["git"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.sandbox.command_path, [PathBuf::from("/usr/bin")]);
+        assert_eq!(config.permissions.exec_vectors, ["find"]);
+        let shell = config.grant("shell");
+        assert_eq!((shell.env, shell.exec_vectors), (vec!["RUST_LOG".into()], vec!["git".into()]));
+        assert_eq!(Config::default().sandbox.command_path, DEFAULT_COMMAND_PATH.map(PathBuf::from));
+        let err = Config::parse("[sandbox]\ncommand_path = [\"bin\"]\n").unwrap_err();
+        assert!(err.contains("[sandbox]") && err.contains("`bin` is not an absolute"), "{err}");
+    }
+
+    #[test]
+    fn the_search_path_reaches_the_rules() {
+        use serde_json::json;
+        let rules = r#"
+            [permissions]
+            default = "allow"
+            rules = [{ decision = "deny", tool = "shell", pattern = "rm *" }]
+        "#;
+        let (_, set) = Config::parse(rules).unwrap().preset("default").unwrap();
+        let rm = json!({ "command": "/usr/bin/rm -f x" });
+        assert_eq!(set.decide("shell", &rm).decision, Decision::Deny);
+        // With a search path that does not give /usr/bin/rm, that path is
+        // not the program `rm`.
+        let elsewhere = format!("[sandbox]\ncommand_path = [\"/nonexistent\"]\n{rules}");
+        let (_, set) = Config::parse(&elsewhere).unwrap().preset("default").unwrap();
+        assert_ne!(set.decide("shell", &rm).decision, Decision::Deny);
     }
 
     #[test]

@@ -1,25 +1,45 @@
-//! `reson:plugin/process`: host commands, only those whose command line
-//! matches a pattern both requested and granted.
+//! `reson:plugin/process`: host commands, only those whose canonical argv
+//! matches a pattern both requested and granted (see
+//! [`Grants::command`](crate::policy::Grants::command)).
+//!
+//! Every command runs in its own process group, which is killed when the
+//! call ends and at its deadline, so nothing it started outlives the call;
+//! its output is read until then and no longer, even when a grandchild
+//! still holds the pipes.
 
 use super::HostState;
 use crate::contract::bindings::tool::reson::plugin::process::{
     Command, Host, Output, ProcessError,
 };
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::Stdio;
+use crate::policy::{CommandDenial, CommandError, ResolvedCommand};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Cap on captured stdout and on captured stderr, each.
-const MAX_CAPTURE_BYTES: u64 = 4 << 20;
-/// Host variables a command inherits; everything else starts empty.
-const INHERITED_ENV: [&str; 3] = ["PATH", "HOME", "LANG"];
+const MAX_CAPTURE_BYTES: usize = 4 << 20;
+/// Host variables a command inherits; everything else is set by the host
+/// or by the guest within its grant.
+const INHERITED_ENV: [&str; 2] = ["HOME", "LANG"];
+/// How long the pipes may stay open after the command exits, for a
+/// grandchild's last output, before the group is killed.
+const PIPE_GRACE: Duration = Duration::from_millis(100);
+/// How often a running command is checked for exit and cancellation.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Reads of one pipe per wake-up, so that a command that writes without
+/// pause cannot keep the loop from its deadline.
+const READS_PER_WAKE: usize = 64;
 
 impl HostState {
     /// Maps a guest path to the host path of the granted directory it lies in.
     fn host_dir(&self, guest: &str) -> Option<PathBuf> {
         self.grants.dirs.iter().find_map(|dir| {
-            let rest = std::path::Path::new(guest).strip_prefix(&dir.guest).ok()?;
+            let rest = Path::new(guest).strip_prefix(&dir.guest).ok()?;
             if rest.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
                 return None;
             }
@@ -28,16 +48,60 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// For a git command, pins for the commands its repository's own config
+    /// names per driver or remote, found by a `git config` probe run with
+    /// `env` (the fixed pins only); a refusal when the repository sets a key
+    /// no pin can hold. Empty for other programs.
+    fn repository_pins(
+        &mut self,
+        command: &ResolvedCommand,
+        cwd: &Path,
+        env: Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Result<Vec<(String, String)>, ProcessError> {
+        let Some(probe) = crate::policy::git_probe(command) else { return Ok(Vec::new()) };
+        let spec = Spec { command: &probe, cwd, env, stdin: None };
+        let output = run_capped(spec, timeout, self.cancel.clone())?;
+        let found = crate::policy::git_repository_config(&output.stdout);
+        match found.refused {
+            Some(key) if !self.grants.allows_exec_vector("git") => {
+                let detail = format!(
+                    "plugin `{}`: `{}` is refused: the repository's own config sets `{key}`, a \
+                     program git would run; a grant allows that only with \
+                     `exec_vectors = [\"git\"]`",
+                    self.plugin,
+                    command.line()
+                );
+                Err(ProcessError::Denied(self.deny("process", detail)))
+            }
+            _ => Ok(found.pins),
+        }
+    }
+}
+
 impl Host for HostState {
     fn run(&mut self, command: Command) -> wasmtime::Result<Result<Output, ProcessError>> {
         let remaining = self.remaining()?;
-        let line = std::iter::once(command.program.as_str())
-            .chain(command.args.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" ");
-        if !self.grants.allows_command(&line) {
-            let detail =
-                format!("`{line}` matches no command pattern granted to plugin `{}`", self.plugin);
+        let resolved = match self.grants.command(&command.program, &command.args) {
+            Ok(resolved) => resolved,
+            // A missing program is not a refusal: nothing could run it.
+            Err(CommandDenial::Unresolved(missing @ CommandError::NotFound(_))) => {
+                return Ok(Err(ProcessError::Spawn(missing.to_string())));
+            }
+            Err(denial) => {
+                let detail = format!("plugin `{}`: {denial}", self.plugin);
+                return Ok(Err(ProcessError::Denied(self.deny("process", detail))));
+            }
+        };
+        if let Some((name, _)) = command.env.iter().find(|(name, _)| !self.grants.allows_env(name))
+        {
+            let detail = format!(
+                "environment variable `{name}` is not allowed: commands get only LANG, LC_*, TZ, \
+                 NO_COLOR, TERM, COLUMNS and the variables the grant names (`env = [\"{name}\"]` \
+                 in [plugins.{}])",
+                self.plugin
+            );
             return Ok(Err(ProcessError::Denied(self.deny("process", detail))));
         }
         let cwd = match &command.cwd {
@@ -51,66 +115,236 @@ impl Host for HostState {
             },
             None => self.grants.dirs.first().map_or_else(std::env::temp_dir, |d| d.host.clone()),
         };
+        // The guest's variables come after PATH, so that a grant naming
+        // PATH lets the guest's through; the git pins come last and win.
+        let mut base: Vec<(String, String)> = INHERITED_ENV
+            .iter()
+            .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
+            .collect();
+        base.push(("PATH".to_owned(), self.grants.search_path().env_value()));
+        base.extend(command.env.iter().cloned());
+        let pinned = |named: &[(String, String)]| {
+            base.iter().cloned().chain(crate::policy::pinned_env(named)).collect::<Vec<_>>()
+        };
         let timeout = command
             .timeout_ms
             .map_or(remaining, |ms| Duration::from_millis(ms.into()).min(remaining));
-        let result = run_capped(&command, &cwd, timeout);
+        let deadline = Instant::now() + timeout;
+        let named = match self.repository_pins(&resolved, &cwd, pinned(&[]), timeout) {
+            Ok(named) => named,
+            Err(e) => return Ok(Err(e)),
+        };
+        let env = pinned(&named);
+        let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let result = run_capped(spec, left, self.cancel.clone());
         self.remaining()?;
         Ok(result)
     }
 }
 
-fn run_capped(
-    command: &Command,
-    cwd: &std::path::Path,
-    timeout: Duration,
-) -> Result<Output, ProcessError> {
-    let mut cmd = std::process::Command::new(&command.program);
-    cmd.args(&command.args)
-        .current_dir(cwd)
-        .env_clear()
-        .stdin(if command.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for name in INHERITED_ENV {
-        if let Some(value) = std::env::var_os(name) {
-            cmd.env(name, value);
-        }
-    }
-    cmd.envs(command.env.iter().map(|(k, v)| (k, v)));
-    let mut child =
-        cmd.spawn().map_err(|e| ProcessError::Spawn(format!("{}: {e}", command.program)))?;
-    if let (Some(input), Some(mut stdin)) = (command.stdin.clone(), child.stdin.take()) {
-        std::thread::spawn(move || stdin.write_all(&input));
-    }
-    let stdout = capture(child.stdout.take());
-    let stderr = capture(child.stderr.take());
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() >= timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(ProcessError::Timeout);
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(e) => return Err(ProcessError::Spawn(e.to_string())),
-        }
-    };
-    let (stdout, cut_out) = stdout.join().unwrap_or_default();
-    let (stderr, cut_err) = stderr.join().unwrap_or_default();
-    Ok(Output { exit_code: status.code(), stdout, stderr, truncated: cut_out || cut_err })
+/// One command, ready to spawn.
+struct Spec<'a> {
+    command: &'a ResolvedCommand,
+    cwd: &'a Path,
+    env: Vec<(String, String)>,
+    stdin: Option<Vec<u8>>,
 }
 
-/// Reads a pipe to the end on its own thread, keeping at most the cap.
-fn capture(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
-    std::thread::spawn(move || {
-        let Some(mut pipe) = pipe else { return (Vec::new(), false) };
-        let mut kept = Vec::new();
-        let _ = pipe.by_ref().take(MAX_CAPTURE_BYTES).read_to_end(&mut kept);
-        // Drain the rest so the child never blocks on a full pipe.
-        let dropped = std::io::copy(&mut pipe, &mut std::io::sink()).unwrap_or(0);
-        (kept, dropped > 0)
+/// Kills the whole process group when dropped: when the call ends, at the
+/// deadline, or when the host thread unwinds.
+struct Group {
+    child: Child,
+    reaped: bool,
+}
+
+impl Group {
+    fn kill(&self) {
+        let Ok(pgid) = libc::pid_t::try_from(self.child.id()) else { return };
+        // SAFETY: kill(2) with a negative pid signals the process group
+        // the child leads. The leader is not reaped yet (`exited` uses
+        // WNOWAIT), so the group id cannot belong to anyone else.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+
+    /// Whether the leader has exited, without reaping it.
+    fn exited(&self) -> bool {
+        let pid: libc::id_t = self.child.id();
+        // SAFETY: waitid(2) writes only into the zeroed siginfo we own.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            libc::waitid(libc::P_PID, pid, &mut info, flags) == 0 && info.si_pid() != 0
+        }
+    }
+
+    /// Kills the group, then reaps the leader.
+    fn finish(&mut self) -> std::io::Result<ExitStatus> {
+        self.kill();
+        let status = self.child.wait();
+        self.reaped = true;
+        status
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.finish();
+        }
+    }
+}
+
+/// One output pipe being read without blocking.
+struct Capture<R> {
+    pipe: Option<R>,
+    kept: Vec<u8>,
+    dropped: bool,
+}
+
+impl<R: Read + AsRawFd> Capture<R> {
+    fn new(pipe: Option<R>) -> Self {
+        if let Some(p) = &pipe {
+            set_nonblocking(p.as_raw_fd());
+        }
+        Self { pipe, kept: Vec::new(), dropped: false }
+    }
+
+    /// Reads what is there; closes the pipe at end of file or on error.
+    fn read(&mut self) {
+        let Some(pipe) = &mut self.pipe else { return };
+        let mut buf = [0u8; 16 << 10];
+        for _ in 0..READS_PER_WAKE {
+            match pipe.read(&mut buf) {
+                Ok(0) => return self.pipe = None,
+                Ok(n) => {
+                    let room = MAX_CAPTURE_BYTES.saturating_sub(self.kept.len());
+                    self.kept.extend_from_slice(&buf[..n.min(room)]);
+                    self.dropped |= n > room;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return self.pipe = None,
+            }
+        }
+    }
+}
+
+/// The command's stdin, written without blocking.
+struct Feed {
+    pipe: Option<std::process::ChildStdin>,
+    data: Vec<u8>,
+    written: usize,
+}
+
+impl Feed {
+    fn write(&mut self) {
+        let Some(pipe) = &mut self.pipe else { return };
+        loop {
+            if self.written == self.data.len() {
+                break self.pipe = None;
+            }
+            match pipe.write(&self.data[self.written..]) {
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break self.pipe = None,
+            }
+        }
+    }
+}
+
+fn set_nonblocking(fd: libc::c_int) {
+    // SAFETY: fcntl(2) on a pipe descriptor this process owns.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+}
+
+fn run_capped(
+    spec: Spec<'_>,
+    timeout: Duration,
+    cancel: Option<Arc<AtomicBool>>,
+) -> Result<Output, ProcessError> {
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut cmd = std::process::Command::new(&spec.command.executable);
+    cmd.arg0(&spec.command.argv[0])
+        .args(spec.command.args())
+        .current_dir(spec.cwd)
+        .env_clear()
+        .envs(spec.env)
+        .process_group(0)
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child =
+        cmd.spawn().map_err(|e| ProcessError::Spawn(format!("{}: {e}", spec.command.argv[0])))?;
+    let mut stdout = Capture::new(child.stdout.take());
+    let mut stderr = Capture::new(child.stderr.take());
+    let mut feed =
+        Feed { pipe: child.stdin.take(), data: spec.stdin.unwrap_or_default(), written: 0 };
+    if let Some(p) = &feed.pipe {
+        set_nonblocking(p.as_raw_fd());
+    }
+    let mut group = Group { child, reaped: false };
+    let mut exited_at = None;
+    loop {
+        let now = Instant::now();
+        if exited_at.is_none() && group.exited() {
+            exited_at = Some(now);
+        }
+        let closed = stdout.pipe.is_none() && stderr.pipe.is_none();
+        if let Some(at) = exited_at
+            && (closed || now >= at + PIPE_GRACE)
+        {
+            break;
+        }
+        if now >= deadline || cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+            let _ = group.finish();
+            return Err(ProcessError::Timeout);
+        }
+        let mut wait = deadline.saturating_duration_since(now).min(POLL_INTERVAL);
+        if let Some(at) = exited_at {
+            wait = wait.min((at + PIPE_GRACE).saturating_duration_since(now));
+        }
+        poll(&stdout, &stderr, &feed, wait);
+        stdout.read();
+        stderr.read();
+        feed.write();
+    }
+    let status = group.finish().map_err(|e| ProcessError::Spawn(e.to_string()))?;
+    Ok(Output {
+        exit_code: status.code(),
+        stdout: stdout.kept,
+        stderr: stderr.kept,
+        truncated: stdout.dropped || stderr.dropped,
     })
+}
+
+/// Waits up to `wait` for any open pipe to be ready.
+fn poll<R: AsRawFd>(
+    stdout: &Capture<R>,
+    stderr: &Capture<impl AsRawFd>,
+    feed: &Feed,
+    wait: Duration,
+) {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
+    let mut add = |fd: Option<libc::c_int>, events| {
+        if let Some(fd) = fd {
+            fds.push(libc::pollfd { fd, events, revents: 0 });
+        }
+    };
+    add(stdout.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+    add(stderr.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+    add(feed.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
+    let ms = libc::c_int::try_from(wait.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+    let count = libc::nfds_t::try_from(fds.len()).unwrap_or(0);
+    // SAFETY: `fds` is a live array of `count` pollfd records.
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), count, ms);
+    }
 }

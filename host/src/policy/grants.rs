@@ -1,5 +1,6 @@
 //! The effective grants of one plugin.
 
+use super::command::{self, CommandError, ResolvedCommand, SearchPath};
 use super::patterns::{CommandPattern, PatternError, UrlPattern};
 use crate::config::{Access, Limits, PluginGrant, SandboxConfig};
 use crate::plugin::Manifest;
@@ -47,6 +48,12 @@ pub struct Grants {
     pub http: Vec<String>,
     /// Command patterns both requested and granted.
     pub process: Vec<String>,
+    /// Environment variables a command may be given beyond the safe
+    /// built-in set (locale, time zone, display hints).
+    pub env: Vec<String>,
+    /// Programs whose exec-vector invocations (`git -c`, `find -exec`, ...)
+    /// may run when a granted pattern matches them.
+    pub exec_vectors: Vec<String>,
     /// Secret names both requested and granted.
     pub secrets: Vec<String>,
     /// Tools offered; all when `None`.
@@ -63,6 +70,8 @@ pub struct Grants {
     cmd_requested: Vec<CommandPattern>,
     #[serde(skip)]
     cmd_granted: Vec<CommandPattern>,
+    #[serde(skip)]
+    search_path: SearchPath,
 }
 
 impl Grants {
@@ -101,6 +110,8 @@ impl Grants {
             dirs,
             http: both(&requests.http, &grant.http),
             process: both(&requests.process, &grant.process),
+            env: grant.env.clone(),
+            exec_vectors: grant.exec_vectors.clone(),
             secrets: grant
                 .secrets
                 .iter()
@@ -114,6 +125,7 @@ impl Grants {
             url_granted: parse_urls(&grant.http)?,
             cmd_requested: parse_cmds(&requests.process)?,
             cmd_granted: parse_cmds(&grant.process)?,
+            search_path: sandbox.search_path()?,
         })
     }
 
@@ -130,10 +142,54 @@ impl Grants {
             && self.url_granted.iter().any(|p| p.names_one_host() && p.matches(url))
     }
 
-    /// Whether the plugin may run `command_line`.
-    pub fn allows_command(&self, command_line: &str) -> bool {
-        self.cmd_requested.iter().any(|p| p.matches(command_line))
-            && self.cmd_granted.iter().any(|p| p.matches(command_line))
+    /// The command `program args...` as it will run, if the plugin may run
+    /// it: the program resolves on the fixed search path (or is an absolute
+    /// path outside every granted directory), its canonical line matches a
+    /// pattern both requested and granted, and it is no exec vector unless
+    /// `exec_vectors` names its program.
+    pub fn command(
+        &self,
+        program: &str,
+        args: &[String],
+    ) -> Result<ResolvedCommand, CommandDenial> {
+        let confined: Vec<PathBuf> = self.dirs.iter().map(|d| d.host.clone()).collect();
+        let resolved = command::resolve(program, args, &self.search_path, &confined)?;
+        let line = resolved.line();
+        if !(self.cmd_requested.iter().any(|p| p.matches(&line))
+            && self.cmd_granted.iter().any(|p| p.matches(&line)))
+        {
+            return Err(CommandDenial::NoPattern { line });
+        }
+        if let Some(vector) = command::exec_vector(&resolved) {
+            let invoked = std::path::Path::new(&resolved.argv[0])
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned());
+            let allowed = self.allows_exec_vector(vector.program)
+                || invoked.is_some_and(|name| self.allows_exec_vector(&name));
+            if !allowed {
+                return Err(CommandDenial::ExecVector {
+                    line,
+                    program: vector.program,
+                    reason: vector.reason,
+                });
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Whether `exec_vectors` names `program`.
+    pub fn allows_exec_vector(&self, program: &str) -> bool {
+        self.exec_vectors.iter().any(|p| p == program)
+    }
+
+    /// Whether a command may be given the environment variable `name`.
+    pub fn allows_env(&self, name: &str) -> bool {
+        command::env_allowed(name, &self.env)
+    }
+
+    /// The fixed search path programs are resolved against.
+    pub fn search_path(&self) -> &SearchPath {
+        &self.search_path
     }
 
     /// Whether the plugin may reference the secret `name`.
@@ -186,6 +242,36 @@ pub enum GrantError {
     /// A pattern is malformed.
     #[error(transparent)]
     Pattern(#[from] PatternError),
+    /// The sandbox's command search path is unusable.
+    #[error("[sandbox] {0}")]
+    SearchPath(#[from] CommandError),
+}
+
+/// Why a plugin may not run a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandDenial {
+    /// The program does not resolve to one the host would run.
+    #[error(transparent)]
+    Unresolved(#[from] CommandError),
+    /// No pattern both requested and granted matches the command.
+    #[error("`{line}` matches no command pattern both requested and granted")]
+    NoPattern {
+        /// The canonical command line.
+        line: String,
+    },
+    /// The command can run a program of the caller's choosing.
+    #[error(
+        "`{line}` is refused: {program}: {reason}; a grant allows that only with \
+         `exec_vectors = [\"{program}\"]`"
+    )]
+    ExecVector {
+        /// The canonical command line.
+        line: String,
+        /// The program family, as `exec_vectors` names it.
+        program: &'static str,
+        /// What would run another program.
+        reason: String,
+    },
 }
 
 #[cfg(test)]
@@ -214,6 +300,11 @@ mod tests {
         .unwrap()
     }
 
+    fn allows(g: &Grants, line: &str) -> bool {
+        let words = command::split(line).unwrap();
+        g.command(&words[0], &words[1..]).is_ok()
+    }
+
     #[test]
     fn nothing_granted_means_nothing_allowed() {
         let g = grants(
@@ -227,7 +318,7 @@ mod tests {
         );
         assert!(g.dirs.is_empty());
         assert!(!g.allows_url(&Url::parse("https://example.com/").unwrap()));
-        assert!(!g.allows_command("ls"));
+        assert!(!allows(&g, "ls"));
         assert!(!g.allows_secret("KEY"));
     }
 
@@ -248,7 +339,7 @@ mod tests {
         let g = grants(Requests::default(), grant);
         assert!(g.dirs.is_empty());
         assert!(!g.allows_url(&Url::parse("https://example.com/").unwrap()));
-        assert!(!g.allows_command("ls"));
+        assert!(!allows(&g, "ls"));
         assert!(!g.allows_secret("KEY"));
     }
 
@@ -277,7 +368,7 @@ mod tests {
         assert!(g.allows_url(&Url::parse("https://api.example.com/v1/x").unwrap()));
         assert!(!g.allows_url(&Url::parse("https://api.example.com/v2").unwrap()));
         assert!(!g.allows_url(&Url::parse("https://www.example.com/v1").unwrap()));
-        assert!(g.allows_command("git status") && !g.allows_command("ls"));
+        assert!(allows(&g, "git status") && !allows(&g, "ls"));
         assert!(g.allows_secret("KEY") && !g.allows_secret("OTHER"));
     }
 

@@ -115,7 +115,7 @@ impl Preset {
             source: Box::new(source),
         })?;
         let mut set = if Self::builtin(&self.name).as_ref() == Some(self) {
-            RuleSet::layered(&own.with_default(global.default()), global)
+            RuleSet::layered(&own.with_settings_of(global), global)
         } else {
             RuleSet::layered(global, &own)
         };

@@ -2,6 +2,7 @@
 //! pattern over one of its arguments. The host evaluates them before every
 //! call; nothing a model says can change what they decide.
 
+use super::command::{self, SearchPath};
 use super::patterns::{CommandPattern, PatternError};
 use globset::{GlobBuilder, GlobMatcher};
 use reqwest::Url;
@@ -35,11 +36,18 @@ impl fmt::Display for Decision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatternKind {
     /// A command-line glob such as `git *`: `*` matches across spaces and
-    /// slashes. Runs of spaces and tabs count as one space. A rule that
-    /// allows by pattern covers only a simple command: one that chains,
-    /// pipes, redirects or substitutes (unquoted `;`, `&`, `|`, `<`, `>`,
-    /// a line break, or `` ` `` / `$(` anywhere outside single quotes) never
-    /// matches it, so `git *` cannot let `git status; rm -rf ~` through.
+    /// slashes. It is matched against the canonical line of the argv that
+    /// will run (see [`command`](super::command)): the line split into
+    /// words as the `shell` plugin splits it, the program resolved on the
+    /// fixed search path (`/bin/rm`, `'rm'` and `r\m` are all `rm`; a
+    /// program the search path would not give stays its absolute path),
+    /// the words joined with canonical quoting. A rule that allows by
+    /// pattern covers only a simple command: one that chains, pipes,
+    /// redirects or substitutes (unquoted `;`, `&`, `|`, `<`, `>`, a line
+    /// break, or `` ` `` / `$(` anywhere outside single quotes) never
+    /// matches it, so `git *` cannot let `git status; rm -rf ~` through;
+    /// nor does it cover an exec vector (`git -c ...`, `find -exec`, `sh`,
+    /// ...) unless `[permissions] exec_vectors` names the program.
     Command,
     /// A path glob: `*` stays within one directory, `**` spans any number.
     /// Paths stay relative or absolute as given, but are normalized
@@ -54,15 +62,76 @@ pub enum PatternKind {
 impl PatternKind {
     /// The argument put in shape for matching; `None` when it has no
     /// subject (a URL without a host).
-    fn subject(self, raw: &str) -> Option<String> {
+    fn subject(self, raw: &str, path: &SearchPath) -> Option<Subject> {
+        let plain = |text| Subject { text, simple: true, exec_vector: None, inner: Vec::new() };
         match self {
-            Self::Command => {
-                Some(raw.split([' ', '\t']).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" "))
-            }
-            Self::Path => Some(normalize_path(raw)),
-            Self::Host => host_of(raw),
+            Self::Command => Some(command_subject(raw, path)),
+            Self::Path => Some(plain(normalize_path(raw))),
+            Self::Host => host_of(raw).map(plain),
         }
     }
+}
+
+/// An argument in the shape rules match, with what an allow rule must know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Subject {
+    /// What patterns match.
+    text: String,
+    /// False for a command line that needs a shell.
+    simple: bool,
+    /// The program family of a command's exec vector.
+    exec_vector: Option<&'static str>,
+    /// For an exec vector, the commands it may run (`rm -f x` in
+    /// `timeout 5 rm -f x` or `sh -c 'rm -f x'`), which deny and ask
+    /// patterns also match.
+    inner: Vec<String>,
+}
+
+/// A `shell` command line as the canonical line of the argv that will run.
+/// A line that does not split (an unbalanced quote) keeps its words as
+/// written; the `shell` plugin refuses to run it.
+fn command_subject(raw: &str, path: &SearchPath) -> Subject {
+    let words = command::split(raw).ok();
+    let resolved = words.as_ref().and_then(|w| command::resolve(&w[0], &w[1..], path, &[]).ok());
+    let text = match (&resolved, &words) {
+        (Some(resolved), _) => resolved.line(),
+        (None, Some(words)) => shell_words::join(words),
+        (None, None) => {
+            raw.split([' ', '\t']).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
+        }
+    };
+    let exec_vector = resolved.as_ref().and_then(command::exec_vector).map(|v| v.program);
+    let inner = match (&resolved, exec_vector) {
+        (Some(resolved), Some(_)) => inner_commands(resolved.args(), path),
+        _ => Vec::new(),
+    };
+    Subject { text, simple: words.is_some() && is_simple_command(raw), exec_vector, inner }
+}
+
+/// Every command a runner's arguments could start: from each word that
+/// names a program, to the end, both in the arguments themselves and in
+/// any argument that splits into several words (a `-c` script). Errs on
+/// the side of finding too many, since only deny and ask rules use them.
+fn inner_commands(args: &[String], path: &SearchPath) -> Vec<String> {
+    let mut lists = vec![args.to_vec()];
+    lists.extend(
+        args.iter()
+            .filter(|a| a.contains(char::is_whitespace))
+            .filter_map(|a| command::split(a).ok()),
+    );
+    let mut found = Vec::new();
+    for words in &lists {
+        for start in 0..words.len() {
+            let program = &words[start];
+            if program.starts_with('-') || program.contains('=') {
+                continue;
+            }
+            if let Ok(resolved) = command::resolve(program, &words[start + 1..], path, &[]) {
+                found.push(resolved.line());
+            }
+        }
+    }
+    found
 }
 
 impl fmt::Display for PatternKind {
@@ -109,15 +178,20 @@ fn tool_argument(tool: &str) -> Option<&'static ToolArgument> {
 }
 
 /// What a rule's pattern is matched against for a call of `tool`: its
-/// command line, normalized path or URL host. `None` for a tool missing
-/// from [`TOOL_ARGUMENTS`] or an argument that is not a string.
+/// canonical command line (programs resolved on the default search path),
+/// normalized path or URL host. `None` for a tool missing from
+/// [`TOOL_ARGUMENTS`] or an argument that is not a string.
 pub fn subject_of(tool: &str, args: &serde_json::Value) -> Option<String> {
+    subject_in(tool, args, &SearchPath::default()).map(|s| s.text)
+}
+
+fn subject_in(tool: &str, args: &serde_json::Value, path: &SearchPath) -> Option<Subject> {
     let entry = tool_argument(tool)?;
     let raw = match args.get(entry.argument).filter(|v| !v.is_null()) {
         Some(value) => value.as_str()?,
         None => entry.default?,
     };
-    entry.kind.subject(raw)
+    entry.kind.subject(raw, path)
 }
 
 /// One permission rule, as written in `reson.toml` or a preset:
@@ -291,13 +365,23 @@ impl ArgumentMatcher {
         }
     }
 
-    fn matches(&self, subject: &str, decision: Decision) -> bool {
+    /// Whether the pattern matches; an allow pattern never covers a
+    /// command that needs a shell, nor an exec vector of a program missing
+    /// from `exec_vectors`.
+    fn matches(&self, subject: &Subject, decision: Decision, exec_vectors: &[String]) -> bool {
         match self {
-            Self::Command(pattern) => {
-                pattern.matches(subject)
-                    && (decision != Decision::Allow || is_simple_command(subject))
+            Self::Command(pattern) if decision != Decision::Allow => {
+                pattern.matches(&subject.text) || subject.inner.iter().any(|c| pattern.matches(c))
             }
-            Self::Path(glob) | Self::Host(glob) => glob.is_match(subject),
+            Self::Command(pattern) => {
+                pattern.matches(&subject.text)
+                    && (decision != Decision::Allow
+                        || subject.simple
+                            && subject
+                                .exec_vector
+                                .is_none_or(|p| exec_vectors.iter().any(|e| e == p)))
+            }
+            Self::Path(glob) | Self::Host(glob) => glob.is_match(&subject.text),
         }
     }
 }
@@ -376,23 +460,26 @@ impl CompiledRule {
         Ok(compiled)
     }
 
-    fn matches(&self, tool: &str, subject: Option<&str>) -> bool {
+    fn matches(&self, tool: &str, subject: Option<&Subject>, exec_vectors: &[String]) -> bool {
         self.tools.matches(tool)
             && match &self.arguments {
                 Arguments::Any => true,
                 Arguments::Matching(matcher) => {
-                    subject.is_some_and(|s| matcher.matches(s, self.decision))
+                    subject.is_some_and(|s| matcher.matches(s, self.decision, exec_vectors))
                 }
                 Arguments::Never => false,
             }
     }
 
+    /// Examples are checked with the default search path and no exec
+    /// vectors allowed.
     fn matches_example(&self, example: &str) -> bool {
         match &self.arguments {
             Arguments::Any => self.tools.matches(example),
-            Arguments::Matching(matcher) => {
-                matcher.kind().subject(example).is_some_and(|s| matcher.matches(&s, self.decision))
-            }
+            Arguments::Matching(matcher) => matcher
+                .kind()
+                .subject(example, &SearchPath::default())
+                .is_some_and(|s| matcher.matches(&s, self.decision, &[])),
             Arguments::Never => false,
         }
     }
@@ -404,6 +491,8 @@ impl CompiledRule {
 pub struct RuleSet {
     rules: Vec<CompiledRule>,
     default: Decision,
+    search_path: SearchPath,
+    exec_vectors: Vec<String>,
 }
 
 impl RuleSet {
@@ -416,7 +505,12 @@ impl RuleSet {
             .enumerate()
             .map(|(index, rule)| CompiledRule::compile(index, rule))
             .collect::<Result<_, _>>()?;
-        Ok(Self { rules, default: Decision::Ask })
+        Ok(Self {
+            rules,
+            default: Decision::Ask,
+            search_path: SearchPath::default(),
+            exec_vectors: Vec::new(),
+        })
     }
 
     /// The decision for calls no rule matches.
@@ -430,12 +524,33 @@ impl RuleSet {
         self
     }
 
+    /// Resolves the programs of `shell` commands on `path` (default: the
+    /// built-in search path).
+    pub fn with_search_path(mut self, path: SearchPath) -> Self {
+        self.search_path = path;
+        self
+    }
+
+    /// Lets allow patterns cover the exec vectors of these programs
+    /// (`git`, `find`, ...), which they never cover otherwise.
+    pub fn with_exec_vectors(mut self, programs: Vec<String>) -> Self {
+        self.exec_vectors = programs;
+        self
+    }
+
     /// `global`'s rules, then `preset`'s, so that a preset rule wins over a
-    /// global one when both match. The default is `global`'s: it is the
-    /// host's choice (ask when someone can answer), not the preset's.
+    /// global one when both match. The default decision, the search path
+    /// and the exec vectors are `global`'s: they are the host's choice (ask
+    /// when someone can answer), not the preset's.
     pub fn layered(global: &RuleSet, preset: &RuleSet) -> RuleSet {
         let rules = global.rules.iter().chain(&preset.rules).cloned().collect();
-        RuleSet { rules, default: global.default }
+        RuleSet { rules, ..global.clone() }
+    }
+
+    /// `self` with the default decision, search path and exec vectors of
+    /// `host`, for a set layered below `host`'s rules.
+    pub(super) fn with_settings_of(self, host: &RuleSet) -> Self {
+        RuleSet { rules: self.rules, ..host.clone() }
     }
 
     /// Appends a rule denying `tools`, after every other rule so that it wins.
@@ -451,9 +566,9 @@ impl RuleSet {
 
     /// Decides a call of `tool` with JSON arguments `args`.
     pub fn decide(&self, tool: &str, args: &serde_json::Value) -> Verdict {
-        let subject = subject_of(tool, args);
-        match self.rules.iter().enumerate().rev().find(|(_, r)| r.matches(tool, subject.as_deref()))
-        {
+        let subject = subject_in(tool, args, &self.search_path);
+        let matching = |r: &&CompiledRule| r.matches(tool, subject.as_ref(), &self.exec_vectors);
+        match self.rules.iter().enumerate().rev().find(|(_, r)| matching(r)) {
             Some((index, rule)) => Verdict {
                 decision: rule.decision,
                 rule_index: Some(index),
@@ -846,6 +961,70 @@ mod tests {
             assert_eq!((verdict.decision, verdict.rule_index), (decision, rule_index), "{what}");
             assert_eq!(verdict.rule.is_some(), rule_index.is_some(), "{what}");
         }
+    }
+
+    #[test]
+    fn command_rules_match_the_argv_that_runs() {
+        let decide =
+            |set: &RuleSet, line: &str| set.decide("shell", &json!({ "command": line })).decision;
+        let deny_rm =
+            RuleSet::compile(&[rule(Allow, "shell", None), rule(Deny, "shell", Some("rm *"))])
+                .unwrap();
+        for line in [
+            "rm -f x",
+            "'rm' -f x",
+            r"r\m -f x",
+            "\"rm\" -f x",
+            "/bin/rm -f x",
+            "/usr/bin/../bin/rm -f x",
+            "/usr//bin/./rm -f x",
+            " rm\t-f  x",
+        ] {
+            assert_eq!(decide(&deny_rm, line), Deny, "{line}");
+        }
+        let allow_git = RuleSet::compile(&[rule(Allow, "shell", Some("git *"))]).unwrap();
+        assert_eq!(decide(&allow_git, "git status"), Allow);
+        assert_eq!(decide(&allow_git, "'git' log -p"), Allow);
+        for line in [
+            "git -c alias.x=!touch status",
+            "'git' '-c' 'alias.x=!touch' x",
+            "git -c core.pager=touch log",
+            "git --exec-path=/tmp status",
+            "git config core.fsmonitor touch",
+            "git st",
+            "git fetch --upload-pack=touch origin",
+        ] {
+            assert_eq!(decide(&allow_git, line), Ask, "{line}");
+        }
+        // Deny and ask patterns still cover exec vectors, and the commands
+        // inside them.
+        let deny_git =
+            RuleSet::compile(&[rule(Allow, "shell", None), rule(Deny, "shell", Some("git *"))])
+                .unwrap();
+        assert_eq!(decide(&deny_git, "git -c alias.x=!touch x"), Deny);
+        for line in [
+            "env rm -f x",
+            "env A=b /bin/rm -f x",
+            "timeout 5 rm -f x",
+            "nice -n 5 nohup rm -f x",
+            "sh -c 'rm -f x'",
+            "bash -c 'cd / && rm -f x'",
+            r"find . -exec rm -f {} \;",
+            "xargs rm -f",
+        ] {
+            assert_eq!(decide(&deny_rm, line), Deny, "{line}");
+        }
+        assert_eq!(decide(&deny_rm, "echo rm -f x"), Allow);
+        // A program the search path would not give keeps its path.
+        let other_git = std::env::temp_dir().join("git");
+        assert_eq!(decide(&allow_git, &format!("{} status", other_git.display())), Ask);
+        let find = RuleSet::compile(&[rule(Allow, "shell", Some("find *"))]).unwrap();
+        assert_eq!(decide(&find, "find . -name x"), Allow);
+        assert_eq!(decide(&find, r"find . -exec touch x \;"), Ask);
+        let find = find.with_exec_vectors(vec!["find".into()]);
+        assert_eq!(decide(&find, r"find . -exec touch x \;"), Allow);
+        let layered = RuleSet::layered(&find, &RuleSet::compile(&[]).unwrap());
+        assert_eq!(decide(&layered, r"find . -exec touch x \;"), Allow);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! capability. The host runs only command lines matching the patterns the
 //! user granted, in a granted directory, with a scrubbed environment; this
 //! tool splits the model's command line into words without a shell and
-//! shapes the output for the model.
+//! shapes the output for the model. The host's permission rules split the
+//! line the same way (shell_words), so what they match is what runs.
 
 mod command;
 mod output;
@@ -26,7 +27,8 @@ struct ShellArgs {
     /// like a POSIX shell does (single quotes, double quotes and backslashes
     /// work). No shell runs it: pipes, redirections, `;`, `&&`, `||`, `&`,
     /// backticks and `$(...)` are refused, and `*`, `~` and `$VAR` are not
-    /// expanded.
+    /// expanded. The program is a name looked up on the host's fixed search
+    /// path, or an absolute path; relative paths such as `./x` are refused.
     command: String,
     /// Working directory: absolute, or relative to the first granted
     /// directory (default: the first granted directory). It must lie inside
@@ -46,7 +48,8 @@ fn shell(args: ShellArgs, ctx: &Context) -> Result<Output, ToolError> {
         program: line.program,
         args: line.args,
         cwd: cwd.as_ref().map(|dir| dir.to_string_lossy().into_owned()),
-        // The host starts from PATH, HOME and LANG; the model adds nothing.
+        // The host sets PATH to its fixed search path and passes HOME and
+        // LANG; the model adds nothing.
         env: Vec::new(),
         stdin: None,
         timeout_ms: Some(timeout_ms),

@@ -86,6 +86,18 @@ struct ExecArgs {
     /// Its arguments.
     #[serde(default)]
     args: Vec<String>,
+    /// Environment variables to ask for.
+    #[serde(default)]
+    env: Vec<(String, String)>,
+    /// Working directory (a guest path).
+    #[serde(default)]
+    cwd: Option<String>,
+    /// Bytes for its stdin.
+    #[serde(default)]
+    stdin: Option<String>,
+    /// Its own timeout.
+    #[serde(default)]
+    timeout_ms: Option<u32>,
 }
 
 /// Arguments of `flood`.
@@ -278,10 +290,10 @@ fn exec(args: ExecArgs, _: &Context) -> Result<Output, ToolError> {
     let command = process::Command {
         program: args.program,
         args: args.args,
-        cwd: None,
-        env: Vec::new(),
-        stdin: None,
-        timeout_ms: None,
+        cwd: args.cwd,
+        env: args.env,
+        stdin: args.stdin.map(String::into_bytes),
+        timeout_ms: args.timeout_ms,
     };
     match process::run(&command) {
         Ok(output) => Ok(Output::text(String::from_utf8_lossy(&output.stdout))),
@@ -378,7 +390,11 @@ fn base_tools() -> Toolbox {
         .tool("env", "Lists the environment variables.", env)
         .tool("connect", "Opens a TCP connection to `addr`.", connect)
         .tool("http", "GETs `url` through the host, with `headers`, optionally streamed.", http_get)
-        .tool("exec", "Runs `program` with `args` through the host.", exec)
+        .tool(
+            "exec",
+            "Runs `program` with `args` (and `env`, `cwd`, `stdin`) through the host.",
+            exec,
+        )
         .tool("flood", "Returns `bytes` bytes of `x`.", flood)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)

@@ -1,0 +1,920 @@
+//! What a command line really runs. Process grants and `shell` permission
+//! rules both match the argv produced here, never the text a guest or a
+//! model wrote: the line is split as the `shell` plugin splits it
+//! (shell_words), the program is resolved against a fixed search path the
+//! host chose, and the result is joined back in one canonical quoting.
+//!
+//! It also knows which invocations of common tools run other programs
+//! (exec vectors: `git -c`, `find -exec`, `xargs`, `python3 -c`, ...), and
+//! which environment variables a guest may set.
+
+use std::path::{Component, Path, PathBuf};
+
+/// The search path when `[sandbox] command_path` is not set.
+pub const DEFAULT_COMMAND_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
+
+/// Why a command cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// The command line has an unbalanced quote.
+    #[error("the command line has an unbalanced quote")]
+    Unbalanced,
+    /// The command line names no program.
+    #[error("the command line is empty")]
+    Empty,
+    /// A program path that is not absolute (`./git`, `bin/x`).
+    #[error(
+        "`{0}` is a relative path: programs are named (found on the host's fixed search path) or \
+         given as absolute paths"
+    )]
+    Relative(String),
+    /// No such executable on the search path, or at the absolute path.
+    #[error("`{0}` is not an executable on the host's fixed search path")]
+    NotFound(String),
+    /// The program lies in, or is reached through, a directory granted to
+    /// a plugin, where a guest could have planted it.
+    #[error("`{0}` lies inside a directory granted to a plugin; programs there never run")]
+    Confined(String),
+    /// A search-path entry that is not an absolute path.
+    #[error("command_path entry `{0}` is not an absolute path")]
+    RelativeSearchPath(String),
+}
+
+/// The fixed list of directories programs are looked up in. It never comes
+/// from the host's or the guest's `PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchPath(Vec<PathBuf>);
+
+impl Default for SearchPath {
+    fn default() -> Self {
+        Self(DEFAULT_COMMAND_PATH.iter().map(PathBuf::from).collect())
+    }
+}
+
+impl SearchPath {
+    /// A search path from its entries, each of which must be absolute.
+    pub fn new(entries: &[PathBuf]) -> Result<Self, CommandError> {
+        if let Some(bad) = entries.iter().find(|e| !e.is_absolute()) {
+            return Err(CommandError::RelativeSearchPath(bad.display().to_string()));
+        }
+        Ok(Self(entries.to_vec()))
+    }
+
+    /// The value of `PATH` given to every child.
+    pub fn env_value(&self) -> String {
+        self.0.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join(":")
+    }
+
+    /// The first executable file named `name` in the search path.
+    fn find(&self, name: &str) -> Option<PathBuf> {
+        self.0.iter().map(|dir| dir.join(name)).find(|p| is_executable(p))
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A command as it will run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedCommand {
+    /// The absolute path spawned: an entry of the search path when the
+    /// program is one of its programs.
+    pub executable: PathBuf,
+    /// The canonical argv: the program's name when it is the file the
+    /// search path gives for that name (`/bin/rm` is `rm`), else its
+    /// canonical absolute path; then the arguments as given.
+    pub argv: Vec<String>,
+    /// The file that really runs, all symlinks resolved.
+    target: PathBuf,
+}
+
+impl ResolvedCommand {
+    /// The canonical command line that patterns match: the argv joined
+    /// with shell quoting, so that no quoting of the original line can
+    /// change what matches.
+    pub fn line(&self) -> String {
+        shell_words::join(&self.argv)
+    }
+
+    /// The arguments after the program.
+    pub fn args(&self) -> &[String] {
+        &self.argv[1..]
+    }
+}
+
+/// Splits a command line into words exactly as the `shell` plugin does.
+pub fn split(line: &str) -> Result<Vec<String>, CommandError> {
+    let words = shell_words::split(line).map_err(|_| CommandError::Unbalanced)?;
+    if words.is_empty() { Err(CommandError::Empty) } else { Ok(words) }
+}
+
+/// Resolves `program` against `path` and returns what will run. Programs
+/// inside (or reached through) any of `confined` are refused.
+pub fn resolve(
+    program: &str,
+    args: &[String],
+    path: &SearchPath,
+    confined: &[PathBuf],
+) -> Result<ResolvedCommand, CommandError> {
+    let inside = |p: &Path| confined.iter().any(|dir| p.starts_with(dir));
+    let (name, executable) = if program.contains('/') {
+        let given = Path::new(program);
+        if !given.is_absolute() {
+            return Err(CommandError::Relative(program.to_owned()));
+        }
+        if inside(&normalize(given)) {
+            return Err(CommandError::Confined(program.to_owned()));
+        }
+        let target = given
+            .canonicalize()
+            .ok()
+            .filter(|t| is_executable(t))
+            .ok_or_else(|| CommandError::NotFound(program.to_owned()))?;
+        // The name the path was given under, then the name of the file it
+        // leads to: either may be the search path's program of that name.
+        let names = [given.file_name(), target.file_name()];
+        let on_path = names.into_iter().flatten().find_map(|n| {
+            let n = n.to_str()?;
+            let found = path.find(n)?;
+            (found.canonicalize().ok()? == target).then(|| (n.to_owned(), found))
+        });
+        on_path.unwrap_or_else(|| (target.to_string_lossy().into_owned(), target.clone()))
+    } else {
+        let found = path.find(program).ok_or_else(|| CommandError::NotFound(program.to_owned()))?;
+        (program.to_owned(), found)
+    };
+    let target =
+        executable.canonicalize().map_err(|_| CommandError::NotFound(program.to_owned()))?;
+    if inside(&target) || inside(&normalize(&executable)) {
+        return Err(CommandError::Confined(program.to_owned()));
+    }
+    let argv = std::iter::once(name).chain(args.iter().cloned()).collect();
+    Ok(ResolvedCommand { executable, argv, target })
+}
+
+/// The canonical line for a permission rule: resolved when the program
+/// resolves, else the words as split (such a command cannot run anyway).
+pub fn canonical_line(line: &str, path: &SearchPath) -> Result<String, CommandError> {
+    let words = split(line)?;
+    Ok(match resolve(&words[0], &words[1..], path, &[]) {
+        Ok(resolved) => resolved.line(),
+        Err(_) => shell_words::join(&words),
+    })
+}
+
+/// Lexical normalization of an absolute path (`/usr/bin/../bin` is `/usr/bin`).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(p) => out.push(p),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// An invocation that can make the program run another program of the
+/// caller's choosing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecVector {
+    /// The program family, as named in `exec_vectors` (`git`, `find`,
+    /// `python`, `sh`, ...).
+    pub program: &'static str,
+    /// What runs another program, for the message.
+    pub reason: String,
+}
+
+/// Programs whose whole job is to run other programs (or commands given as
+/// text): any invocation is an exec vector.
+const RUNNERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "ash",
+    "rbash",
+    "fish",
+    "csh",
+    "tcsh",
+    "busybox",
+    "env",
+    "xargs",
+    "nice",
+    "nohup",
+    "timeout",
+    "setsid",
+    "sudo",
+    "su",
+    "doas",
+    "runuser",
+    "stdbuf",
+    "chroot",
+    "strace",
+    "ltrace",
+    "gdb",
+    "flock",
+    "watch",
+    "unshare",
+    "nsenter",
+    "chrt",
+    "ionice",
+    "taskset",
+    "script",
+    "parallel",
+    "expect",
+    "time",
+    "systemd-run",
+    "setarch",
+    "prlimit",
+    "start-stop-daemon",
+    "run-parts",
+];
+
+/// Git subcommands that are builtins and run nothing configurable by
+/// themselves; anything else is an alias or an external `git-*` program.
+/// Left out on purpose: `difftool`, `mergetool`, `filter-branch`,
+/// `credential`, `hook`, `merge-index`, `send-email`, and `submodule`
+/// (`foreach`, and `update` runs `submodule.*.update = !cmd` from the
+/// repository's config).
+const GIT_BUILTINS: &[&str] = &[
+    "add",
+    "am",
+    "annotate",
+    "apply",
+    "archive",
+    "bisect",
+    "blame",
+    "branch",
+    "bundle",
+    "cat-file",
+    "check-attr",
+    "check-ignore",
+    "check-mailmap",
+    "check-ref-format",
+    "checkout",
+    "checkout-index",
+    "cherry",
+    "cherry-pick",
+    "clean",
+    "clone",
+    "column",
+    "commit",
+    "commit-graph",
+    "commit-tree",
+    "config",
+    "count-objects",
+    "describe",
+    "diff",
+    "diff-files",
+    "diff-index",
+    "diff-tree",
+    "fetch",
+    "for-each-ref",
+    "format-patch",
+    "fsck",
+    "gc",
+    "grep",
+    "hash-object",
+    "help",
+    "init",
+    "log",
+    "ls-files",
+    "ls-remote",
+    "ls-tree",
+    "maintenance",
+    "merge",
+    "merge-base",
+    "merge-file",
+    "merge-tree",
+    "mv",
+    "name-rev",
+    "notes",
+    "prune",
+    "pull",
+    "push",
+    "range-diff",
+    "read-tree",
+    "rebase",
+    "reflog",
+    "remote",
+    "repack",
+    "replace",
+    "rerere",
+    "reset",
+    "restore",
+    "rev-list",
+    "rev-parse",
+    "revert",
+    "rm",
+    "shortlog",
+    "show",
+    "show-branch",
+    "show-ref",
+    "sparse-checkout",
+    "stash",
+    "status",
+    "stripspace",
+    "switch",
+    "symbolic-ref",
+    "tag",
+    "update-index",
+    "update-ref",
+    "var",
+    "verify-commit",
+    "verify-tag",
+    "version",
+    "whatchanged",
+    "worktree",
+    "write-tree",
+];
+
+/// The exec vector in `command`, if it has one.
+pub fn exec_vector(command: &ResolvedCommand) -> Option<ExecVector> {
+    let names = [Path::new(&command.argv[0]).file_name(), command.target.file_name()];
+    names.into_iter().flatten().filter_map(|n| n.to_str()).find_map(|name| {
+        let family = family(name);
+        vector_of(family, command.args())
+            .map(|(program, reason)| ExecVector { program, reason: reason.to_owned() })
+    })
+}
+
+/// `python3.11` is `python`, `perl5.36` is `perl`, `nodejs` is `node`.
+fn family(name: &str) -> &str {
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    match base {
+        "nodejs" => "node",
+        "luajit" => "lua",
+        "vi" | "vim" | "nvim" | "view" | "ex" | "rvim" => "vim",
+        "gawk" | "mawk" | "nawk" | "busybox-awk" => "awk",
+        "scp" | "sftp" | "slogin" => "ssh",
+        "" => name,
+        _ => base,
+    }
+}
+
+fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static str)> {
+    if let Some(runner) = RUNNERS.iter().find(|r| **r == family) {
+        return Some((runner, "it runs other programs or commands given as text"));
+    }
+    let has = |pred: &dyn Fn(&str) -> bool| args.iter().any(|a| pred(a));
+    // A short-option cluster such as `-lne`: single dash, letters.
+    let cluster_has = |a: &str, letters: &str| {
+        a.len() > 1
+            && a.starts_with('-')
+            && !a.starts_with("--")
+            && a[1..].chars().any(|c| letters.contains(c))
+    };
+    // Interpreter options come before the script; later words are its own.
+    let leading = |args: &[String]| -> Vec<String> {
+        args.iter().take_while(|a| a.starts_with('-') && *a != "--").cloned().collect()
+    };
+    match family {
+        "git" => git_vector(args).map(|r| ("git", r)),
+        "find" => has(&|a| matches!(a, "-exec" | "-execdir" | "-ok" | "-okdir"))
+            .then_some(("find", "`-exec`, `-execdir`, `-ok` and `-okdir` run programs")),
+        "python" => leading(args)
+            .iter()
+            .any(|a| cluster_has(a, "c"))
+            .then_some(("python", "`-c` runs code given as text")),
+        "perl" => leading(args)
+            .iter()
+            .any(|a| cluster_has(a, "eE"))
+            .then_some(("perl", "`-e` runs code given as text")),
+        "ruby" => leading(args)
+            .iter()
+            .any(|a| cluster_has(a, "e"))
+            .then_some(("ruby", "`-e` runs code given as text")),
+        "lua" => leading(args)
+            .iter()
+            .any(|a| cluster_has(a, "e"))
+            .then_some(("lua", "`-e` runs code given as text")),
+        "node" | "deno" | "bun" => has(&|a| {
+            matches!(a, "-e" | "-p" | "--eval" | "--print" | "-pe")
+                || a.starts_with("--eval=")
+                || a.starts_with("--print=")
+                || a == "eval"
+        })
+        .then_some(("node", "`-e`/`--eval`/`-p` run code given as text")),
+        "php" => has(&|a| matches!(a, "-r" | "-B" | "-R" | "-E" | "-F"))
+            .then_some(("php", "`-r`, `-B`, `-R`, `-E` and `-F` run code given as text")),
+        "Rscript" => has(&|a| a == "-e").then_some(("Rscript", "`-e` runs code given as text")),
+        "tar" => {
+            let first_cluster = args
+                .first()
+                .is_some_and(|a| !a.starts_with('-') && a.chars().any(|c| matches!(c, 'I' | 'F')));
+            (first_cluster
+                || has(&|a| {
+                    cluster_has(a, "IF")
+                        || [
+                            "--to-command",
+                            "--use-compress-program",
+                            "--checkpoint-action",
+                            "--info-script",
+                            "--new-volume-script",
+                            "--rsh-command",
+                            "--rmt-command",
+                        ]
+                        .iter()
+                        .any(|o| a.starts_with(o))
+                }))
+            .then_some((
+                "tar",
+                "`--to-command`, `-I`/`--use-compress-program`, `--checkpoint-action`, `-F` \
+                 and `--rsh-command` run programs",
+            ))
+        }
+        "rsync" => {
+            has(&|a| cluster_has(a, "e") || a.starts_with("--rsh") || a.starts_with("--rsync-path"))
+                .then_some(("rsync", "`-e`/`--rsh` and `--rsync-path` run programs"))
+        }
+        "ssh" => ssh_vector(args).then_some((
+            "ssh",
+            "`-o ProxyCommand`/`LocalCommand`/`KnownHostsCommand`/`Match`, `-F` and `-S` run \
+             programs",
+        )),
+        "zip" => has(&|a| a == "-TT" || a.starts_with("--unzip-command"))
+            .then_some(("zip", "`-TT`/`--unzip-command` runs a program")),
+        "vim" => has(&|a| {
+            a.starts_with('+') || matches!(a, "-c" | "--cmd" | "-S") || cluster_has(a, "cS")
+        })
+        .then_some(("vim", "`-c`, `--cmd`, `+cmd` and `-S` run editor commands")),
+        "emacs" => has(&|a| {
+            ["--eval", "-l", "--load", "-f", "--funcall", "--batch", "--script", "-batch"]
+                .iter()
+                .any(|o| a == *o || a.starts_with(&format!("{o}=")))
+        })
+        .then_some(("emacs", "`--eval`, `--load`, `--funcall` and `--script` run code")),
+        "awk" => has(&|a| {
+            a.contains("system")
+                || a.contains('|')
+                || a.contains("getline")
+                || matches!(a, "-f" | "--file" | "-E" | "--exec")
+                || a.starts_with("--file=")
+        })
+        .then_some(("awk", "`system()`, pipes, `getline` and program files run commands")),
+        "man" => has(&|a| {
+            matches!(a, "-P" | "-H") || a.starts_with("--pager") || a.starts_with("--html")
+        })
+        .then_some(("man", "`-P`/`--pager` and `-H`/`--html` run programs")),
+        _ => None,
+    }
+}
+
+fn ssh_vector(args: &[String]) -> bool {
+    const OPTIONS: [&str; 5] =
+        ["proxycommand", "localcommand", "permitlocalcommand", "knownhostscommand", "match"];
+    let dangerous = |option: &str| {
+        let option = option.trim().to_ascii_lowercase();
+        OPTIONS.iter().any(|o| option.starts_with(o))
+    };
+    let mut words = args.iter();
+    while let Some(a) = words.next() {
+        match a.as_str() {
+            "-o" if words.next().is_some_and(|o| dangerous(o)) => return true,
+            "-F" | "-S" | "-D" => return true,
+            a if a.starts_with("-o") && dangerous(&a[2..]) => return true,
+            a if a.starts_with("-F") || a.starts_with("-S") => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// What makes a git invocation run a program of the caller's choosing.
+fn git_vector(args: &[String]) -> Option<&'static str> {
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        match a.as_str() {
+            "-c" => return Some("`-c` sets configuration, and configuration can run programs"),
+            a if a.starts_with("-c") => {
+                return Some("`-c` sets configuration, and configuration can run programs");
+            }
+            a if a.starts_with("--config-env") => {
+                return Some("`--config-env` sets configuration, which can run programs");
+            }
+            a if a.starts_with("--exec-path") => {
+                return Some("`--exec-path` chooses where git finds the programs it runs");
+            }
+            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => i += 2,
+            a if a.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    let sub = args.get(i)?.as_str();
+    let rest = &args[i + 1..];
+    if !GIT_BUILTINS.contains(&sub) {
+        return Some(
+            "the subcommand is not a git builtin: git would run an alias or an external \
+             `git-*` program",
+        );
+    }
+    let has = |pred: &dyn Fn(&str) -> bool| rest.iter().any(|a| pred(a));
+    let transport = |a: &str| {
+        ["--upload-pack", "--receive-pack", "--exec"].iter().any(|o| a.starts_with(o))
+            || a.starts_with("ext::")
+    };
+    if has(&transport) {
+        return Some("`--upload-pack`, `--receive-pack`, `--exec` and `ext::` URLs run programs");
+    }
+    match sub {
+        "clone" | "fetch" | "pull" | "ls-remote"
+            if has(&|a| {
+                a == "-u" || (sub == "clone" && (a == "-c" || a.starts_with("--config")))
+            }) =>
+        {
+            Some("`-u` runs a program, and `clone -c` writes configuration that can run programs")
+        }
+        "rebase" if has(&|a| a.starts_with("-x") || a == "--exec") => {
+            Some("`rebase --exec` runs commands")
+        }
+        "bisect" if rest.first().is_some_and(|a| a == "run") => Some("`bisect run` runs commands"),
+        "grep" if has(&|a| a == "-O" || a.starts_with("--open-files-in-pager")) => {
+            Some("`grep -O` runs a pager")
+        }
+        "help" if has(&|a| matches!(a, "-w" | "--web" | "-i" | "--info" | "-m" | "--man")) => {
+            Some("`help --web/--info/--man` runs a viewer")
+        }
+        "config" if !git_config_reads(rest) => Some(
+            "`git config` writes configuration, and configuration (core.*, alias.*, \
+             diff.*, ...) can run programs",
+        ),
+        _ => None,
+    }
+}
+
+/// Whether `git config <rest>` only reads.
+fn git_config_reads(rest: &[String]) -> bool {
+    const READS: [&str; 7] = ["--get", "--get-all", "--get-regexp", "--list", "-l", "get", "list"];
+    const WRITES: [&str; 9] = [
+        "--add",
+        "--unset",
+        "--replace-all",
+        "--rename-section",
+        "--remove-section",
+        "--edit",
+        "-e",
+        "set",
+        "edit",
+    ];
+    rest.iter().any(|a| READS.contains(&a.as_str()))
+        && !rest.iter().any(|a| WRITES.iter().any(|w| a == w || a.starts_with(&format!("{w}-"))))
+}
+
+/// Variables any guest may set: locale, time zone and display hints.
+const SAFE_ENV: [&str; 6] = ["LANG", "LANGUAGE", "TZ", "NO_COLOR", "TERM", "COLUMNS"];
+
+/// Whether a guest may set variable `name`: a safe built-in (`LANG`,
+/// `LC_*`, `TZ`, `NO_COLOR`, `TERM`, `COLUMNS`) or one the grant names
+/// exactly. Control variables (`PATH`, `LD_*`, `GIT_*`, ...) pass only when
+/// named.
+pub fn env_allowed(name: &str, granted: &[String]) -> bool {
+    let well_formed = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let locale = name.strip_prefix("LC_").is_some_and(|rest| {
+        !rest.is_empty() && rest.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+    });
+    well_formed && (SAFE_ENV.contains(&name) || locale || granted.iter().any(|g| g == name))
+}
+
+/// Configuration pinned for every git a child runs, whatever the
+/// repository's own `.git/config` says: a guest with a writable workspace
+/// can write that file directly. Command-line scope (`GIT_CONFIG_COUNT`)
+/// wins over every config file.
+pub const GIT_PINS: &[(&str, &str)] = &[
+    ("core.fsmonitor", "false"),
+    ("core.pager", "cat"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.sshCommand", "ssh"),
+    ("core.editor", "false"),
+    ("core.askPass", ""),
+    ("core.attributesFile", "/dev/null"),
+    ("sequence.editor", "false"),
+    ("credential.helper", ""),
+    ("gpg.program", "gpg"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("protocol.ext.allow", "never"),
+    ("gpg.ssh.program", "ssh-keygen"),
+    ("gpg.x509.program", "gpgsm"),
+    ("gpg.openpgp.program", "gpg"),
+    ("gpg.ssh.defaultKeyCommand", "false"),
+    ("interactive.diffFilter", "cat"),
+    ("core.alternateRefsCommand", "true"),
+    ("diff.external", DIFF_WRAPPER),
+];
+
+/// An external diff can only be pinned to a program, not unset: this one
+/// is git's own diff, with the exit status an external diff must have.
+const DIFF_WRAPPER: &str =
+    "f() { git diff --no-index --no-ext-diff -- \"$2\" \"$5\"; test $? -le 1; }; f";
+
+/// Keys that name a command per remote, driver, submodule or URL, which a
+/// fixed pin cannot reach, with the inert value each gets when a
+/// repository's own config sets it: (section, variable, value).
+const GIT_NAMED_PINS: &[(&str, &str, &str)] = &[
+    ("diff", "command", DIFF_WRAPPER),
+    ("diff", "textconv", "cat"),
+    ("filter", "clean", "cat"),
+    ("filter", "smudge", "cat"),
+    ("filter", "process", "false"),
+    ("merge", "driver", "false"),
+    ("submodule", "update", "checkout"),
+    ("credential", "helper", ""),
+];
+
+/// Keys git reads first-wins, so no pin can override them: a repository
+/// that sets one of them is refused instead. (section, variable)
+const GIT_REFUSED_KEYS: &[(&str, &str)] = &[("remote", "uploadpack"), ("remote", "receivepack")];
+
+/// What a [`git_probe`] found in a repository's own config files.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GitRepositoryConfig {
+    /// Pins for the command-naming keys it sets.
+    pub pins: Vec<(String, String)>,
+    /// A key it sets that no pin can override (`remote.origin.uploadpack`).
+    pub refused: Option<String>,
+}
+
+/// For a git command, the same git with the same global options (`-C`,
+/// `--git-dir`, ...) listing which [`GIT_NAMED_PINS`] keys its
+/// repository sets, with their scopes: `git config` reads and runs
+/// nothing. Its output goes to [`git_repository_config`].
+pub fn git_probe(command: &ResolvedCommand) -> Option<ResolvedCommand> {
+    let names = [Path::new(&command.argv[0]).file_name(), command.target.file_name()];
+    if !names.into_iter().flatten().any(|n| n == "git") {
+        return None;
+    }
+    let args = command.args();
+    let mut end = 0;
+    while let Some(a) = args.get(end) {
+        end += match a.as_str() {
+            // Options whose value is the next word.
+            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => 2,
+            a if a.starts_with('-') => 1,
+            _ => break,
+        };
+    }
+    let globals = args[..end.min(args.len())].iter().cloned();
+    let named = GIT_NAMED_PINS.iter().map(|(s, v, _)| (*s, *v));
+    let keys: Vec<(&str, &str)> = named.chain(GIT_REFUSED_KEYS.iter().copied()).collect();
+    let mut sections: Vec<&str> = keys.iter().map(|(s, _)| *s).collect();
+    sections.sort_unstable();
+    sections.dedup();
+    let variables: Vec<&str> = keys.iter().map(|(_, v)| *v).collect();
+    let pattern = format!(r"^({})\..+\.({})$", sections.join("|"), variables.join("|"));
+    let probe = ["config", "--show-scope", "--null", "--name-only", "--get-regexp", &pattern];
+    let argv = std::iter::once(command.argv[0].clone())
+        .chain(globals)
+        .chain(probe.iter().map(|a| (*a).to_owned()))
+        .collect();
+    Some(ResolvedCommand {
+        executable: command.executable.clone(),
+        argv,
+        target: command.target.clone(),
+    })
+}
+
+/// Reads a [`git_probe`]'s output: only keys from the repository's own
+/// files (`local` and `worktree` scope, which a guest may have written)
+/// count; the user's global config keeps its drivers.
+pub fn git_repository_config(probe_output: &[u8]) -> GitRepositoryConfig {
+    let text = String::from_utf8_lossy(probe_output);
+    let fields: Vec<&str> = text.split('\0').collect();
+    let mut found = GitRepositoryConfig::default();
+    for pair in fields.chunks(2) {
+        let [scope, key] = pair else { continue };
+        if *scope != "local" && *scope != "worktree" {
+            continue;
+        }
+        let Some((section, variable)) =
+            key.split_once('.').and_then(|(s, rest)| Some((s, rest.rsplit_once('.')?.1)))
+        else {
+            continue;
+        };
+        let is =
+            |s: &str, v: &str| section.eq_ignore_ascii_case(s) && variable.eq_ignore_ascii_case(v);
+        if GIT_REFUSED_KEYS.iter().any(|(s, v)| is(s, v)) {
+            found.refused.get_or_insert_with(|| (*key).to_owned());
+        } else if let Some((_, _, value)) = GIT_NAMED_PINS.iter().find(|(s, v, _)| is(s, v)) {
+            found.pins.push(((*key).to_owned(), (*value).to_owned()));
+        }
+    }
+    found
+}
+
+/// The variables that pin every git a child runs, set after everything
+/// else so that they win: the fixed pins, then `named` ones (from
+/// [`git_repository_config`]).
+pub fn pinned_env(named: &[(String, String)]) -> Vec<(String, String)> {
+    let pins: Vec<(&str, &str)> = GIT_PINS
+        .iter()
+        .copied()
+        .chain(named.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .collect();
+    let mut env = vec![
+        ("GIT_CONFIG_NOSYSTEM".to_owned(), "1".to_owned()),
+        ("GIT_ATTR_NOSYSTEM".to_owned(), "1".to_owned()),
+        ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
+        ("GIT_PAGER".to_owned(), "cat".to_owned()),
+        ("GIT_CONFIG_COUNT".to_owned(), pins.len().to_string()),
+    ];
+    for (i, (key, value)) in pins.into_iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{i}"), key.to_owned()));
+        env.push((format!("GIT_CONFIG_VALUE_{i}"), value.to_owned()));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(line: &str) -> Vec<String> {
+        split(line).unwrap()
+    }
+
+    fn canonical(line: &str) -> String {
+        canonical_line(line, &SearchPath::default()).unwrap()
+    }
+
+    /// The vector as if the program were installed under its own name,
+    /// so the table is tested whatever this machine has.
+    fn vector(line: &str) -> Option<&'static str> {
+        let words = argv(line);
+        let target = Path::new("/usr/bin").join(&words[0]);
+        let resolved = ResolvedCommand { executable: target.clone(), argv: words, target };
+        exec_vector(&resolved).map(|v| v.program)
+    }
+
+    #[test]
+    fn quoting_and_paths_do_not_change_the_canonical_line() {
+        for line in [
+            "rm -f x",
+            "'rm' -f x",
+            r"r\m -f x",
+            "\"rm\" -f x",
+            "/bin/rm -f x",
+            "/usr/bin/../bin/rm -f x",
+            "/usr/bin/rm  -f   'x'",
+        ] {
+            assert_eq!(canonical(line), "rm -f x", "{line}");
+        }
+        assert_eq!(canonical("echo 'a b' c"), "echo 'a b' c");
+        assert_eq!(canonical("no-such-program-here x"), "no-such-program-here x");
+        assert_eq!(split("echo 'oops"), Err(CommandError::Unbalanced));
+        assert_eq!(split("  "), Err(CommandError::Empty));
+    }
+
+    #[test]
+    fn programs_resolve_only_from_the_fixed_path() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_path = ws.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink("/bin/sh", ws_path.join("git")).unwrap();
+        let path = SearchPath::default();
+        let confined = [ws_path.clone()];
+        let git = resolve("git", &[], &path, &confined).unwrap();
+        assert!(git.executable.starts_with("/usr"), "{:?}", git.executable);
+        let planted = ws_path.join("git").to_string_lossy().into_owned();
+        assert_eq!(
+            resolve(&planted, &[], &path, &confined),
+            Err(CommandError::Confined(planted.clone()))
+        );
+        // Without a confinement, the symlink is the program it leads to.
+        let unconfined = resolve(&planted, &[], &path, &[]).unwrap();
+        assert_ne!(unconfined.argv[0], "git");
+        assert!(matches!(resolve("./git", &[], &path, &[]), Err(CommandError::Relative(_))));
+        assert!(matches!(resolve("bin/git", &[], &path, &[]), Err(CommandError::Relative(_))));
+        let only_ws = SearchPath::new(std::slice::from_ref(&ws_path)).unwrap();
+        assert_eq!(
+            resolve("git", &[], &only_ws, &confined),
+            Err(CommandError::Confined("git".into()))
+        );
+        assert!(SearchPath::new(&[PathBuf::from("bin")]).is_err());
+        assert_eq!(
+            resolve("/etc/passwd", &[], &path, &[]),
+            Err(CommandError::NotFound("/etc/passwd".into()))
+        );
+    }
+
+    #[test]
+    fn exec_vectors_are_found() {
+        let vectors = [
+            "git -c alias.x=!touch status",
+            "git -calias.x=y status",
+            "git --exec-path=/tmp status",
+            "git --config-env=core.pager=X log",
+            "git x",
+            "git st",
+            "git config core.pager cat",
+            "git config --add alias.x !y",
+            "git -C /tmp fetch --upload-pack=touch origin",
+            "git clone -u touch a b",
+            "git clone -c core.fsmonitor=x a b",
+            "git rebase -x ls",
+            "git bisect run ls",
+            "git submodule foreach ls",
+            "git ls-remote ext::sh",
+            "git difftool",
+            "find . -exec touch x ;",
+            "find . -okdir rm {} +",
+            "xargs touch",
+            "env touch x",
+            "sh -c id",
+            "bash x.sh",
+            "nohup true",
+            "timeout 1 true",
+            "setsid true",
+            "python3 -c print(1)",
+            "python3 -Ic x",
+            "perl -e 1",
+            "perl -lne print",
+            "node -e 1",
+            "tar -xf a --to-command=sh",
+            "tar -cIsh -f a .",
+            "tar xIf sh a",
+            "rsync -avze sh a b",
+            "ssh -o ProxyCommand=sh h",
+            "ssh -oProxyCommand=sh h",
+            "awk BEGIN{system(\"id\")}",
+        ];
+        for line in vectors {
+            assert!(vector(line).is_some(), "{line}");
+        }
+        let fine = [
+            "git status",
+            "git log -p",
+            "git -C /tmp diff --stat",
+            "git config --get user.name",
+            "git commit -m x",
+            "git add -u",
+            "find . -name x",
+            "python3 script.py -c",
+            "perl script.pl -e",
+            "tar -xzf a.tgz",
+            "rsync -av a b",
+            "ssh -o Port=22 h",
+            "awk {print}",
+            "ls -la",
+        ];
+        for line in fine {
+            assert_eq!(vector(line), None, "{line}");
+        }
+        assert_eq!(vector("python3 -c 1"), Some("python"));
+        assert_eq!(vector("/usr/bin/env x"), Some("env"));
+        // A link's target counts too: busybox applets are busybox.
+        let words = argv("ls -l");
+        let busybox = PathBuf::from("/usr/bin/busybox");
+        let applet = ResolvedCommand { executable: "/bin/ls".into(), argv: words, target: busybox };
+        assert_eq!(exec_vector(&applet).map(|v| v.program), Some("busybox"));
+    }
+
+    #[test]
+    fn repository_drivers_are_pinned_but_global_ones_kept() {
+        let probe = b"local\0remote.origin.uploadpack\0global\0filter.lfs.process\0\
+                      worktree\0diff.Evil.textconv\0local\0core.pager\0";
+        let found = git_repository_config(probe);
+        assert_eq!(found.pins, [("diff.Evil.textconv".to_owned(), "cat".to_owned())]);
+        assert_eq!(found.refused.as_deref(), Some("remote.origin.uploadpack"));
+        assert_eq!(git_repository_config(b""), GitRepositoryConfig::default());
+        let words = argv("git -C /repo --no-pager fetch origin");
+        let target = PathBuf::from("/usr/bin/git");
+        let git = ResolvedCommand { executable: target.clone(), argv: words, target };
+        let probe = git_probe(&git).unwrap();
+        assert_eq!(probe.argv[..6], ["git", "-C", "/repo", "--no-pager", "config", "--show-scope"]);
+        let ls_path = PathBuf::from("/usr/bin/ls");
+        let ls = ResolvedCommand { executable: ls_path.clone(), argv: argv("ls"), target: ls_path };
+        assert_eq!(git_probe(&ls), None);
+    }
+
+    #[test]
+    fn only_safe_or_granted_variables_pass() {
+        let granted = ["RUST_LOG".to_owned(), "GIT_DIR".to_owned()];
+        for ok in ["LANG", "LC_ALL", "LC_CTYPE", "TZ", "NO_COLOR", "RUST_LOG", "GIT_DIR"] {
+            assert!(env_allowed(ok, &granted), "{ok}");
+        }
+        for bad in [
+            "PATH",
+            "LD_PRELOAD",
+            "GIT_CONFIG_COUNT",
+            "PYTHONPATH",
+            "JAVA_TOOL_OPTIONS",
+            "BASH_ENV",
+            "LC_",
+            "lc_all",
+            "A=B",
+            "",
+            "DYLD_INSERT_LIBRARIES",
+            "HOME",
+        ] {
+            assert!(!env_allowed(bad, &granted), "{bad}");
+        }
+    }
+}

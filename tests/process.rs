@@ -1,0 +1,570 @@
+//! Host commands: grants and permission rules match the argv that really
+//! runs, exec vectors and control variables are refused, programs come
+//! from the fixed search path only, and a command's whole process group
+//! dies with the call.
+//!
+//! Every attack tries to create a marker file; each test checks that it
+//! does not exist and that the refusal says why. Guests run through the
+//! `hostile` test guest's `exec` tool and the bundled `shell` plugin.
+
+mod support;
+
+use reson::agent::{AgentEvent, Hooks, PendingApprovals, Permissions, RunConfig, Runner};
+use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
+use reson::policy::{Decision, Rule, RuleSet};
+use reson::provider::PluginProvider;
+use reson::tools::ToolRegistry;
+use reson::trace::{EventKind, FileTraceStore, Message, Role, TraceStore};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::TestDir;
+
+/// The hostile guest's call limit (its manifest asks for no more).
+const CALL_LIMIT: Duration = Duration::from_millis(2_000);
+
+/// The hostile guest with the workspace granted read-write and `grant`
+/// added to its grant.
+fn hostile(grant: &str) -> (TestDir, Runtime) {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+    let runtime = dir.open(&format!(
+        r#"
+        [plugins.hostile]
+        dirs = [{{ path = "workspace", access = "read-write" }}]
+        limits = {{ timeout_ms = {} }}
+        {grant}
+        "#,
+        CALL_LIMIT.as_millis()
+    ));
+    (dir, runtime)
+}
+
+fn call(rt: &Runtime, tool: &str, args: Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+}
+
+fn exec(rt: &Runtime, program: &str, args: &[&str]) -> Result<String, CallError> {
+    call(rt, "exec", json!({ "program": program, "args": args }))
+}
+
+/// The denial message of a refused call.
+fn denial(result: Result<String, CallError>) -> String {
+    match result {
+        Err(CallError::Tool { failure: ToolFailure::Denied(message), .. }) => message,
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+/// Asserts that `result` is a denial mentioning every one of `words`.
+fn assert_denied(result: Result<String, CallError>, words: &[&str]) {
+    let message = denial(result);
+    for word in words {
+        assert!(message.contains(word), "{word:?} missing from {message:?}");
+    }
+}
+
+fn marker(dir: &TestDir) -> PathBuf {
+    dir.path().join("outside").join("marker")
+}
+
+fn text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn git_options_that_run_programs_are_refused() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+    let m = text(&marker(&dir));
+    let touch = format!("touch {m}");
+    let attacks: Vec<Vec<String>> = vec![
+        vec!["-c".into(), format!("alias.x=!{touch}"), "x".into()],
+        vec!["-c".into(), format!("core.pager={touch}"), "log".into()],
+        vec!["-c".into(), format!("core.fsmonitor={touch}"), "status".into()],
+        vec![format!("-ccore.fsmonitor={touch}"), "status".into()],
+        vec!["--config-env=core.pager=HOME".into(), "log".into()],
+        vec!["--exec-path=/tmp".into(), "status".into()],
+        vec!["fetch".into(), format!("--upload-pack={touch}"), "origin".into()],
+        vec!["clone".into(), "-u".into(), touch.clone(), "x".into(), "y".into()],
+        vec!["clone".into(), "-c".into(), format!("core.fsmonitor={touch}"), "a".into()],
+        vec!["config".into(), "core.fsmonitor".into(), touch.clone()],
+        vec!["config".into(), "--add".into(), "alias.st".into(), format!("!{touch}")],
+        vec!["rebase".into(), "--exec".into(), touch.clone()],
+        vec!["st".into()],
+        vec!["ls-remote".into(), format!("ext::sh -c {touch}")],
+    ];
+    for args in attacks {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_denied(exec(&rt, "git", &args), &["git", "exec_vectors", "refused"]);
+    }
+    assert!(!marker(&dir).exists());
+    // The grant itself works: plain git runs.
+    assert!(exec(&rt, "git", &["--version"]).unwrap().starts_with("git version"));
+    // The search path's git under another spelling is the same program.
+    let dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
+    let first = dirs.iter().position(|d| Path::new(d).join("git").is_file()).unwrap();
+    let dir = Path::new(dirs[first]);
+    let up = format!("{}/../{}/git", dir.display(), dir.file_name().unwrap().to_string_lossy());
+    for spelling in [text(&dir.join("git")), up, format!("{}//./git", dir.display())] {
+        assert!(exec(&rt, &spelling, &["--version"]).unwrap().starts_with("git version"));
+        assert_denied(exec(&rt, &spelling, &["-c", "core.pager=x", "log"]), &["exec_vectors"]);
+    }
+    // A git later on the search path is not the one `git` names: it stays
+    // its path, which `git *` does not cover.
+    let shadowed = dirs[first + 1..].iter().map(|d| Path::new(d).join("git")).find(|p| {
+        p.is_file() && p.canonicalize().unwrap() != dir.join("git").canonicalize().unwrap()
+    });
+    if let Some(shadowed) = shadowed {
+        assert_denied(exec(&rt, &text(&shadowed), &["--version"]), &["matches no command pattern"]);
+    }
+    assert_eq!(exec(&rt, "git", &["config", "--get", "no.such-key"]).unwrap(), "");
+}
+
+/// A guest with a writable workspace writes `.git/config` itself; the
+/// host's pins keep git from running what it names.
+#[test]
+fn repository_config_written_by_the_guest_runs_nothing() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+    let ws = dir.workspace();
+    let m = text(&marker(&dir));
+    let write = |path: &str, content: &str| {
+        call(&rt, "write", json!({ "path": text(&ws.join(path)), "content": content })).unwrap();
+    };
+    exec(&rt, "git", &["init", "-q"]).unwrap();
+    write("f.txt", "old\n");
+    exec(&rt, "git", &["add", "f.txt"]).unwrap();
+    let config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\
+         \tfsmonitor = \"touch {m}.fsmonitor; false\"\n\tpager = touch {m}.pager\n\
+         \thooksPath = hooks\n\teditor = touch {m}.editor\n\
+         [user]\n\tname = a\n\temail = a@example.com\n\
+         [diff]\n\texternal = touch {m}.diff\n\
+         [alias]\n\tst = !touch {m}.alias\n\
+         [remote \"origin\"]\n\turl = .\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+         [filter \"evil\"]\n\tclean = touch {m}.filter; cat\n\
+         [diff \"evil\"]\n\ttextconv = touch {m}.textconv; cat\n\
+         \tcommand = touch {m}.diffcmd\n"
+    );
+    write(".git/config", &config);
+    write(".gitattributes", "f.txt filter=evil diff=evil\n");
+    write("f.txt", "new\n");
+    let status = exec(&rt, "git", &["status", "--short"]).unwrap();
+    assert!(status.contains("f.txt"), "{status}");
+    let diff = exec(&rt, "git", &["diff"]).unwrap();
+    assert!(diff.contains("-old") && diff.contains("+new"), "{diff}");
+    exec(&rt, "git", &["add", "f.txt"]).unwrap();
+    exec(&rt, "git", &["commit", "-q", "-m", "x"]).unwrap();
+    let log = exec(&rt, "git", &["log", "-p"]).unwrap();
+    assert!(log.contains("+new"), "{log}");
+    exec(&rt, "git", &["-C", &text(&ws), "fetch", "-q", "origin"]).unwrap();
+    assert_denied(exec(&rt, "git", &["st"]), &["not a git builtin"]);
+    // git reads uploadpack first-wins, so no pin can hold it: refused.
+    let upload = format!("[remote \"origin\"]\n\tuploadpack = touch {m}.upload; git-upload-pack\n");
+    write(".git/config", &format!("{config}{upload}"));
+    for args in [&["fetch", "-q", "origin"][..], &["-C", &text(&ws), "pull"], &["status"]] {
+        assert_denied(exec(&rt, "git", args), &["sets `remote.origin.uploadpack`", "exec_vectors"]);
+    }
+    let suffixes = [
+        "fsmonitor",
+        "pager",
+        "editor",
+        "diff",
+        "alias",
+        "upload",
+        "filter",
+        "textconv",
+        "diffcmd",
+    ];
+    for suffix in suffixes {
+        assert!(!Path::new(&format!("{m}.{suffix}")).exists(), "{suffix} ran");
+    }
+}
+
+#[test]
+fn control_variables_from_the_guest_are_refused() {
+    let (dir, rt) = hostile(r#"process = ["git *", "printenv *"]"#);
+    let ws = dir.workspace();
+    plant_script(&ws.join("git"), &marker(&dir));
+    let m = text(&marker(&dir));
+    let attacks = [
+        ("GIT_CONFIG_COUNT", "1".to_owned()),
+        ("GIT_CONFIG_KEY_0", "core.fsmonitor".to_owned()),
+        ("GIT_CONFIG_PARAMETERS", format!("'alias.x'='!touch {m}'")),
+        ("GIT_EXEC_PATH", text(&ws)),
+        ("PATH", text(&ws)),
+        ("LD_PRELOAD", text(&ws.join("evil.so"))),
+        ("LD_LIBRARY_PATH", text(&ws)),
+        ("PYTHONPATH", text(&ws)),
+        ("JAVA_TOOL_OPTIONS", "-javaagent:x".to_owned()),
+        ("BASH_ENV", text(&ws.join("git"))),
+        ("HOME", text(&ws)),
+        ("PAGER", format!("touch {m}")),
+        ("BAD=NAME", "x".to_owned()),
+    ];
+    for (name, value) in attacks {
+        let args = json!({ "program": "git", "args": ["status"], "env": [[name, value]] });
+        assert_denied(call(&rt, "exec", args), &[&format!("`{name}` is not allowed"), "env = ["]);
+    }
+    assert!(!marker(&dir).exists());
+    // The safe built-ins pass.
+    let args = json!({ "program": "printenv", "args": ["LC_ALL"], "env": [["LC_ALL", "C"]] });
+    assert_eq!(call(&rt, "exec", args).unwrap(), "C\n");
+    // The child's PATH is the fixed search path, not the host's.
+    let path = exec(&rt, "printenv", &["PATH"]).unwrap();
+    assert_eq!(path, "/usr/local/bin:/usr/bin:/bin\n");
+}
+
+#[test]
+fn a_granted_path_variable_still_cannot_choose_the_program() {
+    let (dir, rt) = hostile(
+        r#"process = ["git *", "printenv *"]
+        env = ["PATH", "RESON_TEST"]"#,
+    );
+    let ws = dir.workspace();
+    plant_script(&ws.join("git"), &marker(&dir));
+    let args = json!({ "program": "git", "args": ["--version"], "env": [["PATH", text(&ws)]] });
+    assert!(call(&rt, "exec", args).unwrap().starts_with("git version"));
+    assert!(!marker(&dir).exists());
+    let args =
+        json!({ "program": "printenv", "args": ["RESON_TEST"], "env": [["RESON_TEST", "y"]] });
+    assert_eq!(call(&rt, "exec", args).unwrap(), "y\n");
+    // Named exactly: a granted name covers no other.
+    let args = json!({ "program": "printenv", "args": ["X"], "env": [["RESON_TEST2", "y"]] });
+    assert_denied(call(&rt, "exec", args), &["`RESON_TEST2` is not allowed"]);
+}
+
+/// An executable shell script at `path` that creates `marker`.
+fn plant_script(path: &Path, marker: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn programs_planted_in_writable_directories_never_run() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+    let ws = dir.workspace();
+    plant_script(&ws.join("git-script"), &marker(&dir));
+    std::os::unix::fs::symlink(ws.join("git-script"), ws.join("git")).unwrap();
+    std::fs::create_dir_all(ws.join("bin")).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/touch", ws.join("bin/git")).unwrap();
+    let m = text(&marker(&dir));
+    // A bare name comes from the fixed search path, never from the cwd.
+    let cwd = json!({ "program": "git", "args": ["--version"], "cwd": text(&ws) });
+    assert!(call(&rt, "exec", cwd).unwrap().starts_with("git version"));
+    assert_denied(exec(&rt, "./git", &["status"]), &["relative path"]);
+    assert_denied(exec(&rt, "bin/git", &[&m]), &["relative path"]);
+    assert_denied(exec(&rt, "../workspace/git", &["status"]), &["relative path"]);
+    for planted in [ws.join("git"), ws.join("bin/git"), ws.join("bin/../git")] {
+        assert_denied(exec(&rt, &text(&planted), &[&m]), &["inside a directory granted"]);
+    }
+    // A link outside the grant is the program it leads to: `touch`, which
+    // `git *` does not cover.
+    let outside = dir.path().join("outside/git");
+    std::os::unix::fs::symlink("/usr/bin/touch", &outside).unwrap();
+    assert_denied(exec(&rt, &text(&outside), &[&m]), &["`touch ", "matches no command pattern"]);
+    assert!(!marker(&dir).exists());
+}
+
+#[test]
+fn tools_that_run_other_programs_are_refused_under_a_pattern_grant() {
+    let (dir, rt) = hostile(r#"process = ["*"]"#);
+    let m = text(&marker(&dir));
+    let python = format!("open('{m}', 'w')");
+    let awk = format!("BEGIN {{ system(\"touch {m}\") }}");
+    let attacks: Vec<(&str, Vec<&str>, &str)> = vec![
+        ("find", vec![".", "-maxdepth", "0", "-exec", "touch", &m, ";"], "find"),
+        ("find", vec![".", "-maxdepth", "0", "-execdir", "touch", &m, ";"], "find"),
+        ("find", vec![".", "-maxdepth", "0", "-ok", "touch", &m, ";"], "find"),
+        ("xargs", vec!["touch", &m], "xargs"),
+        ("env", vec!["touch", &m], "env"),
+        ("/usr/bin/env", vec!["touch", &m], "env"),
+        ("nohup", vec!["touch", &m], "nohup"),
+        ("timeout", vec!["5", "touch", &m], "timeout"),
+        ("setsid", vec!["touch", &m], "setsid"),
+        ("nice", vec!["touch", &m], "nice"),
+        ("sh", vec!["-c", "touch \"$0\"", &m], "sh"),
+        ("bash", vec!["-c", "touch \"$0\"", &m], "bash"),
+        ("python3", vec!["-c", &python], "python"),
+        ("python3", vec!["-Ic", &python], "python"),
+        ("perl", vec!["-e", "open(F, '>', $ARGV[0])", &m], "perl"),
+        ("awk", vec![&awk], "awk"),
+        (
+            "tar",
+            vec!["-cf", "/dev/null", "--checkpoint=1", "--checkpoint-action=exec=sh", "."],
+            "tar",
+        ),
+        ("ssh", vec!["-o", "ProxyCommand=sh", "x"], "ssh"),
+    ];
+    for (program, args, family) in attacks {
+        let message = denial(exec(&rt, program, &args));
+        assert!(
+            message.contains(&format!("exec_vectors = [\"{family}\"]")),
+            "{program}: {message}"
+        );
+    }
+    assert!(!marker(&dir).exists());
+    // The same tools without their vectors run.
+    assert_eq!(exec(&rt, "find", &["-maxdepth", "0", "-name", "*"]).unwrap(), ".\n");
+    assert!(exec(&rt, "python3", &["--version"]).unwrap().starts_with("Python 3"));
+}
+
+#[test]
+fn exec_vectors_run_when_the_grant_names_the_program() {
+    let (dir, rt) = hostile(
+        r#"process = ["find *"]
+        exec_vectors = ["find"]"#,
+    );
+    let m = text(&marker(&dir));
+    exec(&rt, "find", &[".", "-maxdepth", "0", "-exec", "touch", &m, ";"]).unwrap();
+    assert!(marker(&dir).exists(), "the explicitly allowed exec vector did not run");
+    // Naming find allows no other program's vectors, nor programs outside the pattern.
+    assert_denied(exec(&rt, "xargs", &["touch", &m]), &["matches no command pattern"]);
+}
+
+/// The scripted provider, the shell plugin granted every command, and a
+/// runner under `rules`; returns the decisions and the tool outputs.
+fn run_shell(
+    dir: &TestDir,
+    commands: &[&str],
+    rules: &[(Decision, &str, Option<&str>)],
+) -> (Vec<String>, Vec<String>) {
+    let mut turns: Vec<Value> = commands
+        .iter()
+        .map(|c| json!({ "tool_calls": [{ "name": "shell", "arguments": { "command": c } }] }))
+        .collect();
+    turns.push(json!({ "text": "done" }));
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
+    let runtime = dir.open(&format!(
+        r#"
+        [plugins.scripted]
+        dirs = [{{ path = ".", access = "read" }}]
+        config = {{ script = "{}" }}
+        [plugins.shell]
+        dirs = [{{ path = "workspace", access = "read-write" }}]
+        process = ["*"]
+        "#,
+        script.display()
+    ));
+    let store = Arc::new(
+        FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched).unwrap(),
+    );
+    let rules: Vec<Rule> = rules
+        .iter()
+        .map(|(decision, tool, pattern)| Rule {
+            decision: *decision,
+            tool: (*tool).into(),
+            pattern: pattern.map(Into::into),
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        })
+        .collect();
+    let rules = RuleSet::compile(&rules).unwrap().with_default(Decision::Deny);
+    let approvals = PendingApprovals::new(Duration::from_secs(1));
+    let runner = Runner::new(
+        store.clone(),
+        Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
+        ToolRegistry::new(runtime),
+        Hooks::none(),
+    )
+    .with_permissions(Permissions::new(rules, approvals));
+    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
+    let id = handle.trace_id().to_owned();
+    while let Some(event) = handle.next_event() {
+        assert!(!matches!(event, AgentEvent::ApprovalNeeded { .. }), "nothing should ask");
+    }
+    handle.wait().unwrap();
+    let decisions = store
+        .events_after(&id, 0)
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::PermissionDecided { decision, .. } => Some(decision),
+            _ => None,
+        })
+        .collect();
+    let outputs = store
+        .messages(&id)
+        .unwrap()
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(Message::text)
+        .collect();
+    (decisions, outputs)
+}
+
+#[test]
+fn a_deny_rule_holds_however_the_program_is_spelled() {
+    let dir = TestDir::new();
+    for plugin in ["scripted", "shell"] {
+        dir.install(support::plugins(), plugin);
+    }
+    let ws = dir.workspace();
+    let spellings = [
+        "'rm' -f victim",
+        r"r\m -f victim",
+        "\"rm\" -f victim",
+        "/bin/rm -f victim",
+        "/usr/bin/../bin/rm -f victim",
+        "rm  -f 'victim'",
+        "/usr/bin/rm -f victim",
+        "env rm -f victim",
+        "timeout 5 /bin/rm -f victim",
+        "sh -c 'rm -f victim'",
+    ];
+    std::fs::write(ws.join("victim"), "still here").unwrap();
+    let rules = [(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("rm *"))];
+    let (decisions, outputs) = run_shell(&dir, &spellings, &rules);
+    assert_eq!(decisions, vec!["deny"; spellings.len()], "{outputs:?}");
+    assert!(outputs.iter().all(|o| o.contains("rule deny shell \"rm *\"")), "{outputs:?}");
+    assert!(ws.join("victim").exists(), "a spelling of rm got past `deny rm *`");
+
+    // Without the deny rule the very same line does remove the file: the
+    // spellings above were real.
+    let dir = TestDir::new();
+    for plugin in ["scripted", "shell"] {
+        dir.install(support::plugins(), plugin);
+    }
+    std::fs::write(dir.workspace().join("victim"), "x").unwrap();
+    let (decisions, _) = run_shell(&dir, &["'rm' -f victim"], &[(Decision::Allow, "shell", None)]);
+    assert_eq!(decisions, ["allow"]);
+    assert!(!dir.workspace().join("victim").exists());
+}
+
+#[test]
+fn an_allow_rule_for_git_does_not_admit_git_config_options() {
+    let dir = TestDir::new();
+    for plugin in ["scripted", "shell"] {
+        dir.install(support::plugins(), plugin);
+    }
+    let m = text(&dir.path().join("marker"));
+    let attack = format!("git -c 'alias.x=!touch {m}' x");
+    let quoted = format!("'git' \"-c\" alias.x='!touch {m}' x");
+    let pager = format!("git -c core.pager='touch {m}' log");
+    let commands = [attack.as_str(), quoted.as_str(), pager.as_str(), "git --version"];
+    let (decisions, outputs) =
+        run_shell(&dir, &commands, &[(Decision::Allow, "shell", Some("git *"))]);
+    assert_eq!(decisions, ["deny", "deny", "deny", "allow"], "{outputs:?}");
+    assert!(outputs[3].contains("git version"), "{outputs:?}");
+    assert!(!Path::new(&m).exists());
+}
+
+/// Whether process `pid` is gone (or a zombie about to be reaped).
+fn dead(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    stat.map_or(true, |s| {
+        s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    })
+}
+
+fn wait_dead(pid: i32) -> bool {
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        if dead(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn read_pid(path: &Path) -> i32 {
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+fn sh_grant() -> &'static str {
+    r#"process = ["sh *"]
+    exec_vectors = ["sh"]"#
+}
+
+#[test]
+fn a_background_child_holding_stdout_neither_holds_the_call_nor_survives_it() {
+    let (dir, rt) = hostile(sh_grant());
+    let pid_file = dir.path().join("outside/pid");
+    let script = format!("sleep 30 & echo $! > {}; echo started", pid_file.display());
+    let started = Instant::now();
+    let out = exec(&rt, "sh", &["-c", &script]).unwrap();
+    let took = started.elapsed();
+    assert_eq!(out, "started\n");
+    assert!(
+        took < Duration::from_millis(1_000),
+        "the call waited {took:?} for the background child"
+    );
+    assert!(wait_dead(read_pid(&pid_file)), "the background child outlived the call");
+}
+
+#[test]
+fn a_command_past_its_deadline_dies_with_its_whole_group() {
+    let (dir, rt) = hostile(sh_grant());
+    let pids = dir.path().join("outside/pids");
+    let script = format!("sleep 30 & echo $! > {}; echo $$ >> {0}; sleep 30", pids.display());
+    let started = Instant::now();
+    let args = json!({ "program": "sh", "args": ["-c", script], "timeout_ms": 500 });
+    let err = call(&rt, "exec", args).unwrap_err();
+    let took = started.elapsed();
+    assert!(format!("{err:?}").contains("timeout"), "{err:?}");
+    assert!(took < Duration::from_millis(1_200), "took {took:?}");
+    for pid in std::fs::read_to_string(&pids).unwrap().lines() {
+        assert!(wait_dead(pid.parse().unwrap()), "process {pid} survived the deadline");
+    }
+    // The same at the call's own limit, with no timeout of its own.
+    let started = Instant::now();
+    let err = exec(&rt, "sh", &["-c", "sleep 30 & sleep 30"]).unwrap_err();
+    assert!(started.elapsed() < CALL_LIMIT + Duration::from_millis(700), "{err:?}");
+}
+
+#[test]
+fn an_escaped_grandchild_cannot_hold_the_call_open() {
+    let (dir, rt) = hostile(
+        r#"process = ["sh *"]
+        exec_vectors = ["sh"]"#,
+    );
+    let pid_file = dir.path().join("outside/pid");
+    // setsid leaves the process group, so only the bounded read saves the call.
+    let script = format!("setsid sleep 30 & echo $! > {}; echo started", pid_file.display());
+    let started = Instant::now();
+    let out = exec(&rt, "sh", &["-c", &script]).unwrap();
+    assert_eq!(out, "started\n");
+    assert!(started.elapsed() < Duration::from_millis(1_000), "{:?}", started.elapsed());
+    let pid = read_pid(&pid_file);
+    // SAFETY: signals the test's own escaped sleep.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+#[test]
+fn stdin_is_fed_without_blocking_the_call() {
+    let (_dir, rt) = hostile(
+        r#"process = ["sh *", "cat"]
+        exec_vectors = ["sh"]"#,
+    );
+    let args = json!({ "program": "cat", "stdin": "fed through a pipe" });
+    assert_eq!(call(&rt, "exec", args).unwrap(), "fed through a pipe");
+    // Far more than a pipe holds, to a command that never reads it.
+    let flood = "x".repeat(1 << 20);
+    let started = Instant::now();
+    let args =
+        json!({ "program": "sh", "args": ["-c", "sleep 30"], "stdin": flood, "timeout_ms": 300 });
+    assert!(call(&rt, "exec", args).is_err());
+    assert!(started.elapsed() < Duration::from_millis(1_500), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_command_that_never_stops_writing_still_meets_its_deadline() {
+    let (_dir, rt) = hostile(r#"process = ["yes"]"#);
+    let started = Instant::now();
+    let err = call(&rt, "exec", json!({ "program": "yes", "timeout_ms": 300 })).unwrap_err();
+    assert!(format!("{err:?}").contains("timeout"), "{err:?}");
+    assert!(started.elapsed() < Duration::from_millis(1_200), "{:?}", started.elapsed());
+    // A program that does not exist cannot start, and says so.
+    let err = exec(&rt, "no-such-program-anywhere", &[]).unwrap_err();
+    let message = format!("{err:?}");
+    assert!(
+        message.contains("spawn: `no-such-program-anywhere` is not an executable"),
+        "{message}"
+    );
+}
