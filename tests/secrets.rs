@@ -46,6 +46,10 @@ struct Echo {
 
 impl Echo {
     fn start() -> Self {
+        Self::serve(reflect)
+    }
+
+    fn serve(handler: fn(TcpStream, &Mutex<Vec<Seen>>, &Mutex<Vec<u8>>)) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -54,7 +58,7 @@ impl Echo {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (seen, sent) = (seen2.clone(), sent2.clone());
-                std::thread::spawn(move || reflect(stream, &seen, &sent));
+                std::thread::spawn(move || handler(stream, &seen, &sent));
             }
         });
         Self { addr, seen, sent }
@@ -73,8 +77,10 @@ impl Echo {
     }
 }
 
-fn reflect(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
-    let mut reader = BufReader::new(&stream);
+/// The request line and headers of the request on `stream`, as received
+/// and as parsed.
+fn read_head(stream: &TcpStream) -> (String, Seen) {
+    let mut reader = BufReader::new(stream);
     let mut head = String::new();
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
@@ -91,6 +97,11 @@ fn reflect(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
             headers.push((k.trim().to_owned(), v.trim().to_owned()));
         }
     }
+    (head, Seen { target, headers })
+}
+
+fn reflect(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
+    let (head, Seen { target, headers }) = read_head(&stream);
     seen.lock().unwrap().push(Seen { target: target.clone(), headers: headers.clone() });
 
     // What the server picks out of the request to send back: each path
@@ -455,6 +466,178 @@ fn weak_and_ungranted_secrets_are_refused_and_common_text_is_untouched() {
     let text = "route 192.168.7.45 via abc12, then 192.168.7.45 again";
     let out = rt.call_tool("echo", &json!({ "text": text }).to_string(), &CallContext::default());
     assert_eq!(out.unwrap().text, text, "a refused value redacts nothing");
+}
+
+/// What the echoing server below says before the key.
+const SAID: &str = "you sent the key ";
+
+/// A real server's obliging ways, each of which would hand an echoed key
+/// back in a shape no redactor can match: it compresses its answer when
+/// asked (`Accept-Encoding`, or `TE` as a transfer coding), or always
+/// under `/always-gzip` and `/always-te`, and it serves any byte range
+/// asked for.
+fn oblige(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
+    let (_, request) = read_head(&stream);
+    seen.lock().unwrap().push(request.clone());
+    let header = |name: &str| {
+        let found = request.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name));
+        found.map_or(String::new(), |(_, v)| v.clone())
+    };
+    let mut body = format!("{SAID}{}\n", header("x-api-key")).into_bytes();
+    let mut head = String::from("HTTP/1.1 200 OK\r\nconnection: close\r\n");
+    if let Some((from, to)) = header("range").strip_prefix("bytes=").and_then(|r| r.split_once('-'))
+    {
+        let from: usize = from.parse::<usize>().unwrap().min(body.len());
+        let to = to.parse::<usize>().unwrap().min(body.len() - 1).max(from);
+        head = format!(
+            "HTTP/1.1 206 Partial Content\r\nconnection: close\r\ncontent-range: bytes {from}-{to}/{}\r\n",
+            body.len()
+        );
+        body = body[from..=to].to_vec();
+    }
+    if header("accept-encoding").contains("gzip") || request.target.starts_with("/always-gzip") {
+        body = gzip(&body, "-c");
+        head.push_str("content-encoding: gzip\r\n");
+    }
+    let mut wire = Vec::new();
+    if header("te").contains("gzip") || request.target.starts_with("/always-te") {
+        let packed = gzip(&body, "-c");
+        wire.extend(
+            format!("{head}transfer-encoding: gzip, chunked\r\n\r\n{:x}\r\n", packed.len()).bytes(),
+        );
+        wire.extend(packed);
+        wire.extend(b"\r\n0\r\n\r\n");
+    } else {
+        wire.extend(format!("{head}content-length: {}\r\n\r\n", body.len()).bytes());
+        wire.extend(body);
+    }
+    sent.lock().unwrap().extend_from_slice(&wire);
+    let _ = (&stream).write_all(&wire);
+}
+
+/// `bytes` through the system's `gzip` with `flag` (`-c` packs, `-dc`
+/// unpacks).
+fn gzip(bytes: &[u8], flag: &str) -> Vec<u8> {
+    let mut child = Command::new("gzip")
+        .arg(flag)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = bytes.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    out.stdout
+}
+
+/// The body the guest got through `hex_body`, unpacked as the guest would
+/// unpack it if it is gzip.
+fn unpacked(out: &str) -> String {
+    let hex_body = out.split_once('\n').map_or("", |(_, body)| body);
+    let bytes = hex::decode(hex_body.trim()).unwrap();
+    let bytes = if bytes.starts_with(&[0x1f, 0x8b]) { gzip(&bytes, "-dc") } else { bytes };
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[test]
+fn no_coding_or_byte_range_hands_an_echoed_secret_back_past_the_redactor() {
+    let server = Echo::serve(oblige);
+    let dir = TestDir::new();
+    let rt = hostile(&dir, &echo_config(&server));
+    let key = format!("{{{{secret:{KEY}}}}}");
+    let ask = |path: &str, extra: &[(&str, &str)]| {
+        let mut headers = serde_json::Map::new();
+        headers.insert("x-api-key".into(), json!(key));
+        for (name, value) in extra {
+            headers.insert((*name).into(), json!(value));
+        }
+        http(&rt, json!({ "url": server.url(path), "headers": headers, "hex_body": true }))
+    };
+    // The server compresses its echo, asked to or not; the guest inflates it.
+    let codings: [(&str, &[(&str, &str)]); 6] = [
+        ("/gzip", &[("accept-encoding", "gzip")]),
+        ("/gzip", &[("Accept-Encoding", "identity;q=0.5, gzip")]),
+        ("/gzip", &[("accept-encoding", "identity"), ("ACCEPT-ENCODING", "br, gzip")]),
+        ("/te", &[("te", "gzip")]),
+        ("/always-gzip", &[]),
+        ("/always-te", &[]),
+    ];
+    for (path, extra) in codings {
+        match ask(path, extra) {
+            Ok(out) => assert_clean(&unpacked(&out), SECRET, &format!("{path} {extra:?}")),
+            Err(CallError::Tool { failure: ToolFailure::Denied(m), .. }) => {
+                assert!(m.contains("only `identity`"), "{path} {extra:?}: {m}")
+            }
+            Err(CallError::Tool { failure: ToolFailure::Failed(m), .. }) => {
+                assert!(m.contains("`gzip`") && m.contains("cannot be scrubbed"), "{m}");
+                assert!(path.starts_with("/always"), "only a server that asked no one: {m}");
+            }
+            Err(other) => panic!("{path} {extra:?}: {other:?}"),
+        }
+    }
+    // The echo eight bytes at a time: no piece holds the whole key.
+    let mut pieces = String::new();
+    for from in (0..SAID.len() + SECRET.len() + 1).step_by(8) {
+        match ask("/range", &[("range", &format!("bytes={from}-{}", from + 7))]) {
+            Ok(out) => pieces.push_str(&unpacked(&out)),
+            Err(err) => assert!(denial(Err(err)).contains("whole response")),
+        }
+    }
+    assert_clean(&pieces, SECRET, "the byte ranges put together");
+    for path in ["/always-gzip", "/always-te"] {
+        let failed = format!("{:?}", ask(path, &[]).unwrap_err());
+        assert!(failed.contains("cannot be scrubbed"), "{path}: {failed}");
+    }
+    // What stays allowed: identity, and ranges of requests without a secret.
+    let clear = ask("/gzip", &[("accept-encoding", "identity")]).unwrap();
+    assert_eq!(unpacked(&clear), format!("{SAID}[REDACTED]\n"));
+    let part = http(
+        &rt,
+        json!({ "url": server.url("/range"), "headers": { "range": "bytes=0-7" }, "hex_body": true }),
+    )
+    .unwrap();
+    assert!(part.starts_with("status: 206") && unpacked(&part) == SAID[..8], "{part}");
+    let seen = server.seen();
+    assert!(seen.len() >= 3, "the server was reached: {seen:?}");
+    for request in seen {
+        let coding: Vec<_> = request
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("accept-encoding"))
+            .collect();
+        assert_eq!(coding.len(), 1, "{request:?}");
+        assert_eq!(coding[0].1, "identity", "the host asks for the clear: {request:?}");
+        assert!(!request.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("te")), "{request:?}");
+    }
+}
+
+#[test]
+fn a_guest_cannot_name_another_site_behind_a_granted_address() {
+    let echo = Echo::start();
+    let dir = TestDir::new();
+    let rt = hostile(&dir, &echo_config(&echo));
+    let key = format!("Bearer {{{{secret:{KEY}}}}}");
+    // Behind one address (a CDN, a reverse proxy) `Host` picks the site
+    // that gets the request, and the key in it.
+    for name in ["host", "Host", "HOST"] {
+        for headers in
+            [json!({ name: "evil.example", "authorization": key }), json!({ name: "evil.example" })]
+        {
+            let message = denial(http(&rt, json!({ "url": echo.url("/x"), "headers": headers })));
+            assert!(message.contains(&format!("header `{name}`")), "{message}");
+        }
+    }
+    let ok =
+        http(&rt, json!({ "url": echo.url("/x"), "headers": { "authorization": key } })).unwrap();
+    assert!(ok.starts_with("status: 200"), "{ok}");
+    let seen = echo.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let hosts: Vec<_> =
+        seen[0].headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case("host")).collect();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].1, echo.addr);
 }
 
 fn reson(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -72,6 +72,9 @@ struct HttpArgs {
     /// body.
     #[serde(default)]
     show_headers: bool,
+    /// Give the body as lower-case hex, every byte as it came.
+    #[serde(default)]
+    hex_body: bool,
 }
 
 fn default_read_bytes() -> u32 {
@@ -269,7 +272,11 @@ fn http_get(args: HttpArgs, _: &Context) -> Result<Output, ToolError> {
         }
         text.push('\n');
     }
-    text.push_str(&String::from_utf8_lossy(&body));
+    if args.hex_body {
+        text.extend(body.iter().map(|b| format!("{b:02x}")));
+    } else {
+        text.push_str(&String::from_utf8_lossy(&body));
+    }
     Ok(Output::text(text))
 }
 
