@@ -640,6 +640,28 @@ fn a_guest_cannot_name_another_site_behind_a_granted_address() {
     assert_eq!(hosts[0].1, echo.addr);
 }
 
+#[test]
+fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
+    let dir = TestDir::new();
+    // A grant as harmless-looking as `cat *` reaches files the guest's
+    // sandbox does not: here the config, which holds the key.
+    let rt = hostile(
+        &dir,
+        &format!("process = [\"cat *\"]\nsecrets = [\"{KEY}\"]\n[secrets]\n{KEY} = \"{SECRET}\"\n"),
+    );
+    let config = dir.path().join("reson.toml");
+    let stored = dir.path().join("stored.json");
+    std::fs::write(&stored, json!({ "token": SECRET, "b64": STANDARD.encode(SECRET) }).to_string())
+        .unwrap();
+    for file in [&config, &stored] {
+        let file = file.to_str().unwrap();
+        let args = json!({ "program": "cat", "args": [file] });
+        let out = rt.call_tool("exec", &args.to_string(), &CallContext::default()).unwrap().text;
+        assert!(out.contains("[REDACTED]"), "cat really ran: {out}");
+        assert_clean(&out, SECRET, &format!("what `cat {file}` gave the guest"));
+    }
+}
+
 fn reson(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_reson"));
     cmd.args(["--config", &dir.path().join("reson.toml").to_string_lossy()])
