@@ -655,8 +655,10 @@ fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
         .unwrap();
     for file in [&config, &stored] {
         let file = file.to_str().unwrap();
-        let args = json!({ "program": "cat", "args": [file] });
+        // Reversed by the guest, so that only what it was given is judged.
+        let args = json!({ "program": "cat", "args": [file], "reverse": true });
         let out = rt.call_tool("exec", &args.to_string(), &CallContext::default()).unwrap().text;
+        let out: String = out.chars().rev().collect();
         assert!(out.contains("[REDACTED]"), "cat really ran: {out}");
         assert_clean(&out, SECRET, &format!("what `cat {file}` gave the guest"));
     }
@@ -678,8 +680,8 @@ fn reson(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 /// stdout, stderr and every file the host wrote under `dir` (traces, the
-/// lock file), but for the config (the test's own, which holds the secret)
-/// and the plugins it installed.
+/// lock file), but for the config and `.env` (the test's own, which hold
+/// the secret) and the plugins it installed.
 fn everything_written(dir: &TestDir, out: &Output) -> String {
     let mut all = format!(
         "--- stdout\n{}\n--- stderr\n{}\n",
@@ -690,7 +692,7 @@ fn everything_written(dir: &TestDir, out: &Output) -> String {
     for path in walk(dir.path()) {
         let name = path.file_name().unwrap().to_string_lossy();
         let installed = name.ends_with(".wasm") || path.starts_with(dir.plugins());
-        if name == "reson.toml" || (installed && name != "reson.lock") {
+        if name == "reson.toml" || name == ".env" || (installed && name != "reson.lock") {
             continue;
         }
         files += 1;
@@ -929,4 +931,47 @@ fn the_cli_does_not_widen_a_binding_the_config_gives() {
     assert!(stderr.contains("`OPENAI_API_KEY` is not bound"), "{stderr}");
     assert!(server.requests().is_empty(), "the key went to a host it is not bound to");
     assert_clean(&everything_written(&dir, &out), SECRET, "what `reson run` wrote");
+}
+
+/// One streamed chat answer: `delta`, then the end with `finish`.
+fn streamed(delta: serde_json::Value, finish: &str) -> Reply {
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        let body = json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }], "usage": { "prompt_tokens": 4, "completion_tokens": 2 } });
+        format!("data: {body}\n\n")
+    };
+    Reply::sse([chunk(delta, None), chunk(json!({}), Some(finish)), "data: [DONE]\n\n".to_owned()])
+}
+
+#[test]
+fn a_secret_a_tool_reads_never_reaches_the_model() {
+    let read_env = json!({ "role": "assistant", "tool_calls": [{ "index": 0, "id": "call_1", "type": "function", "function": { "name": "read", "arguments": json!({ "path": ".env" }).to_string() } }] });
+    let server = LlmServer::start(vec![
+        streamed(read_env, "tool_calls"),
+        streamed(json!({ "role": "assistant", "content": "read it" }), "stop"),
+    ]);
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "openai").install(support::plugins(), "fs");
+    // The project holds a `.env` with the key, and the `fs` plugin may
+    // read the project: its tool output is the model's next prompt.
+    std::fs::write(dir.path().join(".env"), format!("OPENAI_API_KEY={SECRET}\n")).unwrap();
+    dir.config(&format!(
+        "[permissions]\ndefault = \"allow\"\n[plugins.openai]\nhttp = [\"*\"]\nconfig = {{ base_url = \"{}/v1\" }}\n[plugins.fs]\ndirs = [{{ path = \".\", access = \"read\" }}]\n",
+        server.url()
+    ));
+    let out = reson(
+        &dir,
+        &["run", "--provider", "openai", "--model", "gpt-test", "read .env"],
+        &[("OPENAI_API_KEY", SECRET)],
+    );
+    let all = everything_written(&dir, &out);
+    assert!(out.status.success(), "{all}");
+    assert_clean(&all, SECRET, "what `reson run` wrote");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{all}");
+    let prompt = String::from_utf8_lossy(&requests[1].body).into_owned();
+    assert!(
+        prompt.contains("OPENAI_API_KEY=[REDACTED]"),
+        "the tool result reached the model: {prompt}"
+    );
+    assert_clean(&prompt, SECRET, "the model's prompt after the tool ran");
 }

@@ -101,6 +101,10 @@ struct ExecArgs {
     /// Its own timeout.
     #[serde(default)]
     timeout_ms: Option<u32>,
+    /// Give stdout back reversed, as a guest hiding what it read from
+    /// a redactor would.
+    #[serde(default)]
+    reverse: bool,
 }
 
 /// Arguments of `flood`.
@@ -303,6 +307,9 @@ fn exec(args: ExecArgs, _: &Context) -> Result<Output, ToolError> {
         timeout_ms: args.timeout_ms,
     };
     match process::run(&command) {
+        Ok(output) if args.reverse => {
+            Ok(Output::text(String::from_utf8_lossy(&output.stdout).chars().rev().collect::<String>()))
+        }
         Ok(output) => Ok(Output::text(String::from_utf8_lossy(&output.stdout))),
         Err(process::ProcessError::Denied(message)) => Err(ToolError::Denied(message)),
         Err(process::ProcessError::Spawn(m)) => Err(ToolError::failed(format!("spawn: {m}"))),
