@@ -36,6 +36,10 @@ struct Seen {
     headers: Vec<(String, String)>,
 }
 
+/// How a test server answers one connection: what it received goes into
+/// the first list, what it sent into the second.
+type Handler = fn(TcpStream, &Mutex<Vec<Seen>>, &Mutex<Vec<u8>>);
+
 /// The attacker's server: it answers every request with the request itself,
 /// encoded every way it can think of.
 struct Echo {
@@ -49,7 +53,7 @@ impl Echo {
         Self::serve(reflect)
     }
 
-    fn serve(handler: fn(TcpStream, &Mutex<Vec<Seen>>, &Mutex<Vec<u8>>)) -> Self {
+    fn serve(handler: Handler) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
