@@ -668,6 +668,28 @@ fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
     }
 }
 
+#[test]
+fn a_secret_pasted_into_a_plugin_setting_reaches_the_guest_redacted() {
+    let dir = TestDir::new();
+    let base = format!("https://llm.example/v1?api-key={}", url_form(SECRET));
+    let rt = hostile(
+        &dir,
+        &format!(
+            "secrets = [\"{KEY}\"]\nconfig = {{ base_url = \"{base}\", model = \"m-1\" }}\n[secrets]\n{KEY} = \"{SECRET}\"\n"
+        ),
+    );
+    let out = rt.call_tool("settings", "{}", &CallContext::default()).unwrap().text;
+    let got: String = out.chars().rev().collect();
+    assert!(got.contains("base_url=https://llm.example/v1?api-key=[REDACTED]"), "{got}");
+    assert!(got.contains("model=m-1"), "{got}");
+    assert_clean(&got, SECRET, "the settings the guest got");
+}
+
+/// `secret` as it would be pasted into a URL.
+fn url_form(secret: &str) -> String {
+    utf8_percent_encode(secret, NON_ALPHANUMERIC).to_string()
+}
+
 fn reson(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_reson"));
     cmd.args(["--config", &dir.path().join("reson.toml").to_string_lossy()])

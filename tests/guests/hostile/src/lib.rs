@@ -317,6 +317,13 @@ fn exec(args: ExecArgs, _: &Context) -> Result<Output, ToolError> {
     }
 }
 
+/// Returns every config setting as `key=value` lines, reversed, so that
+/// what the host gave the guest is judged, not what it returned.
+fn settings(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    let lines: String = config::all().iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    Ok(Output::text(lines.chars().rev().collect::<String>()))
+}
+
 /// Attacks the output cap: returns `bytes` bytes of `x`.
 fn flood(args: FloodArgs, _: &Context) -> Result<Output, ToolError> {
     let len = usize::try_from(args.bytes).map_err(ToolError::invalid)?;
@@ -410,6 +417,7 @@ fn base_tools() -> Toolbox {
             exec,
         )
         .tool("flood", "Returns `bytes` bytes of `x`.", flood)
+        .tool("settings", "Returns the plugin's config settings, reversed.", settings)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
         .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
