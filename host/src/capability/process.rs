@@ -5,13 +5,15 @@
 //! Every command runs in its own process group, which is killed when the
 //! call ends and at its deadline, so nothing it started outlives the call;
 //! its output is read until then and no longer, even when a grandchild
-//! still holds the pipes.
+//! still holds the pipes, and scrubbed of every secret before the guest
+//! sees it.
 
 use super::HostState;
 use crate::contract::bindings::tool::reson::plugin::process::{
     Command, Host, Output, ProcessError,
 };
 use crate::policy::{CommandDenial, CommandError, ResolvedCommand};
+use crate::redact::redact_bytes;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -137,7 +139,7 @@ impl Host for HostState {
         let env = pinned(&named);
         let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin };
         let left = deadline.saturating_duration_since(Instant::now());
-        let result = run_capped(spec, left, self.cancel.clone());
+        let result = run_capped(spec, left, self.cancel.clone()).map(scrubbed);
         self.remaining()?;
         Ok(result)
     }
@@ -323,6 +325,17 @@ fn run_capped(
         stderr: stderr.kept,
         truncated: stdout.dropped || stderr.dropped,
     })
+}
+
+/// `output` as the guest may see it: a command reads what the guest's
+/// sandbox cannot (the config, the host's files), so every secret is
+/// scrubbed from its output as from an HTTP response.
+fn scrubbed(output: Output) -> Output {
+    Output {
+        stdout: redact_bytes(&output.stdout).into_owned(),
+        stderr: redact_bytes(&output.stderr).into_owned(),
+        ..output
+    }
 }
 
 /// Waits up to `wait` for any open pipe to be ready.

@@ -139,7 +139,9 @@ impl CallStore {
 
     /// The message of a Rust guest's panic, from its stderr.
     fn panic_message(&self) -> Option<String> {
+        // Redacted before it is cut, so that no cut leaves part of a secret.
         let stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+        let stderr = crate::redact::redact(&stderr).into_owned();
         let start = stderr.find("panicked at ")?;
         let rest = &stderr[start..];
         // "panicked at src/lib.rs:3:5:\nmessage\nnote: ..."

@@ -349,6 +349,17 @@ fn list_tools(
     Ok(tools)
 }
 
+/// `text` from a guest, on its way to the model, with every secret
+/// redacted: a tool reads what its grant reaches (a project's `.env`, a
+/// command's output), and what it returns is the model's next prompt,
+/// sent to the provider as it is.
+fn scrub(text: String) -> String {
+    match crate::redact::redact(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(redacted) => redacted,
+    }
+}
+
 impl LoadedPlugin {
     /// Runs `tool` in a fresh instance. `args` has passed the schema.
     pub(crate) fn call_tool(
@@ -394,10 +405,10 @@ impl LoadedPlugin {
                 plugin: self.name.to_string(),
                 tool: tool.into(),
                 failure: match failure {
-                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(m),
-                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(m),
-                    wit::ToolError::Denied(m) => ToolFailure::Denied(m),
-                    wit::ToolError::Failed(m) => ToolFailure::Failed(m),
+                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(scrub(m)),
+                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(scrub(m)),
+                    wit::ToolError::Denied(m) => ToolFailure::Denied(scrub(m)),
+                    wit::ToolError::Failed(m) => ToolFailure::Failed(scrub(m)),
                 },
             }),
             Err(e) => Err(call.classify(&e, site)),
@@ -484,8 +495,8 @@ impl LoadedPlugin {
             });
         }
         Ok(ToolOutput {
-            text: out.text,
-            long_term_memory: out.long_term_memory,
+            text: scrub(out.text),
+            long_term_memory: out.long_term_memory.map(scrub),
             include_output_only_once: out.include_output_only_once,
             images: out
                 .images
