@@ -420,10 +420,10 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
                  and `--rsh-command` run programs",
             ))
         }
-        "rsync" => has(&|a| {
-            cluster_has(a, "e") || long_option(a, "rsh") || long_option(a, "rsync-path")
-        })
-        .then_some(("rsync", "`-e`/`--rsh` and `--rsync-path` run programs")),
+        "rsync" => {
+            has(&|a| cluster_has(a, "e") || long_option(a, "rsh") || long_option(a, "rsync-path"))
+                .then_some(("rsync", "`-e`/`--rsh` and `--rsync-path` run programs"))
+        }
         "ssh" => ssh_vector(args).then_some((
             "ssh",
             "`-o ProxyCommand`/`LocalCommand`/`KnownHostsCommand`/`Match`, `-F` and `-S` run \
@@ -539,7 +539,8 @@ fn interpreter_vector(args: &[String], interpreter: &Interpreter) -> Option<&'st
             }
             let rest = &cluster[i + c.len_utf8()..];
             if interpreter.program.contains(c) {
-                script = if rest.is_empty() { words.next().map(String::as_str) } else { Some(rest) };
+                script =
+                    if rest.is_empty() { words.next().map(String::as_str) } else { Some(rest) };
                 break 'words;
             }
             if interpreter.value.contains(c) {
@@ -667,7 +668,8 @@ fn git_globals(args: &[String]) -> Result<usize, &'static str> {
 }
 
 /// Git subcommands that reach a remote, where a transport option runs a program.
-const GIT_TRANSPORT: &[&str] = &["fetch", "pull", "push", "clone", "ls-remote", "archive", "remote"];
+const GIT_TRANSPORT: &[&str] =
+    &["fetch", "pull", "push", "clone", "ls-remote", "archive", "remote"];
 
 /// What makes a git invocation run a program of the caller's choosing.
 fn git_vector(args: &[String]) -> Option<&'static str> {
@@ -713,9 +715,7 @@ fn git_vector(args: &[String]) -> Option<&'static str> {
         }
         "bisect" if rest.first().is_some_and(|a| a == "run") => Some("`bisect run` runs commands"),
         "grep"
-            if has(&|a| {
-                long_option(a, "open-files-in-pager") || short_flag(a, 'O', "efABCm")
-            }) =>
+            if has(&|a| long_option(a, "open-files-in-pager") || short_flag(a, 'O', "efABCm")) =>
         {
             Some("`grep -O` runs a pager")
         }
