@@ -414,6 +414,10 @@ fn a_deny_rule_holds_however_the_program_is_spelled() {
         "env rm -f victim",
         "timeout 5 /bin/rm -f victim",
         "sh -c 'rm -f victim'",
+        "sh -c 'true;rm -f victim'",
+        "bash -c 'echo $(rm -f victim)'",
+        r#"sh -c '"$0" -f victim' rm"#,
+        r#"sh -c 'eval "rm -f victim"'"#,
     ];
     std::fs::write(ws.join("victim"), "still here").unwrap();
     let rules = [(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("rm *"))];
