@@ -877,3 +877,32 @@ fn a_stderr_flood_neither_stalls_nor_fails_the_call() {
     assert_eq!(out, "done\n");
     assert!(started.elapsed() < CALL_LIMIT, "{:?}", started.elapsed());
 }
+
+/// A build tool granted by pattern runs no command given as text:
+/// `make --eval`, a `SHELL=` of the caller's choosing, a makefile on stdin.
+#[test]
+fn build_tools_refuse_commands_given_as_text() {
+    let (dir, rt) = hostile(r#"process = ["make *"]"#);
+    let m = text(&marker(&dir));
+    let eval = format!("--eval=$(shell touch {m})");
+    let makefile = format!("all:\n\ttouch {m}\n");
+    let attacks: Vec<(Vec<&str>, Option<&str>)> = vec![
+        (vec![&eval, "-n"], None),
+        (vec!["-E", &eval[7..], "-n"], None),
+        (vec!["--ev", &eval[7..], "-n"], None),
+        (vec!["-f", "-"], Some(&makefile)),
+    ];
+    for (args, stdin) in attacks {
+        let request = json!({ "program": "make", "args": args, "stdin": stdin });
+        assert_denied(call(&rt, "exec", request), &["exec_vectors = [\"make\"]"]);
+    }
+    assert!(!marker(&dir).exists());
+    // The vector is real: named in the grant, it runs.
+    let (dir, rt) = hostile(
+        r#"process = ["make *"]
+        exec_vectors = ["make"]"#,
+    );
+    let eval = format!("--eval=$(shell touch {})", text(&marker(&dir)));
+    let _ = exec(&rt, "make", &[&eval, "-n"]);
+    assert!(marker(&dir).exists());
+}

@@ -236,6 +236,7 @@ const RUNNERS: &[&str] = &[
     "prlimit",
     "start-stop-daemon",
     "run-parts",
+    "npx",
 ];
 
 /// Git subcommands that are builtins and run nothing configurable by
@@ -355,6 +356,8 @@ fn family(name: &str) -> &str {
         "vi" | "vim" | "nvim" | "view" | "ex" | "rvim" => "vim",
         "gawk" | "mawk" | "nawk" | "busybox-awk" => "awk",
         "scp" | "sftp" | "slogin" => "ssh",
+        "gmake" | "bmake" => "make",
+        "pnpm" | "yarn" => "npm",
         "" => name,
         _ => base,
     }
@@ -458,6 +461,24 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
             "awk",
             "`system()`, pipes, `getline`, program files and loaded extensions run commands",
         )),
+        "cargo" => has(&|a| long_option(a, "config"))
+            .then_some(("cargo", "`--config` sets runners and wrappers cargo runs")),
+        "make" => has(&|a| {
+            long_option(a, "eval")
+                || a.starts_with("-E")
+                || ["SHELL=", ".SHELLFLAGS=", "MAKESHELL="].iter().any(|v| a.starts_with(v))
+                || matches!(a, "-" | "/dev/stdin" | "--file=-" | "--makefile=-")
+        })
+        .then_some((
+            "make",
+            "`--eval`, `SHELL=` and a makefile on stdin run commands given as text",
+        )),
+        "npm" => {
+            let sub = args.iter().find(|a| !a.starts_with('-')).map(String::as_str);
+            (matches!(sub, Some("exec" | "x" | "dlx" | "explore"))
+                || has(&|a| long_option(a, "script-shell") || long_option(a, "call")))
+            .then_some(("npm", "`exec`, `x`, `dlx`, `explore` and `--script-shell` run commands"))
+        }
         "man" => has(&|a| {
             a.starts_with("-P")
                 || a.starts_with("-H")
@@ -695,6 +716,16 @@ fn git_vector(args: &[String]) -> Option<&'static str> {
     if has(&transport) {
         return Some("`--upload-pack`, `--receive-pack`, `--exec` and `ext::` URLs run programs");
     }
+    let recurse = |a: &str| {
+        let off = a.ends_with("=no") || a.ends_with("=false");
+        !off && (long_option(a, "recurse-submodules") || (sub == "clone" && a == "--recursive"))
+    };
+    if has(&recurse) {
+        return Some(
+            "`--recurse-submodules` runs git in submodules, whose own config (drivers, \
+             uploadpack) is not pinned",
+        );
+    }
     match sub {
         "help" => Some("`help` runs a manual viewer or browser the config can name"),
         _ if has(&|a| a == "--help") => {
@@ -786,6 +817,10 @@ pub const GIT_PINS: &[(&str, &str)] = &[
     ("interactive.diffFilter", "cat"),
     ("core.alternateRefsCommand", "true"),
     ("diff.external", DIFF_WRAPPER),
+    // A submodule's own config is never probed, so git must not go there.
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("push.recurseSubmodules", "no"),
 ];
 
 /// An external diff can only be pinned to a program, not unset: this one
@@ -1072,6 +1107,17 @@ mod tests {
             "emacs -eval (x)",
             "awk -fprog.awk",
             "man -Pcat ls",
+            "git fetch --recurse-submodules origin",
+            "git clone --recursive a b",
+            "git pull --recurse-submodules=yes",
+            "cargo test --config target.x.runner=sh",
+            "cargo --config=build.rustc-wrapper=/ws/x build",
+            "make --eval=$(shell id)",
+            "make SHELL=/ws/x all",
+            "make -f - all",
+            "npm exec -- touch x",
+            "npx touch x",
+            "yarn dlx touch",
         ];
         for line in vectors {
             assert!(vector(line).is_some(), "{line}");
@@ -1100,6 +1146,11 @@ mod tests {
             "git rebase -Xours main",
             "git clone -b main a b",
             "tar -c --checkpoint=10 -f a .",
+            "git fetch --no-recurse-submodules origin",
+            "git fetch --recurse-submodules=no origin",
+            "cargo test --release",
+            "make -j4 all",
+            "npm test",
             "tar -xzf a.tgz",
             "rsync -av a b",
             "ssh -o Port=22 h",
