@@ -906,3 +906,24 @@ fn build_tools_refuse_commands_given_as_text() {
     let _ = exec(&rt, "make", &[&eval, "-n"]);
     assert!(marker(&dir).exists());
 }
+
+/// The dynamic loader runs whatever file it is given: under a `*` grant it
+/// would run a program planted in the workspace, which never runs itself.
+#[test]
+fn the_dynamic_loader_cannot_run_a_planted_program() {
+    let (dir, rt) = hostile(r#"process = ["*"]"#);
+    let ws = dir.workspace();
+    std::fs::copy("/usr/bin/touch", ws.join("planted")).unwrap();
+    let m = text(&marker(&dir));
+    let planted = text(&ws.join("planted"));
+    assert_denied(exec(&rt, &planted, &[&m]), &["inside a directory granted"]);
+    let loaders =
+        ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-musl-x86_64.so.1"];
+    let mut tried = 0;
+    for loader in loaders.iter().filter(|l| Path::new(l).exists()) {
+        tried += 1;
+        assert_denied(exec(&rt, loader, &[&planted, &m]), &["exec_vectors = [\"ld.so\"]"]);
+    }
+    assert!(tried > 0, "no dynamic loader found on this machine");
+    assert!(!marker(&dir).exists());
+}

@@ -237,6 +237,17 @@ const RUNNERS: &[&str] = &[
     "start-stop-daemon",
     "run-parts",
     "npx",
+    "ld.so",
+    "qemu",
+    "valgrind",
+    "perf",
+    "fakeroot",
+    "faketime",
+    "unbuffer",
+    "firejail",
+    "bwrap",
+    "proot",
+    "catchsegv",
 ];
 
 /// Git subcommands that are builtins and run nothing configurable by
@@ -358,6 +369,11 @@ fn family(name: &str) -> &str {
         "scp" | "sftp" | "slogin" => "ssh",
         "gmake" | "bmake" => "make",
         "pnpm" | "yarn" => "npm",
+        // The dynamic loader runs any file it is given, planted ones too.
+        _ if base.starts_with("ld-linux") || base.starts_with("ld-musl") || base == "ld.so" => {
+            "ld.so"
+        }
+        _ if base.starts_with("qemu-") => "qemu",
         "" => name,
         _ => base,
     }
@@ -1118,6 +1134,10 @@ mod tests {
             "npm exec -- touch x",
             "npx touch x",
             "yarn dlx touch",
+            "ld-linux-x86-64.so.2 /ws/touch x",
+            "ld-musl-x86_64.so.1 /ws/touch x",
+            "qemu-x86_64 /ws/touch x",
+            "valgrind /ws/touch x",
         ];
         for line in vectors {
             assert!(vector(line).is_some(), "{line}");

@@ -1058,6 +1058,10 @@ mod tests {
             // The program is only known when the script runs.
             r#"sh -c '"$0" -f x' rm"#,
             "sh -c 'p=rm; $p -f x'",
+            // Newlines and NULs inside a word are still inside the word.
+            "rm -f 'a\nb'",
+            "rm -f 'a\u{0}b'",
+            "sh -c 'true\nrm -f x'",
         ] {
             assert_eq!(decide(&deny_rm, line), Deny, "{line}");
         }
