@@ -927,3 +927,31 @@ fn the_dynamic_loader_cannot_run_a_planted_program() {
     assert!(tried > 0, "no dynamic loader found on this machine");
     assert!(!marker(&dir).exists());
 }
+
+/// `git commit --trailer` runs `trailer.<token>.cmd`/`.command` from the
+/// repository's config: pinned like the other per-name commands.
+#[test]
+fn a_trailer_command_from_the_repository_never_runs() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+    let ws = dir.workspace();
+    let m = text(&marker(&dir));
+    let (src, _) = plant_repository(&ws, &m);
+    let config = Path::new(&src).join(".git/config");
+    let mut content = std::fs::read_to_string(&config).unwrap();
+    content.push_str(&format!(
+        "[user]\n\tname = a\n\temail = a@example.com\n\
+         [trailer \"sign\"]\n\tkey = Signed-off-by\n\tcmd = touch {m}.cmd; echo x\n\
+         [trailer \"Ack\"]\n\tcommand = touch {m}.command; echo y\n"
+    ));
+    std::fs::write(&config, content).unwrap();
+    for trailer in ["sign: me", "Ack: you"] {
+        let args = ["commit", "-q", "--allow-empty", "-m", "t", "--trailer", trailer];
+        call(&rt, "exec", json!({ "program": "git", "args": args, "cwd": src })).unwrap();
+    }
+    let log =
+        call(&rt, "exec", json!({ "program": "git", "args": ["log", "-2"], "cwd": src })).unwrap();
+    assert!(log.contains("Signed-off-by") || log.contains("Ack"), "{log}");
+    for suffix in ["cmd", "command"] {
+        assert!(!Path::new(&format!("{m}.{suffix}")).exists(), "trailer.{suffix} ran");
+    }
+}

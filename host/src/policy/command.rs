@@ -856,6 +856,8 @@ const GIT_NAMED_PINS: &[(&str, &str, &str)] = &[
     ("merge", "driver", "false"),
     ("submodule", "update", "checkout"),
     ("credential", "helper", ""),
+    ("trailer", "cmd", "true"),
+    ("trailer", "command", "true"),
 ];
 
 /// Keys git reads first-wins, so no pin can override them: a repository
