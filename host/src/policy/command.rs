@@ -761,6 +761,14 @@ fn git_vector(args: &[String]) -> Option<&'static str> {
             Some("`rebase --exec` runs commands")
         }
         "bisect" if rest.first().is_some_and(|a| a == "run") => Some("`bisect run` runs commands"),
+        "maintenance"
+            if rest.first().is_some_and(|a| matches!(a.as_str(), "start" | "register")) =>
+        {
+            Some(
+                "`maintenance start/register` schedules git runs (fetches, hooks) outside the \
+                 call, where no pin holds",
+            )
+        }
         "grep"
             if has(&|a| long_option(a, "open-files-in-pager") || short_flag(a, 'O', "efABCm")) =>
         {
@@ -1140,6 +1148,8 @@ mod tests {
             "ld-musl-x86_64.so.1 /ws/touch x",
             "qemu-x86_64 /ws/touch x",
             "valgrind /ws/touch x",
+            "git maintenance start",
+            "git maintenance register",
         ];
         for line in vectors {
             assert!(vector(line).is_some(), "{line}");
@@ -1173,6 +1183,7 @@ mod tests {
             "cargo test --release",
             "make -j4 all",
             "npm test",
+            "git maintenance run --task=gc",
             "tar -xzf a.tgz",
             "rsync -av a b",
             "ssh -o Port=22 h",
