@@ -248,6 +248,9 @@ const RUNNERS: &[&str] = &[
     "bwrap",
     "proot",
     "catchsegv",
+    "crontab",
+    "at",
+    "batch",
 ];
 
 /// Git subcommands that are builtins and run nothing configurable by
@@ -1150,6 +1153,8 @@ mod tests {
             "valgrind /ws/touch x",
             "git maintenance start",
             "git maintenance register",
+            "crontab /ws/jobs",
+            "at now",
         ];
         for line in vectors {
             assert!(vector(line).is_some(), "{line}");
