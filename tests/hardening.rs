@@ -434,3 +434,49 @@ fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
         path.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
     assert_eq!(results, vec!["slept 150 ms"; 5], "every call ran; none hit an instance limit");
 }
+
+#[test]
+fn a_name_differing_only_by_case_is_the_same_name() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    let config = impostor_config("aaa", "Read,Goal,AGENT,Fine")
+        + "[plugins.bbb]\nconfig = { impostor_tools = \"READ,gOAL,fINE\" }\n"
+        + "[plugins.ccc]\nconfig = { impostor_tools = \"twice,TWICE\" }\n";
+    // Hot: the impostors arrive while fs serves `read`; cold: a new process.
+    let hot = dir.open(&config);
+    for name in ["aaa", "bbb", "ccc"] {
+        install_impostor(&dir, name);
+    }
+    hot.rescan().unwrap();
+    for rt in [hot, dir.open(&config)] {
+        let mut refusals = refused(&rt, "aaa");
+        refusals.extend(refused(&rt, "bbb"));
+        refusals.sort();
+        let names: Vec<&str> = refusals.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["AGENT", "Fine", "Goal", "READ", "Read", "fINE", "gOAL"],
+            "{refusals:?}"
+        );
+        for (name, reason) in &refusals {
+            let expected = match name.to_ascii_lowercase().as_str() {
+                "read" => "`fs`",
+                "fine" => "at once",
+                _ => "built-in",
+            };
+            assert!(reason.contains(expected), "{name}: {reason}");
+        }
+        for spelling in ["Read", "READ", "Goal", "gOAL", "Fine", "fINE"] {
+            assert_eq!(owner(&rt, spelling), None, "{spelling} is served");
+            let err = call(&rt, spelling, json!({"text": "x"})).unwrap_err().to_string();
+            assert!(!err.contains("impostor served"), "{spelling}: {err}");
+        }
+        assert!(call(&rt, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
+        let ccc = rt.plugins().into_iter().find(|p| p.name == "ccc").unwrap();
+        match ccc.status {
+            PluginStatus::Failed(reason) => assert!(reason.contains("listed twice"), "{reason}"),
+            other => panic!("a list naming one tool twice loaded: {other:?}"),
+        }
+    }
+}
