@@ -480,3 +480,99 @@ fn a_name_differing_only_by_case_is_the_same_name() {
         }
     }
 }
+
+/// Opens `fifo` for writing without blocking, which frees a reader stuck in
+/// its open; a no-op when no reader waits.
+fn release_readers(fifo: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(fifo);
+}
+
+#[test]
+fn a_fifo_swapped_in_after_the_check_still_cannot_block_an_open() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let ws = dir.workspace();
+    mkfifo(&ws.join("pipe"));
+    std::fs::write(ws.join("x"), "plain").unwrap();
+    let rt = dir.open(
+        r#"
+        [plugins.hostile]
+        dirs = [{ path = "workspace", access = "read-write" }]
+        limits = { timeout_ms = 1000 }
+        "#,
+    );
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let slowest = std::thread::scope(|scope| {
+        // Another process sharing the directory swaps the FIFO and a regular
+        // file under `x` as fast as it can: the check and the open each see
+        // one of them.
+        scope.spawn(|| {
+            let (pipe, plain, x) = (ws.join("pipe"), ws.join("plain"), ws.join("x"));
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::hard_link(&pipe, ws.join("swap"));
+                let _ = std::fs::rename(ws.join("swap"), &x);
+                let _ = std::fs::write(&plain, "plain");
+                let _ = std::fs::rename(&plain, &x);
+            }
+        });
+        let watchdog = scope.spawn(|| {
+            let mut slowest = Duration::ZERO;
+            let deadline = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < deadline {
+                let started = Instant::now();
+                let _ = call(&rt, "read", json!({"path": "x"}));
+                slowest = slowest.max(started.elapsed());
+            }
+            slowest
+        });
+        // A stuck call would never end: free it late, so the test reports
+        // instead of hanging.
+        let started = Instant::now();
+        while !watchdog.is_finished() {
+            std::thread::sleep(Duration::from_millis(200));
+            if started.elapsed() > Duration::from_secs(12) {
+                release_readers(&ws.join("pipe"));
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        watchdog.join().unwrap()
+    });
+    assert!(slowest < Duration::from_secs(3), "a read of `x` blocked for {slowest:?}");
+}
+
+#[test]
+fn special_files_behind_symlinks_subdirectories_and_sockets_are_refused_at_once() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let ws = dir.workspace();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    mkfifo(&ws.join("sub/pipe"));
+    std::os::unix::fs::symlink("sub", ws.join("dirlink")).unwrap();
+    std::os::unix::fs::symlink("sub/pipe", ws.join("pipelink")).unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(ws.join("sock")).unwrap();
+    std::fs::write(ws.join("sub/plain"), "plain text").unwrap();
+    let rt = dir.open(
+        r#"
+        [plugins.hostile]
+        dirs = [{ path = "workspace", access = "read-write" }]
+        limits = { timeout_ms = 5000 }
+        "#,
+    );
+    for path in ["sub/pipe", "dirlink/pipe", "pipelink", "dirlink/../pipelink", "sock"] {
+        // `write` opens with create and truncate flags, `read` without.
+        for tool in ["read", "write"] {
+            let started = Instant::now();
+            let err = call(&rt, tool, json!({"path": path, "content": "x"})).unwrap_err();
+            assert!(err.to_string().contains("ermission denied"), "{tool} {path}: {err}");
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(1), "{tool} {path} took {took:?}");
+        }
+    }
+    // Regular files and directories still open, through the same links.
+    assert_eq!(call(&rt, "read", json!({"path": "dirlink/plain"})).unwrap(), "plain text");
+    call(&rt, "write", json!({"path": "dirlink/new", "content": "made"})).unwrap();
+    assert_eq!(std::fs::read_to_string(ws.join("sub/new")).unwrap(), "made");
+    let err = call(&rt, "read", json!({"path": "missing"})).unwrap_err().to_string();
+    assert!(err.contains("No such file") || err.contains("not found"), "{err}");
+}
