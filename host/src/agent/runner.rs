@@ -38,6 +38,11 @@ fn now_ms() -> u64 {
 /// The text of a healed tool call's synthetic result.
 pub const INTERRUPTED: &str = "Interrupted: this tool call did not finish; the run stopped or crashed before its result was recorded.";
 
+/// The result of a call the run reached only after `stop()`: it was
+/// neither asked about nor run.
+pub const STOPPED_BEFORE_CALL: &str =
+    "Stopped: the run was stopped before this tool call ran; it was not run.";
+
 /// How to run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -796,7 +801,8 @@ impl Run {
         Ok(())
     }
 
-    /// Runs the calls of one assistant message: a call of a tool never
+    /// Runs the calls of one assistant message: once the run is stopped,
+    /// every call left gets a "stopped" result; a call of a tool never
     /// offered gets an error at once, then permissions decide; the built-in
     /// goal tool runs here, plugin tools concurrently. Each result is
     /// stored as soon as the results of every call before it are, so they
@@ -823,7 +829,11 @@ impl Run {
         let mut stored = 0;
         let mut plugin_calls = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            let now = if !offered.contains(&call.name) {
+            // A stop (perhaps given while an earlier call awaited approval)
+            // ends the message here: no more prompts, nothing more runs.
+            let now = if self.stopped() {
+                Some(self.finished(call, ToolResult::error(STOPPED_BEFORE_CALL.into()), None))
+            } else if !offered.contains(&call.name) {
                 // Checked before the permissions: a name the model made up
                 // must not wait for an approval no one can give.
                 Some(self.finished(call, ToolResult::error(unknown_tool(call, &offered)), None))
@@ -847,6 +857,13 @@ impl Run {
             };
             done[i] = now;
             self.store_ready(calls, &mut done, &mut stored)?;
+        }
+        if self.stopped() {
+            for &i in &plugin_calls {
+                let stopped = ToolResult::error(STOPPED_BEFORE_CALL.into());
+                done[i] = Some(self.finished(&calls[i], stopped, None));
+            }
+            return self.store_ready(calls, &mut done, &mut stored);
         }
         let (trace_id, stop) = (self.trace.id.clone(), self.stop.clone());
         let context = |call: &ToolCall| CallContext {
