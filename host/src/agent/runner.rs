@@ -313,15 +313,25 @@ impl Runner {
     pub fn run(&self, messages: Vec<Message>, config: RunConfig) -> Result<RunHandle, AgentError> {
         let (events, receiver) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let run = Run::prepare(self.inner.clone(), messages, config, events, stop.clone())?;
-        let trace_id = run.trace.id.clone();
-        {
+        // An existing trace is claimed before it is prepared: preparing
+        // writes to it (heals calls, moves the head, adds messages), which
+        // must never happen under a run that is still going.
+        if let Some(id) = &config.trace_id {
             let mut running = self.inner.running.lock().expect("running map");
-            if running.contains_key(&trace_id) {
-                return Err(AgentError::Config(format!("trace {trace_id} is already running")));
+            if running.contains_key(id) {
+                return Err(AgentError::Config(format!("trace {id} is already running")));
             }
-            running.insert(trace_id.clone(), stop);
+            running.insert(id.clone(), stop.clone());
         }
+        let claimed = config.trace_id.clone();
+        let run = Run::prepare(self.inner.clone(), messages, config, events, stop.clone())
+            .inspect_err(|_| {
+                if let Some(id) = &claimed {
+                    self.inner.running.lock().expect("running map").remove(id);
+                }
+            })?;
+        let trace_id = run.trace.id.clone();
+        self.inner.running.lock().expect("running map").insert(trace_id.clone(), stop);
         let inner = self.inner.clone();
         let id = trace_id.clone();
         let thread = std::thread::Builder::new()
@@ -331,7 +341,10 @@ impl Runner {
                 inner.running.lock().expect("running map").remove(&id);
                 outcome
             })
-            .map_err(|e| AgentError::Other(format!("cannot start the run: {e}")))?;
+            .map_err(|e| {
+                self.inner.running.lock().expect("running map").remove(&trace_id);
+                AgentError::Other(format!("cannot start the run: {e}"))
+            })?;
         Ok(RunHandle { trace_id, events: receiver, thread })
     }
 
