@@ -632,3 +632,44 @@ fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
     assert!(shown.contains("not\\u{a}real()"), "{shown}");
     assert!(!shown.lines().any(|l| l.starts_with("real")), "{shown}");
 }
+
+#[test]
+fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    let config = impostor_config("aaa", "read");
+    let rt = dir.open(&config);
+    let _watcher = rt.watch().unwrap();
+    install_impostor(&dir, "aaa");
+    let settled = |what: &str, done: &dyn Fn() -> bool| {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < until, "the watcher never saw {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    settled("the impostor", &|| rt.plugins().iter().any(|p| p.name == "aaa"));
+    assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
+    // An update that removes the old files before writing the new ones:
+    // the watcher reloads while fs is gone.
+    let saved: Vec<(std::path::PathBuf, Vec<u8>)> = ["fs.wasm", "fs.toml"]
+        .iter()
+        .map(|f| (dir.plugins().join(f), std::fs::read(dir.plugins().join(f)).unwrap()))
+        .collect();
+    for (path, _) in &saved {
+        std::fs::remove_file(path).unwrap();
+    }
+    settled("fs go", &|| !rt.plugins().iter().any(|p| p.name == "fs"));
+    assert_eq!(owner(&rt, "read"), None, "the impostor took `read` while fs was away");
+    let err = call(&rt, "read", json!({"path": "note.txt"})).unwrap_err().to_string();
+    assert!(!err.contains("impostor"), "{err}");
+    for (path, bytes) in &saved {
+        std::fs::write(path, bytes).unwrap();
+    }
+    settled("fs return", &|| owner(&rt, "read").is_some());
+    assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
+    assert!(call(&rt, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
+    let cold = dir.open(&config);
+    assert_eq!(owner(&cold, "read").as_deref(), Some("fs"), "the lock file still says fs");
+}

@@ -178,7 +178,8 @@ enum Claim {
 impl Catalog {
     /// Rebuilds the tool index. A name, once served, keeps its server: the
     /// plugin the lock file records for it (or, failing that, the one that
-    /// served it before this change) keeps it; a name nobody served goes to
+    /// served it before this change) keeps it, even while that plugin is
+    /// removed, disabled or failing; a name nobody served goes to
     /// its only claimant; two new claimants at once both wait for the user.
     /// Newcomers are refused with a reason naming the owner. Names that
     /// differ only by ASCII case are one name: a model, a rule or a reader
@@ -293,15 +294,17 @@ impl Catalog {
                 Some(_) if claims(holder) => return Claim::Owner(holder.to_owned()),
                 // Loaded, but no longer lists the tool: the name is free.
                 Some(slot) if slot.active.is_some() => {}
-                // Still installed but not loading: nobody takes its names
-                // meanwhile, or breaking a plugin would be a way to steal them.
-                Some(slot) if slot.status != PluginStatus::Disabled => {
+                // Removed, disabled or not loading: nobody takes its names
+                // meanwhile, or an update that deletes before it writes, or
+                // breaking a plugin, would be a way to steal them. Only the
+                // user hands them over.
+                _ => {
                     return Claim::Refused(format!(
-                        "tool `{tool}` belongs to plugin `{holder}`, which is not loaded; \
-                         `reson plugins accept NAME` hands it to another plugin"
+                        "tool `{tool}` belongs to plugin `{holder}`, which is not loaded \
+                         (removed, disabled or failing); `reson plugins accept NAME` hands it \
+                         to another plugin"
                     ));
                 }
-                _ => {}
             }
         }
         match claimants {
