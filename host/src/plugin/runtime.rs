@@ -653,6 +653,10 @@ impl Runtime {
     }
 
     fn forget_attempt(&self, name: &str) {
+        // A reload running meanwhile (the watcher's) would otherwise replace
+        // the catalog with one that still remembers the attempt, or this
+        // would put back a catalog from before that reload.
+        let _serial = self.inner.reload.lock().expect("reload mutex");
         let mut next = (*self.catalog()).clone();
         if let Some(slot) = next.slots.get_mut(name) {
             slot.attempted = None;
