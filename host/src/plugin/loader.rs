@@ -326,8 +326,9 @@ fn list_tools(
                 spec.input_schema.len()
             )));
         }
-        if tools.iter().any(|t| t.spec.name == spec.name) {
-            return Err(bad("listed twice".into()));
+        // One name to the runtime, whatever its case.
+        if tools.iter().any(|t| t.spec.name.eq_ignore_ascii_case(&spec.name)) {
+            return Err(bad("listed twice (names differing only by case are one name)".into()));
         }
         let schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
             .map_err(|e| bad(format!("input schema is not JSON: {e}")))?;

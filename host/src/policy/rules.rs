@@ -208,7 +208,7 @@ pub const TOOL_ARGUMENTS: &[ToolArgument] = &[
 ];
 
 fn tool_argument(tool: &str) -> Option<&'static ToolArgument> {
-    TOOL_ARGUMENTS.iter().find(|a| a.tool == tool)
+    TOOL_ARGUMENTS.iter().find(|a| a.tool.eq_ignore_ascii_case(tool))
 }
 
 /// What a rule's pattern is matched against for a call of `tool`: its
@@ -349,11 +349,13 @@ pub(super) enum ToolMatcher {
 }
 
 impl ToolMatcher {
+    /// Tool names differing only by ASCII case are one name to the plugin
+    /// runtime, so they are one name here: `deny shell` covers `Shell`.
     fn matches(&self, tool: &str) -> bool {
         match self {
             Self::Glob(glob) => glob.is_match(tool),
-            Self::Named(names) => names.iter().any(|n| n == tool),
-            Self::AllBut(names) => !names.iter().any(|n| n == tool),
+            Self::Named(names) => names.iter().any(|n| n.eq_ignore_ascii_case(tool)),
+            Self::AllBut(names) => !names.iter().any(|n| n.eq_ignore_ascii_case(tool)),
         }
     }
 }
@@ -444,6 +446,7 @@ impl CompiledRule {
         let rendered = rule.to_string();
         let pattern_error = |source| RuleError::Pattern { index, rule: rendered.clone(), source };
         let tools = GlobBuilder::new(&rule.tool)
+            .case_insensitive(true)
             .build()
             .map_err(|e| {
                 pattern_error(PatternError {
@@ -1193,6 +1196,25 @@ mod tests {
             .unwrap()
             .then_deny(ToolMatcher::AllBut(vec!["read".into()]), "deny all but read".into());
         assert!(all_but.offered("read") && !all_but.offered("write"));
+    }
+
+    #[test]
+    fn tool_names_differing_only_by_case_are_one_name_to_the_rules() {
+        let set = RuleSet::compile(&[
+            rule(Allow, "*", None),
+            rule(Deny, "shell", Some("rm *")),
+            rule(Deny, "{web*,http}", None),
+        ])
+        .unwrap();
+        let decide = |tool, args| set.decide(tool, &args).decision;
+        assert_eq!(decide("SHELL", json!({ "command": "rm -rf x" })), Deny);
+        assert_eq!(decide("Shell", json!({ "command": "ls" })), Allow);
+        assert_eq!(decide("WebFetch", json!({ "url": "a.b" })), Deny);
+        assert_eq!(decide("HTTP", json!({ "url": "a.b" })), Deny);
+        let all_but = RuleSet::compile(&[rule(Allow, "*", None)])
+            .unwrap()
+            .then_deny(ToolMatcher::AllBut(vec!["read".into()]), "deny all but read".into());
+        assert!(all_but.offered("Read") && !all_but.offered("Write"));
     }
 
     #[test]
