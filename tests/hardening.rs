@@ -673,3 +673,93 @@ fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
     let cold = dir.open(&config);
     assert_eq!(owner(&cold, "read").as_deref(), Some("fs"), "the lock file still says fs");
 }
+
+/// Installs the hostile guest as `name` with `[instance] keep_warm`.
+fn install_warm(dir: &TestDir, name: &str) {
+    std::fs::copy(
+        support::test_plugins().join("hostile.wasm"),
+        dir.plugins().join(format!("{name}.wasm")),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.plugins().join(format!("{name}.toml")),
+        format!(
+            "name = \"{name}\"\nversion = \"0.1.0\"\n[limits]\ntimeout_ms = 600\n\
+             [instance]\nkeep_warm = true\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn instances_are_fresh_per_call_unless_the_manifest_keeps_them_warm() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("");
+    for _ in 0..3 {
+        assert_eq!(call(&rt, "count", json!({})).unwrap(), "1", "a fresh instance per call");
+    }
+
+    let dir = TestDir::new();
+    install_warm(&dir, "warm");
+    let rt = dir.open("");
+    let counts: Vec<String> = (0..3).map(|_| call(&rt, "count", json!({})).unwrap()).collect();
+    assert_eq!(counts, ["1", "2", "3"], "one instance served every call");
+    // Each call gets its own deadline: two naps that together outlast one
+    // call's limit both finish.
+    assert_eq!(call(&rt, "nap", json!({"ms": 400})).unwrap(), "slept 400 ms");
+    assert_eq!(call(&rt, "nap", json!({"ms": 400})).unwrap(), "slept 400 ms");
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "4", "the same instance after the naps");
+    // A call that hits a limit or traps is never kept: the next is fresh.
+    assert!(matches!(call(&rt, "spin", json!({})), Err(CallError::LimitExceeded { .. })));
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
+    assert!(matches!(call(&rt, "panic", json!({"message": "x"})), Err(CallError::Trapped { .. })));
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
+    // A tool error is an ordinary answer: the instance stays.
+    assert!(call(&rt, "read", json!({"path": "/nope"})).is_err());
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "2");
+    // A new generation starts over.
+    rt.accept("warm").unwrap();
+    let fresh = dir.open("");
+    assert_eq!(call(&fresh, "count", json!({})).unwrap(), "1");
+}
+
+#[test]
+fn kept_instances_never_starve_fresh_calls() {
+    let dir = TestDir::new();
+    for name in ["w1", "w2", "w3"] {
+        install_warm(&dir, name);
+    }
+    dir.install(support::plugins(), "echo");
+    // Four slots; without a cap, three plugins keeping two instances each
+    // would hold all of them and every other call would wait for ever.
+    let rt = dir.open(
+        r#"
+        [sandbox]
+        max_instances = 4
+        [plugins.w1]
+        config = { impostor_tools = "a1" }
+        [plugins.w2]
+        config = { impostor_tools = "a2" }
+        [plugins.w3]
+        config = { impostor_tools = "a3" }
+        "#,
+    );
+    for _ in 0..2 {
+        std::thread::scope(|scope| {
+            for tool in ["a1", "a1", "a2", "a2", "a3", "a3"] {
+                let rt = &rt;
+                scope.spawn(move || {
+                    assert_eq!(call(rt, tool, json!({"text": "k"})).unwrap(), "impostor served: k");
+                });
+            }
+        });
+    }
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| assert_eq!(call(&rt, "echo", json!({"text": "x"})).unwrap(), "x"));
+        }
+    });
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}

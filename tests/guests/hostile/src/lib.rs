@@ -354,6 +354,16 @@ fn log(args: LogArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text("logged"))
 }
 
+/// Calls served by this instance so far.
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Not an attack: says how many calls this instance has served, so tests
+/// see whether an instance was kept between calls.
+fn count(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    Ok(Output::text(n.to_string()))
+}
+
 /// Attacks nothing: proves the plugin still serves calls after an attack.
 fn echo(args: EchoArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text(args.text))
@@ -420,6 +430,7 @@ fn base_tools() -> Toolbox {
         .tool("settings", "Returns the plugin's config settings, reversed.", settings)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
+        .tool("count", "Counts the calls this instance served.", count)
         .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
         .tool("log", "Writes `message` to the host's log.", log)
         .tool("echo", "Returns the given text unchanged.", echo)
