@@ -161,9 +161,10 @@ fn python_exception(stderr: &str) -> Option<String> {
     let lines: Vec<&str> = traceback.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let frame = lines.iter().rev().find(|l| l.starts_with("File \""));
     // Python 3.11+ underlines the failing expression with `~` and `^`.
-    let exception = lines.iter().rev().find(|l| {
-        !l.starts_with("thread ") && !l.chars().all(|c| matches!(c, '^' | '~' | ' '))
-    })?;
+    let exception = lines
+        .iter()
+        .rev()
+        .find(|l| !l.starts_with("thread ") && !l.chars().all(|c| matches!(c, '^' | '~' | ' ')))?;
     Some(match frame {
         Some(frame) => format!("{exception} ({frame})"),
         None => (*exception).to_owned(),

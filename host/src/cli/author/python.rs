@@ -36,8 +36,7 @@ pub(super) fn build(dir: &Path, name: &str, wit_dir: &Path) -> anyhow::Result<Pa
     }
     let componentize = toolchain(dir)?;
     let out_dir = dir.join("build");
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("creating {}", out_dir.display()))?;
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out = out_dir.join(format!("{name}.wasm"));
     let module = ENTRY.trim_end_matches(".py");
     let output = Command::new(&componentize)
