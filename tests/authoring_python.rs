@@ -9,7 +9,7 @@
 
 mod support;
 
-use reson::plugin::{CallContext, CallError, Limit, Runtime, ToolFailure, TrapKind};
+use reson::plugin::{CallContext, CallError, Limit, PluginStatus, Runtime, ToolFailure, TrapKind};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -264,6 +264,7 @@ fn the_example_counts_words_over_granted_http_with_its_site_from_config() {
 
 const TIMEOUT_MS: u64 = 1_000;
 const MEMORY_MB: u64 = 64;
+const OUTPUT_BYTES: u64 = 65_536;
 
 /// The hostile Python guest, built once per run by `reson plugins build`
 /// and compiled once into the shared cache.
@@ -294,6 +295,12 @@ fn hostile_build() -> &'static Path {
 /// A runtime serving the hostile Python guest with a read-write workspace
 /// and a read-only directory, and a secret outside both.
 fn hostile() -> (TestDir, Runtime) {
+    hostile_with(&format!(
+        "timeout_ms = {TIMEOUT_MS}, memory_mb = {MEMORY_MB}, output_bytes = {OUTPUT_BYTES}"
+    ))
+}
+
+fn hostile_with(limits: &str) -> (TestDir, Runtime) {
     let dir = TestDir::new();
     dir.install(hostile_build(), "hostile-py");
     std::fs::create_dir_all(dir.path().join("readonly")).unwrap();
@@ -303,7 +310,7 @@ fn hostile() -> (TestDir, Runtime) {
         r#"
         [plugins.hostile-py]
         dirs = [{{ path = "workspace", access = "read-write" }}, {{ path = "readonly", access = "read" }}]
-        limits = {{ timeout_ms = {TIMEOUT_MS}, memory_mb = {MEMORY_MB} }}
+        limits = {{ {limits} }}
         "#
     ));
     (dir, rt)
@@ -437,4 +444,43 @@ fn python_sees_no_host_environment() {
     let env: serde_json::Value =
         serde_json::from_str(&call(&rt, "py_environ", json!({})).unwrap()).unwrap();
     assert_eq!(env, json!({}), "the guest saw the host's environment");
+}
+
+#[test]
+fn python_output_floods_hit_the_output_cap() {
+    let (_dir, rt) = hostile();
+    assert_eq!(call(&rt, "py_flood", json!({"bytes": 1000})).unwrap().len(), 1000);
+    let err = call(&rt, "py_flood", json!({"bytes": 100_000})).unwrap_err();
+    assert_eq!(limit_of(err), Limit::Output { returned: 100_000, bytes: OUTPUT_BYTES });
+    assert_alive(&rt);
+}
+
+#[test]
+fn python_recursion_past_its_own_guard_is_a_typed_stack_overflow() {
+    let (_dir, rt) = hostile();
+    assert_eq!(call(&rt, "py_deep", json!({"depth": 10})).unwrap(), "22");
+    match call(&rt, "py_deep", json!({"depth": 100_000})).unwrap_err() {
+        CallError::Trapped { trap, tool, .. } => {
+            assert_eq!(tool, "py_deep");
+            assert_eq!(trap, TrapKind::StackOverflow);
+        }
+        other => panic!("expected a stack overflow, got {other:?}"),
+    }
+    assert_alive(&rt);
+}
+
+#[test]
+fn a_memory_cap_below_what_python_needs_to_start_fails_the_load_naming_it() {
+    let (_dir, rt) = hostile_with("memory_mb = 8");
+    let info = rt.plugins().into_iter().find(|p| p.name == "hostile-py").unwrap();
+    match info.status {
+        PluginStatus::Failed(reason) => {
+            assert!(reason.contains("memory limit of 8 MiB"), "{reason}")
+        }
+        other => panic!("expected a failed load, got {other:?}"),
+    }
+    match call(&rt, "py_echo", json!({"text": "x"})).unwrap_err() {
+        CallError::UnknownTool { .. } => {}
+        other => panic!("nothing is served, got {other:?}"),
+    }
 }

@@ -3,6 +3,7 @@ limit of the sandbox from inside CPython (componentize-py)."""
 
 import json
 import os
+import sys
 import time
 
 from componentize_py_types import Err
@@ -52,6 +53,20 @@ def grow_once(args, context):
     return str(len(bytearray(args["mb"] << 20)))
 
 
+def flood(args, context):
+    return "x" * args["bytes"]
+
+
+def deep(args, context):
+    # Recursion through C (repr of nested lists), with Python's own guard
+    # lifted: the stack, not an exception, is what runs out.
+    sys.setrecursionlimit(1 << 30)
+    nested = []
+    for _ in range(args["depth"]):
+        nested = [nested]
+    return str(len(repr(nested)))
+
+
 def read(args, context):
     try:
         with open(resolve(args["path"], context)) as f:
@@ -92,6 +107,8 @@ TOOLS = {
     "py_nap": nap,
     "py_grow": grow,
     "py_grow_once": grow_once,
+    "py_flood": flood,
+    "py_deep": deep,
     "py_read": read,
     "py_read_unguarded": read_unguarded,
     "py_write": write,
