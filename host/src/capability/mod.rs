@@ -104,8 +104,8 @@ impl HostState {
 
     /// Records a refusal and returns the message for the guest.
     fn deny(&mut self, capability: &'static str, detail: String) -> String {
-        tracing::warn!(target: "reson::audit", plugin = %self.plugin, capability, %detail, "denied");
         let detail = crate::redact::redact(&detail).into_owned();
+        tracing::warn!(target: "reson::audit", plugin = %self.plugin, capability, %detail, "denied");
         let message = format!("{capability} denied: {detail}");
         self.denials.push(Denial { capability, detail });
         message

@@ -140,7 +140,9 @@ impl CallStore {
     /// The message of a Rust guest's panic, from its stderr; for a Python
     /// guest (componentize-py), the exception its traceback ends with.
     fn panic_message(&self) -> Option<String> {
+        // Redacted before it is cut, so that no cut leaves part of a secret.
         let stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+        let stderr = crate::redact::redact(&stderr).into_owned();
         let start = stderr.find("panicked at ")?;
         if let Some(exception) = python_exception(&stderr[..start]) {
             return Some(exception.chars().take(PANIC_MESSAGE_CHARS).collect());

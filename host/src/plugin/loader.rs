@@ -326,8 +326,9 @@ fn list_tools(
                 spec.input_schema.len()
             )));
         }
-        if tools.iter().any(|t| t.spec.name == spec.name) {
-            return Err(bad("listed twice".into()));
+        // One name to the runtime, whatever its case.
+        if tools.iter().any(|t| t.spec.name.eq_ignore_ascii_case(&spec.name)) {
+            return Err(bad("listed twice (names differing only by case are one name)".into()));
         }
         let schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
             .map_err(|e| bad(format!("input schema is not JSON: {e}")))?;
@@ -347,6 +348,17 @@ fn list_tools(
         });
     }
     Ok(tools)
+}
+
+/// `text` from a guest, on its way to the model, with every secret
+/// redacted: a tool reads what its grant reaches (a project's `.env`, a
+/// command's output), and what it returns is the model's next prompt,
+/// sent to the provider as it is.
+fn scrub(text: String) -> String {
+    match crate::redact::redact(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(redacted) => redacted,
+    }
 }
 
 impl LoadedPlugin {
@@ -394,10 +406,10 @@ impl LoadedPlugin {
                 plugin: self.name.to_string(),
                 tool: tool.into(),
                 failure: match failure {
-                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(m),
-                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(m),
-                    wit::ToolError::Denied(m) => ToolFailure::Denied(m),
-                    wit::ToolError::Failed(m) => ToolFailure::Failed(m),
+                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(scrub(m)),
+                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(scrub(m)),
+                    wit::ToolError::Denied(m) => ToolFailure::Denied(scrub(m)),
+                    wit::ToolError::Failed(m) => ToolFailure::Failed(scrub(m)),
                 },
             }),
             Err(e) => Err(call.classify(&e, site)),
@@ -484,8 +496,8 @@ impl LoadedPlugin {
             });
         }
         Ok(ToolOutput {
-            text: out.text,
-            long_term_memory: out.long_term_memory,
+            text: scrub(out.text),
+            long_term_memory: out.long_term_memory.map(scrub),
             include_output_only_once: out.include_output_only_once,
             images: out
                 .images
