@@ -190,6 +190,26 @@ fn building_without_componentize_py_says_how_to_install_it() {
 }
 
 #[test]
+fn the_project_s_own_venv_is_used_and_a_relative_project_path_builds() {
+    let outside = tempfile::tempdir().unwrap();
+    ok(&reson(outside.path(), &["plugins", "new", "local-venv", "--lang", "python", "p"]));
+    let venv_bin = outside.path().join("p/.venv/bin");
+    std::fs::create_dir_all(&venv_bin).unwrap();
+    std::os::unix::fs::symlink(
+        support::python::toolchain_bin().join("componentize-py"),
+        venv_bin.join("componentize-py"),
+    )
+    .unwrap();
+    // Nothing on PATH: only the project's .venv can build it.
+    let empty_path = outside.path().join("empty-bin");
+    std::fs::create_dir(&empty_path).unwrap();
+    let built = reson_with_path(outside.path(), empty_path.as_os_str(), &["plugins", "build", "p"]);
+    assert_eq!(ok(&built).trim(), "built p/dist/local-venv.wasm");
+    let wasm = std::fs::read(outside.path().join("p/dist/local-venv.wasm")).unwrap();
+    assert!(wasm.starts_with(b"\0asm") && wasm.len() > 1 << 20, "{} bytes", wasm.len());
+}
+
+#[test]
 fn a_python_syntax_error_fails_the_build_with_python_s_message() {
     let outside = tempfile::tempdir().unwrap();
     let project = outside.path().join("p");

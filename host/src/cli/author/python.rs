@@ -34,19 +34,24 @@ pub(super) fn build(dir: &Path, name: &str, wit_dir: &Path) -> anyhow::Result<Pa
             wit_dir.display()
         );
     }
-    let componentize = toolchain(dir)?;
+    // componentize-py runs inside the project (it writes `__pycache__`
+    // there), so every path it gets must not depend on our own cwd.
+    let absolute =
+        |path: &Path| path.canonicalize().with_context(|| format!("resolving {}", path.display()));
+    let (dir, wit_dir) = (absolute(dir)?, absolute(wit_dir)?);
+    let componentize = toolchain(&dir)?;
     let out_dir = dir.join("build");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out = out_dir.join(format!("{name}.wasm"));
     let module = ENTRY.trim_end_matches(".py");
     let output = Command::new(&componentize)
         .arg("--wit-path")
-        .arg(wit_dir)
+        .arg(&wit_dir)
         .args(["--world", "tool-plugin", "componentize", module, "--python-path"])
-        .arg(dir)
+        .arg(&dir)
         .arg("--output")
         .arg(&out)
-        .current_dir(dir)
+        .current_dir(&dir)
         .output()
         .with_context(|| format!("running {}", componentize.display()))?;
     if !output.status.success() {
