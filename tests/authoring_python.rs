@@ -299,7 +299,8 @@ fn hostile_build() -> &'static Path {
         std::fs::write(
             project.join("reson-plugin.toml"),
             "name = \"hostile-py\"\nversion = \"0.1.0\"\n\
-             description = \"Misbehaving Python tools.\"\n[requests]\ndirs = \"read-write\"\n",
+             description = \"Misbehaving Python tools.\"\n[requests]\ndirs = \"read-write\"\n\
+             http = [\"127.0.0.1\"]\nprocess = [\"*\"]\n",
         )
         .unwrap();
         ok(&reson(&project, &["wit", "wit"]));
@@ -321,6 +322,11 @@ fn hostile() -> (TestDir, Runtime) {
 }
 
 fn hostile_with(limits: &str) -> (TestDir, Runtime) {
+    hostile_granting(limits, "")
+}
+
+/// As [`hostile`], with `grants` added to the plugin's table.
+fn hostile_granting(limits: &str, grants: &str) -> (TestDir, Runtime) {
     let dir = TestDir::new();
     dir.install(hostile_build(), "hostile-py");
     std::fs::create_dir_all(dir.path().join("readonly")).unwrap();
@@ -331,6 +337,7 @@ fn hostile_with(limits: &str) -> (TestDir, Runtime) {
         [plugins.hostile-py]
         dirs = [{{ path = "workspace", access = "read-write" }}, {{ path = "readonly", access = "read" }}]
         limits = {{ {limits} }}
+        {grants}
         "#
     ));
     (dir, rt)
@@ -503,4 +510,30 @@ fn a_memory_cap_below_what_python_needs_to_start_fails_the_load_naming_it() {
         CallError::UnknownTool { .. } => {}
         other => panic!("nothing is served, got {other:?}"),
     }
+}
+
+#[test]
+fn python_reaches_hosts_and_commands_only_when_granted() {
+    let server = LlmServer::start(vec![Reply::raw(200, "text/plain", "hello")]);
+    let url = format!("{}/x", server.url());
+    let (_dir, bare) = hostile();
+    let denial = denial_of(call(&bare, "py_fetch", json!({"url": url})).unwrap_err());
+    assert!(denial.contains("HttpError_Denied"), "{denial}");
+    let denial =
+        denial_of(call(&bare, "py_run", json!({"program": "echo", "args": ["hi"]})).unwrap_err());
+    assert!(denial.contains("ProcessError_Denied"), "{denial}");
+    assert!(server.requests().is_empty(), "an ungranted request was sent");
+
+    let limits = format!("timeout_ms = {TIMEOUT_MS}, memory_mb = {MEMORY_MB}");
+    let grants = format!("http = [{:?}]\nprocess = [\"echo *\"]", server.addr);
+    let (_dir, granted) = hostile_granting(&limits, &grants);
+    assert_eq!(call(&granted, "py_fetch", json!({"url": url})).unwrap(), "200: hello");
+    assert_eq!(
+        call(&granted, "py_run", json!({"program": "echo", "args": ["hi"]})).unwrap(),
+        "hi\n"
+    );
+    // The grant is a pattern over the command, not a licence for any program.
+    denial_of(
+        call(&granted, "py_run", json!({"program": "cat", "args": ["/etc/passwd"]})).unwrap_err(),
+    );
 }

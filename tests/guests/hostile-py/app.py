@@ -9,6 +9,7 @@ import time
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.exports.tool import ToolError_Denied, ToolError_UnknownTool, ToolOutput
+from wit_world.imports import http, process
 from wit_world.imports.types import ToolSpec
 
 
@@ -96,6 +97,23 @@ def listdir(args, context):
         raise Err(ToolError_Denied(f"{type(err).__name__}: {err}"))
 
 
+def fetch(args, context):
+    try:
+        response = http.send(http.Request("GET", args["url"], [], None, 2000))
+    except Err as err:
+        raise Err(ToolError_Denied(f"http: {err.value}"))
+    return f"{response.status}: {bytes(response.body).decode()}"
+
+
+def run(args, context):
+    command = process.Command(args["program"], args["args"], None, [], None, 2000)
+    try:
+        output = process.run(command)
+    except Err as err:
+        raise Err(ToolError_Denied(f"process: {err.value}"))
+    return bytes(output.stdout).decode()
+
+
 def environ(args, context):
     return json.dumps(dict(os.environ))
 
@@ -113,6 +131,8 @@ TOOLS = {
     "py_read_unguarded": read_unguarded,
     "py_write": write,
     "py_listdir": listdir,
+    "py_fetch": fetch,
+    "py_run": run,
     "py_environ": environ,
 }
 
