@@ -5,6 +5,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 pub mod llm_server;
+pub mod python;
 
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};

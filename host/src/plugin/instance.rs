@@ -167,12 +167,16 @@ impl CallStore {
         }
     }
 
-    /// The message of a Rust guest's panic, from its stderr.
+    /// The message of a Rust guest's panic, from its stderr; for a Python
+    /// guest (componentize-py), the exception its traceback ends with.
     fn panic_message(&self) -> Option<String> {
         // Redacted before it is cut, so that no cut leaves part of a secret.
         let stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
         let stderr = crate::redact::redact(&stderr).into_owned();
         let start = stderr.find("panicked at ")?;
+        if let Some(exception) = python_exception(&stderr[..start]) {
+            return Some(exception.chars().take(PANIC_MESSAGE_CHARS).collect());
+        }
         let rest = &stderr[start..];
         // "panicked at src/lib.rs:3:5:\nmessage\nnote: ..."
         let message = rest.split_once(":\n").map_or(rest, |(_, m)| m);
@@ -181,6 +185,41 @@ impl CallStore {
     }
 }
 
+/// `ExceptionType: message (File "app.py", line 3, in f)` from the last
+/// Python traceback in `stderr`: componentize-py prints the traceback, then
+/// panics with a message that does not say what was raised.
+fn python_exception(stderr: &str) -> Option<String> {
+    let traceback = &stderr[stderr.rfind("Traceback (most recent call last):")?..];
+    let lines: Vec<&str> = traceback.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let frame = lines.iter().rev().find(|l| l.starts_with("File \""));
+    // Python 3.11+ underlines the failing expression with `~` and `^`.
+    let exception = lines
+        .iter()
+        .rev()
+        .find(|l| !l.starts_with("thread ") && !l.chars().all(|c| matches!(c, '^' | '~' | ' ')))?;
+    Some(match frame {
+        Some(frame) => format!("{exception} ({frame})"),
+        None => (*exception).to_owned(),
+    })
+}
+
 fn find<E: std::error::Error + Send + Sync + 'static>(err: &wasmtime::Error) -> Option<&E> {
     err.downcast_ref::<E>().or_else(|| err.chain().find_map(|e| e.downcast_ref::<E>()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_exception;
+
+    #[test]
+    fn a_python_traceback_gives_its_exception_and_innermost_frame() {
+        let stderr = "Traceback (most recent call last):\n  File \"app.py\", line 9, in call\n    \
+            return run(args)\n  File \"app.py\", line 3, in run\n    return args[\"x\"]\n           \
+            ~~~~^^^^^\nKeyError: 'x'\nthread '<unnamed>' ";
+        assert_eq!(
+            python_exception(stderr).as_deref(),
+            Some("KeyError: 'x' (File \"app.py\", line 3, in run)")
+        );
+        assert_eq!(python_exception("thread '<unnamed>' "), None);
+    }
 }

@@ -1,0 +1,166 @@
+//! What a Python guest (componentize-py) costs next to a Rust one, through
+//! the whole host path: component size, per-call latency with a fresh
+//! instance per call, plugin load from the compiled-code cache, and one
+//! compile.
+//!
+//! `cargo bench -p reson --bench python_tool` installs componentize-py
+//! under target/toolchains/python if needed, builds the hostile-py test
+//! guest (its `py_echo` tool) and prints criterion's figures and, last, a
+//! `== figures ==` summary measured in the same run.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use reson::plugin::{CallContext, Runtime};
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const ARGS: &str = r#"{"text":"hello from the benchmark"}"#;
+
+/// The Python guest as plugin `py-echo` in `out`, built from a copy in
+/// `scratch` (componentize-py leaves `__pycache__` beside its sources).
+fn build_python(out: &Path, scratch: &Path) {
+    let root = support::root();
+    let wasm = out.join("py-echo.wasm");
+    std::fs::copy(root.join("tests/guests/hostile-py/app.py"), scratch.join("app.py")).unwrap();
+    let status = Command::new(support::python::toolchain_bin().join("componentize-py"))
+        .arg("--wit-path")
+        .arg(root.join("wit"))
+        .args(["--world", "tool-plugin", "componentize", "app", "--python-path"])
+        .arg(scratch)
+        .arg("--output")
+        .arg(&wasm)
+        .current_dir(scratch)
+        .status()
+        .expect("running componentize-py");
+    assert!(status.success(), "componentize-py failed");
+    std::fs::write(
+        out.join("py-echo.toml"),
+        "name = \"py-echo\"\nversion = \"0.1.0\"\ndescription = \"Python echo.\"\n",
+    )
+    .unwrap();
+}
+
+/// Reloads `plugin` with a manifest that differs each time, so the load is
+/// real; the wasm is unchanged, so its code comes from the cache unless
+/// `purge` removes it first.
+struct Reloader<'a> {
+    runtime: &'a Runtime,
+    plugin: &'static str,
+    manifest: PathBuf,
+    original: String,
+    flip: u64,
+}
+
+impl Reloader<'_> {
+    fn reload(&mut self, purge: bool) -> Duration {
+        self.flip += 1;
+        std::fs::write(&self.manifest, format!("{}\n# {}\n", self.original, self.flip)).unwrap();
+        let info = |rt: &Runtime| {
+            rt.plugins().into_iter().find(|p| p.name == self.plugin).expect("plugin loaded")
+        };
+        if purge {
+            let sha = info(self.runtime).sha256.expect("a digest");
+            for entry in std::fs::read_dir(&self.runtime.options().cache_dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.file_name().unwrap().to_string_lossy().starts_with(&sha) {
+                    std::fs::remove_file(path).unwrap();
+                }
+            }
+        }
+        let start = Instant::now();
+        self.runtime.reload(&[self.plugin.to_owned()]);
+        let took = start.elapsed();
+        assert_eq!(info(self.runtime).from_cache, !purge);
+        took
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = support::TestDir::new();
+    let scratch = dir.path().join("py-src");
+    std::fs::create_dir_all(&scratch).unwrap();
+    build_python(&dir.plugins(), &scratch);
+    dir.install(support::plugins(), "echo");
+    let runtime = dir.open("");
+    let ctx = CallContext::default();
+    for tool in ["echo", "py_echo"] {
+        assert_eq!(
+            runtime.call_tool(tool, ARGS, &ctx).unwrap().text,
+            "hello from the benchmark",
+            "{tool}"
+        );
+    }
+
+    let mut calls = c.benchmark_group("fresh-instance call");
+    for (label, tool) in [("rust echo", "echo"), ("python echo", "py_echo")] {
+        calls.bench_function(label, |b| {
+            b.iter(|| black_box(runtime.call_tool(tool, ARGS, &ctx).unwrap()))
+        });
+    }
+    calls.finish();
+
+    let reloader = |plugin: &'static str| {
+        let manifest = dir.plugins().join(format!("{plugin}.toml"));
+        let original = std::fs::read_to_string(&manifest).unwrap();
+        Reloader { runtime: &runtime, plugin, manifest, original, flip: 0 }
+    };
+    let (mut rust, mut python) = (reloader("echo"), reloader("py-echo"));
+    let mut load = c.benchmark_group("plugin load from cache");
+    load.sample_size(10);
+    load.bench_function("rust echo", |b| {
+        b.iter_custom(|n| (0..n).map(|_| rust.reload(false)).sum::<Duration>())
+    });
+    load.bench_function("python echo", |b| {
+        b.iter_custom(|n| (0..n).map(|_| python.reload(false)).sum::<Duration>())
+    });
+    load.finish();
+
+    let per_call = |tool: &str| {
+        median(
+            (0..200)
+                .map(|_| {
+                    let start = Instant::now();
+                    black_box(runtime.call_tool(tool, ARGS, &ctx).unwrap());
+                    start.elapsed()
+                })
+                .collect(),
+        )
+    };
+    let size = |name: &str| std::fs::metadata(dir.plugins().join(name)).unwrap().len() as f64;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("\n== figures ==");
+    println!("{:<34}{:>14}{:>14}", "", "rust echo", "python echo");
+    println!("{:<34}{:>11.1} KB{:>11.1} MB", "component size", size("echo.wasm") / 1e3, {
+        size("py-echo.wasm") / 1e6
+    });
+    println!(
+        "{:<34}{:>11.3} ms{:>11.3} ms",
+        "per call (fresh instance)",
+        ms(per_call("echo")),
+        ms(per_call("py_echo"))
+    );
+    println!(
+        "{:<34}{:>11.3} ms{:>11.3} ms",
+        "plugin load from cache",
+        ms(median((0..20).map(|_| rust.reload(false)).collect())),
+        ms(median((0..20).map(|_| python.reload(false)).collect()))
+    );
+    println!(
+        "{:<34}{:>11.3} ms{:>11.3} ms",
+        "plugin load with compile",
+        ms(median((0..3).map(|_| rust.reload(true)).collect())),
+        ms(python.reload(true))
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
