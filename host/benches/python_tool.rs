@@ -124,17 +124,29 @@ fn bench(c: &mut Criterion) {
     });
     load.finish();
 
-    let per_call = |tool: &str| {
+    // The same component with `[instance] keep_warm`, in a directory of
+    // its own (the tool names would clash).
+    let warm_dir = support::TestDir::new();
+    std::fs::copy(dir.plugins().join("py-echo.wasm"), warm_dir.plugins().join("py-echo.wasm"))
+        .unwrap();
+    std::fs::write(
+        warm_dir.plugins().join("py-echo.toml"),
+        "name = \"py-echo\"\nversion = \"0.1.0\"\n[instance]\nkeep_warm = true\n",
+    )
+    .unwrap();
+    let warm = warm_dir.open("");
+    let per_call_on = |rt: &Runtime, tool: &str| {
         median(
             (0..200)
                 .map(|_| {
                     let start = Instant::now();
-                    black_box(runtime.call_tool(tool, ARGS, &ctx).unwrap());
+                    black_box(rt.call_tool(tool, ARGS, &ctx).unwrap());
                     start.elapsed()
                 })
                 .collect(),
         )
     };
+    let per_call = |tool: &str| per_call_on(&runtime, tool);
     let size = |name: &str| std::fs::metadata(dir.plugins().join(name)).unwrap().len() as f64;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!("\n== figures ==");
@@ -147,6 +159,12 @@ fn bench(c: &mut Criterion) {
         "per call (fresh instance)",
         ms(per_call("echo")),
         ms(per_call("py_echo"))
+    );
+    println!(
+        "{:<34}{:>14}{:>11.3} ms",
+        "per call (instance kept warm)",
+        "-",
+        ms(per_call_on(&warm, "py_echo"))
     );
     println!(
         "{:<34}{:>11.3} ms{:>11.3} ms",
