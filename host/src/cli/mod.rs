@@ -1,6 +1,7 @@
 //! Argument parsing and the commands. Errors become messages and exit
 //! codes here, at the edge.
 
+mod author;
 mod plugins;
 mod run;
 mod task;
@@ -48,6 +49,12 @@ enum Command {
     Run(run::RunArgs),
     /// Plan a goal (or take a plan with --plan) and execute it step by step.
     Task(task::TaskArgs),
+    /// Write the plugin contract (WIT) into DIR, for guests in any language.
+    Wit {
+        /// Where to write it.
+        #[arg(default_value = "wit")]
+        dir: PathBuf,
+    },
     /// List traces, or show one with its message and goal trees.
     #[command(subcommand)]
     Traces(traces::Command),
@@ -75,7 +82,16 @@ pub fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Plugins(cmd) => open(&cli, |_| Ok(())).and_then(|rt| plugins::run(&rt, cmd)),
+        Command::Plugins(cmd) if cmd.needs_runtime() => {
+            open(&cli, |_| Ok(())).and_then(|rt| plugins::run(&rt, cmd))
+        }
+        Command::Plugins(cmd) => {
+            options(&cli).and_then(|o| plugins::run_offline(cmd, &o.plugins_dir))
+        }
+        Command::Wit { dir } => author::write_wit(dir).map(|()| {
+            term::say!("wrote the reson:plugin contract into {}", dir.display());
+            ExitCode::SUCCESS
+        }),
         Command::Tool(cmd) => open(&cli, |_| Ok(())).and_then(|rt| tool::run(&rt, cmd)),
         Command::Run(args) => {
             open(&cli, |o| run::prepare_options(o, args)).and_then(|rt| run::run(&rt, args))

@@ -1,9 +1,11 @@
 //! `reson plugins ...`
 
+use super::author::{self, Lang};
 use super::exit;
 use super::term::say;
 use clap::Subcommand;
 use reson::plugin::{PluginInfo, PluginStatus, Runtime};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
@@ -14,11 +16,78 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Accept a plugin that changed and now requests more capabilities.
+    /// Accept a plugin that changed and now requests more capabilities, or
+    /// hand it the tool names another plugin serves.
     Accept {
         /// Plugin name.
         name: String,
     },
+    /// Make a new plugin project: manifest, contract (wit/), a working tool
+    /// and a README.
+    New {
+        /// Plugin name (lowercase letters, digits, `-`, `_`).
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: Lang,
+        /// Where to make it [default: ./NAME]
+        dir: Option<PathBuf>,
+        /// Rust only: the reson-sdk crate to depend on [default: the sdk/
+        /// of the checkout this binary was built from]
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+    /// Build the plugin project in DIR into DIR/dist.
+    Build {
+        /// The project [default: .]
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Copy a built plugin (a project directory, or a .wasm with its .toml
+    /// beside it) into the plugins directory.
+    Install {
+        /// The project directory or the .wasm file.
+        path: PathBuf,
+    },
+}
+
+impl Command {
+    /// Whether the command works on loaded plugins (the others only write
+    /// files).
+    pub(crate) fn needs_runtime(&self) -> bool {
+        matches!(self, Self::List { .. } | Self::Accept { .. })
+    }
+}
+
+/// The commands that need no runtime: making, building and installing.
+pub(crate) fn run_offline(command: &Command, plugins_dir: &Path) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::New { name, lang, dir, sdk } => {
+            let dir = author::new(name, *lang, dir.as_deref(), sdk.as_deref())?;
+            say!(
+                "made {} in {}; next: `reson plugins build {}`",
+                name,
+                dir.display(),
+                dir.display()
+            );
+        }
+        Command::Build { dir } => {
+            let wasm = author::build(dir)?;
+            say!("built {}", wasm.display());
+        }
+        Command::Install { path } => {
+            let name = author::install(path, plugins_dir)?;
+            say!(
+                "installed {name} into {}; `reson plugins list` shows it (a plugin that changed \
+                 and asks for more waits for `reson plugins accept {name}`)",
+                plugins_dir.display()
+            );
+        }
+        Command::List { .. } | Command::Accept { .. } => {
+            anyhow::bail!("this command needs the plugin runtime")
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
@@ -27,6 +96,9 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
             say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
         }
         Command::List { json: false } => print_table(&runtime.plugins()),
+        Command::New { .. } | Command::Build { .. } | Command::Install { .. } => {
+            return run_offline(command, &runtime.options().plugins_dir);
+        }
         Command::Accept { name } => {
             runtime.accept(name)?;
             let info = runtime.plugins().into_iter().find(|p| &p.name == name);
