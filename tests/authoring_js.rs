@@ -180,3 +180,246 @@ fn js_failures_in_a_row_leave_the_host_healthy() {
     }
     assert_alive(&rt);
 }
+
+// ---------------------------------------------------------------------------
+// Made, built, installed and called through the CLI, outside the repository.
+
+/// The component `reson plugins build` made in `project` (checked there).
+fn build(project: &Path, name: &str) -> PathBuf {
+    let built = ok(&reson(project, &["plugins", "build"]));
+    let wasm = project.join("dist").join(format!("{name}.wasm"));
+    assert!(built.contains(&format!("dist/{name}.wasm")), "{built}");
+    assert!(wasm.is_file() && project.join(format!("dist/{name}.toml")).is_file());
+    wasm
+}
+
+#[test]
+fn a_js_tool_is_made_built_installed_and_called_from_outside_the_repository() {
+    let outside = tempfile::tempdir().unwrap();
+    let project = outside.path().join("greeter");
+    let project_arg = project.to_string_lossy().into_owned();
+    let made =
+        ok(&reson(outside.path(), &["plugins", "new", "hello-js", "--lang", "js", &project_arg]));
+    assert!(made.contains("reson plugins build"), "{made}");
+    for file in ["reson-plugin.toml", "README.md", "app.js", "package.json", "wit/worlds.wit"] {
+        assert!(project.join(file).is_file(), "{file} is missing");
+    }
+    let package: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(project.join("package.json")).unwrap())
+            .unwrap();
+    assert_eq!(package["name"], "hello-js");
+    assert_eq!(
+        package["devDependencies"]["@bytecodealliance/componentize-js"],
+        support::js::COMPONENTIZE_JS
+    );
+    let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+    for command in ["reson plugins build", "reson plugins install", "reson tool call hello_js"] {
+        assert!(readme.contains(command), "{readme}");
+    }
+
+    let start = Instant::now();
+    let wasm = build(&project, "hello-js");
+    let build_time = start.elapsed();
+
+    let plugins = outside.path().join("plugins");
+    let plugins_arg = plugins.to_string_lossy().into_owned();
+    ok(&reson(
+        outside.path(),
+        &["--plugins-dir", &plugins_arg, "plugins", "install", &project_arg],
+    ));
+    assert!(plugins.join("hello-js.wasm").is_file() && plugins.join("hello-js.toml").is_file());
+
+    let call = |args: &str| {
+        let start = Instant::now();
+        let out = reson(
+            outside.path(),
+            &["--plugins-dir", &plugins_arg, "tool", "call", "hello_js", args],
+        );
+        (exit(&out), start.elapsed())
+    };
+    let ((code, said), first) = call(r#"{"who":"Ada"}"#);
+    assert_eq!((code, said.trim()), (0, "Hello, Ada!"));
+    let ((code, said), cached) = call(r#"{"who":"Grace"}"#);
+    assert_eq!((code, said.trim()), (0, "Hello, Grace!"));
+    // The tool's own refusal is a tool error (exit 1) the model can read...
+    let ((code, said), _) = call(r#"{"who":"  "}"#);
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("invalid arguments") && said.contains("`who` is empty"), "{said}");
+    // ...and arguments off the tool's schema never reach it (exit 2).
+    let ((code, said), _) = call(r#"{"whom":"Ada"}"#);
+    assert_eq!(code, 2, "{said}");
+
+    let listed = ok(&reson(outside.path(), &["--plugins-dir", &plugins_arg, "plugins", "list"]));
+    assert!(listed.contains("hello-js") && listed.contains("ready"), "{listed}");
+    eprintln!(
+        "figures (debug host): JS tool {} KB, `reson plugins build` {:.1} s, first `reson tool \
+         call` (compiles) {:.1} s, next one (compiled code from the cache) {} ms",
+        std::fs::metadata(&wasm).unwrap().len() / 1024,
+        build_time.as_secs_f64(),
+        first.as_secs_f64(),
+        cached.as_millis()
+    );
+}
+
+#[test]
+fn a_js_build_without_its_toolchain_says_how_to_install_it() {
+    let outside = tempfile::tempdir().unwrap();
+    let project = outside.path().join("p");
+    ok(&reson(
+        outside.path(),
+        &["plugins", "new", "lonely", "--lang", "js", &project.to_string_lossy()],
+    ));
+    let build_with_path = |path: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_reson"))
+            .current_dir(&project)
+            .env("PATH", path)
+            .args(["plugins", "build"])
+            .output()
+            .expect("running reson");
+        assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+        assert!(!project.join("dist/lonely.wasm").exists());
+        text(&out)
+    };
+    // Node is there, componentize-js is not.
+    let node = Command::new("sh").args(["-c", "command -v node"]).output().unwrap();
+    let node_dir = Path::new(String::from_utf8_lossy(&node.stdout).trim())
+        .parent()
+        .expect("node is on PATH")
+        .to_path_buf();
+    let said = build_with_path(&node_dir.to_string_lossy());
+    assert!(said.contains("needs componentize-js"), "{said}");
+    assert!(said.contains("npm install"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "@bytecodealliance/componentize-js@{}",
+            support::js::COMPONENTIZE_JS
+        )),
+        "{said}"
+    );
+    // Not even Node.
+    let empty = tempfile::tempdir().unwrap();
+    let said = build_with_path(&empty.path().to_string_lossy());
+    assert!(said.contains("needs Node.js"), "{said}");
+}
+
+#[test]
+fn a_js_source_that_does_not_parse_fails_the_build() {
+    let outside = tempfile::tempdir().unwrap();
+    let project = outside.path().join("p");
+    ok(&reson(
+        outside.path(),
+        &["plugins", "new", "broken", "--lang", "js", &project.to_string_lossy()],
+    ));
+    std::fs::write(project.join("app.js"), "export const tool = {\n  list() { return [ };\n")
+        .unwrap();
+    let out = reson(&project, &["plugins", "build"]);
+    let (code, said) = exit(&out);
+    assert_eq!(code, 6, "{said}");
+    assert!(said.contains("componentize-js failed"), "{said}");
+    assert!(!project.join("dist/broken.wasm").exists());
+}
+
+// ---------------------------------------------------------------------------
+// The example: `examples/js-tool` (`rates`), copied out of the repository
+// and built as its README says.
+
+fn example_project() -> &'static Path {
+    static PROJECT: OnceLock<tempfile::TempDir> = OnceLock::new();
+    PROJECT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let source = support::root().join("examples/js-tool");
+            for entry in std::fs::read_dir(&source).unwrap() {
+                let entry = entry.unwrap();
+                std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+            }
+            ok(&reson(dir.path(), &["wit", "wit"]));
+            build(dir.path(), "rates");
+            dir
+        })
+        .path()
+}
+
+/// A directory with `rates` installed and `reson.toml` holding `plugin`
+/// (the `[plugins.rates]` table's body).
+fn rates_dir(plugin: &str) -> tempfile::TempDir {
+    let project = example_project();
+    let dir = tempfile::tempdir().unwrap();
+    ok(&reson(
+        dir.path(),
+        &[
+            "--plugins-dir",
+            &dir.path().join("plugins").to_string_lossy(),
+            "plugins",
+            "install",
+            &project.to_string_lossy(),
+        ],
+    ));
+    std::fs::write(
+        dir.path().join("reson.toml"),
+        format!(
+            "plugins_dir = \"plugins\"\nlock_file = \"reson.lock\"\n\n[plugins.rates]\n{plugin}\n"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn convert(dir: &Path, args: serde_json::Value) -> (i32, String) {
+    exit(&reson(dir, &["--config", "reson.toml", "tool", "call", "convert", &args.to_string()]))
+}
+
+#[test]
+fn the_js_example_converts_through_its_granted_http_and_config() {
+    let server = LlmServer::start(vec![
+        Reply::json(200, &json!({"base": "USD", "rates": {"EUR": 0.92, "JPY": 151.3}})),
+        Reply::json(200, &json!({"base": "EUR", "rates": {"USD": 1.087}})),
+        Reply::json(503, &json!({"error": "down"})),
+    ]);
+    let dir = rates_dir(&format!(
+        "http = [\"{}\"]\nconfig = {{ rates_url = \"{}/rates\" }}",
+        server.addr,
+        server.url()
+    ));
+    let (code, said) = convert(dir.path(), json!({"amount": 100, "from": "USD", "to": "EUR"}));
+    assert_eq!((code, said.trim()), (0, "100 USD = 92.00 EUR (rate 0.92)"));
+    let (code, said) = convert(dir.path(), json!({"amount": 2, "from": "EUR", "to": "GBP"}));
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("invalid arguments: no rate from EUR to GBP"), "{said}");
+    let (code, said) = convert(dir.path(), json!({"amount": 1, "from": "USD", "to": "EUR"}));
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("rates service answered 503"), "{said}");
+    let requests = server.requests();
+    let paths: Vec<_> = requests.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/rates?base=USD", "/rates?base=EUR", "/rates?base=USD"]);
+    assert_eq!(requests[0].header("accept"), Some("application/json"));
+
+    // Off the schema (a lowercase code): the tool never runs, no request.
+    let (code, said) = convert(dir.path(), json!({"amount": 1, "from": "usd", "to": "EUR"}));
+    assert_eq!(code, 2, "{said}");
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[test]
+fn the_js_example_is_refused_what_it_was_not_granted() {
+    let server = LlmServer::start(vec![Reply::json(200, &json!({"rates": {"EUR": 0.92}}))]);
+    let args = json!({"amount": 1, "from": "USD", "to": "EUR"});
+    // The URL is configured but its host is not granted: the host refuses.
+    let dir = rates_dir(&format!("config = {{ rates_url = \"{}/rates\" }}", server.url()));
+    let (code, said) = convert(dir.path(), args.clone());
+    assert_eq!(code, 3, "{said}");
+    assert!(said.contains("denied") && said.contains("rates service"), "{said}");
+    // A grant for another port of the same address is no grant for this one.
+    let other = rates_dir(&format!(
+        "http = [\"127.0.0.1:1\"]\nconfig = {{ rates_url = \"{}/rates\" }}",
+        server.url()
+    ));
+    let (code, said) = convert(other.path(), args.clone());
+    assert_eq!(code, 3, "{said}");
+    // Granted but not configured: the tool says what is missing.
+    let unset = rates_dir(&format!("http = [\"{}\"]", server.addr));
+    let (code, said) = convert(unset.path(), args);
+    assert_eq!(code, 1, "{said}");
+    assert!(said.contains("no `rates_url`"), "{said}");
+    assert!(server.requests().is_empty(), "a refused request reached the server");
+}

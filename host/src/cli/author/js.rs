@@ -67,8 +67,7 @@ pub(super) fn build(dir: &Path, name: &str, wit: &Path) -> anyhow::Result<PathBu
     }
     let toolchain = componentize_js(dir)?;
     let out_dir = dir.join("target");
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("creating {}", out_dir.display()))?;
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out = out_dir.join(format!("{name}.wasm"));
     let mut command = Command::new(&toolchain);
     command
