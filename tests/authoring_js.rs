@@ -7,7 +7,7 @@
 
 mod support;
 
-use reson::plugin::{CallContext, CallError, Limit, Runtime, ToolFailure, TrapKind};
+use reson::plugin::{CallContext, CallError, Limit, PluginStatus, Runtime, ToolFailure, TrapKind};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,6 +18,7 @@ use support::llm_server::{LlmServer, Reply};
 
 const TIMEOUT_MS: u64 = 1_000;
 const MEMORY_MB: u64 = 64;
+const OUTPUT_BYTES: u64 = 65_536;
 
 /// `reson` with the JavaScript toolchain on PATH and the shared
 /// compiled-code cache.
@@ -63,6 +64,10 @@ fn hostile_wasm() -> &'static Path {
 }
 
 fn open_hostile(wasm: &Path) -> (TestDir, Runtime) {
+    open_hostile_with(wasm, MEMORY_MB)
+}
+
+fn open_hostile_with(wasm: &Path, memory_mb: u64) -> (TestDir, Runtime) {
     let dir = TestDir::new();
     std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
     std::fs::write(
@@ -77,7 +82,7 @@ fn open_hostile(wasm: &Path) -> (TestDir, Runtime) {
         r#"
         [plugins.hostile]
         dirs = [{{ path = "workspace", access = "read-write" }}]
-        limits = {{ timeout_ms = {TIMEOUT_MS}, memory_mb = {MEMORY_MB} }}
+        limits = {{ timeout_ms = {TIMEOUT_MS}, memory_mb = {memory_mb}, output_bytes = {OUTPUT_BYTES} }}
         "#
     ));
     (dir, runtime)
@@ -123,6 +128,47 @@ fn js_memory_bomb_hits_the_memory_cap() {
     let (_dir, rt) = hostile();
     let err = call(&rt, "grow", json!({})).unwrap_err();
     assert_eq!(limit_of(err), Limit::Memory { bytes: MEMORY_MB << 20 });
+    assert_alive(&rt);
+}
+
+#[test]
+fn js_memory_cap_below_what_the_engine_needs_fails_the_load_and_says_why() {
+    // The engine's own heap does not fit in 4 MiB: `list()` cannot run, so
+    // the plugin serves nothing, and says it was the memory limit.
+    let (_dir, rt) = open_hostile_with(hostile_wasm(), 4);
+    let info = rt.plugins().into_iter().find(|p| p.name == "hostile").expect("listed");
+    match info.status {
+        PluginStatus::Failed(reason) => {
+            assert!(reason.contains("memory limit of 4 MiB"), "{reason}")
+        }
+        other => panic!("expected a failed load, got {other:?}"),
+    }
+    assert!(matches!(call(&rt, "echo", json!({"text": "hi"})), Err(CallError::UnknownTool { .. })));
+}
+
+#[test]
+fn js_output_flood_hits_the_output_cap() {
+    let (_dir, rt) = hostile();
+    assert_eq!(call(&rt, "flood", json!({"bytes": 1000})).unwrap().len(), 1000);
+    let err = call(&rt, "flood", json!({"bytes": 100_000})).unwrap_err();
+    assert_eq!(limit_of(err), Limit::Output { returned: 100_000, bytes: OUTPUT_BYTES });
+    assert_alive(&rt);
+}
+
+#[test]
+fn js_cancelled_spin_stops_promptly() {
+    let (_dir, rt) = hostile();
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancel.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let context = CallContext { cancel: Some(cancel), ..CallContext::default() };
+    let start = Instant::now();
+    let err = rt.call_tool("spin", "{}", &context).unwrap_err();
+    assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS), "{:?}", start.elapsed());
     assert_alive(&rt);
 }
 
@@ -422,4 +468,57 @@ fn the_js_example_is_refused_what_it_was_not_granted() {
     assert_eq!(code, 1, "{said}");
     assert!(said.contains("no `rates_url`"), "{said}");
     assert!(server.requests().is_empty(), "a refused request reached the server");
+}
+
+// ---------------------------------------------------------------------------
+// What a JavaScript tool costs next to a Rust one, in this (debug) host.
+
+/// Median of `runs` timings of `f`.
+fn median(runs: usize, mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[runs / 2]
+}
+
+/// Load from the compiled-code cache and one fresh-instance `echo` call.
+fn costs(wasm: &Path, manifest: &str) -> (Duration, Duration) {
+    let dir = TestDir::new();
+    std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
+    std::fs::write(dir.plugins().join("hostile.toml"), manifest).unwrap();
+    let config = "[plugins.hostile]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]";
+    drop(dir.open(config));
+    let load = median(3, || drop(dir.open(config)));
+    let runtime = dir.open(config);
+    let per_call = median(21, || assert_alive(&runtime));
+    (load, per_call)
+}
+
+#[test]
+fn a_js_tool_loads_from_the_cache_and_answers_in_milliseconds() {
+    let js = hostile_wasm();
+    let rust = support::test_plugins().join("hostile.wasm");
+    let manifest = std::fs::read_to_string(support::test_plugins().join("hostile.toml")).unwrap();
+    let (js_load, js_call) = costs(js, &manifest);
+    let (rust_load, rust_call) = costs(&rust, &manifest);
+    let kb = |p: &Path| std::fs::metadata(p).unwrap().len() / 1024;
+    eprintln!(
+        "figures (debug host, median): JavaScript {} KB, load from cache {:.1} ms, fresh call \
+         {:.2} ms | Rust {} KB, load from cache {:.1} ms, fresh call {:.2} ms",
+        kb(js),
+        js_load.as_secs_f64() * 1e3,
+        js_call.as_secs_f64() * 1e3,
+        kb(&rust),
+        rust_load.as_secs_f64() * 1e3,
+        rust_call.as_secs_f64() * 1e3,
+    );
+    // A compile of the engine takes tens of seconds; these bounds fail if a
+    // load or a call ever compiles again, or if a call stops being cheap.
+    assert!(js_load < Duration::from_secs(3), "load from cache: {js_load:?}");
+    assert!(js_call < Duration::from_millis(100), "fresh call: {js_call:?}");
 }

@@ -38,6 +38,12 @@ const tools = {
       for (;;) hoard.push(new Uint8Array(1 << 20).fill(1));
     },
   },
+  // Returns as many bytes as asked for, past the output cap.
+  flood: {
+    description: 'Returns `bytes` bytes.',
+    schema: object({ bytes: { type: 'integer' } }),
+    run: ({ bytes }) => 'x'.repeat(bytes),
+  },
   // Reads a file through WASI, offering the path to every granted directory
   // as given (or, for an absolute path under a grant, relative to it): only
   // the host decides what is reachable.
