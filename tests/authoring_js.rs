@@ -259,7 +259,9 @@ fn a_js_tool_is_made_built_installed_and_called_from_outside_the_repository() {
         support::js::COMPONENTIZE_JS
     );
     let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
-    for command in ["reson plugins build", "reson plugins install", "reson tool call hello_js"] {
+    for command in
+        ["npm install", "reson plugins build", "reson plugins install", "reson tool call hello_js"]
+    {
         assert!(readme.contains(command), "{readme}");
     }
 

@@ -15,6 +15,7 @@ const COMPONENTIZE_JS: &str = "0.23.0";
 const TOOLCHAIN: &str = "componentize-js";
 const APP_TEMPLATE: &str = include_str!("../../../templates/js/app.js.tmpl");
 const PACKAGE_TEMPLATE: &str = include_str!("../../../templates/js/package.json.tmpl");
+const README_NOTE: &str = include_str!("../../../templates/js/README-note.md.tmpl");
 
 /// Engine features left out of every component: `fetch()` would need
 /// `wasi:http`, which the host does not offer (guests reach the network
@@ -22,14 +23,23 @@ const PACKAGE_TEMPLATE: &str = include_str!("../../../templates/js/package.json.
 const DISABLED_FEATURES: [&str; 2] = ["http", "fetch-event"];
 
 /// Writes `app.js` (one working tool) and a `package.json` that pins
-/// componentize-js as a dev dependency.
+/// componentize-js as a dev dependency, and tells the README's reader to
+/// install it.
 pub(super) fn scaffold(dir: &Path, name: &str) -> anyhow::Result<()> {
     // A tool name is what the model sees; `-` reads badly there.
     let tool = name.replace('-', "_");
     let values = [("name", name), ("tool", tool.as_str()), ("componentize_js", COMPONENTIZE_JS)];
     write(dir, ENTRY, &render(APP_TEMPLATE, &values))?;
     write(dir, "package.json", &render(PACKAGE_TEMPLATE, &values))?;
-    write(dir, ".gitignore", "/node_modules\n/target\n/dist\n")
+    write(dir, ".gitignore", "/node_modules\n/target\n/dist\n")?;
+    let readme = dir.join("README.md");
+    if readme.is_file() {
+        let mut text = std::fs::read_to_string(&readme)
+            .with_context(|| format!("reading {}", readme.display()))?;
+        text.push_str(&render(README_NOTE, &values));
+        std::fs::write(&readme, text).with_context(|| format!("writing {}", readme.display()))?;
+    }
+    Ok(())
 }
 
 /// The componentize-js to run: the project's own (`npm install` in it),
