@@ -219,6 +219,34 @@ fn js_exception_is_a_typed_trap_and_the_plugin_recovers() {
 }
 
 #[test]
+fn js_runaway_recursion_is_contained() {
+    let (_dir, rt) = hostile();
+    assert_eq!(call(&rt, "recurse", json!({"depth": 3})).unwrap(), "depth: 3");
+    // SpiderMonkey's own limit throws (the uncaught exception traps), or
+    // the wasm stack overflows first: a trap either way, never the host.
+    let err = call(&rt, "recurse", json!({"depth": 100_000_000u64})).unwrap_err();
+    assert!(matches!(err, CallError::Trapped { .. }), "{err:?}");
+    assert_alive(&rt);
+}
+
+#[test]
+fn js_commands_run_only_when_granted() {
+    let (_dir, rt) = hostile();
+    for (program, args) in [("cat", json!(["/etc/passwd"])), ("/bin/sh", json!(["-c", "id"]))] {
+        match call(&rt, "run", json!({"program": program, "args": args})).unwrap_err() {
+            CallError::Tool { failure: ToolFailure::Denied(message), .. } => {
+                // The host's process import refused it (`denied`), rather
+                // than the command failing to start.
+                assert!(message.starts_with("denied: "), "{program}: {message}");
+                assert!(!message.contains("root:"), "{program}: ran");
+            }
+            other => panic!("{program}: expected a denial, got {other:?}"),
+        }
+    }
+    assert_alive(&rt);
+}
+
+#[test]
 fn js_failures_in_a_row_leave_the_host_healthy() {
     let (_dir, rt) = hostile();
     for tool in ["grow", "throw", "spin", "grow"] {

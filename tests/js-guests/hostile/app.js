@@ -3,6 +3,7 @@
 // it contains a Rust one (deadline, memory cap, grants), and that the plugin
 // still answers afterwards (`echo`).
 import { get } from 'reson:plugin/config@0.1.0';
+import { run } from 'reson:plugin/process@0.1.0';
 import { getDirectories } from 'wasi:filesystem/preopens@0.2.12';
 
 const object = (properties) => JSON.stringify({ type: 'object', properties });
@@ -36,6 +37,29 @@ const tools = {
     run: () => {
       const hoard = [];
       for (;;) hoard.push(new Uint8Array(1 << 20).fill(1));
+    },
+  },
+  // Recurses until the engine (or the wasm stack) gives out.
+  recurse: {
+    description: 'Recurses `depth` times.',
+    schema: object({ depth: { type: 'integer' } }),
+    run: ({ depth }) => {
+      const down = (n) => (n === 0 ? 0 : 1 + down(n - 1));
+      return `depth: ${down(depth)}`;
+    },
+  },
+  // Runs a host command through the `process` import, granted or not.
+  run: {
+    description: 'Runs `program` with `args` and returns its stdout.',
+    schema: object({ program: { type: 'string' }, args: { type: 'array', items: { type: 'string' } } }),
+    run: ({ program, args }) => {
+      try {
+        const out = run({ program, args, cwd: undefined, env: [], stdin: undefined, timeoutMs: undefined });
+        return new TextDecoder().decode(out.stdout);
+      } catch (e) {
+        const reason = e.payload ?? e;
+        throw { tag: 'denied', val: `${reason.tag}: ${reason.val ?? ''}` };
+      }
     },
   },
   // Returns as many bytes as asked for, past the output cap.
