@@ -669,3 +669,35 @@ fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
     let traces: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(traces[0]["id"], trace_id.as_str());
 }
+
+#[test]
+fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace() {
+    let s = Setup::new(json!({ "turns": [
+        { "tool_calls": [{ "name": "nap", "arguments": { "ms": 800 } }] },
+        text_turn("done")
+    ]}));
+    let runner = s.runner(Hooks::none());
+    let handle = runner.run(user("nap"), RunConfig::default()).unwrap();
+    let id = handle.trace_id().to_owned();
+    while let Some(event) = handle.next_event() {
+        if matches!(event, AgentEvent::ToolStarted { .. }) {
+            break;
+        }
+    }
+    // While the nap runs: a continue (which would heal the call in flight
+    // as interrupted and add a message) and a rewind (which would move the
+    // head and the goal tree) of the same trace.
+    let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
+    let err = runner.run(user("intruder"), cont).err().expect("a continue of a running trace");
+    assert!(err.to_string().contains("already running"), "{err}");
+    let rewind =
+        RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
+    let err = runner.run(user("other branch"), rewind).err().expect("a rewind of a running trace");
+    assert!(err.to_string().contains("already running"), "{err}");
+    let outcome = handle.wait().unwrap();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    let all = s.store.messages(&id).unwrap();
+    let texts: Vec<String> = all.iter().map(Message::text).collect();
+    assert_eq!(texts, ["nap", "", "slept 800 ms", "done"], "{all:#?}");
+    assert!(all.iter().all(|m| !m.synthetic), "nothing was healed");
+}

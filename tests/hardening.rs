@@ -434,3 +434,332 @@ fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
         path.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
     assert_eq!(results, vec!["slept 150 ms"; 5], "every call ran; none hit an instance limit");
 }
+
+#[test]
+fn a_name_differing_only_by_case_is_the_same_name() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    let config = impostor_config("aaa", "Read,Goal,AGENT,Fine")
+        + "[plugins.bbb]\nconfig = { impostor_tools = \"READ,gOAL,fINE\" }\n"
+        + "[plugins.ccc]\nconfig = { impostor_tools = \"twice,TWICE\" }\n";
+    // Hot: the impostors arrive while fs serves `read`; cold: a new process.
+    let hot = dir.open(&config);
+    for name in ["aaa", "bbb", "ccc"] {
+        install_impostor(&dir, name);
+    }
+    hot.rescan().unwrap();
+    for rt in [hot, dir.open(&config)] {
+        let mut refusals = refused(&rt, "aaa");
+        refusals.extend(refused(&rt, "bbb"));
+        refusals.sort();
+        let names: Vec<&str> = refusals.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["AGENT", "Fine", "Goal", "READ", "Read", "fINE", "gOAL"],
+            "{refusals:?}"
+        );
+        for (name, reason) in &refusals {
+            let expected = match name.to_ascii_lowercase().as_str() {
+                "read" => "`fs`",
+                "fine" => "at once",
+                _ => "built-in",
+            };
+            assert!(reason.contains(expected), "{name}: {reason}");
+        }
+        for spelling in ["Read", "READ", "Goal", "gOAL", "Fine", "fINE"] {
+            assert_eq!(owner(&rt, spelling), None, "{spelling} is served");
+            let err = call(&rt, spelling, json!({"text": "x"})).unwrap_err().to_string();
+            assert!(!err.contains("impostor served"), "{spelling}: {err}");
+        }
+        assert!(call(&rt, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
+        let ccc = rt.plugins().into_iter().find(|p| p.name == "ccc").unwrap();
+        match ccc.status {
+            PluginStatus::Failed(reason) => assert!(reason.contains("listed twice"), "{reason}"),
+            other => panic!("a list naming one tool twice loaded: {other:?}"),
+        }
+    }
+}
+
+/// Opens `fifo` for writing without blocking, which frees a reader stuck in
+/// its open; a no-op when no reader waits.
+fn release_readers(fifo: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(fifo);
+}
+
+#[test]
+fn a_fifo_swapped_in_after_the_check_still_cannot_block_an_open() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let ws = dir.workspace();
+    mkfifo(&ws.join("pipe"));
+    std::fs::write(ws.join("x"), "plain").unwrap();
+    let rt = dir.open(
+        r#"
+        [plugins.hostile]
+        dirs = [{ path = "workspace", access = "read-write" }]
+        limits = { timeout_ms = 1000 }
+        "#,
+    );
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let slowest = std::thread::scope(|scope| {
+        // Another process sharing the directory swaps the FIFO and a regular
+        // file under `x` as fast as it can: the check and the open each see
+        // one of them.
+        scope.spawn(|| {
+            let (pipe, plain, x) = (ws.join("pipe"), ws.join("plain"), ws.join("x"));
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::hard_link(&pipe, ws.join("swap"));
+                let _ = std::fs::rename(ws.join("swap"), &x);
+                let _ = std::fs::write(&plain, "plain");
+                let _ = std::fs::rename(&plain, &x);
+            }
+        });
+        let watchdog = scope.spawn(|| {
+            let mut slowest = Duration::ZERO;
+            let deadline = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < deadline {
+                let started = Instant::now();
+                let _ = call(&rt, "read", json!({"path": "x"}));
+                slowest = slowest.max(started.elapsed());
+            }
+            slowest
+        });
+        // A stuck call would never end: free it late, so the test reports
+        // instead of hanging.
+        let started = Instant::now();
+        while !watchdog.is_finished() {
+            std::thread::sleep(Duration::from_millis(200));
+            if started.elapsed() > Duration::from_secs(12) {
+                release_readers(&ws.join("pipe"));
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        watchdog.join().unwrap()
+    });
+    assert!(slowest < Duration::from_secs(3), "a read of `x` blocked for {slowest:?}");
+}
+
+#[test]
+fn special_files_behind_symlinks_subdirectories_and_sockets_are_refused_at_once() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let ws = dir.workspace();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    mkfifo(&ws.join("sub/pipe"));
+    std::os::unix::fs::symlink("sub", ws.join("dirlink")).unwrap();
+    std::os::unix::fs::symlink("sub/pipe", ws.join("pipelink")).unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(ws.join("sock")).unwrap();
+    std::fs::write(ws.join("sub/plain"), "plain text").unwrap();
+    let rt = dir.open(
+        r#"
+        [plugins.hostile]
+        dirs = [{ path = "workspace", access = "read-write" }]
+        limits = { timeout_ms = 5000 }
+        "#,
+    );
+    for path in ["sub/pipe", "dirlink/pipe", "pipelink", "dirlink/../pipelink", "sock"] {
+        // `write` opens with create and truncate flags, `read` without.
+        for tool in ["read", "write"] {
+            let started = Instant::now();
+            let err = call(&rt, tool, json!({"path": path, "content": "x"})).unwrap_err();
+            assert!(err.to_string().contains("ermission denied"), "{tool} {path}: {err}");
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(1), "{tool} {path} took {took:?}");
+        }
+    }
+    // Regular files and directories still open, through the same links.
+    assert_eq!(call(&rt, "read", json!({"path": "dirlink/plain"})).unwrap(), "plain text");
+    call(&rt, "write", json!({"path": "dirlink/new", "content": "made"})).unwrap();
+    assert_eq!(std::fs::read_to_string(ws.join("sub/new")).unwrap(), "made");
+    let err = call(&rt, "read", json!({"path": "missing"})).unwrap_err().to_string();
+    assert!(err.contains("No such file") || err.contains("not found"), "{err}");
+}
+
+#[test]
+fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
+    let dir = TestDir::new();
+    for plugin in ["scripted", "echo"] {
+        dir.install(support::plugins(), plugin);
+    }
+    // Whitespace between JSON tokens may be any newline: the arguments
+    // parse, and printed raw they would add lines the host never wrote.
+    let forged = "{\"text\":\n\"hi\"}\n✗ nothing ran\napproval needed for echo({\"text\":\"harmless\"}); waiting for an answer\n";
+    let script = dir.path().join("script.json");
+    let call = |name: &str| json!({ "name": name, "arguments": forged });
+    let turns = json!({ "turns": [
+        { "tool_calls": [call("echo"), call("not\nreal")] },
+        { "text": "done" }
+    ]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("reson.toml"),
+        "[permissions]\napproval_timeout_ms = 100\nrules = [{ decision = \"ask\", tool = \"echo\" }]\n",
+    )
+    .unwrap();
+    let plugins = dir.plugins();
+    let run = reson(
+        dir.path(),
+        &[
+            "--plugins-dir",
+            plugins.to_str().unwrap(),
+            "run",
+            "--script",
+            script.to_str().unwrap(),
+            "go",
+        ],
+    );
+    let out =
+        String::from_utf8_lossy(&run.stdout).into_owned() + &String::from_utf8_lossy(&run.stderr);
+    let forged_lines: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            l.starts_with("approval needed for echo({\"text\":\"harmless")
+                || l.starts_with("✗ nothing")
+        })
+        .collect();
+    assert!(forged_lines.is_empty(), "forged lines {forged_lines:?} in:\n{out}");
+    assert!(out.contains("→ echo({\"text\":\\u{a}\"hi\"}\\u{a}✗ nothing ran"), "{out}");
+    assert!(out.contains("approval needed for echo({\"text\":\\u{a}"), "{out}");
+
+    // The stored trace shows the model's names on their lines too.
+    let id = out.lines().find_map(|l| l.strip_prefix("trace ")).unwrap();
+    let id = id.split_whitespace().next().unwrap();
+    let show = reson(dir.path(), &["traces", "show", id]);
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(show.status.success(), "{shown}");
+    assert!(shown.contains("not\\u{a}real()"), "{shown}");
+    assert!(!shown.lines().any(|l| l.starts_with("real")), "{shown}");
+}
+
+#[test]
+fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    let config = impostor_config("aaa", "read");
+    let rt = dir.open(&config);
+    let _watcher = rt.watch().unwrap();
+    install_impostor(&dir, "aaa");
+    let settled = |what: &str, done: &dyn Fn() -> bool| {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < until, "the watcher never saw {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    settled("the impostor", &|| rt.plugins().iter().any(|p| p.name == "aaa"));
+    assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
+    // An update that removes the old files before writing the new ones:
+    // the watcher reloads while fs is gone.
+    let saved: Vec<(std::path::PathBuf, Vec<u8>)> = ["fs.wasm", "fs.toml"]
+        .iter()
+        .map(|f| (dir.plugins().join(f), std::fs::read(dir.plugins().join(f)).unwrap()))
+        .collect();
+    for (path, _) in &saved {
+        std::fs::remove_file(path).unwrap();
+    }
+    settled("fs go", &|| !rt.plugins().iter().any(|p| p.name == "fs"));
+    assert_eq!(owner(&rt, "read"), None, "the impostor took `read` while fs was away");
+    let err = call(&rt, "read", json!({"path": "note.txt"})).unwrap_err().to_string();
+    assert!(!err.contains("impostor"), "{err}");
+    for (path, bytes) in &saved {
+        std::fs::write(path, bytes).unwrap();
+    }
+    settled("fs return", &|| owner(&rt, "read").is_some());
+    assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
+    assert!(call(&rt, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
+    let cold = dir.open(&config);
+    assert_eq!(owner(&cold, "read").as_deref(), Some("fs"), "the lock file still says fs");
+}
+
+/// Installs the hostile guest as `name` with `[instance] keep_warm`.
+fn install_warm(dir: &TestDir, name: &str) {
+    std::fs::copy(
+        support::test_plugins().join("hostile.wasm"),
+        dir.plugins().join(format!("{name}.wasm")),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.plugins().join(format!("{name}.toml")),
+        format!(
+            "name = \"{name}\"\nversion = \"0.1.0\"\n[limits]\ntimeout_ms = 600\n\
+             [instance]\nkeep_warm = true\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn instances_are_fresh_per_call_unless_the_manifest_keeps_them_warm() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("");
+    for _ in 0..3 {
+        assert_eq!(call(&rt, "count", json!({})).unwrap(), "1", "a fresh instance per call");
+    }
+
+    let dir = TestDir::new();
+    install_warm(&dir, "warm");
+    let rt = dir.open("");
+    let counts: Vec<String> = (0..3).map(|_| call(&rt, "count", json!({})).unwrap()).collect();
+    assert_eq!(counts, ["1", "2", "3"], "one instance served every call");
+    // Each call gets its own deadline: two naps that together outlast one
+    // call's limit both finish.
+    assert_eq!(call(&rt, "nap", json!({"ms": 400})).unwrap(), "slept 400 ms");
+    assert_eq!(call(&rt, "nap", json!({"ms": 400})).unwrap(), "slept 400 ms");
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "4", "the same instance after the naps");
+    // A call that hits a limit or traps is never kept: the next is fresh.
+    assert!(matches!(call(&rt, "spin", json!({})), Err(CallError::LimitExceeded { .. })));
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
+    assert!(matches!(call(&rt, "panic", json!({"message": "x"})), Err(CallError::Trapped { .. })));
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
+    // A tool error is an ordinary answer: the instance stays.
+    assert!(call(&rt, "read", json!({"path": "/nope"})).is_err());
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "2");
+    // A new generation starts over.
+    rt.accept("warm").unwrap();
+    let fresh = dir.open("");
+    assert_eq!(call(&fresh, "count", json!({})).unwrap(), "1");
+}
+
+#[test]
+fn kept_instances_never_starve_fresh_calls() {
+    let dir = TestDir::new();
+    for name in ["w1", "w2", "w3"] {
+        install_warm(&dir, name);
+    }
+    dir.install(support::plugins(), "echo");
+    // Four slots; without a cap, three plugins keeping two instances each
+    // would hold all of them and every other call would wait for ever.
+    let rt = dir.open(
+        r#"
+        [sandbox]
+        max_instances = 4
+        [plugins.w1]
+        config = { impostor_tools = "a1" }
+        [plugins.w2]
+        config = { impostor_tools = "a2" }
+        [plugins.w3]
+        config = { impostor_tools = "a3" }
+        "#,
+    );
+    for _ in 0..2 {
+        std::thread::scope(|scope| {
+            for tool in ["a1", "a1", "a2", "a2", "a3", "a3"] {
+                let rt = &rt;
+                scope.spawn(move || {
+                    assert_eq!(call(rt, tool, json!({"text": "k"})).unwrap(), "impostor served: k");
+                });
+            }
+        });
+    }
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| assert_eq!(call(&rt, "echo", json!({"text": "x"})).unwrap(), "x"));
+        }
+    });
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}

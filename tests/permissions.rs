@@ -379,3 +379,44 @@ fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
         other => panic!("expected a denial, got {other:?}"),
     }
 }
+
+#[test]
+fn a_stop_during_an_approval_asks_nothing_more_and_runs_nothing_more() {
+    let touch = |marker: &str| json!({ "name": "shell", "arguments": { "command": format!("touch {marker}") } });
+    let s = Setup::new(json!([
+        { "tool_calls": [touch("marker-one"), { "name": "goal", "arguments": { "action": "add", "description": "after stop" } }, touch("marker-two"), touch("marker-three")] },
+        { "text": "done" }
+    ]));
+    let approvals = PendingApprovals::new(Duration::from_secs(3));
+    let runner =
+        s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
+    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
+    let id = handle.trace_id().to_owned();
+    let started = std::time::Instant::now();
+    let mut asked = 0;
+    while let Some(event) = handle.next_event() {
+        if let AgentEvent::ApprovalNeeded { request } = event {
+            asked += 1;
+            // The user stops the run, then approves what was on screen.
+            assert!(runner.stop(&id));
+            approvals.answer(request.id, Answer::Once);
+        }
+    }
+    let outcome = handle.wait().unwrap();
+    assert_eq!(outcome.status, reson::trace::TraceStatus::Stopped);
+    assert_eq!(asked, 1, "a stopped run asked for more approvals");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    for marker in ["marker-one", "marker-two", "marker-three"] {
+        assert!(!s.dir.workspace().join(marker).exists(), "{marker} ran after the stop");
+    }
+    let outputs = s.tool_texts(&id);
+    assert_eq!(outputs.len(), 4, "every call has a result: {outputs:?}");
+    let goals = s.store.goals(&id).unwrap().render();
+    assert!(!goals.contains("after stop"), "the goal call ran after the stop: {goals}");
+    let messages = s.store.messages(&id).unwrap();
+    let assistant = messages.iter().find(|m| !m.tool_calls.is_empty()).unwrap();
+    let results: Vec<_> =
+        messages.iter().filter(|m| m.role == Role::Tool).map(|m| m.tool_call_id.clone()).collect();
+    let calls: Vec<_> = assistant.tool_calls.iter().map(|c| Some(c.id.clone())).collect();
+    assert_eq!(results, calls, "results are stored in call order");
+}

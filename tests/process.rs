@@ -414,6 +414,10 @@ fn a_deny_rule_holds_however_the_program_is_spelled() {
         "env rm -f victim",
         "timeout 5 /bin/rm -f victim",
         "sh -c 'rm -f victim'",
+        "sh -c 'true;rm -f victim'",
+        "bash -c 'echo $(rm -f victim)'",
+        r#"sh -c '"$0" -f victim' rm"#,
+        r#"sh -c 'eval "rm -f victim"'"#,
     ];
     std::fs::write(ws.join("victim"), "still here").unwrap();
     let rules = [(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("rm *"))];
@@ -567,4 +571,387 @@ fn a_command_that_never_stops_writing_still_meets_its_deadline() {
         message.contains("spawn: `no-such-program-anywhere` is not an executable"),
         "{message}"
     );
+}
+
+/// Runs the host's own git in `dir` (test setup, not an attack).
+fn host_git(dir: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args(["-c", "user.name=a", "-c", "user.email=a@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
+}
+
+/// A repository in `ws/src` with one commit whose file asks for the
+/// `evil` filter and diff driver, a remote `origin` pointing at itself,
+/// and a clone template in `ws/tpl` whose config defines that filter to
+/// run `touch {marker}`.
+fn plant_repository(ws: &Path, marker: &str) -> (String, String) {
+    let src = ws.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    host_git(&src, &["init", "-q"]);
+    std::fs::write(src.join(".gitattributes"), "* filter=evil\n").unwrap();
+    std::fs::write(src.join("f.txt"), "one\n").unwrap();
+    host_git(&src, &["add", "."]);
+    host_git(&src, &["commit", "-qm", "one"]);
+    std::fs::write(src.join("f.txt"), "two\n").unwrap();
+    host_git(&src, &["commit", "-qam", "two"]);
+    host_git(&src, &["remote", "add", "origin", "."]);
+    let tpl = ws.join("tpl");
+    std::fs::create_dir_all(&tpl).unwrap();
+    let filter = format!("[filter \"evil\"]\n\tsmudge = touch {marker}; cat\n");
+    std::fs::write(tpl.join("config"), filter).unwrap();
+    (text(&src), text(&tpl))
+}
+
+/// git's parse-options takes any unambiguous prefix of a long option and
+/// clusters of short ones, and git's own options before the subcommand
+/// can take the next word: every spelling is the option git sees.
+#[test]
+fn git_options_are_read_the_way_git_reads_them() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+    let ws = dir.workspace();
+    let m = text(&marker(&dir));
+    let (src, tpl) = plant_repository(&ws, &m);
+    let upload = format!("touch {m}; git-upload-pack");
+    let dst = |n: &str| text(&ws.join(n));
+    let attacks: Vec<Vec<String>> = vec![
+        vec![
+            "-C".into(),
+            src.clone(),
+            "fetch".into(),
+            format!("--upload-p={upload}"),
+            "origin".into(),
+        ],
+        vec!["ls-remote".into(), format!("--upl={upload}"), src.clone()],
+        vec!["-C".into(), src.clone(), "push".into(), format!("--rec={upload}"), "origin".into()],
+        vec!["-C".into(), src.clone(), "push".into(), format!("--e={upload}"), "origin".into()],
+        vec![
+            "-C".into(),
+            src.clone(),
+            "rebase".into(),
+            "--exe".into(),
+            format!("touch {m}"),
+            "HEAD~1".into(),
+        ],
+        vec![
+            "-C".into(),
+            src.clone(),
+            "rebase".into(),
+            "-ix".into(),
+            format!("touch {m}"),
+            "HEAD~1".into(),
+        ],
+        vec!["clone".into(), "-qu".into(), upload.clone(), src.clone(), dst("a")],
+        vec!["ls-remote".into(), "-qu".into(), upload.clone(), src.clone()],
+        vec!["clone".into(), "-q".into(), format!("--templ={tpl}"), src.clone(), dst("b")],
+        vec!["clone".into(), "-q".into(), format!("--template={tpl}"), src.clone(), dst("c")],
+        vec!["init".into(), "-q".into(), format!("--template={tpl}"), dst("d")],
+        vec!["clone".into(), "--conf".into(), format!("core.pager={m}"), src.clone(), dst("e")],
+        // `--attr-source` takes the next word, so `log` is not the subcommand.
+        vec![
+            "--attr-source".into(),
+            "log".into(),
+            "-c".into(),
+            format!("alias.x=!touch {m}"),
+            "x".into(),
+        ],
+        vec!["--no-such-option".into(), "status".into()],
+    ];
+    for args in &attacks {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let result = exec(&rt, "git", &args);
+        assert!(!marker(&dir).exists(), "git {args:?} ran the marker: {result:?}");
+        assert_denied(result, &["git", "exec_vectors", "refused"]);
+    }
+    // The plain commands still run.
+    let log = exec(&rt, "git", &["-C", &src, "--no-pager", "log", "--oneline"]).unwrap();
+    assert!(log.contains("two"), "{log}");
+    exec(&rt, "git", &["clone", "-q", &src, &dst("plain")]).unwrap();
+    assert_eq!(std::fs::read_to_string(ws.join("plain/f.txt")).unwrap(), "two\n");
+    assert!(!marker(&dir).exists());
+
+    // The same attacks are real: where the grant lets git's vectors run,
+    // they do run.
+    let (dir, rt) = hostile(
+        r#"process = ["git *"]
+        exec_vectors = ["git"]"#,
+    );
+    let ws = dir.workspace();
+    let m = text(&marker(&dir));
+    let (src, tpl) = plant_repository(&ws, &m);
+    exec(&rt, "git", &["clone", "-q", &format!("--templ={tpl}"), &src, &text(&ws.join("b"))])
+        .unwrap();
+    assert!(marker(&dir).exists(), "the template's filter did not run");
+    std::fs::remove_file(marker(&dir)).unwrap();
+    let alias = format!("alias.x=!touch {m}");
+    exec(&rt, "git", &["--attr-source", "log", "-c", &alias, "x"]).unwrap();
+    assert!(marker(&dir).exists(), "the alias did not run");
+}
+
+/// `git help` and `git CMD --help` run the manual viewer or browser the
+/// config names (`man.<tool>.cmd`), and the repository's config is the
+/// guest's to write.
+#[test]
+fn git_help_cannot_run_a_viewer_the_repository_names() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+    let ws = dir.workspace();
+    let m = text(&marker(&dir));
+    let (src, _) = plant_repository(&ws, &m);
+    let viewer = format!("[man]\n\tviewer = evil\n[man \"evil\"]\n\tcmd = touch {m}; true\n");
+    let config = Path::new(&src).join(".git/config");
+    let mut text_of = std::fs::read_to_string(&config).unwrap();
+    text_of.push_str(&viewer);
+    std::fs::write(&config, text_of).unwrap();
+    for args in [
+        &["help", "status"][..],
+        &["status", "--help"],
+        &["--help", "status"],
+        &["-h", "log"],
+        &["-C", &src, "log", "--help"],
+    ] {
+        let result = call(&rt, "exec", json!({ "program": "git", "args": args, "cwd": src }));
+        assert!(!marker(&dir).exists(), "git {args:?} ran the viewer: {result:?}");
+        assert_denied(result, &["exec_vectors"]);
+    }
+    // `-h` after the subcommand is git's own short usage, and runs nothing.
+    let result =
+        call(&rt, "exec", json!({ "program": "git", "args": ["status", "-h"], "cwd": src }));
+    assert!(result.is_ok(), "{result:?}");
+    assert!(!marker(&dir).exists());
+}
+
+/// A config file the guest could write is the guest's wherever git finds
+/// it: a global config inside a granted directory gets the same pins as
+/// the repository's own.
+#[test]
+fn a_global_git_config_inside_the_grant_is_pinned_like_the_repositorys() {
+    let (dir, rt) = hostile(
+        r#"process = ["git *"]
+        env = ["GIT_CONFIG_GLOBAL"]"#,
+    );
+    let ws = dir.workspace();
+    let m = text(&marker(&dir));
+    let (src, _) = plant_repository(&ws, &m);
+    let global = ws.join("gitconfig");
+    let drivers = format!(
+        "[filter \"evil\"]\n\tclean = touch {m}.clean; cat\n\tsmudge = touch {m}.smudge; cat\n\
+         [core]\n\tgitProxy = touch {m}.proxy\n"
+    );
+    std::fs::write(&global, drivers).unwrap();
+    std::fs::write(Path::new(&src).join("f.txt"), "three\n").unwrap();
+    let env = json!([["GIT_CONFIG_GLOBAL", text(&global)]]);
+    for args in [&["status", "--short"][..], &["checkout", "--", "f.txt"]] {
+        let request = json!({ "program": "git", "args": args, "cwd": src, "env": env });
+        call(&rt, "exec", request).unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(Path::new(&src).join("f.txt")).unwrap(), "two\n");
+    // `core.gitProxy` (read for git:// URLs) is pinned too, wherever it is set.
+    let request = json!({
+        "program": "git", "args": ["ls-remote", "git://127.0.0.1:9/x"], "cwd": src, "env": env,
+        "timeout_ms": 1_500,
+    });
+    let _ = call(&rt, "exec", request);
+    for suffix in ["clean", "smudge", "proxy"] {
+        assert!(!Path::new(&format!("{m}.{suffix}")).exists(), "{suffix} ran");
+    }
+}
+
+/// The working directory is where it really is, not where its name
+/// points: a link in the workspace to a directory outside is refused, and
+/// the command starts in the directory that was checked.
+#[test]
+fn a_working_directory_leading_outside_the_grant_is_refused() {
+    let (dir, rt) = hostile(r#"process = ["pwd", "ls *", "git *"]"#);
+    let ws = dir.workspace();
+    let outside = dir.path().join("outside");
+    std::fs::write(outside.join("secret.txt"), "x").unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("out")).unwrap();
+    std::fs::create_dir_all(ws.join("sub/deeper")).unwrap();
+    std::os::unix::fs::symlink(ws.join("sub/deeper"), ws.join("in")).unwrap();
+    std::os::unix::fs::symlink("/", ws.join("sub/root")).unwrap();
+    for cwd in [ws.join("out"), ws.join("sub/root"), ws.join("sub/root/tmp")] {
+        let result =
+            call(&rt, "exec", json!({ "program": "ls", "args": ["-a"], "cwd": text(&cwd) }));
+        assert_denied(result, &["leads outside the granted directories"]);
+    }
+    let dotdot = format!("{}/sub/..", text(&ws));
+    let result = call(&rt, "exec", json!({ "program": "pwd", "cwd": dotdot }));
+    assert_denied(result, &["outside the granted directories"]);
+    // A link that stays inside is followed, and the command starts there.
+    let here = call(&rt, "exec", json!({ "program": "pwd", "cwd": text(&ws.join("in")) })).unwrap();
+    assert_eq!(here.trim(), text(&ws.join("sub/deeper")));
+    let default = call(&rt, "exec", json!({ "program": "pwd" })).unwrap();
+    assert_eq!(default.trim(), text(&ws));
+    // git sees the same directory.
+    let top = json!({ "program": "git", "args": ["rev-parse", "--show-prefix"], "cwd": text(&ws.join("out")) });
+    assert_denied(call(&rt, "exec", top), &["leads outside"]);
+}
+
+#[test]
+fn interpreters_refuse_code_hidden_behind_option_values_or_fed_on_stdin() {
+    let (dir, rt) = hostile(r#"process = ["*"]"#);
+    let m = text(&marker(&dir));
+    let python = format!("open('{m}', 'w')");
+    let perl = format!("open(F, '>', '{m}')");
+    let attacks: Vec<(&str, Vec<&str>, Option<&str>, &str)> = vec![
+        ("python3", vec!["-W", "ignore", "-c", &python], None, "python"),
+        ("python3", vec!["-X", "dev", "-c", &python], None, "python"),
+        ("python3", vec![], Some(&python), "python"),
+        ("python3", vec!["-"], Some(&python), "python"),
+        ("python3", vec!["-u", "/dev/stdin"], Some(&python), "python"),
+        ("perl", vec!["-I", "/tmp", "-e", &perl], None, "perl"),
+        ("perl", vec![], Some(&perl), "perl"),
+    ];
+    for (program, args, stdin, family) in attacks {
+        let request = json!({ "program": program, "args": args, "stdin": stdin });
+        let message = denial(call(&rt, "exec", request));
+        assert!(message.contains(&format!("exec_vectors = [\"{family}\"]")), "{message}");
+    }
+    assert!(!marker(&dir).exists());
+    let ws = dir.workspace();
+    std::fs::write(ws.join("hello.py"), "print('hello')\n").unwrap();
+    let request =
+        json!({ "program": "python3", "args": ["-W", "ignore", text(&ws.join("hello.py"))] });
+    assert_eq!(call(&rt, "exec", request).unwrap(), "hello\n");
+
+    // Fed on stdin, the program is real code: it runs once the grant names python.
+    let (dir, rt) = hostile(
+        r#"process = ["python3 *", "python3"]
+        exec_vectors = ["python"]"#,
+    );
+    let m = text(&marker(&dir));
+    let request = json!({ "program": "python3", "stdin": format!("open('{m}', 'w')") });
+    call(&rt, "exec", request).unwrap();
+    assert!(marker(&dir).exists());
+}
+
+/// Every process of the command's group dies at the deadline: one that
+/// ignores SIGTERM, and one that forks as fast as it can until then.
+#[test]
+fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
+    let (dir, rt) = hostile(sh_grant());
+    let pid_file = dir.path().join("outside/pid");
+    let script = format!(
+        "trap '' TERM INT HUP; echo $$ > {}; i=0; \
+         while [ $i -lt 400 ]; do sh -c \"trap '' TERM; sleep 30\" & i=$((i+1)); done; wait",
+        pid_file.display()
+    );
+    let started = Instant::now();
+    let request = json!({ "program": "sh", "args": ["-c", script], "timeout_ms": 700 });
+    let err = call(&rt, "exec", request).unwrap_err();
+    assert!(format!("{err:?}").contains("timeout"), "{err:?}");
+    assert!(started.elapsed() < Duration::from_millis(2_000), "{:?}", started.elapsed());
+    let group = read_pid(&pid_file);
+    let until = Instant::now() + Duration::from_secs(3);
+    let members = || -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let fields: Vec<&str> =
+                    stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+                fields.first() != Some(&"Z") && fields.get(2) == Some(&group.to_string().as_str())
+            })
+            .collect()
+    };
+    while !members().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(members(), Vec::<i32>::new(), "processes of the group survived");
+}
+
+/// Far more output on stderr than a pipe holds, which nobody returns to
+/// the guest, neither stalls the call nor grows without bound.
+#[test]
+fn a_stderr_flood_neither_stalls_nor_fails_the_call() {
+    let (_dir, rt) = hostile(sh_grant());
+    let script = "head -c 50000000 /dev/zero >&2; echo done";
+    let started = Instant::now();
+    let out = exec(&rt, "sh", &["-c", script]).unwrap();
+    assert_eq!(out, "done\n");
+    assert!(started.elapsed() < CALL_LIMIT, "{:?}", started.elapsed());
+}
+
+/// A build tool granted by pattern runs no command given as text:
+/// `make --eval`, a `SHELL=` of the caller's choosing, a makefile on stdin.
+#[test]
+fn build_tools_refuse_commands_given_as_text() {
+    let (dir, rt) = hostile(r#"process = ["make *"]"#);
+    let m = text(&marker(&dir));
+    let eval = format!("--eval=$(shell touch {m})");
+    let makefile = format!("all:\n\ttouch {m}\n");
+    let attacks: Vec<(Vec<&str>, Option<&str>)> = vec![
+        (vec![&eval, "-n"], None),
+        (vec!["-E", &eval[7..], "-n"], None),
+        (vec!["--ev", &eval[7..], "-n"], None),
+        (vec!["-f", "-"], Some(&makefile)),
+    ];
+    for (args, stdin) in attacks {
+        let request = json!({ "program": "make", "args": args, "stdin": stdin });
+        assert_denied(call(&rt, "exec", request), &["exec_vectors = [\"make\"]"]);
+    }
+    assert!(!marker(&dir).exists());
+    // The vector is real: named in the grant, it runs.
+    let (dir, rt) = hostile(
+        r#"process = ["make *"]
+        exec_vectors = ["make"]"#,
+    );
+    let eval = format!("--eval=$(shell touch {})", text(&marker(&dir)));
+    let _ = exec(&rt, "make", &[&eval, "-n"]);
+    assert!(marker(&dir).exists());
+}
+
+/// The dynamic loader runs whatever file it is given: under a `*` grant it
+/// would run a program planted in the workspace, which never runs itself.
+#[test]
+fn the_dynamic_loader_cannot_run_a_planted_program() {
+    let (dir, rt) = hostile(r#"process = ["*"]"#);
+    let ws = dir.workspace();
+    std::fs::copy("/usr/bin/touch", ws.join("planted")).unwrap();
+    let m = text(&marker(&dir));
+    let planted = text(&ws.join("planted"));
+    assert_denied(exec(&rt, &planted, &[&m]), &["inside a directory granted"]);
+    let loaders =
+        ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-musl-x86_64.so.1"];
+    let mut tried = 0;
+    for loader in loaders.iter().filter(|l| Path::new(l).exists()) {
+        tried += 1;
+        assert_denied(exec(&rt, loader, &[&planted, &m]), &["exec_vectors = [\"ld.so\"]"]);
+    }
+    assert!(tried > 0, "no dynamic loader found on this machine");
+    assert!(!marker(&dir).exists());
+}
+
+/// `git commit --trailer` runs `trailer.<token>.cmd`/`.command` from the
+/// repository's config: pinned like the other per-name commands.
+#[test]
+fn a_trailer_command_from_the_repository_never_runs() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+    let ws = dir.workspace();
+    let m = text(&marker(&dir));
+    let (src, _) = plant_repository(&ws, &m);
+    let config = Path::new(&src).join(".git/config");
+    let mut content = std::fs::read_to_string(&config).unwrap();
+    content.push_str(&format!(
+        "[user]\n\tname = a\n\temail = a@example.com\n\
+         [trailer \"sign\"]\n\tkey = Signed-off-by\n\tcmd = touch {m}.cmd; echo x\n\
+         [trailer \"Ack\"]\n\tcommand = touch {m}.command; echo y\n"
+    ));
+    std::fs::write(&config, content).unwrap();
+    for trailer in ["sign: me", "Ack: you"] {
+        let args = ["commit", "-q", "--allow-empty", "-m", "t", "--trailer", trailer];
+        call(&rt, "exec", json!({ "program": "git", "args": args, "cwd": src })).unwrap();
+    }
+    let log =
+        call(&rt, "exec", json!({ "program": "git", "args": ["log", "-2"], "cwd": src })).unwrap();
+    assert!(log.contains("Signed-off-by") || log.contains("Ack"), "{log}");
+    for suffix in ["cmd", "command"] {
+        assert!(!Path::new(&format!("{m}.{suffix}")).exists(), "trailer.{suffix} ran");
+    }
 }

@@ -36,6 +36,10 @@ struct Seen {
     headers: Vec<(String, String)>,
 }
 
+/// How a test server answers one connection: what it received goes into
+/// the first list, what it sent into the second.
+type Handler = fn(TcpStream, &Mutex<Vec<Seen>>, &Mutex<Vec<u8>>);
+
 /// The attacker's server: it answers every request with the request itself,
 /// encoded every way it can think of.
 struct Echo {
@@ -46,6 +50,10 @@ struct Echo {
 
 impl Echo {
     fn start() -> Self {
+        Self::serve(reflect)
+    }
+
+    fn serve(handler: Handler) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -54,7 +62,7 @@ impl Echo {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (seen, sent) = (seen2.clone(), sent2.clone());
-                std::thread::spawn(move || reflect(stream, &seen, &sent));
+                std::thread::spawn(move || handler(stream, &seen, &sent));
             }
         });
         Self { addr, seen, sent }
@@ -73,8 +81,10 @@ impl Echo {
     }
 }
 
-fn reflect(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
-    let mut reader = BufReader::new(&stream);
+/// The request line and headers of the request on `stream`, as received
+/// and as parsed.
+fn read_head(stream: &TcpStream) -> (String, Seen) {
+    let mut reader = BufReader::new(stream);
     let mut head = String::new();
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
@@ -91,6 +101,11 @@ fn reflect(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
             headers.push((k.trim().to_owned(), v.trim().to_owned()));
         }
     }
+    (head, Seen { target, headers })
+}
+
+fn reflect(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
+    let (head, Seen { target, headers }) = read_head(&stream);
     seen.lock().unwrap().push(Seen { target: target.clone(), headers: headers.clone() });
 
     // What the server picks out of the request to send back: each path
@@ -457,6 +472,224 @@ fn weak_and_ungranted_secrets_are_refused_and_common_text_is_untouched() {
     assert_eq!(out.unwrap().text, text, "a refused value redacts nothing");
 }
 
+/// What the echoing server below says before the key.
+const SAID: &str = "you sent the key ";
+
+/// A real server's obliging ways, each of which would hand an echoed key
+/// back in a shape no redactor can match: it compresses its answer when
+/// asked (`Accept-Encoding`, or `TE` as a transfer coding), or always
+/// under `/always-gzip` and `/always-te`, and it serves any byte range
+/// asked for.
+fn oblige(stream: TcpStream, seen: &Mutex<Vec<Seen>>, sent: &Mutex<Vec<u8>>) {
+    let (_, request) = read_head(&stream);
+    seen.lock().unwrap().push(request.clone());
+    let header = |name: &str| {
+        let found = request.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name));
+        found.map_or(String::new(), |(_, v)| v.clone())
+    };
+    let mut body = format!("{SAID}{}\n", header("x-api-key")).into_bytes();
+    let mut head = String::from("HTTP/1.1 200 OK\r\nconnection: close\r\n");
+    if let Some((from, to)) = header("range").strip_prefix("bytes=").and_then(|r| r.split_once('-'))
+    {
+        let from: usize = from.parse::<usize>().unwrap().min(body.len());
+        let to = to.parse::<usize>().unwrap().min(body.len() - 1).max(from);
+        head = format!(
+            "HTTP/1.1 206 Partial Content\r\nconnection: close\r\ncontent-range: bytes {from}-{to}/{}\r\n",
+            body.len()
+        );
+        body = body[from..=to].to_vec();
+    }
+    if header("accept-encoding").contains("gzip") || request.target.starts_with("/always-gzip") {
+        body = gzip(&body, "-c");
+        head.push_str("content-encoding: gzip\r\n");
+    }
+    let mut wire = Vec::new();
+    if header("te").contains("gzip") || request.target.starts_with("/always-te") {
+        let packed = gzip(&body, "-c");
+        wire.extend(
+            format!("{head}transfer-encoding: gzip, chunked\r\n\r\n{:x}\r\n", packed.len()).bytes(),
+        );
+        wire.extend(packed);
+        wire.extend(b"\r\n0\r\n\r\n");
+    } else {
+        wire.extend(format!("{head}content-length: {}\r\n\r\n", body.len()).bytes());
+        wire.extend(body);
+    }
+    sent.lock().unwrap().extend_from_slice(&wire);
+    let _ = (&stream).write_all(&wire);
+}
+
+/// `bytes` through the system's `gzip` with `flag` (`-c` packs, `-dc`
+/// unpacks).
+fn gzip(bytes: &[u8], flag: &str) -> Vec<u8> {
+    let mut child = Command::new("gzip")
+        .arg(flag)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = bytes.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    out.stdout
+}
+
+/// The body the guest got through `hex_body`, unpacked as the guest would
+/// unpack it if it is gzip.
+fn unpacked(out: &str) -> String {
+    let hex_body = out.split_once('\n').map_or("", |(_, body)| body);
+    let bytes = hex::decode(hex_body.trim()).unwrap();
+    let bytes = if bytes.starts_with(&[0x1f, 0x8b]) { gzip(&bytes, "-dc") } else { bytes };
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[test]
+fn no_coding_or_byte_range_hands_an_echoed_secret_back_past_the_redactor() {
+    let server = Echo::serve(oblige);
+    let dir = TestDir::new();
+    let rt = hostile(&dir, &echo_config(&server));
+    let key = format!("{{{{secret:{KEY}}}}}");
+    let ask = |path: &str, extra: &[(&str, &str)]| {
+        let mut headers = serde_json::Map::new();
+        headers.insert("x-api-key".into(), json!(key));
+        for (name, value) in extra {
+            headers.insert((*name).into(), json!(value));
+        }
+        http(&rt, json!({ "url": server.url(path), "headers": headers, "hex_body": true }))
+    };
+    // The server compresses its echo, asked to or not; the guest inflates it.
+    let codings: [(&str, &[(&str, &str)]); 6] = [
+        ("/gzip", &[("accept-encoding", "gzip")]),
+        ("/gzip", &[("Accept-Encoding", "identity;q=0.5, gzip")]),
+        ("/gzip", &[("accept-encoding", "identity"), ("ACCEPT-ENCODING", "br, gzip")]),
+        ("/te", &[("te", "gzip")]),
+        ("/always-gzip", &[]),
+        ("/always-te", &[]),
+    ];
+    for (path, extra) in codings {
+        match ask(path, extra) {
+            Ok(out) => assert_clean(&unpacked(&out), SECRET, &format!("{path} {extra:?}")),
+            Err(CallError::Tool { failure: ToolFailure::Denied(m), .. }) => {
+                assert!(m.contains("only `identity`"), "{path} {extra:?}: {m}")
+            }
+            Err(CallError::Tool { failure: ToolFailure::Failed(m), .. }) => {
+                assert!(m.contains("`gzip`") && m.contains("cannot be scrubbed"), "{m}");
+                assert!(path.starts_with("/always"), "only a server that asked no one: {m}");
+            }
+            Err(other) => panic!("{path} {extra:?}: {other:?}"),
+        }
+    }
+    // The echo eight bytes at a time: no piece holds the whole key.
+    let mut pieces = String::new();
+    for from in (0..SAID.len() + SECRET.len() + 1).step_by(8) {
+        match ask("/range", &[("range", &format!("bytes={from}-{}", from + 7))]) {
+            Ok(out) => pieces.push_str(&unpacked(&out)),
+            Err(err) => assert!(denial(Err(err)).contains("whole response")),
+        }
+    }
+    assert_clean(&pieces, SECRET, "the byte ranges put together");
+    for path in ["/always-gzip", "/always-te"] {
+        let failed = format!("{:?}", ask(path, &[]).unwrap_err());
+        assert!(failed.contains("cannot be scrubbed"), "{path}: {failed}");
+    }
+    // What stays allowed: identity, and ranges of requests without a secret.
+    let clear = ask("/gzip", &[("accept-encoding", "identity")]).unwrap();
+    assert_eq!(unpacked(&clear), format!("{SAID}[REDACTED]\n"));
+    let part = http(
+        &rt,
+        json!({ "url": server.url("/range"), "headers": { "range": "bytes=0-7" }, "hex_body": true }),
+    )
+    .unwrap();
+    assert!(part.starts_with("status: 206") && unpacked(&part) == SAID[..8], "{part}");
+    let seen = server.seen();
+    assert!(seen.len() >= 3, "the server was reached: {seen:?}");
+    for request in seen {
+        let coding: Vec<_> = request
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("accept-encoding"))
+            .collect();
+        assert_eq!(coding.len(), 1, "{request:?}");
+        assert_eq!(coding[0].1, "identity", "the host asks for the clear: {request:?}");
+        assert!(!request.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("te")), "{request:?}");
+    }
+}
+
+#[test]
+fn a_guest_cannot_name_another_site_behind_a_granted_address() {
+    let echo = Echo::start();
+    let dir = TestDir::new();
+    let rt = hostile(&dir, &echo_config(&echo));
+    let key = format!("Bearer {{{{secret:{KEY}}}}}");
+    // Behind one address (a CDN, a reverse proxy) `Host` picks the site
+    // that gets the request, and the key in it.
+    for name in ["host", "Host", "HOST"] {
+        for headers in
+            [json!({ name: "evil.example", "authorization": key }), json!({ name: "evil.example" })]
+        {
+            let message = denial(http(&rt, json!({ "url": echo.url("/x"), "headers": headers })));
+            assert!(message.contains(&format!("header `{name}`")), "{message}");
+        }
+    }
+    let ok =
+        http(&rt, json!({ "url": echo.url("/x"), "headers": { "authorization": key } })).unwrap();
+    assert!(ok.starts_with("status: 200"), "{ok}");
+    let seen = echo.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let hosts: Vec<_> =
+        seen[0].headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case("host")).collect();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].1, echo.addr);
+}
+
+#[test]
+fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
+    let dir = TestDir::new();
+    // A grant as harmless-looking as `cat *` reaches files the guest's
+    // sandbox does not: here the config, which holds the key.
+    let rt = hostile(
+        &dir,
+        &format!("process = [\"cat *\"]\nsecrets = [\"{KEY}\"]\n[secrets]\n{KEY} = \"{SECRET}\"\n"),
+    );
+    let config = dir.path().join("reson.toml");
+    let stored = dir.path().join("stored.json");
+    std::fs::write(&stored, json!({ "token": SECRET, "b64": STANDARD.encode(SECRET) }).to_string())
+        .unwrap();
+    for file in [&config, &stored] {
+        let file = file.to_str().unwrap();
+        // Reversed by the guest, so that only what it was given is judged.
+        let args = json!({ "program": "cat", "args": [file], "reverse": true });
+        let out = rt.call_tool("exec", &args.to_string(), &CallContext::default()).unwrap().text;
+        let out: String = out.chars().rev().collect();
+        assert!(out.contains("[REDACTED]"), "cat really ran: {out}");
+        assert_clean(&out, SECRET, &format!("what `cat {file}` gave the guest"));
+    }
+}
+
+#[test]
+fn a_secret_pasted_into_a_plugin_setting_reaches_the_guest_redacted() {
+    let dir = TestDir::new();
+    let base = format!("https://llm.example/v1?api-key={}", url_form(SECRET));
+    let rt = hostile(
+        &dir,
+        &format!(
+            "secrets = [\"{KEY}\"]\nconfig = {{ base_url = \"{base}\", model = \"m-1\" }}\n[secrets]\n{KEY} = \"{SECRET}\"\n"
+        ),
+    );
+    let out = rt.call_tool("settings", "{}", &CallContext::default()).unwrap().text;
+    let got: String = out.chars().rev().collect();
+    assert!(got.contains("base_url=https://llm.example/v1?api-key=[REDACTED]"), "{got}");
+    assert!(got.contains("model=m-1"), "{got}");
+    assert_clean(&got, SECRET, "the settings the guest got");
+}
+
+/// `secret` as it would be pasted into a URL.
+fn url_form(secret: &str) -> String {
+    utf8_percent_encode(secret, NON_ALPHANUMERIC).to_string()
+}
+
 fn reson(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_reson"));
     cmd.args(["--config", &dir.path().join("reson.toml").to_string_lossy()])
@@ -473,8 +706,8 @@ fn reson(dir: &TestDir, args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 /// stdout, stderr and every file the host wrote under `dir` (traces, the
-/// lock file), but for the config (the test's own, which holds the secret)
-/// and the plugins it installed.
+/// lock file), but for the config and `.env` (the test's own, which hold
+/// the secret) and the plugins it installed.
 fn everything_written(dir: &TestDir, out: &Output) -> String {
     let mut all = format!(
         "--- stdout\n{}\n--- stderr\n{}\n",
@@ -485,7 +718,7 @@ fn everything_written(dir: &TestDir, out: &Output) -> String {
     for path in walk(dir.path()) {
         let name = path.file_name().unwrap().to_string_lossy();
         let installed = name.ends_with(".wasm") || path.starts_with(dir.plugins());
-        if name == "reson.toml" || (installed && name != "reson.lock") {
+        if name == "reson.toml" || name == ".env" || (installed && name != "reson.lock") {
             continue;
         }
         files += 1;
@@ -724,4 +957,47 @@ fn the_cli_does_not_widen_a_binding_the_config_gives() {
     assert!(stderr.contains("`OPENAI_API_KEY` is not bound"), "{stderr}");
     assert!(server.requests().is_empty(), "the key went to a host it is not bound to");
     assert_clean(&everything_written(&dir, &out), SECRET, "what `reson run` wrote");
+}
+
+/// One streamed chat answer: `delta`, then the end with `finish`.
+fn streamed(delta: serde_json::Value, finish: &str) -> Reply {
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        let body = json!({ "object": "chat.completion.chunk", "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }], "usage": { "prompt_tokens": 4, "completion_tokens": 2 } });
+        format!("data: {body}\n\n")
+    };
+    Reply::sse([chunk(delta, None), chunk(json!({}), Some(finish)), "data: [DONE]\n\n".to_owned()])
+}
+
+#[test]
+fn a_secret_a_tool_reads_never_reaches_the_model() {
+    let read_env = json!({ "role": "assistant", "tool_calls": [{ "index": 0, "id": "call_1", "type": "function", "function": { "name": "read", "arguments": json!({ "path": ".env" }).to_string() } }] });
+    let server = LlmServer::start(vec![
+        streamed(read_env, "tool_calls"),
+        streamed(json!({ "role": "assistant", "content": "read it" }), "stop"),
+    ]);
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "openai").install(support::plugins(), "fs");
+    // The project holds a `.env` with the key, and the `fs` plugin may
+    // read the project: its tool output is the model's next prompt.
+    std::fs::write(dir.path().join(".env"), format!("OPENAI_API_KEY={SECRET}\n")).unwrap();
+    dir.config(&format!(
+        "[permissions]\ndefault = \"allow\"\n[plugins.openai]\nhttp = [\"*\"]\nconfig = {{ base_url = \"{}/v1\" }}\n[plugins.fs]\ndirs = [{{ path = \".\", access = \"read\" }}]\n",
+        server.url()
+    ));
+    let out = reson(
+        &dir,
+        &["run", "--provider", "openai", "--model", "gpt-test", "read .env"],
+        &[("OPENAI_API_KEY", SECRET)],
+    );
+    let all = everything_written(&dir, &out);
+    assert!(out.status.success(), "{all}");
+    assert_clean(&all, SECRET, "what `reson run` wrote");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{all}");
+    let prompt = String::from_utf8_lossy(&requests[1].body).into_owned();
+    assert!(
+        prompt.contains("OPENAI_API_KEY=[REDACTED]"),
+        "the tool result reached the model: {prompt}"
+    );
+    assert_clean(&prompt, SECRET, "the model's prompt after the tool ran");
 }

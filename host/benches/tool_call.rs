@@ -114,6 +114,15 @@ fn host_runtime(dir: &support::TestDir) -> Runtime {
     dir.open("")
 }
 
+/// The echo plugin with `[instance] keep_warm`, in a directory of its own.
+fn warm_runtime(dir: &support::TestDir) -> Runtime {
+    dir.install(support::plugins(), "echo");
+    let manifest = dir.plugins().join("echo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, format!("{text}\n[instance]\nkeep_warm = true\n")).unwrap();
+    dir.open("")
+}
+
 fn median_ns(mut f: impl FnMut(), rounds: usize, per_round: usize) -> Vec<f64> {
     (0..rounds)
         .map(|_| {
@@ -139,7 +148,14 @@ fn bench(c: &mut Criterion) {
     let ctx = CallContext::default();
     assert_eq!(bare.call(&args), runtime.call_tool("echo", ARGS, &ctx).unwrap().text);
 
+    let warm_dir = support::TestDir::new();
+    let warm = warm_runtime(&warm_dir);
+    assert_eq!(warm.call_tool("echo", ARGS, &ctx).unwrap().text, "hello from the benchmark");
+
     let mut calls = c.benchmark_group("tool-call");
+    calls.bench_function("host path, instance kept warm", |b| {
+        b.iter(|| black_box(warm.call_tool("echo", ARGS, &ctx).unwrap()))
+    });
     calls.bench_function("host path (lookup, schema, grants, fresh instance)", |b| {
         b.iter(|| black_box(runtime.call_tool("echo", ARGS, &ctx).unwrap()))
     });
@@ -182,8 +198,13 @@ fn bench(c: &mut Criterion) {
     load.finish();
 
     // Ratios from interleaved rounds in this one run: noise hits both sides.
-    let (mut host, mut raw) = (Vec::new(), Vec::new());
+    let (mut host, mut raw, mut kept) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..15 {
+        kept.extend(median_ns(
+            || drop(black_box(warm.call_tool("echo", ARGS, &ctx).unwrap())),
+            1,
+            500,
+        ));
         host.extend(median_ns(
             || drop(black_box(runtime.call_tool("echo", ARGS, &ctx).unwrap())),
             1,
@@ -191,13 +212,15 @@ fn bench(c: &mut Criterion) {
         ));
         raw.extend(median_ns(|| drop(black_box(bare.call(&args))), 1, 500));
     }
-    let (host, raw) = (median(host), median(raw));
+    let (host, raw, kept) = (median(host), median(raw), median(kept));
     let cached = median((0..30).map(|_| reload(false).as_nanos() as f64).collect());
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
     println!("\n== figures ==");
     println!("tool call, host path:        {:>9.1} µs", host / 1e3);
     println!("tool call, bare wasmtime:    {:>9.1} µs", raw / 1e3);
     println!("ratio host / bare:           {:>9.3}  (target <= 1.25)", host / raw);
+    println!("tool call, instance kept:    {:>9.1} µs", kept / 1e3);
+    println!("fresh / kept:                {:>9.1}x", host / kept);
     println!("plugin load from cache:      {:>9.3} ms  (target <= 1 ms)", cached / 1e6);
     println!("plugin load with compile:    {:>9.3} ms", compiled / 1e6);
     println!("compile / cache:             {:>9.1}x", compiled / cached);

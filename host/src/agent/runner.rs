@@ -38,6 +38,11 @@ fn now_ms() -> u64 {
 /// The text of a healed tool call's synthetic result.
 pub const INTERRUPTED: &str = "Interrupted: this tool call did not finish; the run stopped or crashed before its result was recorded.";
 
+/// The result of a call the run reached only after `stop()`: it was
+/// neither asked about nor run.
+pub const STOPPED_BEFORE_CALL: &str =
+    "Stopped: the run was stopped before this tool call ran; it was not run.";
+
 /// How to run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -308,15 +313,25 @@ impl Runner {
     pub fn run(&self, messages: Vec<Message>, config: RunConfig) -> Result<RunHandle, AgentError> {
         let (events, receiver) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let run = Run::prepare(self.inner.clone(), messages, config, events, stop.clone())?;
-        let trace_id = run.trace.id.clone();
-        {
+        // An existing trace is claimed before it is prepared: preparing
+        // writes to it (heals calls, moves the head, adds messages), which
+        // must never happen under a run that is still going.
+        if let Some(id) = &config.trace_id {
             let mut running = self.inner.running.lock().expect("running map");
-            if running.contains_key(&trace_id) {
-                return Err(AgentError::Config(format!("trace {trace_id} is already running")));
+            if running.contains_key(id) {
+                return Err(AgentError::Config(format!("trace {id} is already running")));
             }
-            running.insert(trace_id.clone(), stop);
+            running.insert(id.clone(), stop.clone());
         }
+        let claimed = config.trace_id.clone();
+        let run = Run::prepare(self.inner.clone(), messages, config, events, stop.clone())
+            .inspect_err(|_| {
+                if let Some(id) = &claimed {
+                    self.inner.running.lock().expect("running map").remove(id);
+                }
+            })?;
+        let trace_id = run.trace.id.clone();
+        self.inner.running.lock().expect("running map").insert(trace_id.clone(), stop);
         let inner = self.inner.clone();
         let id = trace_id.clone();
         let thread = std::thread::Builder::new()
@@ -326,7 +341,10 @@ impl Runner {
                 inner.running.lock().expect("running map").remove(&id);
                 outcome
             })
-            .map_err(|e| AgentError::Other(format!("cannot start the run: {e}")))?;
+            .map_err(|e| {
+                self.inner.running.lock().expect("running map").remove(&trace_id);
+                AgentError::Other(format!("cannot start the run: {e}"))
+            })?;
         Ok(RunHandle { trace_id, events: receiver, thread })
     }
 
@@ -796,7 +814,8 @@ impl Run {
         Ok(())
     }
 
-    /// Runs the calls of one assistant message: a call of a tool never
+    /// Runs the calls of one assistant message: once the run is stopped,
+    /// every call left gets a "stopped" result; a call of a tool never
     /// offered gets an error at once, then permissions decide; the built-in
     /// goal tool runs here, plugin tools concurrently. Each result is
     /// stored as soon as the results of every call before it are, so they
@@ -823,7 +842,11 @@ impl Run {
         let mut stored = 0;
         let mut plugin_calls = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            let now = if !offered.contains(&call.name) {
+            // A stop (perhaps given while an earlier call awaited approval)
+            // ends the message here: no more prompts, nothing more runs.
+            let now = if self.stopped() {
+                Some(self.finished(call, ToolResult::error(STOPPED_BEFORE_CALL.into()), None))
+            } else if !offered.contains(&call.name) {
                 // Checked before the permissions: a name the model made up
                 // must not wait for an approval no one can give.
                 Some(self.finished(call, ToolResult::error(unknown_tool(call, &offered)), None))
@@ -847,6 +870,13 @@ impl Run {
             };
             done[i] = now;
             self.store_ready(calls, &mut done, &mut stored)?;
+        }
+        if self.stopped() {
+            for &i in &plugin_calls {
+                let stopped = ToolResult::error(STOPPED_BEFORE_CALL.into());
+                done[i] = Some(self.finished(&calls[i], stopped, None));
+            }
+            return self.store_ready(calls, &mut done, &mut stored);
         }
         let (trace_id, stop) = (self.trace.id.clone(), self.stop.clone());
         let context = |call: &ToolCall| CallContext {

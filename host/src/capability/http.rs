@@ -4,7 +4,7 @@
 //! what comes back before the guest sees it.
 
 use super::HostState;
-use super::secrets::{SecretError, replace_refs};
+use super::secrets::{MARK_OPEN, SecretError, replace_refs};
 use crate::contract::bindings::tool::reson::plugin::http::{
     Header, Host, HostBodyStream, HttpError, Request, Response, StreamingResponse,
 };
@@ -106,7 +106,19 @@ impl HostState {
             let unbound = SecretError::Unbound { name: name.clone(), url: shown_url };
             return Err(self.refuse(unbound));
         }
-        let mut headers = Vec::with_capacity(request.headers.len());
+        let carries_secret =
+            !names.is_empty() || request.headers.iter().any(|(_, value)| value.contains(MARK_OPEN));
+        for (name, value) in &request.headers {
+            if let Some(why) = owned_header(name, value, carries_secret) {
+                let detail = format!("header `{name}` on {shown_url}: {why}");
+                return Err(HttpError::Denied(self.deny("http", detail)));
+            }
+        }
+        let mut headers = Vec::with_capacity(request.headers.len() + 1);
+        if !request.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("accept-encoding")) {
+            // A body in the clear, the only kind the host can scrub.
+            headers.push(("accept-encoding".to_owned(), "identity".to_owned()));
+        }
         for (name, value) in &request.headers {
             let value = replace_refs(value, |secret| {
                 let value = self.granted_value(secret)?;
@@ -117,7 +129,7 @@ impl HostState {
                 Ok(value)
             })
             .map_err(|e| self.refuse(e))?;
-            headers.push((name, value));
+            headers.push((name.clone(), value));
         }
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("bad method `{}`", request.method)))?;
@@ -164,11 +176,70 @@ impl HostState {
     fn start(&mut self, request: Request) -> Result<reqwest::blocking::Response, HttpError> {
         let (builder, _) = self.prepare(request)?;
         let response = builder.send().map_err(|e| self.classify(&e))?;
+        if let Some(coding) = unreadable_coding(response.headers()) {
+            return Err(HttpError::Io(format!(
+                "the response is encoded as `{}`, which the host does not decode, so it \
+                 cannot be scrubbed of secrets",
+                redact(&coding)
+            )));
+        }
         if response.content_length().is_some_and(|len| len > MAX_RESPONSE_BYTES) {
             return Err(HttpError::TooLarge(MAX_RESPONSE_BYTES));
         }
         Ok(response)
     }
+}
+
+/// Why the guest may not set header `name` to `value`, if it may not.
+/// `Host` would send the request, and the secrets in it, to another site
+/// behind the checked address (domain fronting). A content or transfer
+/// coding other than identity would make the server compress what it
+/// echoes, past the redactor, for the guest to inflate. A byte range of a
+/// response to a request that carries a secret could cut an echoed secret
+/// into pieces that no longer match it.
+fn owned_header(name: &str, value: &str, carries_secret: bool) -> Option<&'static str> {
+    let name = name.trim();
+    if name.eq_ignore_ascii_case("host") {
+        return Some("the host sends the request to the URL's own host, and names it itself");
+    }
+    let is_coding = name.eq_ignore_ascii_case("accept-encoding") || name.eq_ignore_ascii_case("te");
+    let clear = |coding: &str| {
+        let coding = coding.split(';').next().unwrap_or_default().trim();
+        ["identity", "trailers", ""].iter().any(|c| coding.eq_ignore_ascii_case(c))
+    };
+    if is_coding && !value.split(',').all(clear) {
+        return Some(
+            "only `identity` is accepted: the host scrubs secrets from bodies it can read",
+        );
+    }
+    let is_range = name.eq_ignore_ascii_case("range") || name.eq_ignore_ascii_case("if-range");
+    if is_range && carries_secret {
+        return Some("a request that carries a secret gets its whole response, never a part");
+    }
+    None
+}
+
+/// The first content or transfer coding of a response that the host would
+/// pass on undecoded (anything but identity, and chunked framing, which
+/// the HTTP client removes).
+fn unreadable_coding(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let codings = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let content = codings(reqwest::header::CONTENT_ENCODING);
+    let transfer = codings(reqwest::header::TRANSFER_ENCODING);
+    content.into_iter().find(|c| !c.is_empty() && c != "identity").or_else(|| {
+        transfer.into_iter().find(|c| !c.is_empty() && c != "identity" && c != "chunked")
+    })
 }
 
 /// The response headers as the guest may see them: every secret redacted

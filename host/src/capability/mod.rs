@@ -86,6 +86,15 @@ impl HostState {
         }
     }
 
+    /// Makes a kept instance's state ready for its next call: a new
+    /// deadline and cancel flag, and the per-call counters back at zero.
+    pub(crate) fn begin_call(&mut self, deadline: Instant, cancel: Option<Arc<AtomicBool>>) {
+        self.deadline = deadline;
+        self.cancel = cancel;
+        self.denials.clear();
+        self.logged = 0;
+    }
+
     /// Whether the caller cancelled the call.
     pub(crate) fn cancelled(&self) -> bool {
         self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
@@ -104,8 +113,8 @@ impl HostState {
 
     /// Records a refusal and returns the message for the guest.
     fn deny(&mut self, capability: &'static str, detail: String) -> String {
-        tracing::warn!(target: "reson::audit", plugin = %self.plugin, capability, %detail, "denied");
         let detail = crate::redact::redact(&detail).into_owned();
+        tracing::warn!(target: "reson::audit", plugin = %self.plugin, capability, %detail, "denied");
         let message = format!("{capability} denied: {detail}");
         self.denials.push(Denial { capability, detail });
         message

@@ -5,13 +5,15 @@
 //! Every command runs in its own process group, which is killed when the
 //! call ends and at its deadline, so nothing it started outlives the call;
 //! its output is read until then and no longer, even when a grandchild
-//! still holds the pipes.
+//! still holds the pipes, and scrubbed of every secret before the guest
+//! sees it.
 
 use super::HostState;
 use crate::contract::bindings::tool::reson::plugin::process::{
     Command, Host, Output, ProcessError,
 };
 use crate::policy::{CommandDenial, CommandError, ResolvedCommand};
+use crate::redact::redact_bytes;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -36,15 +38,74 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 const READS_PER_WAKE: usize = 64;
 
 impl HostState {
-    /// Maps a guest path to the host path of the granted directory it lies in.
-    fn host_dir(&self, guest: &str) -> Option<PathBuf> {
+    /// Maps a guest path to the host path it names and the granted
+    /// directory it lies in.
+    fn host_dir(&self, guest: &str) -> Option<(PathBuf, &Path)> {
         self.grants.dirs.iter().find_map(|dir| {
             let rest = Path::new(guest).strip_prefix(&dir.guest).ok()?;
             if rest.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
                 return None;
             }
-            Some(dir.host.join(rest))
+            Some((dir.host.join(rest), dir.host.as_path()))
         })
+    }
+
+    /// The working directory of a command, opened: the guest's `cwd`
+    /// (default: the first granted directory), which must really lie in a
+    /// granted directory once symlinks are followed. The command starts in
+    /// the directory opened here, so a link swapped in after the check
+    /// cannot move it.
+    fn working_dir(&mut self, guest: Option<&str>) -> Result<WorkDir, ProcessError> {
+        let (path, root) = match guest {
+            Some(guest) => match self.host_dir(guest) {
+                Some((path, root)) => (path, root.to_path_buf()),
+                None => {
+                    let detail =
+                        format!("working directory `{guest}` is outside the granted directories");
+                    return Err(ProcessError::Denied(self.deny("process", detail)));
+                }
+            },
+            None => match self.grants.dirs.first() {
+                Some(dir) => (dir.host.clone(), dir.host.clone()),
+                None => return WorkDir::open(&std::env::temp_dir(), None),
+            },
+        };
+        let dir = WorkDir::open(&path, Some(&root))?;
+        if dir.escaped {
+            let detail = format!(
+                "working directory `{}` leads outside the granted directories",
+                guest.unwrap_or_default()
+            );
+            return Err(ProcessError::Denied(self.deny("process", detail)));
+        }
+        Ok(dir)
+    }
+}
+
+/// An open working directory; children start in it through `/proc/self/fd`.
+struct WorkDir {
+    file: std::fs::File,
+    /// Whether the directory really opened lies outside the granted one.
+    escaped: bool,
+}
+
+impl WorkDir {
+    fn open(path: &Path, root: Option<&Path>) -> Result<Self, ProcessError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| ProcessError::Spawn(format!("working directory: {e}")))?;
+        let dir = Self { file, escaped: false };
+        let real = std::fs::read_link(dir.path());
+        let escaped = root.is_some_and(|root| !real.is_ok_and(|r| r.starts_with(root)));
+        Ok(Self { escaped, ..dir })
+    }
+
+    /// The path of the open directory, as a child sees it before `exec`.
+    fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 }
 
@@ -63,7 +124,11 @@ impl HostState {
         let Some(probe) = crate::policy::git_probe(command) else { return Ok(Vec::new()) };
         let spec = Spec { command: &probe, cwd, env, stdin: None };
         let output = run_capped(spec, timeout, self.cancel.clone())?;
-        let found = crate::policy::git_repository_config(&output.stdout);
+        let granted = |file: &Path| {
+            let file = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+            self.grants.dirs.iter().any(|d| file.starts_with(&d.host))
+        };
+        let found = crate::policy::git_repository_config(&output.stdout, &granted);
         match found.refused {
             Some(key) if !self.grants.allows_exec_vector("git") => {
                 let detail = format!(
@@ -104,17 +169,11 @@ impl Host for HostState {
             );
             return Ok(Err(ProcessError::Denied(self.deny("process", detail))));
         }
-        let cwd = match &command.cwd {
-            Some(guest) => match self.host_dir(guest) {
-                Some(dir) => dir,
-                None => {
-                    let detail =
-                        format!("working directory `{guest}` is outside the granted directories");
-                    return Ok(Err(ProcessError::Denied(self.deny("process", detail))));
-                }
-            },
-            None => self.grants.dirs.first().map_or_else(std::env::temp_dir, |d| d.host.clone()),
+        let workdir = match self.working_dir(command.cwd.as_deref()) {
+            Ok(dir) => dir,
+            Err(e) => return Ok(Err(e)),
         };
+        let cwd = workdir.path();
         // The guest's variables come after PATH, so that a grant naming
         // PATH lets the guest's through; the git pins come last and win.
         let mut base: Vec<(String, String)> = INHERITED_ENV
@@ -137,7 +196,7 @@ impl Host for HostState {
         let env = pinned(&named);
         let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin };
         let left = deadline.saturating_duration_since(Instant::now());
-        let result = run_capped(spec, left, self.cancel.clone());
+        let result = run_capped(spec, left, self.cancel.clone()).map(scrubbed);
         self.remaining()?;
         Ok(result)
     }
@@ -323,6 +382,17 @@ fn run_capped(
         stderr: stderr.kept,
         truncated: stdout.dropped || stderr.dropped,
     })
+}
+
+/// `output` as the guest may see it: a command reads what the guest's
+/// sandbox cannot (the config, the host's files), so every secret is
+/// scrubbed from its output as from an HTTP response.
+fn scrubbed(output: Output) -> Output {
+    Output {
+        stdout: redact_bytes(&output.stdout).into_owned(),
+        stderr: redact_bytes(&output.stderr).into_owned(),
+        ..output
+    }
 }
 
 /// Waits up to `wait` for any open pipe to be ready.

@@ -10,7 +10,8 @@ use crate::redact::{self, WeakSecret};
 use reqwest::Url;
 use std::collections::BTreeMap;
 
-const MARK_OPEN: &str = "{{secret:";
+/// How a secret reference opens: `{{secret:NAME}}`.
+pub(crate) const MARK_OPEN: &str = "{{secret:";
 const MARK_CLOSE: &str = "}}";
 
 /// What the config says about one secret.

@@ -2,7 +2,7 @@
 
 use super::author::{self, Lang};
 use super::exit;
-use super::term::say;
+use super::term::{one_line, say};
 use clap::Subcommand;
 use reson::plugin::{PluginInfo, PluginStatus, Runtime};
 use std::path::{Path, PathBuf};
@@ -124,11 +124,14 @@ fn print_table(plugins: &[PluginInfo]) {
         let status = match &p.status {
             PluginStatus::Ready => "ready".to_owned(),
             PluginStatus::Disabled => "disabled".to_owned(),
-            PluginStatus::Failed(e) => format!("FAILED: {e}"),
-            PluginStatus::Stale(e) => format!("STALE (previous version serving): {e}"),
+            PluginStatus::Failed(e) => format!("FAILED: {}", one_line(e)),
+            PluginStatus::Stale(e) => {
+                format!("STALE (previous version serving): {}", one_line(e))
+            }
         };
         let world = p.world.map(|w| w.to_string()).unwrap_or_else(|| "-".into());
-        say!("{} {}  [{world}]  {status}", p.name, p.version.as_deref().unwrap_or("?"));
+        let version = one_line(p.version.as_deref().unwrap_or("?"));
+        say!("{} {version}  [{world}]  {status}", p.name);
         if let Some(sha) = &p.sha256 {
             say!("    sha256  {sha}");
         }
@@ -136,7 +139,7 @@ fn print_table(plugins: &[PluginInfo]) {
             say!("    tools   {}", p.tools.join(", "));
         }
         for refused in &p.refused_tools {
-            say!("    refused {}: {}", refused.name, refused.reason);
+            say!("    refused {}: {}", refused.name, one_line(&refused.reason));
         }
         if let Some(g) = &p.grants {
             let dirs: Vec<String> =

@@ -1,7 +1,7 @@
 //! `reson run`: run an agent and print it as it happens.
 
 use super::exit;
-use super::term::{clean, say, say_err};
+use super::term::{clean, one_line, say, say_err};
 use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
@@ -311,7 +311,8 @@ impl Approver for TerminalApprover {
             "{}",
             clean(&format!(
                 "\n? allow {}({}){rule}\n  [y] once  [a] always for this rule  [n] deny: ",
-                request.tool, request.arguments
+                one_line(&request.tool),
+                one_line(&request.arguments)
             ))
         );
         let mut line = String::new();
@@ -415,16 +416,16 @@ impl Printer {
                     let _ = writeln!(out);
                 }
                 for call in &message.tool_calls {
-                    let _ =
-                        writeln!(out, "{}", clean(&format!("→ {}({})", call.name, call.arguments)));
+                    let call = format!("→ {}({})", one_line(&call.name), one_line(&call.arguments));
+                    let _ = writeln!(out, "{}", clean(&call));
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
             AgentEvent::ApprovalNeeded { request } if !self.tty => {
                 say_err!(
                     "approval needed for {}({}); waiting for an answer",
-                    request.tool,
-                    request.arguments
+                    one_line(&request.tool),
+                    one_line(&request.arguments)
                 );
             }
             AgentEvent::ApprovalNeeded { .. } => {}
@@ -442,7 +443,7 @@ impl Printer {
                 let lines: Vec<&str> = output.lines().collect();
                 let shown =
                     lines.iter().take(8).map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
-                let _ = writeln!(out, "{}", clean(&format!("{mark} {name}\n{shown}")));
+                let _ = writeln!(out, "{}", clean(&format!("{mark} {}\n{shown}", one_line(name))));
                 if lines.len() > 8 {
                     let _ = writeln!(out, "  … {} more lines", lines.len() - 8);
                 }

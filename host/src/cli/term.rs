@@ -10,6 +10,15 @@ pub(crate) fn clean(text: &str) -> String {
     escape_controls(&reson::redact::redact(text), Lines::Keep).into_owned()
 }
 
+/// A field that must stay on its line (a tool's name or arguments, a
+/// plugin's version, an error in a listing): line breaks are escaped too,
+/// so what a model or a guest wrote cannot add lines that look like the
+/// host's own (an approval prompt, a result). [`clean`] still runs on the
+/// whole line.
+pub(crate) fn one_line(text: &str) -> String {
+    escape_controls(text, Lines::Escape).into_owned()
+}
+
 /// `println!` through [`clean`].
 macro_rules! say {
     ($($arg:tt)*) => { println!("{}", $crate::cli::term::clean(&format!($($arg)*))) };
@@ -29,10 +38,11 @@ pub(crate) use {say, say_err, say_part};
 
 #[cfg(test)]
 mod tests {
-    use super::clean;
+    use super::{clean, one_line};
 
     #[test]
     fn terminal_text_keeps_its_lines_and_loses_its_escapes() {
         assert_eq!(clean("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\nc");
+        assert_eq!(one_line("{\"a\":\n1}\r\n"), "{\"a\":\\u{a}1}\\u{d}\\u{a}");
     }
 }

@@ -1,7 +1,7 @@
 //! `reson tool ...`: how tool authors try a tool without a model.
 
 use super::exit;
-use super::term::{say, say_err};
+use super::term::{one_line, say, say_err};
 use anyhow::Context as _;
 use clap::Subcommand;
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
@@ -36,7 +36,8 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
         }
         Command::List { json: false } => {
             for tool in runtime.tools() {
-                say!("{:<12} {:<10} {}", tool.name, format!("[{}]", tool.plugin), tool.description);
+                let description = one_line(&tool.description);
+                say!("{:<12} {:<10} {description}", tool.name, format!("[{}]", tool.plugin));
             }
             for plugin in runtime.plugins() {
                 for refused in &plugin.refused_tools {
@@ -44,7 +45,7 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
                         "not served: {} of plugin `{}`: {}",
                         refused.name,
                         plugin.name,
-                        refused.reason
+                        one_line(&refused.reason)
                     );
                 }
             }

@@ -5,7 +5,7 @@ use crate::capability::HostState;
 use crate::config::SandboxConfig;
 use crate::contract::bindings;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use wasmtime::component::{HasSelf, Linker};
@@ -37,6 +37,20 @@ pub(crate) struct Sandbox {
 pub(crate) struct Slots {
     free: Mutex<u32>,
     freed: Condvar,
+    total: u32,
+    /// Slots held by idle kept instances (`[instance] keep_warm`).
+    kept: AtomicU32,
+}
+
+/// Marks one idle kept instance; dropping it stops counting it.
+pub(crate) struct KeptMark {
+    slots: Arc<Slots>,
+}
+
+impl Drop for KeptMark {
+    fn drop(&mut self) {
+        self.slots.kept.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A slot held by one call; dropping it frees the slot.
@@ -49,7 +63,23 @@ const CANCEL_POLL: Duration = Duration::from_millis(20);
 
 impl Slots {
     fn new(count: u32) -> Arc<Self> {
-        Arc::new(Self { free: Mutex::new(count), freed: Condvar::new() })
+        Arc::new(Self {
+            free: Mutex::new(count),
+            freed: Condvar::new(),
+            total: count,
+            kept: AtomicU32::new(0),
+        })
+    }
+
+    /// Counts one more idle kept instance, unless kept ones would then hold
+    /// more than a quarter of the slots: the rest always go to fresh calls,
+    /// so kept instances can never starve them.
+    pub(crate) fn keep(self: &Arc<Self>) -> Option<KeptMark> {
+        let limit = self.total / 4;
+        self.kept
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < limit).then_some(n + 1))
+            .ok()
+            .map(|_| KeptMark { slots: self.clone() })
     }
 
     /// Waits for a free slot; `None` if `cancel` is set meanwhile.

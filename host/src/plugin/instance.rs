@@ -8,7 +8,7 @@ use crate::capability::{HostState, HostTrap, Secrets};
 use crate::config::Access;
 use crate::policy::Grants;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -82,12 +82,14 @@ impl CallStore {
         let deadline = Instant::now() + timeout;
         let mut state =
             HostState::new(wasi.build(), plugin.clone(), grants.clone(), secrets.clone(), deadline);
-        state.cancel = cancel.clone();
+        state.cancel = cancel;
         let mut store = Store::new(&sandbox.engine, state);
         store.limiter(|state| &mut state.limiter);
-        store.epoch_deadline_callback(move |_| {
-            let cancelled = cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
-            Ok(if cancelled || Instant::now() >= deadline {
+        // Read from the store's data, so a kept instance gets each call's
+        // own deadline and cancel flag.
+        store.epoch_deadline_callback(|store| {
+            let state = store.data();
+            Ok(if state.cancelled() || Instant::now() >= state.deadline {
                 UpdateDeadline::Interrupt
             } else {
                 UpdateDeadline::Continue(1)
@@ -100,6 +102,34 @@ impl CallStore {
                 .map_err(|e| site.internal(format!("cannot set fuel: {e}")))?;
         }
         Ok(Self { store, stderr, timeout, _slot: slot })
+    }
+
+    /// Arms a kept Store for another call: its deadline, cancel flag and
+    /// fuel start over.
+    pub(crate) fn rearm(
+        &mut self,
+        cancel: Option<Arc<AtomicBool>>,
+        timeout: std::time::Duration,
+        fuel: Option<u64>,
+    ) -> Result<(), CallError> {
+        self.timeout = timeout;
+        self.store.data_mut().begin_call(Instant::now() + timeout, cancel);
+        self.store.set_epoch_deadline(1);
+        if let Some(fuel) = fuel {
+            let plugin = self.store.data().plugin.to_string();
+            self.store.set_fuel(fuel).map_err(|e| CallError::Internal {
+                plugin,
+                tool: "call".into(),
+                message: format!("cannot set fuel: {e}"),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Whether the guest's stderr capture still has room for a panic
+    /// message, so the Store may serve another call.
+    pub(crate) fn stderr_has_room(&self) -> bool {
+        self.stderr.contents().len() < STDERR_CAPTURE_BYTES / 2
     }
 
     /// Turns a failed guest call into a typed error naming the limit or trap.
@@ -139,7 +169,9 @@ impl CallStore {
 
     /// The message of a Rust guest's panic, from its stderr.
     fn panic_message(&self) -> Option<String> {
+        // Redacted before it is cut, so that no cut leaves part of a secret.
         let stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+        let stderr = crate::redact::redact(&stderr).into_owned();
         let start = stderr.find("panicked at ")?;
         let rest = &stderr[start..];
         // "panicked at src/lib.rs:3:5:\nmessage\nnote: ..."

@@ -3,7 +3,7 @@
 //! linking, and the tool list.
 
 use super::cache::{self, Source};
-use super::engine::Sandbox;
+use super::engine::{KeptMark, Sandbox};
 use super::error::{CallError, Limit, LoadError, ToolFailure};
 use super::instance::{CallStore, Site};
 use super::lock::LockFile;
@@ -14,8 +14,8 @@ use crate::contract::bindings::plan_parser::PlanParserPluginPre;
 use crate::contract::bindings::plan_parser::exports::reson::plugin::plan_parser as plan;
 use crate::contract::bindings::provider::ProviderPluginPre;
 use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
-use crate::contract::bindings::tool::ToolPluginPre;
 use crate::contract::bindings::tool::exports::reson::plugin::tool as wit;
+use crate::contract::bindings::tool::{ToolPlugin, ToolPluginPre};
 use crate::contract::{self, World};
 use crate::policy::Grants;
 use serde::Serialize;
@@ -98,6 +98,9 @@ pub(crate) enum Exports {
 /// One generation of a loaded plugin. Calls hold an `Arc` to it, so a
 /// reload never disturbs a call already running.
 pub(crate) struct LoadedPlugin {
+    /// Idle instances kept between calls, for plugins whose manifest asks
+    /// (`[instance] keep_warm`); dropped with this generation.
+    warm: Mutex<Vec<WarmTool>>,
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Manifest,
     pub(crate) sha256: String,
@@ -107,6 +110,17 @@ pub(crate) struct LoadedPlugin {
     pub(crate) generation: u64,
     pub(crate) from_cache: bool,
 }
+
+/// A tool plugin's Store and instance, kept for the next call.
+struct WarmTool {
+    call: CallStore,
+    instance: ToolPlugin,
+    /// Counts it among the kept instances while it is idle.
+    _mark: Option<KeptMark>,
+}
+
+/// Idle kept instances per plugin: enough for calls that overlap a little.
+const MAX_WARM_PER_PLUGIN: usize = 2;
 
 /// What loading needs from the runtime.
 pub(crate) struct LoadContext<'a> {
@@ -267,6 +281,7 @@ pub(crate) fn load(
         }
     };
     Ok(LoadedPlugin {
+        warm: Mutex::new(Vec::new()),
         name,
         manifest,
         sha256,
@@ -326,8 +341,9 @@ fn list_tools(
                 spec.input_schema.len()
             )));
         }
-        if tools.iter().any(|t| t.spec.name == spec.name) {
-            return Err(bad("listed twice".into()));
+        // One name to the runtime, whatever its case.
+        if tools.iter().any(|t| t.spec.name.eq_ignore_ascii_case(&spec.name)) {
+            return Err(bad("listed twice (names differing only by case are one name)".into()));
         }
         let schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
             .map_err(|e| bad(format!("input schema is not JSON: {e}")))?;
@@ -349,6 +365,17 @@ fn list_tools(
     Ok(tools)
 }
 
+/// `text` from a guest, on its way to the model, with every secret
+/// redacted: a tool reads what its grant reaches (a project's `.env`, a
+/// command's output), and what it returns is the model's next prompt,
+/// sent to the provider as it is.
+fn scrub(text: String) -> String {
+    match crate::redact::redact(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(redacted) => redacted,
+    }
+}
+
 impl LoadedPlugin {
     /// Runs `tool` in a fresh instance. `args` has passed the schema.
     pub(crate) fn call_tool(
@@ -367,16 +394,29 @@ impl LoadedPlugin {
                 message: format!("plugin is a {}, not a tool plugin", self.world),
             });
         };
-        let mut call = CallStore::new(
-            sandbox,
-            &self.name,
-            &self.grants,
-            secrets,
-            context.cancel.clone(),
-            site,
-            self.grants.limits.timeout,
-        )?;
-        let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
+        let timeout = self.grants.limits.timeout;
+        let kept = self.take_warm();
+        let (mut call, instance) = match kept {
+            Some(WarmTool { mut call, instance, .. }) => {
+                let fuel = sandbox.fuel.then(|| self.grants.limits.fuel.unwrap_or(u64::MAX));
+                call.rearm(context.cancel.clone(), timeout, fuel)?;
+                (call, instance)
+            }
+            None => {
+                let mut call = CallStore::new(
+                    sandbox,
+                    &self.name,
+                    &self.grants,
+                    secrets,
+                    context.cancel.clone(),
+                    site,
+                    timeout,
+                )?;
+                let instance =
+                    pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
+                (call, instance)
+            }
+        };
         let wit_context = wit::CallContext {
             call_id: context.call_id.clone(),
             trace_id: context.trace_id.clone(),
@@ -388,19 +428,49 @@ impl LoadedPlugin {
             &args.to_owned(),
             &wit_context,
         );
+        let result = match result {
+            Ok(answer) => {
+                // The guest returned normally: its instance can be entered again.
+                self.keep_warm(sandbox, WarmTool { call, instance, _mark: None });
+                answer
+            }
+            Err(e) => return Err(call.classify(&e, site)),
+        };
         match result {
-            Ok(Ok(out)) => self.checked_output(tool, out),
-            Ok(Err(failure)) => Err(CallError::Tool {
+            Ok(out) => self.checked_output(tool, out),
+            Err(failure) => Err(CallError::Tool {
                 plugin: self.name.to_string(),
                 tool: tool.into(),
                 failure: match failure {
-                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(m),
-                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(m),
-                    wit::ToolError::Denied(m) => ToolFailure::Denied(m),
-                    wit::ToolError::Failed(m) => ToolFailure::Failed(m),
+                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(scrub(m)),
+                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(scrub(m)),
+                    wit::ToolError::Denied(m) => ToolFailure::Denied(scrub(m)),
+                    wit::ToolError::Failed(m) => ToolFailure::Failed(scrub(m)),
                 },
             }),
-            Err(e) => Err(call.classify(&e, site)),
+        }
+    }
+
+    /// An idle kept instance, if the plugin keeps them and one is free.
+    fn take_warm(&self) -> Option<WarmTool> {
+        if !self.manifest.instance.keep_warm {
+            return None;
+        }
+        self.warm.lock().expect("warm pool").pop()
+    }
+
+    /// Keeps `warm` for the next call when the plugin asks for that, the
+    /// pool has room, and kept instances would still leave most slots to
+    /// fresh calls; otherwise it is dropped (and its slot freed).
+    fn keep_warm(&self, sandbox: &Sandbox, warm: WarmTool) {
+        if !self.manifest.instance.keep_warm || !warm.call.stderr_has_room() {
+            return;
+        }
+        let mut pool = self.warm.lock().expect("warm pool");
+        if pool.len() < MAX_WARM_PER_PLUGIN
+            && let Some(mark) = sandbox.slots.keep()
+        {
+            pool.push(WarmTool { _mark: Some(mark), ..warm });
         }
     }
 
@@ -484,8 +554,8 @@ impl LoadedPlugin {
             });
         }
         Ok(ToolOutput {
-            text: out.text,
-            long_term_memory: out.long_term_memory,
+            text: scrub(out.text),
+            long_term_memory: out.long_term_memory.map(scrub),
             include_output_only_once: out.include_output_only_once,
             images: out
                 .images

@@ -77,9 +77,22 @@ impl LockFile {
         self.write()
     }
 
-    /// The plugin recorded as serving `tool`.
+    /// The plugin recorded as serving `tool` or a name differing from it
+    /// only by ASCII case (one name to the runtime).
     pub(crate) fn owner(&self, tool: &str) -> Option<&str> {
-        self.tools.get(tool).map(String::as_str)
+        self.tools
+            .get(tool)
+            .or_else(|| {
+                self.tools.iter().find(|(t, _)| t.eq_ignore_ascii_case(tool)).map(|(_, p)| p)
+            })
+            .map(String::as_str)
+    }
+
+    /// Records `plugin` as serving `tool`, replacing any other spelling of
+    /// the name.
+    fn set_owner(&mut self, tool: &str, plugin: &str) {
+        self.tools.retain(|t, _| t == tool || !t.eq_ignore_ascii_case(tool));
+        self.tools.insert(tool.to_owned(), plugin.to_owned());
     }
 
     /// Records the owners of tool names; writes the file only when
@@ -87,8 +100,8 @@ impl LockFile {
     pub(crate) fn record_owners<'a>(&mut self, owners: impl Iterator<Item = (&'a str, &'a str)>) {
         let mut changed = false;
         for (tool, plugin) in owners {
-            if self.owner(tool) != Some(plugin) {
-                self.tools.insert(tool.to_owned(), plugin.to_owned());
+            if self.tools.get(tool).map(String::as_str) != Some(plugin) {
+                self.set_owner(tool, plugin);
                 changed = true;
             }
         }
@@ -101,7 +114,7 @@ impl LockFile {
     /// user's explicit choice through `reson plugins accept`.
     pub(crate) fn transfer(&mut self, plugin: &str, tools: &[String]) -> std::io::Result<()> {
         for tool in tools {
-            self.tools.insert(tool.clone(), plugin.to_owned());
+            self.set_owner(tool, plugin);
         }
         self.write()
     }

@@ -21,6 +21,21 @@ pub struct Manifest {
     /// The limits the plugin says it needs.
     #[serde(default)]
     pub limits: Limits,
+    /// How its instances live.
+    #[serde(default)]
+    pub instance: InstancePolicy,
+}
+
+/// `[instance]` in a manifest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstancePolicy {
+    /// Keep an instance between calls instead of a fresh one per call:
+    /// faster for guests that are slow to start (Python, JavaScript), but
+    /// whatever a call leaves in memory is there for the next call, of any
+    /// trace. An instance that trapped or hit a limit is never kept.
+    #[serde(default)]
+    pub keep_warm: bool,
 }
 
 /// Capabilities a plugin requests.

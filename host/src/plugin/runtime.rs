@@ -178,9 +178,12 @@ enum Claim {
 impl Catalog {
     /// Rebuilds the tool index. A name, once served, keeps its server: the
     /// plugin the lock file records for it (or, failing that, the one that
-    /// served it before this change) keeps it; a name nobody served goes to
+    /// served it before this change) keeps it, even while that plugin is
+    /// removed, disabled or failing; a name nobody served goes to
     /// its only claimant; two new claimants at once both wait for the user.
-    /// Newcomers are refused with a reason naming the owner.
+    /// Newcomers are refused with a reason naming the owner. Names that
+    /// differ only by ASCII case are one name: a model, a rule or a reader
+    /// of an approval prompt would take `Read` for `read`.
     fn reindex(&mut self, previous: &Catalog, lock: &Mutex<LockFile>) {
         let mut claims: BTreeMap<String, Vec<(String, usize)>> = BTreeMap::new();
         for (name, slot) in &mut self.slots {
@@ -188,36 +191,57 @@ impl Catalog {
             let Some(plugin) = &slot.active else { continue };
             for (i, tool) in plugin.tools().iter().enumerate() {
                 if plugin.grants.allows_tool(&tool.spec.name) {
-                    claims.entry(tool.spec.name.clone()).or_default().push((name.clone(), i));
+                    let key = tool.spec.name.to_ascii_lowercase();
+                    claims.entry(key).or_default().push((name.clone(), i));
                 }
             }
         }
+        let served_before: HashMap<String, String> = previous
+            .tools
+            .iter()
+            .map(|(tool, (plugin, _))| (tool.to_ascii_lowercase(), plugin.name.to_string()))
+            .collect();
         let mut lock = lock.lock().expect("lock file mutex");
         let mut tools = HashMap::new();
         let mut refusals: Vec<(String, RefusedTool)> = Vec::new();
-        for (tool, claimants) in &claims {
-            let claim = self.claim(tool, claimants, lock.owner(tool), previous);
+        for (key, claimants) in &claims {
+            let before = served_before.get(key).map(String::as_str);
+            let claim = self.claim(key, claimants, lock.owner(key), before);
+            let spelling = |plugin: &str, index: usize| {
+                let loaded = self.slots[plugin].active.as_ref().expect("claimants are active");
+                loaded.tools()[index].spec.name.clone()
+            };
             for (plugin, index) in claimants {
+                let tool = spelling(plugin, *index);
                 match &claim {
                     Claim::Owner(owner) if owner == plugin => {
                         let loaded =
                             self.slots[plugin].active.clone().expect("claimants are active");
-                        tools.insert(tool.clone(), (loaded, *index));
+                        tools.insert(tool, (loaded, *index));
                     }
-                    Claim::Owner(owner) => refusals.push((
-                        plugin.clone(),
-                        RefusedTool {
-                            name: tool.clone(),
-                            reason: format!(
-                                "tool `{tool}` is already served by plugin `{owner}`; \
-                                 `reson plugins accept {plugin}` would hand it over"
-                            ),
-                        },
-                    )),
-                    Claim::Refused(reason) => refusals.push((
-                        plugin.clone(),
-                        RefusedTool { name: tool.clone(), reason: reason.clone() },
-                    )),
+                    Claim::Owner(owner) => {
+                        let served = claimants
+                            .iter()
+                            .find(|(c, _)| c == owner)
+                            .map_or_else(|| tool.clone(), |(c, i)| spelling(c, *i));
+                        let same = if served == tool {
+                            String::new()
+                        } else {
+                            format!(" as `{served}` (names differing only by case are one name)")
+                        };
+                        refusals.push((
+                            plugin.clone(),
+                            RefusedTool {
+                                reason: format!(
+                                    "tool `{tool}` is already served by plugin `{owner}`{same}; \
+                                     `reson plugins accept {plugin}` would hand it over"
+                                ),
+                                name: tool,
+                            },
+                        ));
+                    }
+                    Claim::Refused(reason) => refusals
+                        .push((plugin.clone(), RefusedTool { name: tool, reason: reason.clone() })),
                 }
             }
         }
@@ -250,35 +274,37 @@ impl Catalog {
         })
     }
 
-    /// Decides who serves `tool`.
+    /// Decides who serves `tool` (a name in lower case) and every other
+    /// spelling of it.
     fn claim(
         &self,
         tool: &str,
         claimants: &[(String, usize)],
         recorded: Option<&str>,
-        previous: &Catalog,
+        before: Option<&str>,
     ) -> Claim {
-        if RESERVED_TOOL_NAMES.contains(&tool) {
+        if RESERVED_TOOL_NAMES.iter().any(|r| r.eq_ignore_ascii_case(tool)) {
             return Claim::Refused(format!(
                 "tool `{tool}` is a built-in of the host; no plugin may serve it"
             ));
         }
         let claims = |plugin: &str| claimants.iter().any(|(c, _)| c == plugin);
-        let before = previous.tools.get(tool).map(|(p, _)| p.name.to_string());
-        for holder in recorded.map(str::to_owned).into_iter().chain(before) {
-            match self.slots.get(&holder) {
-                Some(_) if claims(&holder) => return Claim::Owner(holder),
+        for holder in recorded.into_iter().chain(before) {
+            match self.slots.get(holder) {
+                Some(_) if claims(holder) => return Claim::Owner(holder.to_owned()),
                 // Loaded, but no longer lists the tool: the name is free.
                 Some(slot) if slot.active.is_some() => {}
-                // Still installed but not loading: nobody takes its names
-                // meanwhile, or breaking a plugin would be a way to steal them.
-                Some(slot) if slot.status != PluginStatus::Disabled => {
+                // Removed, disabled or not loading: nobody takes its names
+                // meanwhile, or an update that deletes before it writes, or
+                // breaking a plugin, would be a way to steal them. Only the
+                // user hands them over.
+                _ => {
                     return Claim::Refused(format!(
-                        "tool `{tool}` belongs to plugin `{holder}`, which is not loaded; \
-                         `reson plugins accept NAME` hands it to another plugin"
+                        "tool `{tool}` belongs to plugin `{holder}`, which is not loaded \
+                         (removed, disabled or failing); `reson plugins accept NAME` hands it \
+                         to another plugin"
                     ));
                 }
-                _ => {}
             }
         }
         match claimants {
@@ -627,6 +653,10 @@ impl Runtime {
     }
 
     fn forget_attempt(&self, name: &str) {
+        // A reload running meanwhile (the watcher's) would otherwise replace
+        // the catalog with one that still remembers the attempt, or this
+        // would put back a catalog from before that reload.
+        let _serial = self.inner.reload.lock().expect("reload mutex");
         let mut next = (*self.catalog()).clone();
         if let Some(slot) = next.slots.get_mut(name) {
             slot.attempted = None;

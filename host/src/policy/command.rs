@@ -236,6 +236,21 @@ const RUNNERS: &[&str] = &[
     "prlimit",
     "start-stop-daemon",
     "run-parts",
+    "npx",
+    "ld.so",
+    "qemu",
+    "valgrind",
+    "perf",
+    "fakeroot",
+    "faketime",
+    "unbuffer",
+    "firejail",
+    "bwrap",
+    "proot",
+    "catchsegv",
+    "crontab",
+    "at",
+    "batch",
 ];
 
 /// Git subcommands that are builtins and run nothing configurable by
@@ -355,6 +370,13 @@ fn family(name: &str) -> &str {
         "vi" | "vim" | "nvim" | "view" | "ex" | "rvim" => "vim",
         "gawk" | "mawk" | "nawk" | "busybox-awk" => "awk",
         "scp" | "sftp" | "slogin" => "ssh",
+        "gmake" | "bmake" => "make",
+        "pnpm" | "yarn" => "npm",
+        // The dynamic loader runs any file it is given, planted ones too.
+        _ if base.starts_with("ld-linux") || base.starts_with("ld-musl") || base == "ld.so" => {
+            "ld.so"
+        }
+        _ if base.starts_with("qemu-") => "qemu",
         "" => name,
         _ => base,
     }
@@ -372,30 +394,17 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
             && !a.starts_with("--")
             && a[1..].chars().any(|c| letters.contains(c))
     };
-    // Interpreter options come before the script; later words are its own.
-    let leading = |args: &[String]| -> Vec<String> {
-        args.iter().take_while(|a| a.starts_with('-') && *a != "--").cloned().collect()
-    };
     match family {
         "git" => git_vector(args).map(|r| ("git", r)),
         "find" => has(&|a| matches!(a, "-exec" | "-execdir" | "-ok" | "-okdir"))
             .then_some(("find", "`-exec`, `-execdir`, `-ok` and `-okdir` run programs")),
-        "python" => leading(args)
-            .iter()
-            .any(|a| cluster_has(a, "c"))
-            .then_some(("python", "`-c` runs code given as text")),
-        "perl" => leading(args)
-            .iter()
-            .any(|a| cluster_has(a, "eE"))
-            .then_some(("perl", "`-e` runs code given as text")),
-        "ruby" => leading(args)
-            .iter()
-            .any(|a| cluster_has(a, "e"))
-            .then_some(("ruby", "`-e` runs code given as text")),
-        "lua" => leading(args)
-            .iter()
-            .any(|a| cluster_has(a, "e"))
-            .then_some(("lua", "`-e` runs code given as text")),
+        "python" => interpreter_vector(args, &PYTHON).map(|r| ("python", r)),
+        "perl" => interpreter_vector(args, &PERL).map(|r| ("perl", r)),
+        "ruby" => interpreter_vector(args, &RUBY).map(|r| ("ruby", r)),
+        "lua" => interpreter_vector(args, &LUA).map(|r| ("lua", r)),
+        "node" | "deno" | "bun" if interpreter_vector(args, &NODE).is_some() => {
+            Some(("node", "it reads the program from stdin"))
+        }
         "node" | "deno" | "bun" => has(&|a| {
             matches!(a, "-e" | "-p" | "--eval" | "--print" | "-pe")
                 || a.starts_with("--eval=")
@@ -410,20 +419,22 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
             let first_cluster = args
                 .first()
                 .is_some_and(|a| !a.starts_with('-') && a.chars().any(|c| matches!(c, 'I' | 'F')));
+            let checkpoint = |a: &str| a == "--checkpoint" || a.starts_with("--checkpoint=");
             (first_cluster
                 || has(&|a| {
                     cluster_has(a, "IF")
-                        || [
-                            "--to-command",
-                            "--use-compress-program",
-                            "--checkpoint-action",
-                            "--info-script",
-                            "--new-volume-script",
-                            "--rsh-command",
-                            "--rmt-command",
-                        ]
-                        .iter()
-                        .any(|o| a.starts_with(o))
+                        || (!checkpoint(a)
+                            && [
+                                "to-command",
+                                "use-compress-program",
+                                "checkpoint-action",
+                                "info-script",
+                                "new-volume-script",
+                                "rsh-command",
+                                "rmt-command",
+                            ]
+                            .iter()
+                            .any(|o| long_option(a, o)))
                 }))
             .then_some((
                 "tar",
@@ -432,7 +443,7 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
             ))
         }
         "rsync" => {
-            has(&|a| cluster_has(a, "e") || a.starts_with("--rsh") || a.starts_with("--rsync-path"))
+            has(&|a| cluster_has(a, "e") || long_option(a, "rsh") || long_option(a, "rsync-path"))
                 .then_some(("rsync", "`-e`/`--rsh` and `--rsync-path` run programs"))
         }
         "ssh" => ssh_vector(args).then_some((
@@ -440,32 +451,180 @@ fn vector_of(family: &str, args: &[String]) -> Option<(&'static str, &'static st
             "`-o ProxyCommand`/`LocalCommand`/`KnownHostsCommand`/`Match`, `-F` and `-S` run \
              programs",
         )),
-        "zip" => has(&|a| a == "-TT" || a.starts_with("--unzip-command"))
+        "zip" => has(&|a| a == "-TT" || long_option(a, "unzip-command"))
             .then_some(("zip", "`-TT`/`--unzip-command` runs a program")),
         "vim" => has(&|a| {
             a.starts_with('+') || matches!(a, "-c" | "--cmd" | "-S") || cluster_has(a, "cS")
         })
         .then_some(("vim", "`-c`, `--cmd`, `+cmd` and `-S` run editor commands")),
         "emacs" => has(&|a| {
-            ["--eval", "-l", "--load", "-f", "--funcall", "--batch", "--script", "-batch"]
-                .iter()
-                .any(|o| a == *o || a.starts_with(&format!("{o}=")))
+            // Emacs takes its long options after one dash too (`-eval`).
+            let single = a.strip_prefix('-').filter(|r| !r.starts_with('-'));
+            let single = single.map(|r| r.split('=').next().unwrap_or(r));
+            ["eval", "execute", "load", "funcall", "batch", "script"].iter().any(|o| {
+                long_option(a, o)
+                    || single.is_some_and(|r| r == *o || (r.len() == 1 && o.starts_with(r)))
+            })
         })
         .then_some(("emacs", "`--eval`, `--load`, `--funcall` and `--script` run code")),
         "awk" => has(&|a| {
             a.contains("system")
                 || a.contains('|')
                 || a.contains("getline")
-                || matches!(a, "-f" | "--file" | "-E" | "--exec")
-                || a.starts_with("--file=")
+                || a.contains("@load")
+                || a.contains("@include")
+                || ["-f", "-E", "-i", "-l"].iter().any(|o| a.starts_with(o))
+                || ["file", "exec", "include", "load"].iter().any(|o| long_option(a, o))
         })
-        .then_some(("awk", "`system()`, pipes, `getline` and program files run commands")),
+        .then_some((
+            "awk",
+            "`system()`, pipes, `getline`, program files and loaded extensions run commands",
+        )),
+        "cargo" => has(&|a| long_option(a, "config"))
+            .then_some(("cargo", "`--config` sets runners and wrappers cargo runs")),
+        "make" => has(&|a| {
+            long_option(a, "eval")
+                || a.starts_with("-E")
+                || ["SHELL=", ".SHELLFLAGS=", "MAKESHELL="].iter().any(|v| a.starts_with(v))
+                || matches!(a, "-" | "/dev/stdin" | "--file=-" | "--makefile=-")
+        })
+        .then_some((
+            "make",
+            "`--eval`, `SHELL=` and a makefile on stdin run commands given as text",
+        )),
+        "npm" => {
+            let sub = args.iter().find(|a| !a.starts_with('-')).map(String::as_str);
+            (matches!(sub, Some("exec" | "x" | "dlx" | "explore"))
+                || has(&|a| long_option(a, "script-shell") || long_option(a, "call")))
+            .then_some(("npm", "`exec`, `x`, `dlx`, `explore` and `--script-shell` run commands"))
+        }
         "man" => has(&|a| {
-            matches!(a, "-P" | "-H") || a.starts_with("--pager") || a.starts_with("--html")
+            a.starts_with("-P")
+                || a.starts_with("-H")
+                || long_option(a, "pager")
+                || long_option(a, "html")
         })
         .then_some(("man", "`-P`/`--pager` and `-H`/`--html` run programs")),
         _ => None,
     }
+}
+
+/// How an interpreter's command line names its program.
+struct Interpreter {
+    /// Short options whose value is the program text (`-c`, `-e`).
+    code: &'static str,
+    /// Short options whose value names the program (`python -m module`).
+    program: &'static str,
+    /// Short options whose value may be the next word (`-W ignore`, `-I dir`).
+    value: &'static str,
+    /// Long options whose value may be the next word.
+    long_value: &'static [&'static str],
+    /// Invocations that print and exit, reading no program.
+    info: &'static [&'static str],
+}
+
+const PYTHON: Interpreter = Interpreter {
+    code: "c",
+    program: "m",
+    value: "WX",
+    long_value: &["--check-hash-based-pycs"],
+    info: &["-V", "-VV", "--version", "-h", "--help"],
+};
+const PERL: Interpreter =
+    Interpreter { code: "eE", program: "", value: "I", long_value: &[], info: &["-v", "-V", "-h"] };
+const RUBY: Interpreter = Interpreter {
+    code: "e",
+    program: "",
+    value: "IrCEx",
+    long_value: &[],
+    info: &["-v", "--version", "-h", "--help"],
+};
+const LUA: Interpreter =
+    Interpreter { code: "e", program: "", value: "l", long_value: &[], info: &["-v"] };
+const NODE: Interpreter = Interpreter {
+    code: "",
+    program: "",
+    value: "rC",
+    long_value: &["--require", "--import", "--loader", "--experimental-loader", "--conditions"],
+    info: &["-v", "--version", "-h", "--help"],
+};
+
+/// Whether an interpreter runs code given as text or read from stdin: a
+/// code option among its own options, or no program file at all. An
+/// option's value is skipped only when it cannot be another option, so
+/// `python3 -W ignore -c code` is still `-c`.
+fn interpreter_vector(args: &[String], interpreter: &Interpreter) -> Option<&'static str> {
+    let mut words = args.iter().peekable();
+    let mut script = None;
+    'words: while let Some(word) = words.next() {
+        if word == "--" {
+            script = words.next().map(String::as_str);
+            break;
+        }
+        let Some(cluster) = word.strip_prefix('-').filter(|c| !c.is_empty()) else {
+            script = Some(word.as_str());
+            break;
+        };
+        if cluster.starts_with('-') {
+            if interpreter.long_value.contains(&word.as_str())
+                && words.peek().is_some_and(|v| !v.starts_with('-'))
+            {
+                words.next();
+            }
+            continue;
+        }
+        for (i, c) in cluster.char_indices() {
+            if interpreter.code.contains(c) {
+                return Some("`-c`/`-e` runs code given as text");
+            }
+            let rest = &cluster[i + c.len_utf8()..];
+            if interpreter.program.contains(c) {
+                script =
+                    if rest.is_empty() { words.next().map(String::as_str) } else { Some(rest) };
+                break 'words;
+            }
+            if interpreter.value.contains(c) {
+                if rest.is_empty() && words.peek().is_some_and(|v| !v.starts_with('-')) {
+                    words.next();
+                }
+                break;
+            }
+        }
+    }
+    let from_stdin = |s: &str| matches!(s, "-" | "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0");
+    let informational = !args.is_empty() && args.iter().all(|a| interpreter.info.contains(&&**a));
+    match script {
+        Some(s) if !from_stdin(s) => None,
+        _ if informational => None,
+        _ => Some("with no program file it runs the program read from stdin"),
+    }
+}
+
+/// Whether `word` is the long option `--name` (with or without `=value`)
+/// or an abbreviation of it: git's parse-options and getopt_long accept
+/// any unambiguous prefix, so `--upload-p=x` is `--upload-pack=x`.
+fn long_option(word: &str, name: &str) -> bool {
+    word.strip_prefix("--")
+        .map(|given| given.split('=').next().unwrap_or(given))
+        .is_some_and(|given| !given.is_empty() && name.starts_with(given))
+}
+
+/// Whether the short-option cluster `word` (`-qu`, `-ix`) uses `letter`:
+/// letters count up to the first one that takes a value (in
+/// `takes_value`), which takes the rest of the word.
+fn short_flag(word: &str, letter: char, takes_value: &str) -> bool {
+    let Some(cluster) = word.strip_prefix('-').filter(|c| !c.starts_with('-')) else {
+        return false;
+    };
+    for c in cluster.chars() {
+        if c == letter {
+            return true;
+        }
+        if takes_value.contains(c) {
+            return false;
+        }
+    }
+    false
 }
 
 fn ssh_vector(args: &[String]) -> bool {
@@ -488,26 +647,76 @@ fn ssh_vector(args: &[String]) -> bool {
     false
 }
 
-/// What makes a git invocation run a program of the caller's choosing.
-fn git_vector(args: &[String]) -> Option<&'static str> {
+/// Git's own options before the subcommand that take no value.
+const GIT_FLAGS: &[&str] = &[
+    "-v",
+    "--version",
+    "--html-path",
+    "--man-path",
+    "--info-path",
+    "-p",
+    "--paginate",
+    "-P",
+    "--no-pager",
+    "--no-replace-objects",
+    "--no-lazy-fetch",
+    "--no-optional-locks",
+    "--no-advice",
+    "--bare",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+];
+
+/// Git's own options whose value is the next word or follows `=`.
+const GIT_VALUED: &[&str] =
+    &["--git-dir", "--work-tree", "--namespace", "--super-prefix", "--attr-source"];
+
+/// Where git's own options end: the index of the subcommand. Read the way
+/// git reads them (exact names, `-C` and the valued options taking the
+/// next word); an option git does not know, or one that makes git run a
+/// program of the caller's choosing, is the reason to refuse instead, so
+/// that no unknown option can shift which word is the subcommand.
+fn git_globals(args: &[String]) -> Result<usize, &'static str> {
     let mut i = 0;
     while let Some(a) = args.get(i) {
-        match a.as_str() {
-            "-c" => return Some("`-c` sets configuration, and configuration can run programs"),
-            a if a.starts_with("-c") => {
-                return Some("`-c` sets configuration, and configuration can run programs");
+        let a = a.as_str();
+        let name = a.split_once('=').map_or(a, |(n, _)| n);
+        i += match a {
+            _ if a == "-c" || a.starts_with("-c") => {
+                return Err("`-c` sets configuration, and configuration can run programs");
             }
-            a if a.starts_with("--config-env") => {
-                return Some("`--config-env` sets configuration, which can run programs");
+            _ if a.starts_with("--config-env") => {
+                return Err("`--config-env` sets configuration, which can run programs");
             }
-            a if a.starts_with("--exec-path") => {
-                return Some("`--exec-path` chooses where git finds the programs it runs");
+            _ if a.starts_with("--exec-path=") => {
+                return Err("`--exec-path` chooses where git finds the programs it runs");
             }
-            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => i += 2,
-            a if a.starts_with('-') => i += 1,
+            "-h" | "--help" => return Err("`--help` runs a manual viewer the config can name"),
+            "-C" => 2,
+            _ if GIT_VALUED.contains(&a) => 2,
+            _ if GIT_VALUED.contains(&name) || GIT_FLAGS.contains(&a) || a == "--exec-path" => 1,
+            _ if a.starts_with("--list-cmds=") => 1,
+            _ if a.starts_with('-') => {
+                return Err("an option git does not take before its subcommand");
+            }
             _ => break,
-        }
+        };
     }
+    Ok(i)
+}
+
+/// Git subcommands that reach a remote, where a transport option runs a program.
+const GIT_TRANSPORT: &[&str] =
+    &["fetch", "pull", "push", "clone", "ls-remote", "archive", "remote"];
+
+/// What makes a git invocation run a program of the caller's choosing.
+fn git_vector(args: &[String]) -> Option<&'static str> {
+    let i = match git_globals(args) {
+        Ok(i) => i,
+        Err(reason) => return Some(reason),
+    };
     let sub = args.get(i)?.as_str();
     let rest = &args[i + 1..];
     if !GIT_BUILTINS.contains(&sub) {
@@ -517,30 +726,56 @@ fn git_vector(args: &[String]) -> Option<&'static str> {
         );
     }
     let has = |pred: &dyn Fn(&str) -> bool| rest.iter().any(|a| pred(a));
+    let transport_options = ["upload-pack", "receive-pack", "exec"];
     let transport = |a: &str| {
-        ["--upload-pack", "--receive-pack", "--exec"].iter().any(|o| a.starts_with(o))
+        transport_options.iter().any(|o| a.starts_with(&format!("--{o}")))
+            || (GIT_TRANSPORT.contains(&sub) && transport_options.iter().any(|o| long_option(a, o)))
             || a.starts_with("ext::")
     };
     if has(&transport) {
         return Some("`--upload-pack`, `--receive-pack`, `--exec` and `ext::` URLs run programs");
     }
+    let recurse = |a: &str| {
+        let off = a.ends_with("=no") || a.ends_with("=false");
+        !off && (long_option(a, "recurse-submodules") || (sub == "clone" && a == "--recursive"))
+    };
+    if has(&recurse) {
+        return Some(
+            "`--recurse-submodules` runs git in submodules, whose own config (drivers, \
+             uploadpack) is not pinned",
+        );
+    }
     match sub {
-        "clone" | "fetch" | "pull" | "ls-remote"
-            if has(&|a| {
-                a == "-u" || (sub == "clone" && (a == "-c" || a.starts_with("--config")))
-            }) =>
-        {
-            Some("`-u` runs a program, and `clone -c` writes configuration that can run programs")
+        "help" => Some("`help` runs a manual viewer or browser the config can name"),
+        _ if has(&|a| a == "--help") => {
+            Some("`--help` runs a manual viewer or browser the config can name")
         }
-        "rebase" if has(&|a| a.starts_with("-x") || a == "--exec") => {
+        "clone" | "init" if has(&|a| long_option(a, "template") || long_option(a, "config")) => {
+            Some(
+                "`--template` and `--config` give the new repository configuration (filters, \
+                 drivers) that can run programs",
+            )
+        }
+        "clone" if has(&|a| short_flag(a, 'u', "obucj") || short_flag(a, 'c', "obucj")) => {
+            Some("`-u` runs a program, and `-c` writes configuration that can run programs")
+        }
+        "ls-remote" if has(&|a| short_flag(a, 'u', "uo")) => Some("`-u` runs a program"),
+        "rebase" if has(&|a| long_option(a, "exec") || short_flag(a, 'x', "xsXCS")) => {
             Some("`rebase --exec` runs commands")
         }
         "bisect" if rest.first().is_some_and(|a| a == "run") => Some("`bisect run` runs commands"),
-        "grep" if has(&|a| a == "-O" || a.starts_with("--open-files-in-pager")) => {
-            Some("`grep -O` runs a pager")
+        "maintenance"
+            if rest.first().is_some_and(|a| matches!(a.as_str(), "start" | "register")) =>
+        {
+            Some(
+                "`maintenance start/register` schedules git runs (fetches, hooks) outside the \
+                 call, where no pin holds",
+            )
         }
-        "help" if has(&|a| matches!(a, "-w" | "--web" | "-i" | "--info" | "-m" | "--man")) => {
-            Some("`help --web/--info/--man` runs a viewer")
+        "grep"
+            if has(&|a| long_option(a, "open-files-in-pager") || short_flag(a, 'O', "efABCm")) =>
+        {
+            Some("`grep -O` runs a pager")
         }
         "config" if !git_config_reads(rest) => Some(
             "`git config` writes configuration, and configuration (core.*, alias.*, \
@@ -609,6 +844,10 @@ pub const GIT_PINS: &[(&str, &str)] = &[
     ("interactive.diffFilter", "cat"),
     ("core.alternateRefsCommand", "true"),
     ("diff.external", DIFF_WRAPPER),
+    // A submodule's own config is never probed, so git must not go there.
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("push.recurseSubmodules", "no"),
 ];
 
 /// An external diff can only be pinned to a program, not unset: this one
@@ -628,6 +867,8 @@ const GIT_NAMED_PINS: &[(&str, &str, &str)] = &[
     ("merge", "driver", "false"),
     ("submodule", "update", "checkout"),
     ("credential", "helper", ""),
+    ("trailer", "cmd", "true"),
+    ("trailer", "command", "true"),
 ];
 
 /// Keys git reads first-wins, so no pin can override them: a repository
@@ -653,15 +894,7 @@ pub fn git_probe(command: &ResolvedCommand) -> Option<ResolvedCommand> {
         return None;
     }
     let args = command.args();
-    let mut end = 0;
-    while let Some(a) = args.get(end) {
-        end += match a.as_str() {
-            // Options whose value is the next word.
-            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => 2,
-            a if a.starts_with('-') => 1,
-            _ => break,
-        };
-    }
+    let end = git_globals(args).ok()?;
     let globals = args[..end.min(args.len())].iter().cloned();
     let named = GIT_NAMED_PINS.iter().map(|(s, v, _)| (*s, *v));
     let keys: Vec<(&str, &str)> = named.chain(GIT_REFUSED_KEYS.iter().copied()).collect();
@@ -670,7 +903,15 @@ pub fn git_probe(command: &ResolvedCommand) -> Option<ResolvedCommand> {
     sections.dedup();
     let variables: Vec<&str> = keys.iter().map(|(_, v)| *v).collect();
     let pattern = format!(r"^({})\..+\.({})$", sections.join("|"), variables.join("|"));
-    let probe = ["config", "--show-scope", "--null", "--name-only", "--get-regexp", &pattern];
+    let probe = [
+        "config",
+        "--show-scope",
+        "--show-origin",
+        "--null",
+        "--name-only",
+        "--get-regexp",
+        &pattern,
+    ];
     let argv = std::iter::once(command.argv[0].clone())
         .chain(globals)
         .chain(probe.iter().map(|a| (*a).to_owned()))
@@ -682,16 +923,24 @@ pub fn git_probe(command: &ResolvedCommand) -> Option<ResolvedCommand> {
     })
 }
 
-/// Reads a [`git_probe`]'s output: only keys from the repository's own
-/// files (`local` and `worktree` scope, which a guest may have written)
-/// count; the user's global config keeps its drivers.
-pub fn git_repository_config(probe_output: &[u8]) -> GitRepositoryConfig {
+/// Reads a [`git_probe`]'s output: keys from the repository's own files
+/// (`local` and `worktree` scope) count, and so do keys from any other
+/// file `guest_writable` says a guest may have written (a global
+/// `~/.gitconfig` inside a granted directory, or a file it includes from
+/// one); the user's other config files keep their drivers.
+pub fn git_repository_config(
+    probe_output: &[u8],
+    guest_writable: &dyn Fn(&Path) -> bool,
+) -> GitRepositoryConfig {
     let text = String::from_utf8_lossy(probe_output);
     let fields: Vec<&str> = text.split('\0').collect();
     let mut found = GitRepositoryConfig::default();
-    for pair in fields.chunks(2) {
-        let [scope, key] = pair else { continue };
-        if *scope != "local" && *scope != "worktree" {
+    for record in fields.chunks(3) {
+        let [scope, origin, key] = record else { continue };
+        let written = origin
+            .strip_prefix("file:")
+            .is_some_and(|f| Path::new(f).is_absolute() && guest_writable(Path::new(f)));
+        if *scope != "local" && *scope != "worktree" && !written {
             continue;
         }
         let Some((section, variable)) =
@@ -724,6 +973,8 @@ pub fn pinned_env(named: &[(String, String)]) -> Vec<(String, String)> {
         ("GIT_ATTR_NOSYSTEM".to_owned(), "1".to_owned()),
         ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
         ("GIT_PAGER".to_owned(), "cat".to_owned()),
+        // Set, even empty, it stands for every `core.gitProxy`: no proxy runs.
+        ("GIT_PROXY_COMMAND".to_owned(), String::new()),
         ("GIT_CONFIG_COUNT".to_owned(), pins.len().to_string()),
     ];
     for (i, (key, value)) in pins.into_iter().enumerate() {
@@ -844,6 +1095,66 @@ mod tests {
             "ssh -o ProxyCommand=sh h",
             "ssh -oProxyCommand=sh h",
             "awk BEGIN{system(\"id\")}",
+            // Abbreviated long options and short clusters.
+            "git fetch --upload-p=touch origin",
+            "git ls-remote --upl=touch .",
+            "git push --e=touch origin",
+            "git push --receive-p=touch origin",
+            "git rebase --exe ls",
+            "git rebase -ix ls",
+            "git clone -qutouch a b",
+            "git clone -qccore.fsmonitor=x a b",
+            "git clone --conf core.fsmonitor=x a b",
+            "git clone --template=/ws/tpl a b",
+            "git init --templ=/ws/tpl",
+            "git ls-remote -qu touch .",
+            "git grep -nO x",
+            "git grep --open-files x",
+            // Global options read as git reads them.
+            "git --attr-source log -c alias.x=!touch x",
+            "git --no-such-option status",
+            // Manual viewers the config names.
+            "git help status",
+            "git status --help",
+            "git --help status",
+            "git -h log",
+            // Options with a value before the code option; stdin programs.
+            "python3 -W ignore -c 1",
+            "python3 -X dev -c 1",
+            "python3 --check-hash-based-pycs always -c 1",
+            "python3",
+            "python3 -",
+            "python3 -u /dev/stdin",
+            "perl -I /tmp -e 1",
+            "perl",
+            "ruby -r x -e 1",
+            "node",
+            "node --require x",
+            "tar -x --to-com=sh -f a",
+            "tar -c --checkpoint-a=exec=sh -f a .",
+            "rsync --rs=sh a b",
+            "emacs -eval (x)",
+            "awk -fprog.awk",
+            "man -Pcat ls",
+            "git fetch --recurse-submodules origin",
+            "git clone --recursive a b",
+            "git pull --recurse-submodules=yes",
+            "cargo test --config target.x.runner=sh",
+            "cargo --config=build.rustc-wrapper=/ws/x build",
+            "make --eval=$(shell id)",
+            "make SHELL=/ws/x all",
+            "make -f - all",
+            "npm exec -- touch x",
+            "npx touch x",
+            "yarn dlx touch",
+            "ld-linux-x86-64.so.2 /ws/touch x",
+            "ld-musl-x86_64.so.1 /ws/touch x",
+            "qemu-x86_64 /ws/touch x",
+            "valgrind /ws/touch x",
+            "git maintenance start",
+            "git maintenance register",
+            "crontab /ws/jobs",
+            "at now",
         ];
         for line in vectors {
             assert!(vector(line).is_some(), "{line}");
@@ -857,7 +1168,27 @@ mod tests {
             "git add -u",
             "find . -name x",
             "python3 script.py -c",
+            "python3 -W ignore script.py -c x",
+            "python3 -m pytest -c x",
+            "python3 -- script.py -c",
+            "python3 --version",
             "perl script.pl -e",
+            "perl -I lib script.pl",
+            "node --version",
+            "git --git-dir=.git --work-tree . status",
+            "git --no-pager --literal-pathspecs log",
+            "git -C /tmp --attr-source HEAD status",
+            "git fetch --update-shallow origin",
+            "git status --untracked-files",
+            "git rebase -Xours main",
+            "git clone -b main a b",
+            "tar -c --checkpoint=10 -f a .",
+            "git fetch --no-recurse-submodules origin",
+            "git fetch --recurse-submodules=no origin",
+            "cargo test --release",
+            "make -j4 all",
+            "npm test",
+            "git maintenance run --task=gc",
             "tar -xzf a.tgz",
             "rsync -av a b",
             "ssh -o Port=22 h",
@@ -878,12 +1209,22 @@ mod tests {
 
     #[test]
     fn repository_drivers_are_pinned_but_global_ones_kept() {
-        let probe = b"local\0remote.origin.uploadpack\0global\0filter.lfs.process\0\
-                      worktree\0diff.Evil.textconv\0local\0core.pager\0";
-        let found = git_repository_config(probe);
-        assert_eq!(found.pins, [("diff.Evil.textconv".to_owned(), "cat".to_owned())]);
+        let probe = b"local\0file:.git/config\0remote.origin.uploadpack\0\
+                      global\0file:/home/u/.gitconfig\0filter.lfs.process\0\
+                      global\0file:/ws/.gitconfig\0filter.evil.smudge\0\
+                      worktree\0file:.git/config.worktree\0diff.Evil.textconv\0\
+                      local\0file:.git/config\0core.pager\0";
+        let in_ws = |p: &Path| p.starts_with("/ws");
+        let found = git_repository_config(probe, &in_ws);
+        assert_eq!(
+            found.pins,
+            [
+                ("filter.evil.smudge".to_owned(), "cat".to_owned()),
+                ("diff.Evil.textconv".to_owned(), "cat".to_owned())
+            ]
+        );
         assert_eq!(found.refused.as_deref(), Some("remote.origin.uploadpack"));
-        assert_eq!(git_repository_config(b""), GitRepositoryConfig::default());
+        assert_eq!(git_repository_config(b"", &in_ws), GitRepositoryConfig::default());
         let words = argv("git -C /repo --no-pager fetch origin");
         let target = PathBuf::from("/usr/bin/git");
         let git = ResolvedCommand { executable: target.clone(), argv: words, target };

@@ -287,6 +287,7 @@ mod tests {
             description: String::new(),
             requests,
             limits,
+            instance: Default::default(),
         }
     }
 

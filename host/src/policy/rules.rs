@@ -63,7 +63,13 @@ impl PatternKind {
     /// The argument put in shape for matching; `None` when it has no
     /// subject (a URL without a host).
     fn subject(self, raw: &str, path: &SearchPath) -> Option<Subject> {
-        let plain = |text| Subject { text, simple: true, exec_vector: None, inner: Vec::new() };
+        let plain = |text| Subject {
+            text,
+            simple: true,
+            exec_vector: None,
+            inner: Vec::new(),
+            opaque: false,
+        };
         match self {
             Self::Command => Some(command_subject(raw, path)),
             Self::Path => Some(plain(normalize_path(raw))),
@@ -85,6 +91,9 @@ struct Subject {
     /// `timeout 5 rm -f x` or `sh -c 'rm -f x'`), which deny and ask
     /// patterns also match.
     inner: Vec<String>,
+    /// An exec vector whose script starts a program only known when it
+    /// runs (`sh -c '"$0" -f x' rm`): every deny and ask pattern matches it.
+    opaque: bool,
 }
 
 /// A `shell` command line as the canonical line of the argv that will run.
@@ -101,37 +110,62 @@ fn command_subject(raw: &str, path: &SearchPath) -> Subject {
         }
     };
     let exec_vector = resolved.as_ref().and_then(command::exec_vector).map(|v| v.program);
-    let inner = match (&resolved, exec_vector) {
+    let (inner, opaque) = match (&resolved, exec_vector) {
         (Some(resolved), Some(_)) => inner_commands(resolved.args(), path),
-        _ => Vec::new(),
+        _ => (Vec::new(), false),
     };
-    Subject { text, simple: words.is_some() && is_simple_command(raw), exec_vector, inner }
+    let simple = words.is_some() && is_simple_command(raw);
+    Subject { text, simple, exec_vector, inner, opaque }
 }
 
 /// Every command a runner's arguments could start: from each word that
 /// names a program, to the end, both in the arguments themselves and in
-/// any argument that splits into several words (a `-c` script). Errs on
-/// the side of finding too many, since only deny and ask rules use them.
-fn inner_commands(args: &[String], path: &SearchPath) -> Vec<String> {
-    let mut lists = vec![args.to_vec()];
-    lists.extend(
-        args.iter()
-            .filter(|a| a.contains(char::is_whitespace))
-            .filter_map(|a| command::split(a).ok()),
-    );
+/// any argument that reads as a script (a `-c` script, an `eval`'s text),
+/// cut at every shell operator and read again inside. Errs on the side of
+/// finding too many, since only deny and ask rules use them. Also whether
+/// a script starts a program no rule can read (`$0`, `$cmd`, `` `...` ``).
+fn inner_commands(args: &[String], path: &SearchPath) -> (Vec<String>, bool) {
     let mut found = Vec::new();
-    for words in &lists {
-        for start in 0..words.len() {
-            let program = &words[start];
-            if program.starts_with('-') || program.contains('=') {
-                continue;
-            }
-            if let Ok(resolved) = command::resolve(program, &words[start + 1..], path, &[]) {
-                found.push(resolved.line());
+    let mut opaque = false;
+    commands_in(args, path, 0, &mut found, &mut opaque);
+    (found, opaque)
+}
+
+/// How deep scripts inside scripts are read.
+const MAX_SCRIPT_DEPTH: usize = 4;
+
+fn commands_in(
+    words: &[String],
+    path: &SearchPath,
+    depth: usize,
+    found: &mut Vec<String>,
+    opaque: &mut bool,
+) {
+    for start in 0..words.len() {
+        let program = &words[start];
+        if program.starts_with('-') || program.contains('=') {
+            continue;
+        }
+        if let Ok(resolved) = command::resolve(program, &words[start + 1..], path, &[]) {
+            found.push(resolved.line());
+        }
+    }
+    if depth >= MAX_SCRIPT_DEPTH {
+        return;
+    }
+    let operator = |c: char| ";&|()`{}<>\n".contains(c);
+    for script in words.iter().filter(|w| w.contains(|c: char| c.is_whitespace() || operator(c))) {
+        for segment in script.split(operator) {
+            let inner = command::split(segment).unwrap_or_else(|_| {
+                segment.split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+            });
+            let program = inner.iter().find(|w| !w.contains('='));
+            *opaque |= program.is_some_and(|p| p.contains('$'));
+            if inner.len() > 1 || inner.first().is_some_and(|w| w != script) {
+                commands_in(&inner, path, depth + 1, found, opaque);
             }
         }
     }
-    found
 }
 
 impl fmt::Display for PatternKind {
@@ -174,7 +208,7 @@ pub const TOOL_ARGUMENTS: &[ToolArgument] = &[
 ];
 
 fn tool_argument(tool: &str) -> Option<&'static ToolArgument> {
-    TOOL_ARGUMENTS.iter().find(|a| a.tool == tool)
+    TOOL_ARGUMENTS.iter().find(|a| a.tool.eq_ignore_ascii_case(tool))
 }
 
 /// What a rule's pattern is matched against for a call of `tool`: its
@@ -315,11 +349,13 @@ pub(super) enum ToolMatcher {
 }
 
 impl ToolMatcher {
+    /// Tool names differing only by ASCII case are one name to the plugin
+    /// runtime, so they are one name here: `deny shell` covers `Shell`.
     fn matches(&self, tool: &str) -> bool {
         match self {
             Self::Glob(glob) => glob.is_match(tool),
-            Self::Named(names) => names.iter().any(|n| n == tool),
-            Self::AllBut(names) => !names.iter().any(|n| n == tool),
+            Self::Named(names) => names.iter().any(|n| n.eq_ignore_ascii_case(tool)),
+            Self::AllBut(names) => !names.iter().any(|n| n.eq_ignore_ascii_case(tool)),
         }
     }
 }
@@ -371,7 +407,9 @@ impl ArgumentMatcher {
     fn matches(&self, subject: &Subject, decision: Decision, exec_vectors: &[String]) -> bool {
         match self {
             Self::Command(pattern) if decision != Decision::Allow => {
-                pattern.matches(&subject.text) || subject.inner.iter().any(|c| pattern.matches(c))
+                subject.opaque
+                    || pattern.matches(&subject.text)
+                    || subject.inner.iter().any(|c| pattern.matches(c))
             }
             Self::Command(pattern) => {
                 pattern.matches(&subject.text)
@@ -408,6 +446,7 @@ impl CompiledRule {
         let rendered = rule.to_string();
         let pattern_error = |source| RuleError::Pattern { index, rule: rendered.clone(), source };
         let tools = GlobBuilder::new(&rule.tool)
+            .case_insensitive(true)
             .build()
             .map_err(|e| {
                 pattern_error(PatternError {
@@ -1011,10 +1050,26 @@ mod tests {
             "bash -c 'cd / && rm -f x'",
             r"find . -exec rm -f {} \;",
             "xargs rm -f",
+            // Operators without spaces, substitutions, scripts in scripts.
+            "sh -c 'true;rm -f x'",
+            "sh -c 'true&&rm -f x'",
+            "bash -c 'echo $(rm -f x)'",
+            "bash -c 'echo `rm -f x`'",
+            "sh -c '{ rm -f x; }'",
+            r#"sh -c 'eval "rm -f x"'"#,
+            "sh -c 'for f in *; do rm -f \"$f\"; done'",
+            // The program is only known when the script runs.
+            r#"sh -c '"$0" -f x' rm"#,
+            "sh -c 'p=rm; $p -f x'",
+            // Newlines and NULs inside a word are still inside the word.
+            "rm -f 'a\nb'",
+            "rm -f 'a\u{0}b'",
+            "sh -c 'true\nrm -f x'",
         ] {
             assert_eq!(decide(&deny_rm, line), Deny, "{line}");
         }
         assert_eq!(decide(&deny_rm, "echo rm -f x"), Allow);
+        assert_eq!(decide(&deny_rm, "sh -c 'echo $HOME; ls -l'"), Allow);
         // A program the search path would not give keeps its path.
         let other_git = std::env::temp_dir().join("git");
         assert_eq!(decide(&allow_git, &format!("{} status", other_git.display())), Ask);
@@ -1141,6 +1196,25 @@ mod tests {
             .unwrap()
             .then_deny(ToolMatcher::AllBut(vec!["read".into()]), "deny all but read".into());
         assert!(all_but.offered("read") && !all_but.offered("write"));
+    }
+
+    #[test]
+    fn tool_names_differing_only_by_case_are_one_name_to_the_rules() {
+        let set = RuleSet::compile(&[
+            rule(Allow, "*", None),
+            rule(Deny, "shell", Some("rm *")),
+            rule(Deny, "{web*,http}", None),
+        ])
+        .unwrap();
+        let decide = |tool, args| set.decide(tool, &args).decision;
+        assert_eq!(decide("SHELL", json!({ "command": "rm -rf x" })), Deny);
+        assert_eq!(decide("Shell", json!({ "command": "ls" })), Allow);
+        assert_eq!(decide("WebFetch", json!({ "url": "a.b" })), Deny);
+        assert_eq!(decide("HTTP", json!({ "url": "a.b" })), Deny);
+        let all_but = RuleSet::compile(&[rule(Allow, "*", None)])
+            .unwrap()
+            .then_deny(ToolMatcher::AllBut(vec!["read".into()]), "deny all but read".into());
+        assert!(all_but.offered("Read") && !all_but.offered("Write"));
     }
 
     #[test]

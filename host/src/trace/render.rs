@@ -1,6 +1,7 @@
 //! Text renderings of a trace's message tree, for people.
 
 use super::{Message, MessageTree, Role};
+use crate::text::{Lines, escape_controls};
 use std::collections::{BTreeMap, HashSet};
 
 /// The message tree as text, one message a line, `*` marking the main path
@@ -37,10 +38,13 @@ pub fn render_tree(messages: &[Message], head: Option<u64>) -> String {
 
 fn line(m: &Message) -> String {
     let text: String = m.text().replace('\n', " ").chars().take(70).collect();
+    // Names come from the model: one line each, whatever they hold.
+    let name = |n: &str| escape_controls(n, Lines::Escape).into_owned();
     match m.role {
-        Role::Tool => format!("tool {}: {text}", m.name.as_deref().unwrap_or("?")),
+        Role::Tool => format!("tool {}: {text}", name(m.name.as_deref().unwrap_or("?"))),
         Role::Assistant if !m.tool_calls.is_empty() => {
-            let calls: Vec<String> = m.tool_calls.iter().map(|c| format!("{}()", c.name)).collect();
+            let calls: Vec<String> =
+                m.tool_calls.iter().map(|c| format!("{}()", name(&c.name))).collect();
             format!("assistant: {text} → {}", calls.join(", "))
         }
         role => format!(

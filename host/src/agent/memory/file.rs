@@ -84,6 +84,8 @@ impl FileMemoryStore {
             .map_err(|e| MemoryError::Serde(format!("session {session}: {e}")))?;
         let mut tmp =
             tempfile::NamedTempFile::new_in(&self.dir).map_err(MemoryError::io(&self.dir))?;
+        // Through the redaction point, like every file the host writes.
+        let bytes = crate::redact::redact_bytes(&bytes);
         tmp.write_all(&bytes).map_err(MemoryError::io(tmp.path()))?;
         tmp.persist(&path).map_err(|e| MemoryError::io(&path)(e.error))?;
         Ok(())

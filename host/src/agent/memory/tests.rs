@@ -229,6 +229,21 @@ fn file_store_persists_across_instances() {
 }
 
 #[test]
+fn a_secret_in_session_memory_is_never_written_to_disk() {
+    let secret = "mem-key-9Wq/x\"7";
+    crate::redact::register(secret).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let memory =
+        SessionMemory::new("s-2", Arc::new(FileMemoryStore::new(dir.path()).unwrap())).unwrap();
+    memory.set("ns", "token", format!("Bearer {secret}")).unwrap();
+    memory.set("ns", "nested", json!({ "inner": [secret] })).unwrap();
+    let written = std::fs::read_to_string(dir.path().join("s-2.json")).unwrap();
+    assert!(written.contains("Bearer [REDACTED]"), "{written}");
+    assert!(!written.contains("9Wq"), "{written}");
+    assert_eq!(memory.get::<String>("ns", "token").unwrap().as_deref(), Some("Bearer [REDACTED]"));
+}
+
+#[test]
 fn file_stores_on_one_dir_lose_no_concurrent_writes() {
     let dir = tempfile::tempdir().unwrap();
     std::thread::scope(|scope| {

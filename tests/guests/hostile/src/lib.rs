@@ -72,6 +72,9 @@ struct HttpArgs {
     /// body.
     #[serde(default)]
     show_headers: bool,
+    /// Give the body as lower-case hex, every byte as it came.
+    #[serde(default)]
+    hex_body: bool,
 }
 
 fn default_read_bytes() -> u32 {
@@ -98,6 +101,10 @@ struct ExecArgs {
     /// Its own timeout.
     #[serde(default)]
     timeout_ms: Option<u32>,
+    /// Give stdout back reversed, as a guest hiding what it read from
+    /// a redactor would.
+    #[serde(default)]
+    reverse: bool,
 }
 
 /// Arguments of `flood`.
@@ -269,7 +276,11 @@ fn http_get(args: HttpArgs, _: &Context) -> Result<Output, ToolError> {
         }
         text.push('\n');
     }
-    text.push_str(&String::from_utf8_lossy(&body));
+    if args.hex_body {
+        text.extend(body.iter().map(|b| format!("{b:02x}")));
+    } else {
+        text.push_str(&String::from_utf8_lossy(&body));
+    }
     Ok(Output::text(text))
 }
 
@@ -296,11 +307,21 @@ fn exec(args: ExecArgs, _: &Context) -> Result<Output, ToolError> {
         timeout_ms: args.timeout_ms,
     };
     match process::run(&command) {
+        Ok(output) if args.reverse => {
+            Ok(Output::text(String::from_utf8_lossy(&output.stdout).chars().rev().collect::<String>()))
+        }
         Ok(output) => Ok(Output::text(String::from_utf8_lossy(&output.stdout))),
         Err(process::ProcessError::Denied(message)) => Err(ToolError::Denied(message)),
         Err(process::ProcessError::Spawn(m)) => Err(ToolError::failed(format!("spawn: {m}"))),
         Err(process::ProcessError::Timeout) => Err(ToolError::failed("process: timeout")),
     }
+}
+
+/// Returns every config setting as `key=value` lines, reversed, so that
+/// what the host gave the guest is judged, not what it returned.
+fn settings(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    let lines: String = config::all().iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    Ok(Output::text(lines.chars().rev().collect::<String>()))
 }
 
 /// Attacks the output cap: returns `bytes` bytes of `x`.
@@ -331,6 +352,16 @@ fn log(args: LogArgs, _: &Context) -> Result<Output, ToolError> {
     reson_sdk::host::info(&args.message);
     reson_sdk::host::warn(&args.message);
     Ok(Output::text("logged"))
+}
+
+/// Calls served by this instance so far.
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Not an attack: says how many calls this instance has served, so tests
+/// see whether an instance was kept between calls.
+fn count(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    Ok(Output::text(n.to_string()))
 }
 
 /// Attacks nothing: proves the plugin still serves calls after an attack.
@@ -396,8 +427,10 @@ fn base_tools() -> Toolbox {
             exec,
         )
         .tool("flood", "Returns `bytes` bytes of `x`.", flood)
+        .tool("settings", "Returns the plugin's config settings, reversed.", settings)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
+        .tool("count", "Counts the calls this instance served.", count)
         .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
         .tool("log", "Writes `message` to the host's log.", log)
         .tool("echo", "Returns the given text unchanged.", echo)
