@@ -1,6 +1,7 @@
 //! What a JavaScript tool (componentize-js, StarlingMonkey) costs next to a
 //! Rust one serving the same `echo`: a fresh-instance call through the host
-//! path, a plugin load from the compiled-code cache, and one compile.
+//! path (and a call on a kept-warm instance), a plugin load from the
+//! compiled-code cache, and one compile.
 //!
 //! `cargo bench -p reson --bench js_tool` installs componentize-js from npm
 //! into target/toolchains/js if needed (as the tests do), prints criterion's
@@ -17,11 +18,16 @@ use std::time::{Duration, Instant};
 
 const ARGS: &str = r#"{"text":"hello from the benchmark"}"#;
 
-/// A runtime serving `wasm` as plugin `hostile` (both guests list `echo`).
-fn runtime(dir: &support::TestDir, wasm: &Path) -> Runtime {
+/// A runtime serving `wasm` as plugin `hostile` (both guests list `echo`),
+/// with its instances kept warm between calls if `warm`.
+fn runtime(dir: &support::TestDir, wasm: &Path, warm: bool) -> Runtime {
     std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
-    std::fs::copy(support::test_plugins().join("hostile.toml"), dir.plugins().join("hostile.toml"))
-        .unwrap();
+    let mut manifest =
+        std::fs::read_to_string(support::test_plugins().join("hostile.toml")).unwrap();
+    if warm {
+        manifest.push_str("\n[instance]\nkeep_warm = true\n");
+    }
+    std::fs::write(dir.plugins().join("hostile.toml"), manifest).unwrap();
     dir.open("")
 }
 
@@ -57,13 +63,16 @@ fn bench(c: &mut Criterion) {
     let js_wasm = support::js::guest("hostile", "hostile");
     let rust_wasm = support::test_plugins().join("hostile.wasm");
     let (js_dir, rust_dir) = (support::TestDir::new(), support::TestDir::new());
-    let (js, rust) = (runtime(&js_dir, &js_wasm), runtime(&rust_dir, &rust_wasm));
+    let (js, rust) = (runtime(&js_dir, &js_wasm, false), runtime(&rust_dir, &rust_wasm, false));
+    let warm_dir = support::TestDir::new();
+    let js_warm = runtime(&warm_dir, &js_wasm, true);
     let ctx = CallContext::default();
     let call = |rt: &Runtime| black_box(rt.call_tool("echo", ARGS, &ctx).unwrap());
     assert_eq!(call(&js).text, call(&rust).text);
 
     let mut calls = c.benchmark_group("fresh-instance call");
     calls.bench_function("JavaScript echo", |b| b.iter(|| call(&js)));
+    calls.bench_function("JavaScript echo, kept warm", |b| b.iter(|| call(&js_warm)));
     calls.bench_function("Rust echo", |b| b.iter(|| call(&rust)));
     calls.finish();
 
@@ -85,6 +94,7 @@ fn bench(c: &mut Criterion) {
     };
     let js_call = median((0..200).map(|_| time(&|| drop(call(&js)))).collect());
     let rust_call = median((0..200).map(|_| time(&|| drop(call(&rust)))).collect());
+    let warm_call = median((0..200).map(|_| time(&|| drop(call(&js_warm)))).collect());
     let js_load = median((0..15).map(|_| reload(&js, &js_dir, &mut flip, false)).collect());
     let rust_load = median((0..15).map(|_| reload(&rust, &rust_dir, &mut flip, false)).collect());
     let js_compile = reload(&js, &js_dir, &mut flip, true);
@@ -98,6 +108,7 @@ fn bench(c: &mut Criterion) {
         js_call.as_secs_f64() * 1e3,
         rust_call.as_secs_f64() * 1e3
     );
+    println!("kept-warm call      {:>9.3} ms {:>12}", warm_call.as_secs_f64() * 1e3, "-");
     println!(
         "load from cache     {:>9.3} ms {:>9.3} ms",
         js_load.as_secs_f64() * 1e3,
