@@ -4,6 +4,7 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod js;
 pub mod llm_server;
 pub mod python;
 

@@ -1,0 +1,125 @@
+//! What a JavaScript tool (componentize-js, StarlingMonkey) costs next to a
+//! Rust one serving the same `echo`: a fresh-instance call through the host
+//! path (and a call on a kept-warm instance), a plugin load from the
+//! compiled-code cache, and one compile.
+//!
+//! `cargo bench -p reson --bench js_tool` installs componentize-js from npm
+//! into target/toolchains/js if needed (as the tests do), prints criterion's
+//! figures and, last, a `== figures ==` summary measured in the same run.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use reson::plugin::{CallContext, Runtime};
+use std::hint::black_box;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const ARGS: &str = r#"{"text":"hello from the benchmark"}"#;
+
+/// A runtime serving `wasm` as plugin `hostile` (both guests list `echo`),
+/// with its instances kept warm between calls if `warm`.
+fn runtime(dir: &support::TestDir, wasm: &Path, warm: bool) -> Runtime {
+    std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
+    let mut manifest =
+        std::fs::read_to_string(support::test_plugins().join("hostile.toml")).unwrap();
+    if warm {
+        manifest.push_str("\n[instance]\nkeep_warm = true\n");
+    }
+    std::fs::write(dir.plugins().join("hostile.toml"), manifest).unwrap();
+    dir.open("")
+}
+
+/// Reloads `hostile` after touching its manifest, from the cache or (with
+/// `purge`) compiling again; returns how long the reload took.
+fn reload(runtime: &Runtime, dir: &support::TestDir, flip: &mut u64, purge: bool) -> Duration {
+    let manifest = dir.plugins().join("hostile.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    *flip += 1;
+    std::fs::write(&manifest, format!("{text}\n# {flip}\n")).unwrap();
+    if purge {
+        let sha = runtime.plugins()[0].sha256.clone().unwrap();
+        for entry in std::fs::read_dir(&runtime.options().cache_dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().unwrap().to_string_lossy().starts_with(&sha) {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+    }
+    let start = Instant::now();
+    runtime.reload(&["hostile".to_owned()]);
+    let took = start.elapsed();
+    assert_eq!(runtime.plugins()[0].from_cache, !purge, "{:?}", runtime.plugins()[0].status);
+    took
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn bench(c: &mut Criterion) {
+    let js_wasm = support::js::guest("hostile", "hostile");
+    let rust_wasm = support::test_plugins().join("hostile.wasm");
+    let (js_dir, rust_dir) = (support::TestDir::new(), support::TestDir::new());
+    let (js, rust) = (runtime(&js_dir, &js_wasm, false), runtime(&rust_dir, &rust_wasm, false));
+    let warm_dir = support::TestDir::new();
+    let js_warm = runtime(&warm_dir, &js_wasm, true);
+    let ctx = CallContext::default();
+    let call = |rt: &Runtime| black_box(rt.call_tool("echo", ARGS, &ctx).unwrap());
+    assert_eq!(call(&js).text, call(&rust).text);
+
+    let mut calls = c.benchmark_group("fresh-instance call");
+    calls.bench_function("JavaScript echo", |b| b.iter(|| call(&js)));
+    calls.bench_function("JavaScript echo, kept warm", |b| b.iter(|| call(&js_warm)));
+    calls.bench_function("Rust echo", |b| b.iter(|| call(&rust)));
+    calls.finish();
+
+    let mut flip = 0;
+    let mut load = c.benchmark_group("plugin load from cache");
+    load.sample_size(10);
+    load.bench_function("JavaScript", |b| {
+        b.iter_custom(|n| (0..n).map(|_| reload(&js, &js_dir, &mut flip, false)).sum())
+    });
+    load.bench_function("Rust", |b| {
+        b.iter_custom(|n| (0..n).map(|_| reload(&rust, &rust_dir, &mut flip, false)).sum())
+    });
+    load.finish();
+
+    let time = |f: &dyn Fn()| {
+        let start = Instant::now();
+        f();
+        start.elapsed()
+    };
+    let js_call = median((0..200).map(|_| time(&|| drop(call(&js)))).collect());
+    let rust_call = median((0..200).map(|_| time(&|| drop(call(&rust)))).collect());
+    let warm_call = median((0..200).map(|_| time(&|| drop(call(&js_warm)))).collect());
+    let js_load = median((0..15).map(|_| reload(&js, &js_dir, &mut flip, false)).collect());
+    let rust_load = median((0..15).map(|_| reload(&rust, &rust_dir, &mut flip, false)).collect());
+    let js_compile = reload(&js, &js_dir, &mut flip, true);
+    let rust_compile = reload(&rust, &rust_dir, &mut flip, true);
+    let kb = |p: &Path| std::fs::metadata(p).unwrap().len() / 1024;
+    println!("\n== figures ==");
+    println!("                    {:>12} {:>12}", "JavaScript", "Rust");
+    println!("component size      {:>9} KB {:>9} KB", kb(&js_wasm), kb(&rust_wasm));
+    println!(
+        "fresh call          {:>9.3} ms {:>9.3} ms",
+        js_call.as_secs_f64() * 1e3,
+        rust_call.as_secs_f64() * 1e3
+    );
+    println!("kept-warm call      {:>9.3} ms {:>12}", warm_call.as_secs_f64() * 1e3, "-");
+    println!(
+        "load from cache     {:>9.3} ms {:>9.3} ms",
+        js_load.as_secs_f64() * 1e3,
+        rust_load.as_secs_f64() * 1e3
+    );
+    println!(
+        "load with compile   {:>9.3} s  {:>9.3} s",
+        js_compile.as_secs_f64(),
+        rust_compile.as_secs_f64()
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
