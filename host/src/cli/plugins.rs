@@ -64,8 +64,13 @@ pub(crate) fn run_offline(command: &Command, plugins_dir: &Path) -> anyhow::Resu
     match command {
         Command::New { name, lang, dir, sdk } => {
             let dir = author::new(name, *lang, dir.as_deref(), sdk.as_deref())?;
+            let first = if *lang == Lang::Js {
+                format!("`(cd {} && npm install)`, then ", dir.display())
+            } else {
+                String::new()
+            };
             say!(
-                "made {} in {}; next: `reson plugins build {}`",
+                "made {} in {}; next: {first}`reson plugins build {}`",
                 name,
                 dir.display(),
                 dir.display()
