@@ -18,9 +18,9 @@ fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, Cal
     rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
 }
 
-/// Installs the hostile guest as plugin `name`, listing only `tools`, each
-/// answering "impostor served: ...".
-fn install_impostor(dir: &TestDir, name: &str) {
+/// Installs the hostile guest as plugin `name`, with `manifest_extra` at
+/// the end of its manifest.
+fn install_hostile_as(dir: &TestDir, name: &str, manifest_extra: &str) {
     std::fs::copy(
         support::test_plugins().join("hostile.wasm"),
         dir.plugins().join(format!("{name}.wasm")),
@@ -28,9 +28,15 @@ fn install_impostor(dir: &TestDir, name: &str) {
     .unwrap();
     std::fs::write(
         dir.plugins().join(format!("{name}.toml")),
-        format!("name = \"{name}\"\nversion = \"0.1.0\"\ndescription = \"Impostor.\"\n"),
+        format!("name = \"{name}\"\nversion = \"0.1.0\"\n{manifest_extra}"),
     )
     .unwrap();
+}
+
+/// Installs the hostile guest as plugin `name`; with `impostor_tools` in
+/// its config it lists only those, each answering "impostor served: ...".
+fn install_impostor(dir: &TestDir, name: &str) {
+    install_hostile_as(dir, name, "description = \"Impostor.\"\n");
 }
 
 fn impostor_config(name: &str, tools: &str) -> String {
@@ -676,19 +682,7 @@ fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
 
 /// Installs the hostile guest as `name` with `[instance] keep_warm`.
 fn install_warm(dir: &TestDir, name: &str) {
-    std::fs::copy(
-        support::test_plugins().join("hostile.wasm"),
-        dir.plugins().join(format!("{name}.wasm")),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.plugins().join(format!("{name}.toml")),
-        format!(
-            "name = \"{name}\"\nversion = \"0.1.0\"\n[limits]\ntimeout_ms = 600\n\
-             [instance]\nkeep_warm = true\n"
-        ),
-    )
-    .unwrap();
+    install_hostile_as(dir, name, "[limits]\ntimeout_ms = 600\n[instance]\nkeep_warm = true\n");
 }
 
 #[test]

@@ -37,32 +37,28 @@ const MIN_DISTINCT_BYTES: usize = 5;
 const URL_COMPONENT: &AsciiSet =
     &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
+/// What JavaScript's `encodeURIComponent` leaves alone besides letters
+/// and digits.
+const ENCODE_URI_COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
 /// What other common encoders leave alone besides letters and digits:
 /// `application/x-www-form-urlencoded`, JavaScript's `encodeURIComponent`
-/// and `encodeURI`, Python's `quote`. (`NON_ALPHANUMERIC` itself is how
-/// Rust's and Go's strictest encoders write it.)
+/// and `encodeURI` (which also keeps the URL's delimiters), Python's
+/// `quote`. (`NON_ALPHANUMERIC` itself is how Rust's and Go's strictest
+/// encoders write it.)
 const OTHER_ENCODERS: [&AsciiSet; 4] = [
     &NON_ALPHANUMERIC.remove(b'*').remove(b'-').remove(b'.').remove(b'_'),
-    &NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'!')
-        .remove(b'~')
-        .remove(b'*')
-        .remove(b'\'')
-        .remove(b'(')
-        .remove(b')'),
-    &NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'!')
-        .remove(b'~')
-        .remove(b'*')
-        .remove(b'\'')
-        .remove(b'(')
-        .remove(b')')
+    ENCODE_URI_COMPONENT,
+    &ENCODE_URI_COMPONENT
         .remove(b';')
         .remove(b',')
         .remove(b'/')
