@@ -682,7 +682,11 @@ fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
 
 /// Installs the hostile guest as `name` with `[instance] keep_warm`.
 fn install_warm(dir: &TestDir, name: &str) {
-    install_hostile_as(dir, name, "[limits]\ntimeout_ms = 600\n[instance]\nkeep_warm = true\n");
+    install_hostile_as(
+        dir,
+        name,
+        "[limits]\ntimeout_ms = 600\nmemory_mb = 64\n[instance]\nkeep_warm = true\n",
+    );
 }
 
 #[test]
@@ -712,6 +716,12 @@ fn instances_are_fresh_per_call_unless_the_manifest_keeps_them_warm() {
     // A tool error is an ordinary answer: the instance stays.
     assert!(call(&rt, "read", json!({"path": "/nope"})).is_err());
     assert_eq!(call(&rt, "count", json!({})).unwrap(), "2");
+    // An instance whose memory grew past half its cap is let go before its
+    // state makes a later call run out; a small one stays.
+    call(&rt, "hoard", json!({"mb": 1})).unwrap();
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "3");
+    call(&rt, "hoard", json!({"mb": 40})).unwrap();
+    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
     // A new generation starts over.
     rt.accept("warm").unwrap();
     let fresh = dir.open("");

@@ -74,7 +74,7 @@ impl HostState {
         Self {
             wasi,
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { cap },
+            limiter: MemoryLimiter { cap, peak: 0 },
             plugin,
             grants,
             secrets,
@@ -131,6 +131,16 @@ impl WasiView for HostState {
 /// told apart from other traps.
 pub(crate) struct MemoryLimiter {
     cap: usize,
+    /// The largest linear memory granted so far, in bytes.
+    peak: usize,
+}
+
+impl MemoryLimiter {
+    /// Whether the guest has used at most half of its cap, so that a kept
+    /// instance's next call is not the one that runs out.
+    pub(crate) fn has_headroom(&self) -> bool {
+        self.peak <= self.cap / 2
+    }
 }
 
 const MAX_TABLE_ELEMENTS: usize = 100_000;
@@ -148,6 +158,7 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
                 cap: self.cap,
             }));
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 

@@ -460,10 +460,14 @@ impl LoadedPlugin {
     }
 
     /// Keeps `warm` for the next call when the plugin asks for that, the
-    /// pool has room, and kept instances would still leave most slots to
-    /// fresh calls; otherwise it is dropped (and its slot freed).
+    /// instance has used at most half its memory cap, the pool has room, and
+    /// kept instances would still leave most slots to fresh calls; otherwise
+    /// it is dropped (and its slot freed).
     fn keep_warm(&self, sandbox: &Sandbox, warm: WarmTool) {
-        if !self.manifest.instance.keep_warm || !warm.call.stderr_has_room() {
+        // An instance whose memory grew past half its cap is let go before
+        // its state makes some later call run out.
+        let has_room = warm.call.stderr_has_room() && warm.call.store.data().limiter.has_headroom();
+        if !self.manifest.instance.keep_warm || !has_room {
             return;
         }
         let mut pool = self.warm.lock().expect("warm pool");

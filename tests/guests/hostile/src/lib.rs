@@ -354,6 +354,20 @@ fn log(args: LogArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text("logged"))
 }
 
+/// Arguments of `hoard`.
+#[derive(Deserialize, JsonSchema)]
+struct HoardArgs {
+    /// MiB to allocate and never free.
+    mb: usize,
+}
+
+/// Attacks kept instances: leaks `mb` MiB, as a guest whose heap only
+/// grows would over many calls.
+fn hoard(args: HoardArgs, _: &Context) -> Result<Output, ToolError> {
+    let leaked: &'static mut [u8] = Box::leak(vec![1u8; args.mb << 20].into_boxed_slice());
+    Ok(Output::text(format!("hoarding {} bytes", black_box(leaked).len())))
+}
+
 /// Calls served by this instance so far.
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -431,6 +445,7 @@ fn base_tools() -> Toolbox {
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
         .tool("count", "Counts the calls this instance served.", count)
+        .tool("hoard", "Allocates `mb` MiB and never frees them.", hoard)
         .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
         .tool("log", "Writes `message` to the host's log.", log)
         .tool("echo", "Returns the given text unchanged.", echo)
