@@ -767,3 +767,30 @@ fn kept_instances_never_starve_fresh_calls() {
     });
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
+
+#[test]
+fn plugins_list_shows_every_grant_that_widens_a_command() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "shell");
+    std::fs::write(
+        dir.path().join("reson.toml"),
+        "[plugins.shell]\nprocess = [\"find *\"]\nenv = [\"RUST_LOG\"]\nexec_vectors = [\"find\"]\n",
+    )
+    .unwrap();
+    let config = dir.path().join("reson.toml");
+    let plugins = dir.plugins();
+    let list = reson(
+        dir.path(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--plugins-dir",
+            plugins.to_str().unwrap(),
+            "plugins",
+            "list",
+        ],
+    );
+    let out = String::from_utf8_lossy(&list.stdout);
+    assert!(out.contains("    env     RUST_LOG"), "{out}");
+    assert!(out.contains("    exec    find (may run other programs)"), "{out}");
+}

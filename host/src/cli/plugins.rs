@@ -153,6 +153,12 @@ fn print_table(plugins: &[PluginInfo]) {
             say!("    dirs    {}", none(&dirs));
             say!("    http    {}", none(&g.http));
             say!("    process {}", none(&g.process));
+            if !g.env.is_empty() {
+                say!("    env     {}", g.env.join(", "));
+            }
+            if !g.exec_vectors.is_empty() {
+                say!("    exec    {} (may run other programs)", g.exec_vectors.join(", "));
+            }
             say!("    secrets {}", none(&g.secrets));
             say!(
                 "    limits  timeout {} ms, memory {} MiB, output {} bytes{}",
