@@ -290,7 +290,9 @@ fn http_error(err: http::HttpError) -> ToolError {
         http::HttpError::Timeout => ToolError::failed("http: timeout"),
         http::HttpError::Connect(m) => ToolError::failed(format!("http connect: {m}")),
         http::HttpError::TooLarge(n) => ToolError::failed(format!("http too large: {n}")),
-        http::HttpError::InvalidRequest(m) => ToolError::failed(format!("http invalid request: {m}")),
+        http::HttpError::InvalidRequest(m) => {
+            ToolError::failed(format!("http invalid request: {m}"))
+        }
         http::HttpError::Io(m) => ToolError::failed(format!("http io: {m}")),
     }
 }
@@ -307,9 +309,9 @@ fn exec(args: ExecArgs, _: &Context) -> Result<Output, ToolError> {
         timeout_ms: args.timeout_ms,
     };
     match process::run(&command) {
-        Ok(output) if args.reverse => {
-            Ok(Output::text(String::from_utf8_lossy(&output.stdout).chars().rev().collect::<String>()))
-        }
+        Ok(output) if args.reverse => Ok(Output::text(
+            String::from_utf8_lossy(&output.stdout).chars().rev().collect::<String>(),
+        )),
         Ok(output) => Ok(Output::text(String::from_utf8_lossy(&output.stdout))),
         Err(process::ProcessError::Denied(message)) => Err(ToolError::Denied(message)),
         Err(process::ProcessError::Spawn(m)) => Err(ToolError::failed(format!("spawn: {m}"))),
