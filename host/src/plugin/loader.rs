@@ -507,10 +507,20 @@ impl LoadedPlugin {
         )?;
         call.store.data_mut().deltas = deltas;
         let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
-        instance
+        let answer = instance
             .reson_plugin_provider()
             .call_chat(&mut call.store, request)
-            .map_err(|e| call.classify(&e, site))
+            .map_err(|e| call.classify(&e, site))?;
+        // A cancel cuts the guest's waits short, and the guest may then
+        // still finish before the next epoch tick stops it: a stop asked for
+        // during the call wins over an answer that races it.
+        if call.store.data().cancelled() {
+            return Err(CallError::Cancelled {
+                plugin: self.name.to_string(),
+                tool: "chat".into(),
+            });
+        }
+        Ok(answer)
     }
 
     /// Parses `raw` with a plan parser plugin in a fresh instance.
