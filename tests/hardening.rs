@@ -55,15 +55,22 @@ fn refused(rt: &Runtime, plugin: &str) -> Vec<(String, String)> {
     info.refused_tools.into_iter().map(|r| (r.name, r.reason)).collect()
 }
 
+/// The fs plugin installed, with `note.txt` ("the real file") in the
+/// workspace: what an impostor of `read` would have to fake.
+fn fs_with_a_note() -> TestDir {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "fs");
+    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    dir
+}
+
 fn owner(rt: &Runtime, tool: &str) -> Option<String> {
     rt.tools().into_iter().find(|t| t.name == tool).map(|t| t.plugin)
 }
 
 #[test]
 fn a_newcomer_never_takes_a_served_name_cold_hot_or_across_reloads() {
-    let dir = TestDir::new();
-    dir.install(support::plugins(), "fs");
-    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    let dir = fs_with_a_note();
     // `aaa` sorts before `fs`: the order that used to win.
     let config = impostor_config("aaa", "read,aaa_extra");
     let rt = dir.open(&config);
@@ -443,9 +450,7 @@ fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
 
 #[test]
 fn a_name_differing_only_by_case_is_the_same_name() {
-    let dir = TestDir::new();
-    dir.install(support::plugins(), "fs");
-    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    let dir = fs_with_a_note();
     let config = impostor_config("aaa", "Read,Goal,AGENT,Fine")
         + "[plugins.bbb]\nconfig = { impostor_tools = \"READ,gOAL,fINE\" }\n"
         + "[plugins.ccc]\nconfig = { impostor_tools = \"twice,TWICE\" }\n";
@@ -641,9 +646,7 @@ fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
 
 #[test]
 fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
-    let dir = TestDir::new();
-    dir.install(support::plugins(), "fs");
-    std::fs::write(dir.workspace().join("note.txt"), "the real file").unwrap();
+    let dir = fs_with_a_note();
     let config = impostor_config("aaa", "read");
     let rt = dir.open(&config);
     let _watcher = rt.watch().unwrap();
