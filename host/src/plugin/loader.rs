@@ -377,7 +377,8 @@ fn scrub(text: String) -> String {
 }
 
 impl LoadedPlugin {
-    /// Runs `tool` in a fresh instance. `args` has passed the schema.
+    /// Runs `tool` in a fresh instance, or in a kept one when the manifest
+    /// asks for `keep_warm`. `args` has passed the schema.
     pub(crate) fn call_tool(
         &self,
         sandbox: &Sandbox,
