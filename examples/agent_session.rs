@@ -25,12 +25,13 @@ use reson::trace::TraceStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-fn main() -> Result<()> {
-    let setup = Setup::open(Some("agent_session"))?;
+#[tokio::main]
+async fn main() -> Result<()> {
+    let setup = Setup::open(Some("agent_session")).await?;
     let store = setup.trace_store()?;
 
-    // Hooks run on the session's thread and the run's; shared counters
-    // let main read what they saw.
+    // Hooks run inside the run's task, not on main's; shared counters let
+    // main read what they saw.
     let turns = Arc::new(AtomicU32::new(0));
     let requests = Arc::new(AtomicU32::new(0));
     let (turns_seen, requests_seen) = (turns.clone(), requests.clone());
@@ -61,17 +62,17 @@ fn main() -> Result<()> {
 
     // Memory set before the first turn is in the first prompt.
     let memory = SessionMemory::in_memory("example-session")?;
-    memory.set("user", "name", "Ada")?;
-    memory.set("user", "likes", ["Rust", "tea"])?;
+    memory.set("user", "name", "Ada").await?;
+    memory.set("user", "likes", ["Rust", "tea"]).await?;
     let mut session = AgentSession::with_memory(agent, bundle, memory);
     heading("system prompt (agent prompt + session memory)");
-    println!("{}", session.system_prompt()?);
+    println!("{}", session.system_prompt().await?);
 
     heading("turns");
     let mut outcomes = Vec::new();
     for input in ["Hi, I'm Ada. Please note that I prefer Rust.", "What did you note?"] {
         println!("user: {input}");
-        let outcome = session.submit_turn(input)?;
+        let outcome = session.submit_turn(input).await?;
         println!(
             "assistant (turn {}, {} tool call(s), {} prompt tokens): {}",
             outcome.turn, outcome.tool_calls, outcome.usage.prompt_tokens, outcome.text
@@ -80,12 +81,12 @@ fn main() -> Result<()> {
     }
 
     heading("session memory after the turns");
-    session.memory().set("notes", "file", "note.txt")?;
-    println!("{}", session.memory().snapshot()?.render());
+    session.memory().set("notes", "file", "note.txt").await?;
+    println!("{}", session.memory().snapshot().await?.render());
 
     heading("checks");
     let trace_id = session.trace_id().expect("a turn ran").to_owned();
-    let trace = store.get(&trace_id)?.expect("the session's trace exists");
+    let trace = store.get_trace(&trace_id).await?.expect("the session's trace exists");
     println!(
         "trace {trace_id}: {} messages, agent `{}`, {} prompt tokens over the session",
         trace.totals.messages,

@@ -20,8 +20,9 @@ use common::{Setup, heading};
 use reson::plugin::{CallContext, CallError, ToolFailure};
 use serde_json::json;
 
-fn main() -> Result<()> {
-    let setup = Setup::open(None)?;
+#[tokio::main]
+async fn main() -> Result<()> {
+    let setup = Setup::open(None).await?;
     let runtime = &setup.runtime;
     let context = CallContext::default();
 
@@ -36,7 +37,7 @@ fn main() -> Result<()> {
     }
 
     heading("echo");
-    let out = runtime.call_tool("echo", r#"{"text": "hello from the host"}"#, &context)?;
+    let out = runtime.call_tool("echo", r#"{"text": "hello from the host"}"#, &context).await?;
     println!("echo → {}", out.text);
     assert_eq!(out.text, "hello from the host");
 
@@ -44,20 +45,20 @@ fn main() -> Result<()> {
     println!("workspace: {}", setup.workspace.display());
     let content = "Tools are components; the host decides what they may touch.\n";
     let args = json!({ "path": "notes/hello.txt", "content": content }).to_string();
-    println!("write → {}", runtime.call_tool("write", &args, &context)?.text);
-    let read = runtime.call_tool("read", r#"{"path": "notes/hello.txt"}"#, &context)?;
+    println!("write → {}", runtime.call_tool("write", &args, &context).await?.text);
+    let read = runtime.call_tool("read", r#"{"path": "notes/hello.txt"}"#, &context).await?;
     println!("read →\n{}", read.text);
     // The write really landed in the granted directory on the host.
     assert_eq!(std::fs::read_to_string(setup.workspace.join("notes/hello.txt"))?, content);
 
     heading("invalid arguments: refused before the plugin runs");
-    match runtime.call_tool("echo", r#"{"text": 42}"#, &context) {
+    match runtime.call_tool("echo", r#"{"text": 42}"#, &context).await {
         Err(err @ CallError::InvalidArguments { .. }) => println!("echo {{\"text\": 42}} → {err}"),
         other => anyhow::bail!("expected invalid arguments, got {other:?}"),
     }
 
     heading("a path outside the grant: refused by the sandbox");
-    match runtime.call_tool("read", r#"{"path": "/etc/passwd"}"#, &context) {
+    match runtime.call_tool("read", r#"{"path": "/etc/passwd"}"#, &context).await {
         Err(err @ CallError::Tool { failure: ToolFailure::Denied(_), .. }) => {
             println!("read /etc/passwd → {err}")
         }

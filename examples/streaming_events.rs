@@ -1,7 +1,8 @@
-//! Streaming a run: `Runner::run` returns at once with a `RunHandle`, and
-//! `next_event()` yields every `AgentEvent` as it happens — the answer as
-//! text deltas while the model is still "talking", tool calls starting and
-//! finishing, each message as it is persisted, and the end.
+//! Streaming a run: `Runner::run` returns as soon as the trace is prepared
+//! with a `RunHandle`, a `futures::Stream` of every `AgentEvent` as it
+//! happens — the answer as text deltas while the model is still "talking",
+//! tool calls starting and finishing, each message as it is persisted, and
+//! the end.
 //!
 //! ```sh
 //! cargo run -p reson --example streaming_events
@@ -16,14 +17,16 @@ mod common;
 
 use anyhow::Result;
 use common::{Setup, heading};
+use futures::StreamExt;
 use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
 use reson::provider::LlmParams;
 use reson::tools::ToolRegistry;
 use reson::trace::{Message, Role, TraceStatus};
 use std::io::Write;
 
-fn main() -> Result<()> {
-    let setup = Setup::open(Some("streaming_events"))?;
+#[tokio::main]
+async fn main() -> Result<()> {
+    let setup = Setup::open(Some("streaming_events")).await?;
     let runner = Runner::new(
         setup.trace_store()?,
         setup.provider(),
@@ -38,7 +41,7 @@ fn main() -> Result<()> {
     let task = "Write a haiku about sandboxes to haiku.txt.";
     heading("events as they arrive");
     println!("user: {task}");
-    let handle = runner.run(vec![Message::new(Role::User, task)], config)?;
+    let mut handle = runner.run(vec![Message::new(Role::User, task)], config).await?;
 
     let mut stdout = std::io::stdout();
     // Which delta line is open, so the next event starts on a fresh line.
@@ -48,7 +51,7 @@ fn main() -> Result<()> {
     let mut finished = None;
     // The text streamed by the latest model call; it must add up to the answer.
     let mut streamed = String::new();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next().await {
         events += 1;
         let delta = match &event {
             AgentEvent::TextDelta { text } => Some(("text", text)),
@@ -106,7 +109,7 @@ fn main() -> Result<()> {
             other => println!("{}", serde_json::to_string(&other)?),
         }
     }
-    let outcome = handle.wait()?;
+    let outcome = handle.wait().await?;
 
     heading("checks");
     println!(

@@ -23,8 +23,9 @@ use reson::tools::ToolRegistry;
 use reson::trace::{GoalStatus, TraceStore};
 use std::sync::{Arc, Mutex};
 
-fn main() -> Result<()> {
-    let setup = Setup::open(Some("task_agent"))?;
+#[tokio::main]
+async fn main() -> Result<()> {
+    let setup = Setup::open(Some("task_agent")).await?;
     let store = setup.trace_store()?;
 
     let completed = Arc::new(Mutex::new(Vec::new()));
@@ -52,13 +53,15 @@ fn main() -> Result<()> {
     heading("planning and executing");
     println!("goal: {goal}");
     let mut shown = false;
-    let outcome = task.run(goal, |plan| {
-        // Called after every status change; the first call is the parsed plan.
-        if !shown {
-            println!("parsed plan:\n{}", plan.render());
-            shown = true;
-        }
-    })?;
+    let outcome = task
+        .run(goal, |plan| {
+            // Called after every status change; the first call is the parsed plan.
+            if !shown {
+                println!("parsed plan:\n{}", plan.render());
+                shown = true;
+            }
+        })
+        .await?;
 
     heading("plan");
     print!("{}", outcome.plan.render());
@@ -68,7 +71,7 @@ fn main() -> Result<()> {
         }
     }
     let trace_id = outcome.trace_id.as_deref().expect("the steps ran in a trace");
-    let goals = store.goals(trace_id)?;
+    let goals = store.get_goals(trace_id).await?;
     heading(&format!("goal tree of trace {trace_id}"));
     print!("{}", goals.render());
 

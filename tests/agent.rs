@@ -1,9 +1,12 @@
 //! The agent core end to end: the runner on the real `scripted` provider
 //! component and real tool plugins, a file trace store, sessions and hooks,
-//! and a real `reson run` process killed mid-run.
+//! run handles (events as a stream, stop on drop, detach), and a real
+//! `reson run` process killed mid-run.
 
 mod support;
 
+use futures::StreamExt;
+use futures::future::ready;
 use reson::agent::memory::SessionMemory;
 use reson::agent::{
     AgentBuilder, AgentError, AgentEvent, AgentSession, BasicAgent, HookDecision, HookEvent,
@@ -31,11 +34,11 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(script: serde_json::Value) -> Self {
-        Self::with_config(script, "")
+    async fn new(script: serde_json::Value) -> Self {
+        Self::with_config(script, "").await
     }
 
-    fn with_config(script: serde_json::Value, extra: &str) -> Self {
+    async fn with_config(script: serde_json::Value, extra: &str) -> Self {
         let dir = TestDir::new();
         dir.install(support::plugins(), "scripted")
             .install(support::plugins(), "fs")
@@ -43,8 +46,9 @@ impl Setup {
         let script_path = dir.path().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         // `reson run` checks permissions; these tests are about the loop.
-        let runtime = dir.open(&format!(
-            r#"
+        let runtime = dir
+            .open(&format!(
+                r#"
             [permissions]
             default = "allow"
             [plugins.scripted]
@@ -54,12 +58,13 @@ impl Setup {
             dirs = [{{ path = "workspace", access = "read-write" }}]
             {extra}
             "#,
-            script_path.display()
-        ));
+                script_path.display()
+            ))
+            .await;
         // The hostile guest comes after the bundled plugins, so the names it
         // shares with them (read, write, echo) stay theirs.
         dir.install(support::test_plugins(), "hostile");
-        runtime.rescan().unwrap();
+        runtime.rescan().await.unwrap();
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         Self { dir, runtime, store }
@@ -78,9 +83,9 @@ impl Setup {
         )
     }
 
-    fn main_path(&self, trace_id: &str) -> Vec<Message> {
-        let trace = self.store.get(trace_id).unwrap().unwrap();
-        self.store.main_path(trace_id, trace.head_sequence.unwrap()).unwrap()
+    async fn main_path(&self, trace_id: &str) -> Vec<Message> {
+        let trace = self.store.get_trace(trace_id).await.unwrap().unwrap();
+        self.store.get_main_path_messages(trace_id, trace.head_sequence.unwrap()).await.unwrap()
     }
 }
 
@@ -100,25 +105,26 @@ fn sequences(path: &[Message]) -> Vec<u64> {
     path.iter().map(|m| m.sequence).collect()
 }
 
-#[test]
-fn a_run_calls_tools_and_persists_every_step() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_calls_tools_and_persists_every_step() {
     let s = Setup::new(json!({ "turns": [
         { "text": "writing", "tool_calls": [
             { "name": "write", "arguments": { "path": "a.txt", "content": "hi" } },
             { "name": "read", "arguments": { "path": "a.txt" } } ] },
         text_turn("done")
-    ]}));
+    ]}))
+    .await;
     let runner = s.runner(Hooks::none());
     let streaming = RunConfig {
         params: LlmParams { stream: true, ..LlmParams::default() },
         ..RunConfig::default()
     };
-    let handle = runner.run(user("write a file"), streaming).unwrap();
+    let mut handle = runner.run(user("write a file"), streaming).await.unwrap();
     let mut kinds = Vec::new();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         kinds.push(serde_json::to_value(&event).unwrap()["type"].as_str().unwrap().to_owned());
     }
-    let outcome = handle.wait().unwrap();
+    let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
     assert_eq!(outcome.final_text.as_deref(), Some("done"));
     assert_eq!(outcome.iterations, 2);
@@ -135,35 +141,36 @@ fn a_run_calls_tools_and_persists_every_step() {
         assert!(kinds.iter().any(|k| k == kind), "no {kind} event in {kinds:?}");
     }
 
-    let path = s.main_path(&outcome.trace_id);
+    let path = s.main_path(&outcome.trace_id).await;
     let roles: Vec<Role> = path.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Assistant]);
     assert_eq!(sequences(&path), [1, 2, 3, 4, 5]);
     assert!(path.iter().all(|m| m.id == format!("{}-{:04}", outcome.trace_id, m.sequence)));
     let results: Vec<String> = path[2..4].iter().map(Message::text).collect();
     assert!(results.iter().any(|t| t.starts_with("wrote 2 bytes")), "{results:?}");
-    let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+    let trace = s.store.get_trace(&outcome.trace_id).await.unwrap().unwrap();
     assert_eq!(trace.status, TraceStatus::Completed);
     assert_eq!(trace.result_summary.as_deref(), Some("done"));
-    let events = s.store.events_after(&outcome.trace_id, 0).unwrap();
+    let events = s.store.events_after(&outcome.trace_id, 0).await.unwrap();
     assert!(events.windows(2).all(|w| w[0].id < w[1].id), "event ids increase");
     assert!(path.iter().all(|m| m.goal_id.is_some()), "every message carries the current goal");
 }
 
-#[test]
-fn continue_rewind_and_regenerate_build_the_right_main_paths() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_rewind_and_regenerate_build_the_right_main_paths() {
     let s = Setup::new(
         json!({ "turns": [echo_turn("one"), text_turn("first answer"), text_turn("second answer")] }),
-    );
+    ).await;
     let runner = s.runner(Hooks::none());
-    let first = runner.run(user("start"), RunConfig::default()).unwrap().wait().unwrap();
+    let first =
+        runner.run(user("start"), RunConfig::default()).await.unwrap().wait().await.unwrap();
     let id = first.trace_id.clone();
-    assert_eq!(sequences(&s.main_path(&id)), [1, 2, 3, 4]);
+    assert_eq!(sequences(&s.main_path(&id).await), [1, 2, 3, 4]);
 
     // Continue: appends after the head.
     let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
-    runner.run(user("more"), cont).unwrap().wait().unwrap();
-    let path = s.main_path(&id);
+    runner.run(user("more"), cont).await.unwrap().wait().await.unwrap();
+    let path = s.main_path(&id).await;
     assert_eq!(sequences(&path), [1, 2, 3, 4, 5, 6]);
     assert_eq!(path[5].text(), "second answer");
 
@@ -171,8 +178,8 @@ fn continue_rewind_and_regenerate_build_the_right_main_paths() {
     // its result, so the new message follows #3, not #2.
     let rewind =
         RunConfig { trace_id: Some(id.clone()), after_sequence: Some(2), ..RunConfig::default() };
-    runner.run(user("instead"), rewind).unwrap().wait().unwrap();
-    let path = s.main_path(&id);
+    runner.run(user("instead"), rewind).await.unwrap().wait().await.unwrap();
+    let path = s.main_path(&id).await;
     assert_eq!(sequences(&path), [1, 2, 3, 7, 8]);
     assert_eq!(path[3].parent_sequence, Some(3));
     assert_eq!(path[4].text(), "first answer", "the script replays by the branch's history");
@@ -180,48 +187,58 @@ fn continue_rewind_and_regenerate_build_the_right_main_paths() {
     // Regenerate: rewind with no new message; the model answers #7 again.
     let regen =
         RunConfig { trace_id: Some(id.clone()), after_sequence: Some(7), ..RunConfig::default() };
-    runner.run(Vec::new(), regen).unwrap().wait().unwrap();
-    assert_eq!(sequences(&s.main_path(&id)), [1, 2, 3, 7, 9]);
+    runner.run(Vec::new(), regen).await.unwrap().wait().await.unwrap();
+    assert_eq!(sequences(&s.main_path(&id).await), [1, 2, 3, 7, 9]);
 
     // Nothing was deleted and no sequence was reused.
-    let all = s.store.messages(&id).unwrap();
+    let all = s.store.get_messages(&id).await.unwrap();
     assert_eq!(sequences(&all), (1..=9).collect::<Vec<_>>());
 
     let bad =
         RunConfig { trace_id: Some(id.clone()), after_sequence: Some(99), ..RunConfig::default() };
-    let err = runner.run(user("x"), bad).err().unwrap();
+    let err = runner.run(user("x"), bad).await.err().unwrap();
     assert!(err.to_string().contains("has no message 99"), "{err}");
     let missing = RunConfig { trace_id: Some("tr_nope".into()), ..RunConfig::default() };
-    assert!(runner.run(user("x"), missing).err().unwrap().to_string().contains("no trace tr_nope"));
+    assert!(
+        runner
+            .run(user("x"), missing)
+            .await
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("no trace tr_nope")
+    );
 }
 
-#[test]
-fn a_doom_loop_ends_the_run_with_a_clear_error() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_doom_loop_ends_the_run_with_a_clear_error() {
     let s = Setup::new(
         json!({ "turns": [echo_turn("same"), echo_turn("same"), echo_turn("same"), text_turn("never")] }),
-    );
+    ).await;
     let err = s
         .runner(Hooks::none())
         .run(user("loop"), RunConfig::default())
+        .await
         .unwrap()
         .wait()
+        .await
         .unwrap_err();
     assert!(matches!(err, AgentError::LimitExceeded(_)), "{err:?}");
     assert!(err.to_string().contains("doom loop: the same tool call echo"), "{err}");
-    let trace = s.store.list(&Default::default()).unwrap().remove(0);
+    let trace = s.store.list_traces(&Default::default()).await.unwrap().remove(0);
     assert_eq!(trace.status, TraceStatus::Failed);
     assert!(trace.error_message.unwrap().contains("doom loop"));
 }
 
-#[test]
-fn max_iterations_and_an_exhausted_script_fail_clearly() {
-    let s = Setup::new(json!({ "turns": [echo_turn("a"), echo_turn("b"), echo_turn("c")] }));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_iterations_and_an_exhausted_script_fail_clearly() {
+    let s = Setup::new(json!({ "turns": [echo_turn("a"), echo_turn("b"), echo_turn("c")] })).await;
     let runner = s.runner(Hooks::none());
     let config = RunConfig { max_iterations: 2, ..RunConfig::default() };
-    let err = runner.run(user("go"), config).unwrap().wait().unwrap_err();
+    let err = runner.run(user("go"), config).await.unwrap().wait().await.unwrap_err();
     assert!(err.to_string().contains("max_iterations (2)"), "{err}");
 
-    let err = runner.run(user("go"), RunConfig::default()).unwrap().wait().unwrap_err();
+    let err = runner.run(user("go"), RunConfig::default()).await.unwrap().wait().await.unwrap_err();
     assert!(
         err.to_string().contains("the script has 3 turns and this request needs turn 4"),
         "{err}"
@@ -229,19 +246,26 @@ fn max_iterations_and_an_exhausted_script_fail_clearly() {
     assert!(!err.is_recoverable());
 }
 
-#[test]
-fn model_mistakes_go_back_to_the_model() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_mistakes_go_back_to_the_model() {
     let s = Setup::new(json!({ "turns": [
         { "tool_calls": [
             { "name": "nope", "arguments": {} },
             { "name": "echo", "arguments": { "text": 5 } },
             { "name": "echo", "arguments": "{not json" } ] },
         text_turn("recovered")
-    ]}));
-    let outcome =
-        s.runner(Hooks::none()).run(user("go"), RunConfig::default()).unwrap().wait().unwrap();
+    ]}))
+    .await;
+    let outcome = s
+        .runner(Hooks::none())
+        .run(user("go"), RunConfig::default())
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
-    let path = s.main_path(&outcome.trace_id);
+    let path = s.main_path(&outcome.trace_id).await;
     let results: Vec<String> =
         path.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
     assert!(
@@ -255,37 +279,49 @@ fn model_mistakes_go_back_to_the_model() {
     assert!(results.iter().any(|r| r.contains("not valid JSON")), "{results:?}");
 }
 
-#[test]
-fn tool_calls_of_one_message_run_concurrently() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_of_one_message_run_concurrently() {
     let sleep = |id: &str| json!({ "id": id, "name": "exec", "arguments": { "program": "sleep", "args": ["0.6"] } });
     let s = Setup::with_config(
         json!({ "turns": [{ "tool_calls": [sleep("a"), sleep("b"), sleep("c")] }, text_turn("slept")] }),
         "[plugins.hostile]\nprocess = [\"sleep *\"]\nlimits = { timeout_ms = 5000 }\n",
-    );
+    ).await;
     let start = Instant::now();
-    let outcome =
-        s.runner(Hooks::none()).run(user("sleep"), RunConfig::default()).unwrap().wait().unwrap();
+    let outcome = s
+        .runner(Hooks::none())
+        .run(user("sleep"), RunConfig::default())
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     let took = start.elapsed();
     assert_eq!(outcome.status, TraceStatus::Completed);
-    let path = s.main_path(&outcome.trace_id);
+    let path = s.main_path(&outcome.trace_id).await;
     let tools: Vec<&Message> = path.iter().filter(|m| m.role == Role::Tool).collect();
     assert_eq!(tools.len(), 3);
     assert!(tools.iter().all(|m| m.duration_ms >= 550), "each call slept");
     assert!(took < Duration::from_millis(1500), "three 0.6 s calls took {took:?}: not concurrent");
 }
 
-#[test]
-fn accounting_sums_every_token_kind_and_cost() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounting_sums_every_token_kind_and_cost() {
     let usage = |p: u64, c: u64| json!({ "prompt_tokens": p, "completion_tokens": c, "reasoning_tokens": 1, "cache_read_tokens": 2, "cache_write_tokens": 3 });
     let s = Setup::new(json!({ "turns": [
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "x" } }], "usage": usage(100, 10), "cost": 0.25 },
         { "text": "ok", "usage": usage(200, 20), "cost": 0.5 }
-    ]}));
-    let outcome =
-        s.runner(Hooks::none()).run(user("count"), RunConfig::default()).unwrap().wait().unwrap();
+    ]})).await;
+    let outcome = s
+        .runner(Hooks::none())
+        .run(user("count"), RunConfig::default())
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     assert_eq!(outcome.usage.prompt_tokens, 300);
     assert!((outcome.cost - 0.75).abs() < 1e-9);
-    let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+    let trace = s.store.get_trace(&outcome.trace_id).await.unwrap().unwrap();
     let u = trace.totals.usage;
     assert_eq!(
         (
@@ -299,53 +335,153 @@ fn accounting_sums_every_token_kind_and_cost() {
     );
     assert!((trace.totals.cost - 0.75).abs() < 1e-9);
     assert_eq!(trace.totals.messages, 4);
-    let path = s.main_path(&outcome.trace_id);
+    let path = s.main_path(&outcome.trace_id).await;
     assert_eq!(path[1].usage.prompt_tokens, 100);
     assert_eq!(path[3].usage.completion_tokens, 20);
-    let goals = s.store.goals(&outcome.trace_id).unwrap();
+    let goals = s.store.get_goals(&outcome.trace_id).await.unwrap();
     let root = &goals.goals()[0];
     assert_eq!(goals.cumulative(&root.id).unwrap().usage.prompt_tokens, 300);
 }
 
-#[test]
-fn stop_ends_the_run_and_a_continue_picks_it_up() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_ends_the_run_and_a_continue_picks_it_up() {
     let s = Setup::new(
         json!({ "turns": [{ "text": "thinking", "delay_ms": 800 }, text_turn("after")] }),
-    );
+    )
+    .await;
     let runner = s.runner(Hooks::none());
-    let handle = runner.run(user("slow"), RunConfig::default()).unwrap();
+    let mut handle = runner.run(user("slow"), RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         if matches!(event, AgentEvent::ModelRequest { .. }) {
             assert!(runner.stop(&id));
             break;
         }
     }
-    let outcome = handle.wait().unwrap();
+    let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Stopped);
-    let trace = s.store.get(&id).unwrap().unwrap();
+    let trace = s.store.get_trace(&id).await.unwrap().unwrap();
     assert_eq!(trace.status, TraceStatus::Stopped);
     assert!(!runner.stop(&id), "no longer running");
-    let roles: Vec<Role> = s.main_path(&id).iter().map(|m| m.role).collect();
+    let roles: Vec<Role> = s.main_path(&id).await.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::User], "the model call in flight was cancelled");
 
     let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
-    let outcome = runner.run(user("go on"), cont).unwrap().wait().unwrap();
+    let outcome = runner.run(user("go on"), cont).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
-    let path = s.main_path(&id);
+    let path = s.main_path(&id).await;
     assert_eq!(path.iter().map(Message::text).collect::<Vec<_>>(), ["slow", "go on", "thinking"]);
 }
 
-#[test]
-fn hooks_observe_and_can_block() {
-    let s = Setup::new(json!({ "turns": [echo_turn("x"), text_turn("done")] }));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_handle_is_a_stream_of_its_events() {
+    let s = Setup::new(json!({ "turns": [echo_turn("streamed"), text_turn("done")] })).await;
+    let runner = s.runner(Hooks::none());
+    let mut handle = runner.run(user("stream it"), RunConfig::default()).await.unwrap();
+    // Stream combinators work on the handle itself: the tool events only,
+    // up to the end of the first call.
+    let tool_events: Vec<AgentEvent> = handle
+        .by_ref()
+        .filter(|e| {
+            ready(matches!(e, AgentEvent::ToolStarted { .. } | AgentEvent::ToolFinished { .. }))
+        })
+        .take(2)
+        .collect()
+        .await;
+    assert!(
+        matches!(&tool_events[0], AgentEvent::ToolStarted { name, .. } if name == "echo"),
+        "{tool_events:?}"
+    );
+    assert!(
+        matches!(&tool_events[1], AgentEvent::ToolFinished { ok: true, output, .. } if output == "streamed"),
+        "{tool_events:?}"
+    );
+    // The rest of the run, to the end of the stream.
+    let rest: Vec<AgentEvent> = handle.by_ref().collect().await;
+    assert!(rest.iter().any(|e| matches!(e, AgentEvent::ModelRequest { .. })), "{rest:?}");
+    assert!(
+        matches!(rest.last(), Some(AgentEvent::Finished { status: TraceStatus::Completed, .. })),
+        "the stream ends with Finished: {rest:?}"
+    );
+    assert!(handle.next().await.is_none(), "an ended stream stays ended");
+    let outcome = handle.wait().await.unwrap();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    assert_eq!(outcome.final_text.as_deref(), Some("done"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_run_handle_stops_the_run_and_a_continue_finishes_it() {
+    let s =
+        Setup::new(json!({ "turns": [echo_turn("one"), { "text": "slow", "delay_ms": 10000 }] }))
+            .await;
+    let runner = s.runner(Hooks::none());
+    let mut handle = runner.run(user("echo then think"), RunConfig::default()).await.unwrap();
+    let id = handle.trace_id().to_owned();
+    while let Some(event) = handle.next_event().await {
+        if matches!(event, AgentEvent::ModelRequest { iteration: 2 }) {
+            break;
+        }
+    }
+    let dropped = Instant::now();
+    drop(handle);
+    // Nothing but the drop stops it: left alone, the model call would hold
+    // the trace `running` for 10 s.
+    loop {
+        let status = s.store.get_trace(&id).await.unwrap().unwrap().status;
+        if status != TraceStatus::Running {
+            assert_eq!(status, TraceStatus::Stopped);
+            break;
+        }
+        assert!(
+            dropped.elapsed() < Duration::from_secs(3),
+            "the run went on after its handle was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The trace is stopped; the run lets go of it as it ends.
+    while runner.stop(&id) {
+        assert!(dropped.elapsed() < Duration::from_secs(3), "the stopped run never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let roles: Vec<Role> = s.main_path(&id).await.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::Tool],
+        "the model call in flight was cut"
+    );
+
+    s.set_script(json!({ "turns": [echo_turn("one"), text_turn("fast now")] }));
+    let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
+    let outcome = runner.run(Vec::new(), cont).await.unwrap().wait().await.unwrap();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    assert_eq!(s.main_path(&id).await.last().unwrap().text(), "fast now");
+    assert_eq!(s.store.get_trace(&id).await.unwrap().unwrap().status, TraceStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_run_goes_on_without_its_handle() {
+    let s = Setup::new(json!({ "turns": [echo_turn("alone"), text_turn("finished alone")] })).await;
+    let runner = s.runner(Hooks::none());
+    let handle = runner.run(user("go on your own"), RunConfig::default()).await.unwrap();
+    let id = handle.trace_id().to_owned();
+    // Nobody takes its events: the run must not stall or stop for that.
+    let task = handle.detach();
+    let outcome = task.await.expect("the run's task").unwrap();
+    assert_eq!(outcome.status, TraceStatus::Completed);
+    assert_eq!(outcome.final_text.as_deref(), Some("finished alone"));
+    assert_eq!(s.store.get_trace(&id).await.unwrap().unwrap().status, TraceStatus::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_observe_and_can_block() {
+    let s = Setup::new(json!({ "turns": [echo_turn("x"), text_turn("done")] })).await;
     let requests = Arc::new(AtomicU32::new(0));
     let counter = requests.clone();
     let hooks = Hooks::none().on(HookPoint::PreRequest, move |_: &HookEvent| {
         counter.fetch_add(1, Ordering::SeqCst);
         HookDecision::Continue
     });
-    s.runner(hooks).run(user("go"), RunConfig::default()).unwrap().wait().unwrap();
+    s.runner(hooks).run(user("go"), RunConfig::default()).await.unwrap().wait().await.unwrap();
     assert_eq!(requests.load(Ordering::SeqCst), 2);
 
     let errors = Arc::new(AtomicU32::new(0));
@@ -362,7 +498,14 @@ fn hooks_observe_and_can_block() {
             seen.fetch_add(1, Ordering::SeqCst);
             HookDecision::Continue
         });
-    let err = s.runner(blocking).run(user("go"), RunConfig::default()).unwrap().wait().unwrap_err();
+    let err = s
+        .runner(blocking)
+        .run(user("go"), RunConfig::default())
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap_err();
     match &err {
         AgentError::HookBlocked { point, reason } => {
             assert_eq!((point.as_str(), reason.as_str()), ("post-request", "budget spent"))
@@ -372,11 +515,11 @@ fn hooks_observe_and_can_block() {
     assert_eq!(errors.load(Ordering::SeqCst), 1);
 }
 
-#[test]
-fn retryable_provider_errors_fire_on_retry_then_fail() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_provider_errors_fire_on_retry_then_fail() {
     let s = Setup::new(
         json!({ "turns": [{ "error": { "kind": "rate-limited", "message": "slow down", "retry_after_ms": 10 } }] }),
-    );
+    ).await;
     let retries = Arc::new(AtomicU32::new(0));
     let counter = retries.clone();
     let hooks = Hooks::none().on(HookPoint::OnRetry, move |_: &HookEvent| {
@@ -384,7 +527,7 @@ fn retryable_provider_errors_fire_on_retry_then_fail() {
         HookDecision::Continue
     });
     let config = RunConfig { max_retries: 2, ..RunConfig::default() };
-    let err = s.runner(hooks).run(user("go"), config).unwrap().wait().unwrap_err();
+    let err = s.runner(hooks).run(user("go"), config).await.unwrap().wait().await.unwrap_err();
     assert_eq!(retries.load(Ordering::SeqCst), 2);
     assert!(err.to_string().contains("rate limited: slow down"), "{err}");
     assert!(err.is_recoverable());
@@ -396,24 +539,32 @@ fn retryable_provider_errors_fire_on_retry_then_fail() {
         counter.fetch_add(1, Ordering::SeqCst);
         HookDecision::Continue
     });
-    let err = s.runner(hooks).run(user("go"), RunConfig::default()).unwrap().wait().unwrap_err();
+    let err = s
+        .runner(hooks)
+        .run(user("go"), RunConfig::default())
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap_err();
     assert_eq!(retries.load(Ordering::SeqCst), 0, "auth errors are not retried");
     assert!(!err.is_recoverable());
 }
 
-#[test]
-fn goal_tree_is_kept_and_reminded_at_the_tail() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goal_tree_is_kept_and_reminded_at_the_tail() {
     let add = json!({ "tool_calls": [{ "name": "goal", "arguments": { "action": "add", "description": "sub" } }] });
     let mut turns = vec![add];
     turns.extend((0..3).map(|i| echo_turn(&format!("step {i}"))));
     turns.push(text_turn("end"));
-    let s = Setup::new(json!({ "turns": turns }));
+    let s = Setup::new(json!({ "turns": turns })).await;
     let config = RunConfig { goal_reminder_every: 2, ..RunConfig::default() };
-    let outcome = s.runner(Hooks::none()).run(user("plan"), config).unwrap().wait().unwrap();
-    let goals = s.store.goals(&outcome.trace_id).unwrap();
+    let outcome =
+        s.runner(Hooks::none()).run(user("plan"), config).await.unwrap().wait().await.unwrap();
+    let goals = s.store.get_goals(&outcome.trace_id).await.unwrap();
     assert_eq!(goals.goals().len(), 2, "a root goal for the task plus the added one");
     assert_eq!(goals.goals()[0].description, "plan");
-    let path = s.main_path(&outcome.trace_id);
+    let path = s.main_path(&outcome.trace_id).await;
     let reminders: Vec<&Message> =
         path.iter().filter(|m| m.synthetic && m.role == Role::User).collect();
     assert_eq!(reminders.len(), 2, "iterations 3 and 5");
@@ -422,9 +573,9 @@ fn goal_tree_is_kept_and_reminded_at_the_tail() {
     assert_eq!(path[first - 1].role, Role::Tool, "appended at the tail, after the last result");
 }
 
-#[test]
-fn agent_builder_refuses_an_incomplete_bundle() {
-    let s = Setup::new(json!({ "turns": [] }));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_builder_refuses_an_incomplete_bundle() {
+    let s = Setup::new(json!({ "turns": [] })).await;
     let provider = Arc::new(PluginProvider::new(s.runtime.clone(), "scripted"));
     let store: Arc<dyn TraceStore> = s.store.clone();
     let cases = [
@@ -465,10 +616,11 @@ fn agent_builder_refuses_an_incomplete_bundle() {
     }
 }
 
-#[test]
-fn sessions_submit_turns_with_hooks_and_memory() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_submit_turns_with_hooks_and_memory() {
     let s =
-        Setup::new(json!({ "turns": [echo_turn("hi"), text_turn("first"), text_turn("second")] }));
+        Setup::new(json!({ "turns": [echo_turn("hi"), text_turn("first"), text_turn("second")] }))
+            .await;
     let turns = Arc::new(AtomicU32::new(0));
     let counter = turns.clone();
     let bundle = AgentBuilder::new()
@@ -488,24 +640,24 @@ fn sessions_submit_turns_with_hooks_and_memory() {
         ["echo"]
     );
     let memory = SessionMemory::in_memory("s1").unwrap();
-    memory.set("user", "name", "Ada").unwrap();
+    memory.set("user", "name", "Ada").await.unwrap();
     let mut session = AgentSession::with_memory(agent.clone(), bundle.clone(), memory);
-    let first = session.submit_turn("hello").unwrap();
-    let second = session.submit_turn("again").unwrap();
+    let first = session.submit_turn("hello").await.unwrap();
+    let second = session.submit_turn("again").await.unwrap();
     assert_eq!((first.turn, first.text.as_str(), first.tool_calls), (1, "first", 1));
     assert_eq!((second.turn, second.text.as_str()), (2, "second"));
     assert_eq!(first.trace_id, second.trace_id, "a session is one trace");
     assert_eq!(session.turn_index(), 2);
     assert_eq!(turns.load(Ordering::SeqCst), 2);
-    let trace = s.store.get(&first.trace_id).unwrap().unwrap();
+    let trace = s.store.get_trace(&first.trace_id).await.unwrap().unwrap();
     assert_eq!(trace.agent_type, "helper");
     let prompt = trace.context.extra["system_prompt"].as_str().unwrap();
     assert_eq!(prompt, "You help.\n\n<session-context>\n[user]\nname: Ada\n</session-context>");
 
     // Another session's memory is its own.
     let other = AgentSession::new(agent, bundle).unwrap();
-    assert!(other.memory().snapshot().unwrap().is_empty());
-    assert_eq!(other.system_prompt().unwrap(), "You help.");
+    assert!(other.memory().snapshot().await.unwrap().is_empty());
+    assert_eq!(other.system_prompt().await.unwrap(), "You help.");
 }
 
 fn reson_run(s: &Setup, script: &serde_json::Value, args: &[&str]) -> std::process::Child {
@@ -547,62 +699,63 @@ fn kill_at(mut child: std::process::Child, kind: &str) -> String {
     panic!("the run ended before a {kind} event: {:?}", child.wait_with_output());
 }
 
-#[test]
-fn a_run_killed_during_a_tool_call_is_healed_on_continue() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_during_a_tool_call_is_healed_on_continue() {
     let s = Setup::with_config(
         json!({ "turns": [] }),
         "[plugins.hostile]\nlimits = { timeout_ms = 2000 }\n",
-    );
+    )
+    .await;
     let script = json!({ "turns": [
         { "text": "spinning", "tool_calls": [{ "id": "call_spin", "name": "spin", "arguments": {} }] },
         text_turn("recovered")
     ]});
     let id = kill_at(reson_run(&s, &script, &["spin please"]), "tool_started");
 
-    let trace = s.store.get(&id).unwrap().expect("the killed trace loads");
+    let trace = s.store.get_trace(&id).await.unwrap().expect("the killed trace loads");
     assert_eq!(trace.status, TraceStatus::Running, "it never got to finish");
-    let before = s.store.messages(&id).unwrap();
+    let before = s.store.get_messages(&id).await.unwrap();
     assert_eq!(before.len(), 2, "user and assistant were persisted before the kill");
 
     let out = reson_run(&s, &script, &["--trace", &id, "go on"]).wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let path = s.main_path(&id);
+    let path = s.main_path(&id).await;
     assert_eq!(path[..2], before[..], "nothing persisted before the kill was lost");
     let healed = &path[2];
     assert_eq!((healed.role, healed.tool_call_id.as_deref()), (Role::Tool, Some("call_spin")));
     assert!(healed.synthetic && healed.text() == INTERRUPTED);
     assert_eq!(path[3].text(), "go on");
     assert_eq!(path.last().unwrap().text(), "recovered");
-    assert_eq!(s.store.get(&id).unwrap().unwrap().status, TraceStatus::Completed);
+    assert_eq!(s.store.get_trace(&id).await.unwrap().unwrap().status, TraceStatus::Completed);
 }
 
-#[test]
-fn a_run_killed_during_a_model_call_continues_without_loss() {
-    let s = Setup::new(json!({ "turns": [] }));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_during_a_model_call_continues_without_loss() {
+    let s = Setup::new(json!({ "turns": [] })).await;
     let slow = json!({ "turns": [echo_turn("one"), { "text": "slow", "delay_ms": 10000 }] });
     let id = kill_at(reson_run(&s, &slow, &["echo then think"]), "tool_finished");
     // The kill lands while the second model call sleeps, or just before it.
-    std::thread::sleep(Duration::from_millis(100));
-    let before = s.store.messages(&id).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = s.store.get_messages(&id).await.unwrap();
     assert!(before.len() >= 2, "{before:?}");
 
     let fast = json!({ "turns": [echo_turn("one"), text_turn("fast now")] });
     let out = reson_run(&s, &fast, &["--trace", &id]).wait_with_output();
     let out = out.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let path = s.main_path(&id);
+    let path = s.main_path(&id).await;
     assert_eq!(path[..before.len()], before[..], "nothing persisted before the kill was lost");
     assert_eq!(path.last().unwrap().text(), "fast now");
-    let all = s.store.messages(&id).unwrap();
+    let all = s.store.get_messages(&id).await.unwrap();
     assert!(
         all.windows(2).all(|w| w[0].sequence + 1 == w[1].sequence),
         "sequences stay dense and unique"
     );
 }
 
-#[test]
-fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
-    let s = Setup::new(json!({ "turns": [] }));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
+    let s = Setup::new(json!({ "turns": [] })).await;
     let slow = json!({ "turns": [echo_turn("one"), { "text": "slow", "delay_ms": 10000 }] });
     let mut child = reson_run(&s, &slow, &["think slowly"]);
     let stdout = child.stdout.take().unwrap();
@@ -632,7 +785,7 @@ fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
         "it did not wait for the slow model call to end"
     );
     assert!(rest.iter().any(|l| l.contains(r#""status":"stopped""#)), "{rest:?}");
-    assert_eq!(s.store.get(&trace_id).unwrap().unwrap().status, TraceStatus::Stopped);
+    assert_eq!(s.store.get_trace(&trace_id).await.unwrap().unwrap().status, TraceStatus::Stopped);
 
     // A rewind onto the user message makes a branch; show draws both.
     let answer = json!({ "turns": [text_turn("branch answer")] });
@@ -670,16 +823,17 @@ fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
     assert_eq!(traces[0]["id"], trace_id.as_str());
 }
 
-#[test]
-fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace() {
     let s = Setup::new(json!({ "turns": [
         { "tool_calls": [{ "name": "nap", "arguments": { "ms": 800 } }] },
         text_turn("done")
-    ]}));
+    ]}))
+    .await;
     let runner = s.runner(Hooks::none());
-    let handle = runner.run(user("nap"), RunConfig::default()).unwrap();
+    let mut handle = runner.run(user("nap"), RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         if matches!(event, AgentEvent::ToolStarted { .. }) {
             break;
         }
@@ -688,15 +842,17 @@ fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace() {
     // as interrupted and add a message) and a rewind (which would move the
     // head and the goal tree) of the same trace.
     let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
-    let err = runner.run(user("intruder"), cont).err().expect("a continue of a running trace");
+    let err =
+        runner.run(user("intruder"), cont).await.err().expect("a continue of a running trace");
     assert!(err.to_string().contains("already running"), "{err}");
     let rewind =
         RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
-    let err = runner.run(user("other branch"), rewind).err().expect("a rewind of a running trace");
+    let err =
+        runner.run(user("other branch"), rewind).await.err().expect("a rewind of a running trace");
     assert!(err.to_string().contains("already running"), "{err}");
-    let outcome = handle.wait().unwrap();
+    let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
-    let all = s.store.messages(&id).unwrap();
+    let all = s.store.get_messages(&id).await.unwrap();
     let texts: Vec<String> = all.iter().map(Message::text).collect();
     assert_eq!(texts, ["nap", "", "slept 800 ms", "done"], "{all:#?}");
     assert!(all.iter().all(|m| !m.synthetic), "nothing was healed");

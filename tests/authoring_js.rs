@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use support::TestDir;
 use support::llm_server::{LlmServer, Reply};
+use tokio_util::sync::CancellationToken;
 
 const TIMEOUT_MS: u64 = 1_000;
 const MEMORY_MB: u64 = 64;
@@ -52,22 +53,23 @@ fn exit(out: &Output) -> (i32, String) {
 // The hostile JavaScript guest, built once per run (and reused across runs
 // while its sources are unchanged, so its compiled code stays cached).
 
-fn hostile_wasm() -> &'static Path {
-    static WASM: OnceLock<PathBuf> = OnceLock::new();
-    WASM.get_or_init(|| {
+async fn hostile_wasm() -> &'static Path {
+    static WASM: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+    WASM.get_or_init(|| async {
         let wasm = support::js::guest("hostile", "hostile");
         // Compile once, before the tests run in parallel: each would
         // otherwise compile the 12 MB engine at the same time.
-        let (_dir, _runtime) = open_hostile(&wasm);
+        let (_dir, _runtime) = open_hostile(&wasm).await;
         wasm
     })
+    .await
 }
 
-fn open_hostile(wasm: &Path) -> (TestDir, Runtime) {
-    open_hostile_with(wasm, MEMORY_MB)
+async fn open_hostile(wasm: &Path) -> (TestDir, Runtime) {
+    open_hostile_with(wasm, MEMORY_MB).await
 }
 
-fn open_hostile_with(wasm: &Path, memory_mb: u64) -> (TestDir, Runtime) {
+async fn open_hostile_with(wasm: &Path, memory_mb: u64) -> (TestDir, Runtime) {
     let dir = TestDir::new();
     std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
     std::fs::write(
@@ -84,21 +86,21 @@ fn open_hostile_with(wasm: &Path, memory_mb: u64) -> (TestDir, Runtime) {
         dirs = [{{ path = "workspace", access = "read-write" }}]
         limits = {{ timeout_ms = {TIMEOUT_MS}, memory_mb = {memory_mb}, output_bytes = {OUTPUT_BYTES} }}
         "#
-    ));
+    )).await;
     (dir, runtime)
 }
 
-fn hostile() -> (TestDir, Runtime) {
-    open_hostile(hostile_wasm())
+async fn hostile() -> (TestDir, Runtime) {
+    open_hostile(hostile_wasm().await).await
 }
 
-fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
-    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+async fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).await.map(|o| o.text)
 }
 
 /// The plugin still serves after whatever came before.
-fn assert_alive(rt: &Runtime) {
-    assert_eq!(call(rt, "echo", json!({"text": "still here"})).unwrap(), "still here");
+async fn assert_alive(rt: &Runtime) {
+    assert_eq!(call(rt, "echo", json!({"text": "still here"})).await.unwrap(), "still here");
 }
 
 fn limit_of(err: CallError) -> Limit {
@@ -108,34 +110,34 @@ fn limit_of(err: CallError) -> Limit {
     }
 }
 
-#[test]
-fn js_infinite_loop_hits_the_deadline() {
-    let (_dir, rt) = hostile();
+#[tokio::test]
+async fn js_infinite_loop_hits_the_deadline() {
+    let (_dir, rt) = hostile().await;
     for tool in ["spin", "host_spin"] {
         let start = Instant::now();
-        let err = call(&rt, tool, json!({})).unwrap_err();
+        let err = call(&rt, tool, json!({})).await.unwrap_err();
         let took = start.elapsed();
         assert!(err.to_string().contains("time limit of 1000 ms"), "{tool}: {err}");
         assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS }, "{tool}");
         assert!(took >= Duration::from_millis(TIMEOUT_MS), "{tool} stopped early: {took:?}");
         assert!(took < Duration::from_millis(TIMEOUT_MS * 3), "{tool} stopped late: {took:?}");
-        assert_alive(&rt);
+        assert_alive(&rt).await;
     }
 }
 
-#[test]
-fn js_memory_bomb_hits_the_memory_cap() {
-    let (_dir, rt) = hostile();
-    let err = call(&rt, "grow", json!({})).unwrap_err();
+#[tokio::test]
+async fn js_memory_bomb_hits_the_memory_cap() {
+    let (_dir, rt) = hostile().await;
+    let err = call(&rt, "grow", json!({})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Memory { bytes: MEMORY_MB << 20 });
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn js_memory_cap_below_what_the_engine_needs_fails_the_load_and_says_why() {
+#[tokio::test]
+async fn js_memory_cap_below_what_the_engine_needs_fails_the_load_and_says_why() {
     // The engine's own heap does not fit in 4 MiB: `list()` cannot run, so
     // the plugin serves nothing, and says it was the memory limit.
-    let (_dir, rt) = open_hostile_with(hostile_wasm(), 4);
+    let (_dir, rt) = open_hostile_with(hostile_wasm().await, 4).await;
     let info = rt.plugins().into_iter().find(|p| p.name == "hostile").expect("listed");
     match info.status {
         PluginStatus::Failed(reason) => {
@@ -143,44 +145,47 @@ fn js_memory_cap_below_what_the_engine_needs_fails_the_load_and_says_why() {
         }
         other => panic!("expected a failed load, got {other:?}"),
     }
-    assert!(matches!(call(&rt, "echo", json!({"text": "hi"})), Err(CallError::UnknownTool { .. })));
+    assert!(matches!(
+        call(&rt, "echo", json!({"text": "hi"})).await,
+        Err(CallError::UnknownTool { .. })
+    ));
 }
 
-#[test]
-fn js_output_flood_hits_the_output_cap() {
-    let (_dir, rt) = hostile();
-    assert_eq!(call(&rt, "flood", json!({"bytes": 1000})).unwrap().len(), 1000);
-    let err = call(&rt, "flood", json!({"bytes": 100_000})).unwrap_err();
+#[tokio::test]
+async fn js_output_flood_hits_the_output_cap() {
+    let (_dir, rt) = hostile().await;
+    assert_eq!(call(&rt, "flood", json!({"bytes": 1000})).await.unwrap().len(), 1000);
+    let err = call(&rt, "flood", json!({"bytes": 100_000})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Output { returned: 100_000, bytes: OUTPUT_BYTES });
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn js_cancelled_spin_stops_promptly() {
-    let (_dir, rt) = hostile();
-    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = cancel.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
-        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_cancelled_spin_stops_promptly() {
+    let (_dir, rt) = hostile().await;
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        trigger.cancel();
     });
     let context = CallContext { cancel: Some(cancel), ..CallContext::default() };
     let start = Instant::now();
-    let err = rt.call_tool("spin", "{}", &context).unwrap_err();
+    let err = rt.call_tool("spin", "{}", &context).await.unwrap_err();
     assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
     assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS), "{:?}", start.elapsed());
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn js_reads_outside_the_grant_are_refused_by_the_host() {
-    let (dir, rt) = hostile();
+#[tokio::test]
+async fn js_reads_outside_the_grant_are_refused_by_the_host() {
+    let (dir, rt) = hostile().await;
     let ws = dir.workspace();
     let outside = dir.path().canonicalize().unwrap().join("outside/secret.txt");
     std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
     std::fs::write(ws.join("mine.txt"), "inside").unwrap();
-    assert_eq!(call(&rt, "read", json!({"path": ws.join("mine.txt")})).unwrap(), "inside");
-    assert_eq!(call(&rt, "read", json!({"path": "mine.txt"})).unwrap(), "inside", "relative");
+    assert_eq!(call(&rt, "read", json!({"path": ws.join("mine.txt")})).await.unwrap(), "inside");
+    assert_eq!(call(&rt, "read", json!({"path": "mine.txt"})).await.unwrap(), "inside", "relative");
 
     let attempts = [
         outside.to_string_lossy().into_owned(),
@@ -190,7 +195,7 @@ fn js_reads_outside_the_grant_are_refused_by_the_host() {
         "/etc/passwd".to_owned(),
     ];
     for path in attempts {
-        match call(&rt, "read", json!({ "path": path })).expect_err(&path) {
+        match call(&rt, "read", json!({ "path": path })).await.expect_err(&path) {
             CallError::Tool { failure: ToolFailure::Denied(message), .. } => {
                 assert!(!message.contains("TOP-SECRET"), "{path}: leaked");
                 // The guest offered the path to WASI, and the host's
@@ -199,41 +204,41 @@ fn js_reads_outside_the_grant_are_refused_by_the_host() {
             }
             other => panic!("{path}: expected the tool's denial, got {other:?}"),
         }
-        assert_alive(&rt);
+        assert_alive(&rt).await;
     }
 }
 
-#[test]
-fn js_exception_is_a_typed_trap_and_the_plugin_recovers() {
-    let (_dir, rt) = hostile();
+#[tokio::test]
+async fn js_exception_is_a_typed_trap_and_the_plugin_recovers() {
+    let (_dir, rt) = hostile().await;
     for _ in 0..3 {
-        match call(&rt, "throw", json!({})).unwrap_err() {
+        match call(&rt, "throw", json!({})).await.unwrap_err() {
             CallError::Trapped { plugin, tool, trap } => {
                 assert_eq!((plugin.as_str(), tool.as_str()), ("hostile", "throw"));
                 assert!(!matches!(trap, TrapKind::StackOverflow), "{trap:?}");
             }
             other => panic!("expected a trap, got {other:?}"),
         }
-        assert_alive(&rt);
+        assert_alive(&rt).await;
     }
 }
 
-#[test]
-fn js_runaway_recursion_is_contained() {
-    let (_dir, rt) = hostile();
-    assert_eq!(call(&rt, "recurse", json!({"depth": 3})).unwrap(), "depth: 3");
+#[tokio::test]
+async fn js_runaway_recursion_is_contained() {
+    let (_dir, rt) = hostile().await;
+    assert_eq!(call(&rt, "recurse", json!({"depth": 3})).await.unwrap(), "depth: 3");
     // SpiderMonkey's own limit throws (the uncaught exception traps), or
     // the wasm stack overflows first: a trap either way, never the host.
-    let err = call(&rt, "recurse", json!({"depth": 100_000_000u64})).unwrap_err();
+    let err = call(&rt, "recurse", json!({"depth": 100_000_000u64})).await.unwrap_err();
     assert!(matches!(err, CallError::Trapped { .. }), "{err:?}");
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn js_commands_run_only_when_granted() {
-    let (_dir, rt) = hostile();
+#[tokio::test]
+async fn js_commands_run_only_when_granted() {
+    let (_dir, rt) = hostile().await;
     for (program, args) in [("cat", json!(["/etc/passwd"])), ("/bin/sh", json!(["-c", "id"]))] {
-        match call(&rt, "run", json!({"program": program, "args": args})).unwrap_err() {
+        match call(&rt, "run", json!({"program": program, "args": args})).await.unwrap_err() {
             CallError::Tool { failure: ToolFailure::Denied(message), .. } => {
                 // The host's process import refused it (`denied`), rather
                 // than the command failing to start.
@@ -243,16 +248,16 @@ fn js_commands_run_only_when_granted() {
             other => panic!("{program}: expected a denial, got {other:?}"),
         }
     }
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn js_failures_in_a_row_leave_the_host_healthy() {
-    let (_dir, rt) = hostile();
+#[tokio::test]
+async fn js_failures_in_a_row_leave_the_host_healthy() {
+    let (_dir, rt) = hostile().await;
     for tool in ["grow", "throw", "spin", "grow"] {
-        assert!(call(&rt, tool, json!({})).is_err(), "{tool}");
+        assert!(call(&rt, tool, json!({})).await.is_err(), "{tool}");
     }
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -504,40 +509,39 @@ fn the_js_example_is_refused_what_it_was_not_granted() {
 // What a JavaScript tool costs next to a Rust one, in this (debug) host.
 
 /// Median of `runs` timings of `f`.
-fn median(runs: usize, mut f: impl FnMut()) -> Duration {
-    let mut times: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed()
-        })
-        .collect();
+async fn median(runs: usize, mut f: impl AsyncFnMut()) -> Duration {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        f().await;
+        times.push(start.elapsed());
+    }
     times.sort();
     times[runs / 2]
 }
 
 /// Load from the compiled-code cache and one fresh-instance `echo` call.
-fn costs(wasm: &Path, manifest: &str) -> (Duration, Duration) {
+async fn costs(wasm: &Path, manifest: &str) -> (Duration, Duration) {
     let dir = TestDir::new();
     std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
     std::fs::write(dir.plugins().join("hostile.toml"), manifest).unwrap();
     let config = "[plugins.hostile]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]";
-    drop(dir.open(config));
-    let load = median(3, || drop(dir.open(config)));
-    let runtime = dir.open(config);
-    let per_call = median(21, || assert_alive(&runtime));
+    drop(dir.open(config).await);
+    let load = median(3, async || drop(dir.open(config).await)).await;
+    let runtime = dir.open(config).await;
+    let per_call = median(21, async || assert_alive(&runtime).await).await;
     (load, per_call)
 }
 
-#[test]
-fn a_js_tool_loads_from_the_cache_and_answers_in_milliseconds() {
-    let js = hostile_wasm();
+#[tokio::test]
+async fn a_js_tool_loads_from_the_cache_and_answers_in_milliseconds() {
+    let js = hostile_wasm().await;
     let rust = support::test_plugins().join("hostile.wasm");
     let manifest = std::fs::read_to_string(support::test_plugins().join("hostile.toml")).unwrap();
     let warm = format!("{manifest}\n[instance]\nkeep_warm = true\n");
-    let (js_load, js_call) = costs(js, &manifest);
-    let (_, js_warm) = costs(js, &warm);
-    let (rust_load, rust_call) = costs(&rust, &manifest);
+    let (js_load, js_call) = costs(js, &manifest).await;
+    let (_, js_warm) = costs(js, &warm).await;
+    let (rust_load, rust_call) = costs(&rust, &manifest).await;
     let kb = |p: &Path| std::fs::metadata(p).unwrap().len() / 1024;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     eprintln!(

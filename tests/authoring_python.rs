@@ -13,7 +13,6 @@ use reson::plugin::{CallContext, CallError, Limit, PluginStatus, Runtime, ToolFa
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use support::TestDir;
 use support::llm_server::{LlmServer, Reply};
@@ -75,8 +74,8 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-#[test]
-fn a_python_tool_is_made_built_installed_and_called_from_outside_the_repository() {
+#[tokio::test]
+async fn a_python_tool_is_made_built_installed_and_called_from_outside_the_repository() {
     let outside = tempfile::tempdir().unwrap();
     let project = outside.path().join("greeter");
     let project_arg = project.to_string_lossy().into_owned();
@@ -122,8 +121,10 @@ fn a_python_tool_is_made_built_installed_and_called_from_outside_the_repository(
 
     // In-process figures, next to the bundled Rust echo measured the same
     // way: load from the compiled-code cache, then fresh-instance calls.
-    let (py_load, py_call) = figures(&plugins, "py-greeter", "py_greeter", json!({"who": "x"}));
-    let (rs_load, rs_call) = figures(support::plugins(), "echo", "echo", json!({"text": "x"}));
+    let (py_load, py_call) =
+        figures(&plugins, "py-greeter", "py_greeter", json!({"who": "x"})).await;
+    let (rs_load, rs_call) =
+        figures(support::plugins(), "echo", "echo", json!({"text": "x"})).await;
     let size = |path: &Path| std::fs::metadata(path).unwrap().len() as f64 / 1e6;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
@@ -148,22 +149,26 @@ fn a_python_tool_is_made_built_installed_and_called_from_outside_the_repository(
 
 /// Time to open a runtime serving plugin `name` from `from` (its code
 /// cached), and the median time of 20 calls of `tool`.
-fn figures(from: &Path, name: &str, tool: &str, args: serde_json::Value) -> (Duration, Duration) {
+async fn figures(
+    from: &Path,
+    name: &str,
+    tool: &str,
+    args: serde_json::Value,
+) -> (Duration, Duration) {
     let dir = TestDir::new();
     dir.install(from, name);
     // Compiles if this run has not yet, so the timed open loads from the cache.
-    drop(dir.open(""));
+    drop(dir.open("").await);
     let start = Instant::now();
-    let rt = dir.open("");
+    let rt = dir.open("").await;
     let load = start.elapsed();
     let args = args.to_string();
-    let calls = (0..20)
-        .map(|_| {
-            let start = Instant::now();
-            rt.call_tool(tool, &args, &CallContext::default()).unwrap();
-            start.elapsed()
-        })
-        .collect();
+    let mut calls = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        rt.call_tool(tool, &args, &CallContext::default()).await.unwrap();
+        calls.push(start.elapsed());
+    }
     (load, median(calls))
 }
 
@@ -288,9 +293,9 @@ const OUTPUT_BYTES: u64 = 65_536;
 
 /// The hostile Python guest, built once per run by `reson plugins build`
 /// and compiled once into the shared cache.
-fn hostile_build() -> &'static Path {
-    static DIST: OnceLock<PathBuf> = OnceLock::new();
-    DIST.get_or_init(|| {
+async fn hostile_build() -> &'static Path {
+    static DIST: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
+    DIST.get_or_init(|| async {
         let project = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile-py");
         if project.exists() {
             std::fs::remove_dir_all(&project).unwrap();
@@ -308,27 +313,29 @@ fn hostile_build() -> &'static Path {
         let dist = project.join("dist");
         // Compiling an 18 MB component takes a while: do it once, before
         // the tests that share it race to.
-        TestDir::new().install(&dist, "hostile-py").open("");
+        TestDir::new().install(&dist, "hostile-py").open("").await;
         dist
     })
+    .await
 }
 
 /// A runtime serving the hostile Python guest with a read-write workspace
 /// and a read-only directory, and a secret outside both.
-fn hostile() -> (TestDir, Runtime) {
+async fn hostile() -> (TestDir, Runtime) {
     hostile_with(&format!(
         "timeout_ms = {TIMEOUT_MS}, memory_mb = {MEMORY_MB}, output_bytes = {OUTPUT_BYTES}"
     ))
+    .await
 }
 
-fn hostile_with(limits: &str) -> (TestDir, Runtime) {
-    hostile_granting(limits, "")
+async fn hostile_with(limits: &str) -> (TestDir, Runtime) {
+    hostile_granting(limits, "").await
 }
 
 /// As [`hostile`], with `grants` added to the plugin's table.
-fn hostile_granting(limits: &str, grants: &str) -> (TestDir, Runtime) {
+async fn hostile_granting(limits: &str, grants: &str) -> (TestDir, Runtime) {
     let dir = TestDir::new();
-    dir.install(hostile_build(), "hostile-py");
+    dir.install(hostile_build().await, "hostile-py");
     std::fs::create_dir_all(dir.path().join("readonly")).unwrap();
     std::fs::create_dir_all(dir.path().join("outside")).unwrap();
     std::fs::write(dir.path().join("outside/secret.txt"), "TOP-SECRET").unwrap();
@@ -339,16 +346,16 @@ fn hostile_granting(limits: &str, grants: &str) -> (TestDir, Runtime) {
         limits = {{ {limits} }}
         {grants}
         "#
-    ));
+    )).await;
     (dir, rt)
 }
 
-fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
-    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+async fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).await.map(|o| o.text)
 }
 
-fn assert_alive(rt: &Runtime) {
-    assert_eq!(call(rt, "py_echo", json!({"text": "still here"})).unwrap(), "still here");
+async fn assert_alive(rt: &Runtime) {
+    assert_eq!(call(rt, "py_echo", json!({"text": "still here"})).await.unwrap(), "still here");
 }
 
 fn limit_of(err: CallError) -> Limit {
@@ -368,52 +375,52 @@ fn denial_of(err: CallError) -> String {
     }
 }
 
-#[test]
-fn python_loops_hit_the_deadline_even_when_they_catch_everything() {
-    let (_dir, rt) = hostile();
+#[tokio::test]
+async fn python_loops_hit_the_deadline_even_when_they_catch_everything() {
+    let (_dir, rt) = hostile().await;
     for tool in ["py_spin", "py_stubborn"] {
         let start = Instant::now();
-        let err = call(&rt, tool, json!({})).unwrap_err();
+        let err = call(&rt, tool, json!({})).await.unwrap_err();
         let took = start.elapsed();
         assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS }, "{tool}");
         assert!(took >= Duration::from_millis(TIMEOUT_MS), "{tool} stopped early: {took:?}");
         assert!(took < Duration::from_millis(TIMEOUT_MS * 3), "{tool} stopped late: {took:?}");
-        assert_alive(&rt);
+        assert_alive(&rt).await;
     }
 }
 
-#[test]
-fn python_sleep_is_cut_at_the_deadline() {
-    let (_dir, rt) = hostile();
-    assert_eq!(call(&rt, "py_nap", json!({"ms": 10})).unwrap(), "slept 10 ms");
+#[tokio::test]
+async fn python_sleep_is_cut_at_the_deadline() {
+    let (_dir, rt) = hostile().await;
+    assert_eq!(call(&rt, "py_nap", json!({"ms": 10})).await.unwrap(), "slept 10 ms");
     let start = Instant::now();
-    let err = call(&rt, "py_nap", json!({"ms": 60_000})).unwrap_err();
+    let err = call(&rt, "py_nap", json!({"ms": 60_000})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS });
     assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS * 3), "{:?}", start.elapsed());
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn python_memory_bombs_hit_the_memory_cap() {
-    let (_dir, rt) = hostile();
-    assert_eq!(call(&rt, "py_grow_once", json!({"mb": 1})).unwrap(), "1048576");
+#[tokio::test]
+async fn python_memory_bombs_hit_the_memory_cap() {
+    let (_dir, rt) = hostile().await;
+    assert_eq!(call(&rt, "py_grow_once", json!({"mb": 1})).await.unwrap(), "1048576");
     // Many small allocations, and one too large for the cap at once.
     for (tool, args) in [("py_grow", json!({})), ("py_grow_once", json!({"mb": 200}))] {
-        let err = call(&rt, tool, args).unwrap_err();
+        let err = call(&rt, tool, args).await.unwrap_err();
         assert_eq!(limit_of(err), Limit::Memory { bytes: MEMORY_MB << 20 }, "{tool}");
-        assert_alive(&rt);
+        assert_alive(&rt).await;
     }
 }
 
-#[test]
-fn python_reads_outside_the_grant_are_refused() {
-    let (dir, rt) = hostile();
+#[tokio::test]
+async fn python_reads_outside_the_grant_are_refused() {
+    let (dir, rt) = hostile().await;
     let ws = dir.workspace();
     let outside = dir.path().canonicalize().unwrap().join("outside/secret.txt");
     std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
     std::fs::write(ws.join("mine.txt"), "inside").unwrap();
-    assert_eq!(call(&rt, "py_read", json!({"path": ws.join("mine.txt")})).unwrap(), "inside");
-    assert_eq!(call(&rt, "py_read", json!({"path": "mine.txt"})).unwrap(), "inside");
+    assert_eq!(call(&rt, "py_read", json!({"path": ws.join("mine.txt")})).await.unwrap(), "inside");
+    assert_eq!(call(&rt, "py_read", json!({"path": "mine.txt"})).await.unwrap(), "inside");
 
     let attempts = [
         outside.to_string_lossy().into_owned(),
@@ -423,18 +430,18 @@ fn python_reads_outside_the_grant_are_refused() {
         "/etc/passwd".to_owned(),
     ];
     for path in &attempts {
-        let denial = denial_of(call(&rt, "py_read", json!({ "path": path })).unwrap_err());
+        let denial = denial_of(call(&rt, "py_read", json!({ "path": path })).await.unwrap_err());
         assert!(denial.contains("Error"), "{path}: {denial}");
         assert!(!denial.contains("TOP-SECRET"), "{path}: leaked");
-        assert_alive(&rt);
+        assert_alive(&rt).await;
     }
     // Nor can the guest see what lies outside by listing it.
     for path in ["/", "/etc", &dir.path().canonicalize().unwrap().join("outside").to_string_lossy()]
     {
-        denial_of(call(&rt, "py_listdir", json!({ "path": path })).unwrap_err());
+        denial_of(call(&rt, "py_listdir", json!({ "path": path })).await.unwrap_err());
     }
     // An exception the tool does not catch is a typed trap naming it.
-    match call(&rt, "py_read_unguarded", json!({"path": outside})).unwrap_err() {
+    match call(&rt, "py_read_unguarded", json!({"path": outside})).await.unwrap_err() {
         CallError::Trapped { trap: TrapKind::Panic(message), tool, .. } => {
             assert_eq!(tool, "py_read_unguarded");
             assert!(message.contains("FileNotFoundError"), "{message}");
@@ -443,15 +450,15 @@ fn python_reads_outside_the_grant_are_refused() {
         }
         other => panic!("expected a trap, got {other:?}"),
     }
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn python_writes_land_only_in_the_writable_grant() {
-    let (dir, rt) = hostile();
+#[tokio::test]
+async fn python_writes_land_only_in_the_writable_grant() {
+    let (dir, rt) = hostile().await;
     let readonly = dir.path().canonicalize().unwrap().join("readonly");
     assert_eq!(
-        call(&rt, "py_write", json!({"path": "made.txt", "text": "ok"})).unwrap(),
+        call(&rt, "py_write", json!({"path": "made.txt", "text": "ok"})).await.unwrap(),
         "written"
     );
     assert_eq!(std::fs::read_to_string(dir.workspace().join("made.txt")).unwrap(), "ok");
@@ -460,45 +467,45 @@ fn python_writes_land_only_in_the_writable_grant() {
         dir.path().canonicalize().unwrap().join("outside/new.txt").to_string_lossy().into_owned(),
         "/tmp/reson-python-escape.txt".to_owned(),
     ] {
-        denial_of(call(&rt, "py_write", json!({ "path": path, "text": "x" })).unwrap_err());
+        denial_of(call(&rt, "py_write", json!({ "path": path, "text": "x" })).await.unwrap_err());
         assert!(!Path::new(&path).exists(), "{path} was written");
     }
 }
 
-#[test]
-fn python_sees_no_host_environment() {
-    let (_dir, rt) = hostile();
+#[tokio::test]
+async fn python_sees_no_host_environment() {
+    let (_dir, rt) = hostile().await;
     let env: serde_json::Value =
-        serde_json::from_str(&call(&rt, "py_environ", json!({})).unwrap()).unwrap();
+        serde_json::from_str(&call(&rt, "py_environ", json!({})).await.unwrap()).unwrap();
     assert_eq!(env, json!({}), "the guest saw the host's environment");
 }
 
-#[test]
-fn python_output_floods_hit_the_output_cap() {
-    let (_dir, rt) = hostile();
-    assert_eq!(call(&rt, "py_flood", json!({"bytes": 1000})).unwrap().len(), 1000);
-    let err = call(&rt, "py_flood", json!({"bytes": 100_000})).unwrap_err();
+#[tokio::test]
+async fn python_output_floods_hit_the_output_cap() {
+    let (_dir, rt) = hostile().await;
+    assert_eq!(call(&rt, "py_flood", json!({"bytes": 1000})).await.unwrap().len(), 1000);
+    let err = call(&rt, "py_flood", json!({"bytes": 100_000})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Output { returned: 100_000, bytes: OUTPUT_BYTES });
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn python_recursion_past_its_own_guard_is_a_typed_stack_overflow() {
-    let (_dir, rt) = hostile();
-    assert_eq!(call(&rt, "py_deep", json!({"depth": 10})).unwrap(), "22");
-    match call(&rt, "py_deep", json!({"depth": 100_000})).unwrap_err() {
+#[tokio::test]
+async fn python_recursion_past_its_own_guard_is_a_typed_stack_overflow() {
+    let (_dir, rt) = hostile().await;
+    assert_eq!(call(&rt, "py_deep", json!({"depth": 10})).await.unwrap(), "22");
+    match call(&rt, "py_deep", json!({"depth": 100_000})).await.unwrap_err() {
         CallError::Trapped { trap, tool, .. } => {
             assert_eq!(tool, "py_deep");
             assert_eq!(trap, TrapKind::StackOverflow);
         }
         other => panic!("expected a stack overflow, got {other:?}"),
     }
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn a_memory_cap_below_what_python_needs_to_start_fails_the_load_naming_it() {
-    let (_dir, rt) = hostile_with("memory_mb = 8");
+#[tokio::test]
+async fn a_memory_cap_below_what_python_needs_to_start_fails_the_load_naming_it() {
+    let (_dir, rt) = hostile_with("memory_mb = 8").await;
     let info = rt.plugins().into_iter().find(|p| p.name == "hostile-py").unwrap();
     match info.status {
         PluginStatus::Failed(reason) => {
@@ -506,34 +513,37 @@ fn a_memory_cap_below_what_python_needs_to_start_fails_the_load_naming_it() {
         }
         other => panic!("expected a failed load, got {other:?}"),
     }
-    match call(&rt, "py_echo", json!({"text": "x"})).unwrap_err() {
+    match call(&rt, "py_echo", json!({"text": "x"})).await.unwrap_err() {
         CallError::UnknownTool { .. } => {}
         other => panic!("nothing is served, got {other:?}"),
     }
 }
 
-#[test]
-fn python_reaches_hosts_and_commands_only_when_granted() {
+#[tokio::test]
+async fn python_reaches_hosts_and_commands_only_when_granted() {
     let server = LlmServer::start(vec![Reply::raw(200, "text/plain", "hello")]);
     let url = format!("{}/x", server.url());
-    let (_dir, bare) = hostile();
-    let denial = denial_of(call(&bare, "py_fetch", json!({"url": url})).unwrap_err());
+    let (_dir, bare) = hostile().await;
+    let denial = denial_of(call(&bare, "py_fetch", json!({"url": url})).await.unwrap_err());
     assert!(denial.contains("HttpError_Denied"), "{denial}");
-    let denial =
-        denial_of(call(&bare, "py_run", json!({"program": "echo", "args": ["hi"]})).unwrap_err());
+    let denial = denial_of(
+        call(&bare, "py_run", json!({"program": "echo", "args": ["hi"]})).await.unwrap_err(),
+    );
     assert!(denial.contains("ProcessError_Denied"), "{denial}");
     assert!(server.requests().is_empty(), "an ungranted request was sent");
 
     let limits = format!("timeout_ms = {TIMEOUT_MS}, memory_mb = {MEMORY_MB}");
     let grants = format!("http = [{:?}]\nprocess = [\"echo *\"]", server.addr);
-    let (_dir, granted) = hostile_granting(&limits, &grants);
-    assert_eq!(call(&granted, "py_fetch", json!({"url": url})).unwrap(), "200: hello");
+    let (_dir, granted) = hostile_granting(&limits, &grants).await;
+    assert_eq!(call(&granted, "py_fetch", json!({"url": url})).await.unwrap(), "200: hello");
     assert_eq!(
-        call(&granted, "py_run", json!({"program": "echo", "args": ["hi"]})).unwrap(),
+        call(&granted, "py_run", json!({"program": "echo", "args": ["hi"]})).await.unwrap(),
         "hi\n"
     );
     // The grant is a pattern over the command, not a licence for any program.
     denial_of(
-        call(&granted, "py_run", json!({"program": "cat", "args": ["/etc/passwd"]})).unwrap_err(),
+        call(&granted, "py_run", json!({"program": "cat", "args": ["/etc/passwd"]}))
+            .await
+            .unwrap_err(),
     );
 }

@@ -30,7 +30,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(turns: Value) -> Self {
+    async fn new(turns: Value) -> Self {
         let dir = TestDir::new();
         dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
         let script = dir.path().join("script.json");
@@ -44,10 +44,11 @@ impl Setup {
             dirs = [{{ path = "workspace", access = "read-write" }}]
             "#,
             script.display()
-        ));
+        ))
+        .await;
         // The hostile guest comes after the bundled echo, which keeps `echo`.
         dir.install(support::test_plugins(), "hostile");
-        runtime.rescan().unwrap();
+        runtime.rescan().await.unwrap();
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         Self { dir, runtime, store }
@@ -67,9 +68,9 @@ impl Setup {
         )
     }
 
-    fn tool_results(&self, trace_id: &str) -> Vec<Message> {
-        let trace = self.store.get(trace_id).unwrap().unwrap();
-        let path = self.store.main_path(trace_id, trace.head_sequence.unwrap()).unwrap();
+    async fn tool_results(&self, trace_id: &str) -> Vec<Message> {
+        let trace = self.store.get_trace(trace_id).await.unwrap().unwrap();
+        let path = self.store.get_main_path_messages(trace_id, trace.head_sequence.unwrap()).await.unwrap();
         path.into_iter().filter(|m| m.role == Role::Tool).collect()
     }
 }
@@ -98,19 +99,19 @@ fn user(text: &str) -> Vec<Message> {
 
 /// Everything a run reports, with the approvals it asked for answered by
 /// `answer` (none: left to time out).
-fn drive(
-    handle: RunHandle,
+async fn drive(
+    mut handle: RunHandle,
     approvals: &PendingApprovals,
     answer: Option<Answer>,
 ) -> Vec<AgentEvent> {
     let mut events = Vec::new();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         if let (AgentEvent::ApprovalNeeded { request }, Some(answer)) = (&event, answer) {
             assert!(approvals.answer(request.id, answer));
         }
         events.push(event);
     }
-    handle.wait().unwrap();
+    handle.wait().await.unwrap();
     events
 }
 
@@ -118,8 +119,8 @@ fn approvals_asked(events: &[AgentEvent]) -> usize {
     events.iter().filter(|e| matches!(e, AgentEvent::ApprovalNeeded { .. })).count()
 }
 
-#[test]
-fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
     // Every way a name can be one the model was not offered: made up, a
     // registered tool the registry hides, one the rules deny outright, the
     // right name in the wrong case, a name with a control character.
@@ -132,7 +133,7 @@ fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
             call("echo\u{0}", json!({ "text": "nul" })),
         ] },
         { "text": "I see." }
-    ]));
+    ])).await;
     // `ask` by default, and no one to answer: any request would wait 30 s.
     let approvals = PendingApprovals::new(Duration::from_secs(30));
     let tools = ToolRegistry::new(s.runtime.clone()).only(vec![
@@ -145,12 +146,12 @@ fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
         approvals.clone(),
     ));
     let started = Instant::now();
-    let handle = runner.run(user("go somewhere"), RunConfig::default()).unwrap();
+    let handle = runner.run(user("go somewhere"), RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
-    let events = drive(handle, &approvals, None);
+    let events = drive(handle, &approvals, None).await;
     assert!(started.elapsed() < Duration::from_secs(4), "waited {:?}", started.elapsed());
     assert_eq!(approvals_asked(&events), 0, "no approval was asked for");
-    let results = s.tool_results(&id);
+    let results = s.tool_results(&id).await;
     let names: Vec<_> = results.iter().map(|m| m.name.clone().unwrap()).collect();
     assert_eq!(names, ["teleport", "nap", "flood", "ECHO", "echo\u{0}"], "in call order");
     for result in &results {
@@ -163,6 +164,7 @@ fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
     let decided = s
         .store
         .events_after(&id, 0)
+        .await
         .unwrap()
         .into_iter()
         .filter(|e| matches!(e.kind, EventKind::PermissionDecided { .. }))
@@ -178,15 +180,15 @@ fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
     assert_eq!(finished, [false; 5]);
 }
 
-#[test]
-fn without_permissions_an_invented_tool_is_still_unknown() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_permissions_an_invented_tool_is_still_unknown() {
     let s = Setup::new(json!([
         { "tool_calls": [call("rm_rf", json!({})), call("echo", json!({ "text": "real" }))] },
         { "text": "ok" }
-    ]));
+    ])).await;
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()).only(vec!["echo".into()]));
-    let outcome = runner.run(user("go"), RunConfig::default()).unwrap().wait().unwrap();
-    let texts: Vec<String> = s.tool_results(&outcome.trace_id).iter().map(Message::text).collect();
+    let outcome = runner.run(user("go"), RunConfig::default()).await.unwrap().wait().await.unwrap();
+    let texts: Vec<String> = s.tool_results(&outcome.trace_id).await.iter().map(Message::text).collect();
     assert_eq!(
         texts,
         [
@@ -196,8 +198,8 @@ fn without_permissions_an_invented_tool_is_still_unknown() {
     );
 }
 
-#[test]
-fn denied_goal_unknown_and_parallel_plugin_calls_stay_in_call_order() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_goal_unknown_and_parallel_plugin_calls_stay_in_call_order() {
     let s = Setup::new(json!([
         { "tool_calls": [
             call("nap", json!({ "ms": 600 })),
@@ -209,18 +211,18 @@ fn denied_goal_unknown_and_parallel_plugin_calls_stay_in_call_order() {
             call("nap", json!({ "ms": 200 })),
         ] },
         { "text": "rested" }
-    ]));
+    ])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(30));
     let runner = s.runner(ToolRegistry::new(s.runtime.clone())).with_permissions(Permissions::new(
         rules(&[(Decision::Ask, "echo")], Decision::Allow),
         approvals.clone(),
     ));
-    let handle = runner.run(user("rest"), RunConfig::default()).unwrap();
+    let handle = runner.run(user("rest"), RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
-    let events = drive(handle, &approvals, Some(Answer::Deny));
+    let events = drive(handle, &approvals, Some(Answer::Deny)).await;
     assert_eq!(approvals_asked(&events), 2);
 
-    let results = s.tool_results(&id);
+    let results = s.tool_results(&id).await;
     let texts: Vec<String> = results.iter().map(Message::text).collect();
     assert_eq!(texts[0], "slept 600 ms");
     assert!(texts[1].starts_with("Error: the user denied this call of `echo`"), "{texts:?}");
@@ -232,7 +234,7 @@ fn denied_goal_unknown_and_parallel_plugin_calls_stay_in_call_order() {
     assert_eq!(texts.len(), 7);
     // Each answers its call, in the order of the calls, one after another
     // on the path.
-    let path = s.store.main_path(&id, results[6].sequence).unwrap();
+    let path = s.store.get_main_path_messages(&id, results[6].sequence).await.unwrap();
     let calls = &path.iter().find(|m| !m.tool_calls.is_empty()).unwrap().tool_calls;
     let answered: Vec<_> = results.iter().map(|m| m.tool_call_id.clone().unwrap()).collect();
     let asked: Vec<_> = calls.iter().map(|c| c.id.clone()).collect();
@@ -257,6 +259,7 @@ fn denied_goal_unknown_and_parallel_plugin_calls_stay_in_call_order() {
     let stored: Vec<String> = s
         .store
         .events_after(&id, 0)
+        .await
         .unwrap()
         .into_iter()
         .filter_map(|e| match e.kind {
@@ -267,8 +270,8 @@ fn denied_goal_unknown_and_parallel_plugin_calls_stay_in_call_order() {
     assert_eq!(stored, summaries);
 }
 
-fn goals_of(store: &FileTraceStore, id: &str) -> GoalTree {
-    store.goals(id).unwrap()
+async fn goals_of(store: &FileTraceStore, id: &str) -> GoalTree {
+    store.get_goals(id).await.unwrap()
 }
 
 /// The first run of the goal tests: plans a goal, completes it, answers;
@@ -285,33 +288,33 @@ fn planning_turns() -> Value {
     ])
 }
 
-#[test]
-fn each_branch_has_its_own_goal_tree() {
-    let s = Setup::new(planning_turns());
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_branch_has_its_own_goal_tree() {
+    let s = Setup::new(planning_turns()).await;
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()));
-    let first = runner.run(user("write a draft"), RunConfig::default()).unwrap().wait().unwrap();
+    let first = runner.run(user("write a draft"), RunConfig::default()).await.unwrap().wait().await.unwrap();
     let id = first.trace_id;
-    let tree = goals_of(&s.store, &id);
+    let tree = goals_of(&s.store, &id).await;
     assert_eq!(tree.get("g2").unwrap().status, GoalStatus::Completed);
-    let old_leaf = s.store.get(&id).unwrap().unwrap().head_sequence.unwrap();
+    let old_leaf = s.store.get_trace(&id).await.unwrap().unwrap().head_sequence.unwrap();
     assert_eq!(old_leaf, 7);
 
     // A rewind to the first message starts from the initial tree.
     s.set_turns(json!([{ "text": "starting over" }]));
     let rewind =
         RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
-    let handle = runner.run(user("try again"), rewind).unwrap();
+    let mut handle = runner.run(user("try again"), rewind).await.unwrap();
     let mut changed = Vec::new();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         match event {
             AgentEvent::TraceStarted { mode, .. } => assert_eq!(mode, RunMode::Rewind),
             AgentEvent::GoalChanged { tree } => changed.push(tree),
             _ => {}
         }
     }
-    handle.wait().unwrap();
+    handle.wait().await.unwrap();
     assert_eq!(changed, ["[>] g1 write a draft (current)\n"]);
-    let tree = goals_of(&s.store, &id);
+    let tree = goals_of(&s.store, &id).await;
     assert_eq!(tree.goals().len(), 1, "{}", tree.render());
     assert_eq!(tree.current().unwrap().id, "g1");
     // Its stats are the new branch's: messages 1, 8 and 9.
@@ -325,32 +328,32 @@ fn each_branch_has_its_own_goal_tree() {
         after_sequence: Some(old_leaf),
         ..RunConfig::default()
     };
-    let outcome = runner.run(user("and more"), old).unwrap().wait().unwrap();
+    let outcome = runner.run(user("and more"), old).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("more on the old branch"));
-    let tree = goals_of(&s.store, &id);
+    let tree = goals_of(&s.store, &id).await;
     let g2 = tree.get("g2").unwrap();
     assert_eq!((g2.status, g2.summary.as_deref()), (GoalStatus::Completed, Some("drafted")));
     // A continue stays on this branch and keeps them.
     s.set_turns(json!([{}, {}, {}, {}, { "text": "still here" }]));
     let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
-    runner.run(user("still?"), cont).unwrap().wait().unwrap();
-    assert!(goals_of(&s.store, &id).get("g2").is_some());
+    runner.run(user("still?"), cont).await.unwrap().wait().await.unwrap();
+    assert!(goals_of(&s.store, &id).await.get("g2").is_some());
 
     // A regenerate of the first answer is a branch of its own too.
     s.set_turns(json!([{ "text": "regenerated" }]));
     let regen =
         RunConfig { trace_id: Some(id.clone()), after_sequence: Some(1), ..RunConfig::default() };
-    let outcome = runner.run(Vec::new(), regen).unwrap().wait().unwrap();
+    let outcome = runner.run(Vec::new(), regen).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("regenerated"));
-    assert_eq!(goals_of(&s.store, &id).goals().len(), 1);
+    assert_eq!(goals_of(&s.store, &id).await.goals().len(), 1);
 }
 
-#[test]
-fn goal_results_stored_without_snapshots_are_replayed() {
-    let s = Setup::new(planning_turns());
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goal_results_stored_without_snapshots_are_replayed() {
+    let s = Setup::new(planning_turns()).await;
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()));
     let id =
-        runner.run(user("write a draft"), RunConfig::default()).unwrap().wait().unwrap().trace_id;
+        runner.run(user("write a draft"), RunConfig::default()).await.unwrap().wait().await.unwrap().trace_id;
     // As an older host stored them: no snapshot in any message, and a
     // goal call that failed (its arguments would change the tree if replayed).
     let messages = s.dir.path().join("traces").join(&id).join("messages");
@@ -369,8 +372,8 @@ fn goal_results_stored_without_snapshots_are_replayed() {
     s.set_turns(planning_turns());
     let old =
         RunConfig { trace_id: Some(id.clone()), after_sequence: Some(7), ..RunConfig::default() };
-    runner.run(user("and more"), old).unwrap().wait().unwrap();
-    let tree = goals_of(&s.store, &id);
+    runner.run(user("and more"), old).await.unwrap().wait().await.unwrap();
+    let tree = goals_of(&s.store, &id).await;
     let g2 = tree.get("g2").unwrap();
     assert_eq!(
         g2.status,

@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use support::TestDir;
 
-fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
-    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+async fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).await.map(|o| o.text)
 }
 
 /// Installs the hostile guest as plugin `name`, with `manifest_extra` at
@@ -68,18 +68,18 @@ fn owner(rt: &Runtime, tool: &str) -> Option<String> {
     rt.tools().into_iter().find(|t| t.name == tool).map(|t| t.plugin)
 }
 
-#[test]
-fn a_newcomer_never_takes_a_served_name_cold_hot_or_across_reloads() {
+#[tokio::test]
+async fn a_newcomer_never_takes_a_served_name_cold_hot_or_across_reloads() {
     let dir = fs_with_a_note();
     // `aaa` sorts before `fs`: the order that used to win.
     let config = impostor_config("aaa", "read,aaa_extra");
-    let rt = dir.open(&config);
+    let rt = dir.open(&config).await;
     assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
 
     // Hot: the impostor arrives while fs serves `read`.
     install_impostor(&dir, "aaa");
-    rt.rescan().unwrap();
-    let read = call(&rt, "read", json!({"path": "note.txt"})).unwrap();
+    rt.rescan().await.unwrap();
+    let read = call(&rt, "read", json!({"path": "note.txt"})).await.unwrap();
     assert!(read.contains("the real file"), "{read}");
     let refusals = refused(&rt, "aaa");
     assert_eq!(refusals.len(), 1, "{refusals:?}");
@@ -88,7 +88,7 @@ fn a_newcomer_never_takes_a_served_name_cold_hot_or_across_reloads() {
     let fs = rt.plugins().into_iter().find(|p| p.name == "fs").unwrap();
     assert_eq!(fs.status, PluginStatus::Ready, "the owner is not marked failed");
     // The newcomer's other tools are served.
-    assert_eq!(call(&rt, "aaa_extra", json!({"text": "x"})).unwrap(), "impostor served: x");
+    assert_eq!(call(&rt, "aaa_extra", json!({"text": "x"})).await.unwrap(), "impostor served: x");
 
     // Reloads of either side change nothing.
     std::fs::write(
@@ -96,62 +96,64 @@ fn a_newcomer_never_takes_a_served_name_cold_hot_or_across_reloads() {
         std::fs::read_to_string(dir.plugins().join("fs.toml")).unwrap() + "\n# touched\n",
     )
     .unwrap();
-    rt.reload(&["fs".into(), "aaa".into()]);
+    rt.reload(&["fs".into(), "aaa".into()]).await;
     assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
 
     // Cold: a new process with the same lock file still gives it to fs.
-    let cold = dir.open(&config);
+    let cold = dir.open(&config).await;
     assert_eq!(owner(&cold, "read").as_deref(), Some("fs"));
-    assert!(call(&cold, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
+    assert!(
+        call(&cold, "read", json!({"path": "note.txt"})).await.unwrap().contains("the real file")
+    );
 
     // Only the user hands a name over.
-    cold.accept("aaa").unwrap();
+    cold.accept("aaa").await.unwrap();
     assert_eq!(owner(&cold, "read").as_deref(), Some("aaa"));
-    let fresh = dir.open(&config);
+    let fresh = dir.open(&config).await;
     assert_eq!(owner(&fresh, "read").as_deref(), Some("aaa"), "the choice is in the lock file");
 }
 
-#[test]
-fn two_new_claimants_at_once_both_wait_for_the_user() {
+#[tokio::test]
+async fn two_new_claimants_at_once_both_wait_for_the_user() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "fs");
     install_impostor(&dir, "aaa");
-    let rt = dir.open(&impostor_config("aaa", "read"));
+    let rt = dir.open(&impostor_config("aaa", "read")).await;
     assert_eq!(owner(&rt, "read"), None);
     for plugin in ["aaa", "fs"] {
         let refusals = refused(&rt, plugin);
         assert_eq!(refusals.len(), 1, "{plugin}: {refusals:?}");
         assert!(refusals[0].1.contains("`aaa` and `fs`"), "{}", refusals[0].1);
     }
-    match call(&rt, "read", json!({"path": "x"})).unwrap_err() {
+    match call(&rt, "read", json!({"path": "x"})).await.unwrap_err() {
         CallError::Denied { reason, .. } => assert!(reason.contains("at once"), "{reason}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(!rt.tools().iter().any(|t| t.name == "read"), "nobody offers it");
-    rt.accept("fs").unwrap();
+    rt.accept("fs").await.unwrap();
     assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
 }
 
-#[test]
-fn a_plugin_that_stops_loading_keeps_its_names() {
+#[tokio::test]
+async fn a_plugin_that_stops_loading_keeps_its_names() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "fs");
     let config = impostor_config("aaa", "read");
-    drop(dir.open(&config));
+    drop(dir.open(&config).await);
     // fs is broken and an impostor is there: the name stays fs's.
     std::fs::write(dir.plugins().join("fs.wasm"), b"\0asm garbage").unwrap();
     install_impostor(&dir, "aaa");
-    let rt = dir.open(&config);
+    let rt = dir.open(&config).await;
     assert_eq!(owner(&rt, "read"), None);
     let refusals = refused(&rt, "aaa");
     assert!(refusals[0].1.contains("belongs to plugin `fs`, which is not loaded"), "{refusals:?}");
 }
 
-#[test]
-fn built_in_names_are_reserved() {
+#[tokio::test]
+async fn built_in_names_are_reserved() {
     let dir = TestDir::new();
     install_impostor(&dir, "aaa");
-    let rt = dir.open(&impostor_config("aaa", "goal,agent,evaluate,fine"));
+    let rt = dir.open(&impostor_config("aaa", "goal,agent,evaluate,fine")).await;
     let refusals = refused(&rt, "aaa");
     let names: Vec<&str> = refusals.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["agent", "evaluate", "goal"]);
@@ -163,16 +165,17 @@ fn built_in_names_are_reserved() {
     assert_eq!(owner(&rt, "fine").as_deref(), Some("aaa"));
 }
 
-#[test]
-fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
+#[tokio::test]
+async fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     install_impostor(&dir, "crowd");
     install_impostor(&dir, "mob");
     install_impostor(&dir, "verbose");
     let started = Instant::now();
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [plugins.crowd]
         config = { tool_count = "3000" }
         [plugins.mob]
@@ -180,7 +183,8 @@ fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
         [plugins.verbose]
         config = { description_bytes = "1000000" }
         "#,
-    );
+        )
+        .await;
     let took = started.elapsed();
     let status = |name: &str| rt.plugins().into_iter().find(|p| p.name == name).unwrap().status;
     match status("crowd") {
@@ -195,7 +199,7 @@ fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
         other => panic!("expected a failure, got {other:?}"),
     }
     assert_eq!(status("echo"), PluginStatus::Ready);
-    assert_eq!(call(&rt, "echo", json!({"text": "fine"})).unwrap(), "fine");
+    assert_eq!(call(&rt, "echo", json!({"text": "fine"})).await.unwrap(), "fine");
     assert!(took < Duration::from_secs(20), "loading took {took:?}");
 }
 
@@ -204,8 +208,8 @@ fn mkfifo(path: &Path) {
     assert!(status.success());
 }
 
-#[test]
-fn the_fs_tools_refuse_what_is_not_a_regular_file() {
+#[tokio::test]
+async fn the_fs_tools_refuse_what_is_not_a_regular_file() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "fs");
     let ws = dir.workspace();
@@ -214,81 +218,88 @@ fn the_fs_tools_refuse_what_is_not_a_regular_file() {
     mkfifo(&ws.join("tree/pipe"));
     std::fs::write(ws.join("tree/a.txt"), "needle\n").unwrap();
     std::os::unix::fs::symlink("pipe", ws.join("link")).unwrap();
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [plugins.fs]
         dirs = [{ path = "workspace", access = "read-write" }]
         limits = { timeout_ms = 3000 }
         "#,
-    );
+        )
+        .await;
     let started = Instant::now();
     for path in ["pipe", "link"] {
-        let err = call(&rt, "read", json!({"path": path})).unwrap_err().to_string();
+        let err = call(&rt, "read", json!({"path": path})).await.unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "fs read {path}: {err}");
-        let err = call(&rt, "write", json!({"path": path, "content": "x"})).unwrap_err();
+        let err = call(&rt, "write", json!({"path": path, "content": "x"})).await.unwrap_err();
         assert!(err.to_string().contains("not a regular file"), "fs write {path}: {err}");
         let edit = json!({"path": path, "old_string": "a", "new_string": "b"});
-        let err = call(&rt, "edit", edit).unwrap_err();
+        let err = call(&rt, "edit", edit).await.unwrap_err();
         assert!(err.to_string().contains("not a regular file"), "fs edit {path}: {err}");
     }
-    let hits = call(&rt, "grep", json!({"pattern": "needle", "path": "tree"})).unwrap();
+    let hits = call(&rt, "grep", json!({"pattern": "needle", "path": "tree"})).await.unwrap();
     assert!(hits.contains("a.txt:1:needle"), "{hits}");
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
 }
 
-#[test]
-fn a_hostile_guest_opening_a_fifo_gets_an_error_at_once() {
+#[tokio::test]
+async fn a_hostile_guest_opening_a_fifo_gets_an_error_at_once() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
     mkfifo(&dir.workspace().join("pipe"));
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [plugins.hostile]
         dirs = [{ path = "workspace", access = "read-write" }]
         limits = { timeout_ms = 5000 }
         "#,
-    );
+        )
+        .await;
     for tool in ["read", "write"] {
         let started = Instant::now();
-        let err = call(&rt, tool, json!({"path": "pipe", "content": "x"})).unwrap_err();
+        let err = call(&rt, tool, json!({"path": "pipe", "content": "x"})).await.unwrap_err();
         assert!(err.to_string().contains("ermission denied"), "{tool}: {err}");
         assert!(started.elapsed() < Duration::from_secs(1), "{tool} took {:?}", started.elapsed());
     }
-    assert_eq!(call(&rt, "echo", json!({"text": "alive"})).unwrap(), "alive");
+    assert_eq!(call(&rt, "echo", json!({"text": "alive"})).await.unwrap(), "alive");
 }
 
-#[test]
-fn calls_beyond_the_instance_pool_wait_for_a_slot() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_instance_pool_wait_for_a_slot() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [sandbox]
         max_instances = 2
         [plugins.hostile]
         limits = { timeout_ms = 2000 }
         "#,
-    );
+        )
+        .await;
     let started = Instant::now();
-    let results: Vec<Result<String, CallError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> =
-            (0..6).map(|_| scope.spawn(|| call(&rt, "nap", json!({"ms": 300})))).collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for result in results {
-        assert_eq!(result.unwrap(), "slept 300 ms");
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let rt = rt.clone();
+            tokio::spawn(async move { call(&rt, "nap", json!({"ms": 300})).await })
+        })
+        .collect();
+    for result in futures::future::join_all(calls).await {
+        assert_eq!(result.unwrap().unwrap(), "slept 300 ms");
     }
     // Six calls through two slots take at least three rounds.
     assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
 }
 
-#[test]
-fn a_guest_panic_is_reported_as_the_guests_words() {
+#[tokio::test]
+async fn a_guest_panic_is_reported_as_the_guests_words() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
-    let rt = dir.open("");
+    let rt = dir.open("").await;
     let message = "host memory corrupted\n\u{1b}[2J reinstall now";
-    let err = call(&rt, "panic", json!({ "message": message })).unwrap_err();
+    let err = call(&rt, "panic", json!({ "message": message })).await.unwrap_err();
     match &err {
         CallError::Trapped { trap: TrapKind::Panic(text), .. } => {
             assert!(text.contains("reinstall"))
@@ -373,8 +384,8 @@ fn a_first_run_in_an_empty_directory_says_what_to_do_and_leaves_nothing() {
     }
 }
 
-#[test]
-fn plugin_files_that_would_stall_the_loader_are_refused() {
+#[tokio::test]
+async fn plugin_files_that_would_stall_the_loader_are_refused() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     mkfifo(&dir.plugins().join("stuck.wasm"));
@@ -383,7 +394,7 @@ fn plugin_files_that_would_stall_the_loader_are_refused() {
     mkfifo(&dir.plugins().join("piped.toml"));
     install_impostor(&dir, "sneaky");
     let started = Instant::now();
-    let rt = dir.open("[plugins.sneaky]\nconfig = { impostor_tools = \"mcp__tool,fine\" }\n");
+    let rt = dir.open("[plugins.sneaky]\nconfig = { impostor_tools = \"mcp__tool,fine\" }\n").await;
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     let status = |name: &str| rt.plugins().into_iter().find(|p| p.name == name).unwrap().status;
     for name in ["stuck", "piped"] {
@@ -396,11 +407,11 @@ fn plugin_files_that_would_stall_the_loader_are_refused() {
         PluginStatus::Failed(e) => assert!(e.contains("without `__`"), "{e}"),
         other => panic!("expected a failure, got {other:?}"),
     }
-    assert_eq!(call(&rt, "echo", json!({"text": "ok"})).unwrap(), "ok");
+    assert_eq!(call(&rt, "echo", json!({"text": "ok"})).await.unwrap(), "ok");
 }
 
-#[test]
-fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
     use reson::agent::{Hooks, RunConfig, Runner};
     use reson::provider::PluginProvider;
     use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStore};
@@ -415,8 +426,9 @@ fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
     ] });
     let script_path = dir.path().join("script.json");
     std::fs::write(&script_path, script.to_string()).unwrap();
-    let runtime = dir.open(&format!(
-        r#"
+    let runtime = dir
+        .open(&format!(
+            r#"
         [sandbox]
         max_instances = 2
         [plugins.scripted]
@@ -425,8 +437,9 @@ fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
         [plugins.hostile]
         limits = {{ timeout_ms = 2000 }}
         "#,
-        script_path.display()
-    ));
+            script_path.display()
+        ))
+        .await;
     let store =
         Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
     let runner = Runner::new(
@@ -437,30 +450,35 @@ fn parallel_calls_of_one_message_beyond_the_pool_all_run() {
     );
     let outcome = runner
         .run(vec![Message::new(Role::User, "nap five times")], RunConfig::default())
+        .await
         .unwrap()
         .wait()
+        .await
         .unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("rested"));
-    let trace = store.get(&outcome.trace_id).unwrap().unwrap();
-    let path = store.main_path(&outcome.trace_id, trace.head_sequence.unwrap()).unwrap();
+    let trace = store.get_trace(&outcome.trace_id).await.unwrap().unwrap();
+    let path = store
+        .get_main_path_messages(&outcome.trace_id, trace.head_sequence.unwrap())
+        .await
+        .unwrap();
     let results: Vec<String> =
         path.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
     assert_eq!(results, vec!["slept 150 ms"; 5], "every call ran; none hit an instance limit");
 }
 
-#[test]
-fn a_name_differing_only_by_case_is_the_same_name() {
+#[tokio::test]
+async fn a_name_differing_only_by_case_is_the_same_name() {
     let dir = fs_with_a_note();
     let config = impostor_config("aaa", "Read,Goal,AGENT,Fine")
         + "[plugins.bbb]\nconfig = { impostor_tools = \"READ,gOAL,fINE\" }\n"
         + "[plugins.ccc]\nconfig = { impostor_tools = \"twice,TWICE\" }\n";
     // Hot: the impostors arrive while fs serves `read`; cold: a new process.
-    let hot = dir.open(&config);
+    let hot = dir.open(&config).await;
     for name in ["aaa", "bbb", "ccc"] {
         install_impostor(&dir, name);
     }
-    hot.rescan().unwrap();
-    for rt in [hot, dir.open(&config)] {
+    hot.rescan().await.unwrap();
+    for rt in [hot, dir.open(&config).await] {
         let mut refusals = refused(&rt, "aaa");
         refusals.extend(refused(&rt, "bbb"));
         refusals.sort();
@@ -480,10 +498,12 @@ fn a_name_differing_only_by_case_is_the_same_name() {
         }
         for spelling in ["Read", "READ", "Goal", "gOAL", "Fine", "fINE"] {
             assert_eq!(owner(&rt, spelling), None, "{spelling} is served");
-            let err = call(&rt, spelling, json!({"text": "x"})).unwrap_err().to_string();
+            let err = call(&rt, spelling, json!({"text": "x"})).await.unwrap_err().to_string();
             assert!(!err.contains("impostor served"), "{spelling}: {err}");
         }
-        assert!(call(&rt, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
+        assert!(
+            call(&rt, "read", json!({"path": "note.txt"})).await.unwrap().contains("the real file")
+        );
         let ccc = rt.plugins().into_iter().find(|p| p.name == "ccc").unwrap();
         match ccc.status {
             PluginStatus::Failed(reason) => assert!(reason.contains("listed twice"), "{reason}"),
@@ -499,61 +519,69 @@ fn release_readers(fifo: &Path) {
     let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(fifo);
 }
 
-#[test]
-fn a_fifo_swapped_in_after_the_check_still_cannot_block_an_open() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_swapped_in_after_the_check_still_cannot_block_an_open() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
     let ws = dir.workspace();
     mkfifo(&ws.join("pipe"));
     std::fs::write(ws.join("x"), "plain").unwrap();
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [plugins.hostile]
         dirs = [{ path = "workspace", access = "read-write" }]
         limits = { timeout_ms = 1000 }
         "#,
-    );
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let slowest = std::thread::scope(|scope| {
-        // Another process sharing the directory swaps the FIFO and a regular
-        // file under `x` as fast as it can: the check and the open each see
-        // one of them.
-        scope.spawn(|| {
-            let (pipe, plain, x) = (ws.join("pipe"), ws.join("plain"), ws.join("x"));
+        )
+        .await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Another process sharing the directory swaps the FIFO and a regular
+    // file under `x` as fast as it can: the check and the open each see one
+    // of them. A thread of its own stands in for that process.
+    let swapper = std::thread::spawn({
+        let (pipe, plain, x, swap) =
+            (ws.join("pipe"), ws.join("plain"), ws.join("x"), ws.join("swap"));
+        let done = done.clone();
+        move || {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = std::fs::hard_link(&pipe, ws.join("swap"));
-                let _ = std::fs::rename(ws.join("swap"), &x);
+                let _ = std::fs::hard_link(&pipe, &swap);
+                let _ = std::fs::rename(&swap, &x);
                 let _ = std::fs::write(&plain, "plain");
                 let _ = std::fs::rename(&plain, &x);
             }
-        });
-        let watchdog = scope.spawn(|| {
+        }
+    });
+    let watchdog = tokio::spawn({
+        let rt = rt.clone();
+        async move {
             let mut slowest = Duration::ZERO;
             let deadline = Instant::now() + Duration::from_secs(8);
             while Instant::now() < deadline {
                 let started = Instant::now();
-                let _ = call(&rt, "read", json!({"path": "x"}));
+                let _ = call(&rt, "read", json!({"path": "x"})).await;
                 slowest = slowest.max(started.elapsed());
             }
             slowest
-        });
-        // A stuck call would never end: free it late, so the test reports
-        // instead of hanging.
-        let started = Instant::now();
-        while !watchdog.is_finished() {
-            std::thread::sleep(Duration::from_millis(200));
-            if started.elapsed() > Duration::from_secs(12) {
-                release_readers(&ws.join("pipe"));
-            }
         }
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
-        watchdog.join().unwrap()
     });
+    // A stuck call would never end: free it late, so the test reports
+    // instead of hanging.
+    let started = Instant::now();
+    while !watchdog.is_finished() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if started.elapsed() > Duration::from_secs(12) {
+            release_readers(&ws.join("pipe"));
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    let slowest = watchdog.await.unwrap();
     assert!(slowest < Duration::from_secs(3), "a read of `x` blocked for {slowest:?}");
 }
 
-#[test]
-fn special_files_behind_symlinks_subdirectories_and_sockets_are_refused_at_once() {
+#[tokio::test]
+async fn special_files_behind_symlinks_subdirectories_and_sockets_are_refused_at_once() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
     let ws = dir.workspace();
@@ -563,28 +591,30 @@ fn special_files_behind_symlinks_subdirectories_and_sockets_are_refused_at_once(
     std::os::unix::fs::symlink("sub/pipe", ws.join("pipelink")).unwrap();
     let _socket = std::os::unix::net::UnixListener::bind(ws.join("sock")).unwrap();
     std::fs::write(ws.join("sub/plain"), "plain text").unwrap();
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [plugins.hostile]
         dirs = [{ path = "workspace", access = "read-write" }]
         limits = { timeout_ms = 5000 }
         "#,
-    );
+        )
+        .await;
     for path in ["sub/pipe", "dirlink/pipe", "pipelink", "dirlink/../pipelink", "sock"] {
         // `write` opens with create and truncate flags, `read` without.
         for tool in ["read", "write"] {
             let started = Instant::now();
-            let err = call(&rt, tool, json!({"path": path, "content": "x"})).unwrap_err();
+            let err = call(&rt, tool, json!({"path": path, "content": "x"})).await.unwrap_err();
             assert!(err.to_string().contains("ermission denied"), "{tool} {path}: {err}");
             let took = started.elapsed();
             assert!(took < Duration::from_secs(1), "{tool} {path} took {took:?}");
         }
     }
     // Regular files and directories still open, through the same links.
-    assert_eq!(call(&rt, "read", json!({"path": "dirlink/plain"})).unwrap(), "plain text");
-    call(&rt, "write", json!({"path": "dirlink/new", "content": "made"})).unwrap();
+    assert_eq!(call(&rt, "read", json!({"path": "dirlink/plain"})).await.unwrap(), "plain text");
+    call(&rt, "write", json!({"path": "dirlink/new", "content": "made"})).await.unwrap();
     assert_eq!(std::fs::read_to_string(ws.join("sub/new")).unwrap(), "made");
-    let err = call(&rt, "read", json!({"path": "missing"})).unwrap_err().to_string();
+    let err = call(&rt, "read", json!({"path": "missing"})).await.unwrap_err().to_string();
     assert!(err.contains("No such file") || err.contains("not found"), "{err}");
 }
 
@@ -644,21 +674,23 @@ fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
     assert!(!shown.lines().any(|l| l.starts_with("real")), "{shown}");
 }
 
-#[test]
-fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
+/// Waits until the watcher has done what `done` checks.
+async fn settled(what: &str, done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < until, "the watcher never saw {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
     let dir = fs_with_a_note();
     let config = impostor_config("aaa", "read");
-    let rt = dir.open(&config);
+    let rt = dir.open(&config).await;
     let _watcher = rt.watch().unwrap();
     install_impostor(&dir, "aaa");
-    let settled = |what: &str, done: &dyn Fn() -> bool| {
-        let until = Instant::now() + Duration::from_secs(10);
-        while !done() {
-            assert!(Instant::now() < until, "the watcher never saw {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    settled("the impostor", &|| rt.plugins().iter().any(|p| p.name == "aaa"));
+    settled("the impostor", || rt.plugins().iter().any(|p| p.name == "aaa")).await;
     assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
     // An update that removes the old files before writing the new ones:
     // the watcher reloads while fs is gone.
@@ -669,17 +701,19 @@ fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
     for (path, _) in &saved {
         std::fs::remove_file(path).unwrap();
     }
-    settled("fs go", &|| !rt.plugins().iter().any(|p| p.name == "fs"));
+    settled("fs go", || !rt.plugins().iter().any(|p| p.name == "fs")).await;
     assert_eq!(owner(&rt, "read"), None, "the impostor took `read` while fs was away");
-    let err = call(&rt, "read", json!({"path": "note.txt"})).unwrap_err().to_string();
+    let err = call(&rt, "read", json!({"path": "note.txt"})).await.unwrap_err().to_string();
     assert!(!err.contains("impostor"), "{err}");
     for (path, bytes) in &saved {
         std::fs::write(path, bytes).unwrap();
     }
-    settled("fs return", &|| owner(&rt, "read").is_some());
+    settled("fs return", || owner(&rt, "read").is_some()).await;
     assert_eq!(owner(&rt, "read").as_deref(), Some("fs"));
-    assert!(call(&rt, "read", json!({"path": "note.txt"})).unwrap().contains("the real file"));
-    let cold = dir.open(&config);
+    assert!(
+        call(&rt, "read", json!({"path": "note.txt"})).await.unwrap().contains("the real file")
+    );
+    let cold = dir.open(&config).await;
     assert_eq!(owner(&cold, "read").as_deref(), Some("fs"), "the lock file still says fs");
 }
 
@@ -692,47 +726,57 @@ fn install_warm(dir: &TestDir, name: &str) {
     );
 }
 
-#[test]
-fn instances_are_fresh_per_call_unless_the_manifest_keeps_them_warm() {
+#[tokio::test]
+async fn instances_are_fresh_per_call_unless_the_manifest_keeps_them_warm() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
-    let rt = dir.open("");
+    let rt = dir.open("").await;
     for _ in 0..3 {
-        assert_eq!(call(&rt, "count", json!({})).unwrap(), "1", "a fresh instance per call");
+        assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1", "a fresh instance per call");
     }
 
     let dir = TestDir::new();
     install_warm(&dir, "warm");
-    let rt = dir.open("");
-    let counts: Vec<String> = (0..3).map(|_| call(&rt, "count", json!({})).unwrap()).collect();
+    let rt = dir.open("").await;
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        counts.push(call(&rt, "count", json!({})).await.unwrap());
+    }
     assert_eq!(counts, ["1", "2", "3"], "one instance served every call");
     // Each call gets its own deadline: two naps that together outlast one
     // call's limit both finish.
-    assert_eq!(call(&rt, "nap", json!({"ms": 400})).unwrap(), "slept 400 ms");
-    assert_eq!(call(&rt, "nap", json!({"ms": 400})).unwrap(), "slept 400 ms");
-    assert_eq!(call(&rt, "count", json!({})).unwrap(), "4", "the same instance after the naps");
+    assert_eq!(call(&rt, "nap", json!({"ms": 400})).await.unwrap(), "slept 400 ms");
+    assert_eq!(call(&rt, "nap", json!({"ms": 400})).await.unwrap(), "slept 400 ms");
+    assert_eq!(
+        call(&rt, "count", json!({})).await.unwrap(),
+        "4",
+        "the same instance after the naps"
+    );
     // A call that hits a limit or traps is never kept: the next is fresh.
-    assert!(matches!(call(&rt, "spin", json!({})), Err(CallError::LimitExceeded { .. })));
-    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
-    assert!(matches!(call(&rt, "panic", json!({"message": "x"})), Err(CallError::Trapped { .. })));
-    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
+    assert!(matches!(call(&rt, "spin", json!({})).await, Err(CallError::LimitExceeded { .. })));
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
+    assert!(matches!(
+        call(&rt, "panic", json!({"message": "x"})).await,
+        Err(CallError::Trapped { .. })
+    ));
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
     // A tool error is an ordinary answer: the instance stays.
-    assert!(call(&rt, "read", json!({"path": "/nope"})).is_err());
-    assert_eq!(call(&rt, "count", json!({})).unwrap(), "2");
+    assert!(call(&rt, "read", json!({"path": "/nope"})).await.is_err());
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "2");
     // An instance whose memory grew past half its cap is let go before its
     // state makes a later call run out; a small one stays.
-    call(&rt, "hoard", json!({"mb": 1})).unwrap();
-    assert_eq!(call(&rt, "count", json!({})).unwrap(), "3");
-    call(&rt, "hoard", json!({"mb": 40})).unwrap();
-    assert_eq!(call(&rt, "count", json!({})).unwrap(), "1");
+    call(&rt, "hoard", json!({"mb": 1})).await.unwrap();
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "3");
+    call(&rt, "hoard", json!({"mb": 40})).await.unwrap();
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
     // A new generation starts over.
-    rt.accept("warm").unwrap();
-    let fresh = dir.open("");
-    assert_eq!(call(&fresh, "count", json!({})).unwrap(), "1");
+    rt.accept("warm").await.unwrap();
+    let fresh = dir.open("").await;
+    assert_eq!(call(&fresh, "count", json!({})).await.unwrap(), "1");
 }
 
-#[test]
-fn kept_instances_never_starve_fresh_calls() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_instances_never_starve_fresh_calls() {
     let dir = TestDir::new();
     for name in ["w1", "w2", "w3"] {
         install_warm(&dir, name);
@@ -740,8 +784,9 @@ fn kept_instances_never_starve_fresh_calls() {
     dir.install(support::plugins(), "echo");
     // Four slots; without a cap, three plugins keeping two instances each
     // would hold all of them and every other call would wait for ever.
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [sandbox]
         max_instances = 4
         [plugins.w1]
@@ -751,23 +796,30 @@ fn kept_instances_never_starve_fresh_calls() {
         [plugins.w3]
         config = { impostor_tools = "a3" }
         "#,
-    );
+        )
+        .await;
     for _ in 0..2 {
-        std::thread::scope(|scope| {
-            for tool in ["a1", "a1", "a2", "a2", "a3", "a3"] {
-                let rt = &rt;
-                scope.spawn(move || {
-                    assert_eq!(call(rt, tool, json!({"text": "k"})).unwrap(), "impostor served: k");
-                });
-            }
-        });
+        let mut calls = tokio::task::JoinSet::new();
+        for tool in ["a1", "a1", "a2", "a2", "a3", "a3"] {
+            let rt = rt.clone();
+            calls.spawn(async move {
+                assert_eq!(
+                    call(&rt, tool, json!({"text": "k"})).await.unwrap(),
+                    "impostor served: k"
+                );
+            });
+        }
+        calls.join_all().await;
     }
     let started = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..4 {
-            scope.spawn(|| assert_eq!(call(&rt, "echo", json!({"text": "x"})).unwrap(), "x"));
-        }
-    });
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let rt = rt.clone();
+        calls.spawn(async move {
+            assert_eq!(call(&rt, "echo", json!({"text": "x"})).await.unwrap(), "x")
+        });
+    }
+    calls.join_all().await;
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
 }
 

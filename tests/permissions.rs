@@ -8,18 +8,16 @@ use reson::agent::{
 };
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
 use reson::policy::{Decision, Rule, RuleSet};
-use reson::provider::{
-    ChatProvider, ChatRequest, ChatResponse, DeltaSink, PluginProvider, ProviderError,
-};
+use reson::provider::{ChatProvider, ChatRequest, ChatStream, PluginProvider};
 use reson::tools::ToolRegistry;
 use reson::trace::{EventKind, FileTraceStore, Message, Role, TraceStore};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::TestDir;
+use tokio_util::sync::CancellationToken;
 
 /// The scripted provider, recording every request the model is sent.
 struct Recording {
@@ -32,14 +30,9 @@ impl ChatProvider for Recording {
         self.inner.name()
     }
 
-    fn chat(
-        &self,
-        request: &ChatRequest,
-        deltas: DeltaSink,
-        cancel: Arc<AtomicBool>,
-    ) -> Result<ChatResponse, ProviderError> {
+    fn chat(&self, request: ChatRequest, cancel: CancellationToken) -> ChatStream {
         self.requests.lock().unwrap().push(request.clone());
-        self.inner.chat(request, deltas, cancel)
+        self.inner.chat(request, cancel)
     }
 }
 
@@ -51,7 +44,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(turns: serde_json::Value) -> Self {
+    async fn new(turns: serde_json::Value) -> Self {
         let dir = TestDir::new();
         for plugin in ["scripted", "fs", "shell", "webfetch"] {
             dir.install(support::plugins(), plugin);
@@ -72,11 +65,12 @@ impl Setup {
             dirs = [{{ path = "workspace", access = "read-write" }}]
             "#,
             script.display()
-        ));
+        ))
+        .await;
         // The hostile guest comes after the bundled plugins, so the names it
         // shares with them (read, write) stay theirs.
         dir.install(support::test_plugins(), "hostile");
-        runtime.rescan().unwrap();
+        runtime.rescan().await.unwrap();
         let store = Arc::new(
             FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched)
                 .unwrap(),
@@ -98,9 +92,10 @@ impl Setup {
         .with_permissions(Permissions::new(rules, approvals))
     }
 
-    fn decisions(&self, trace_id: &str) -> Vec<String> {
+    async fn decisions(&self, trace_id: &str) -> Vec<String> {
         self.store
             .events_after(trace_id, 0)
+            .await
             .unwrap()
             .into_iter()
             .filter_map(|e| match e.kind {
@@ -110,9 +105,10 @@ impl Setup {
             .collect()
     }
 
-    fn tool_texts(&self, trace_id: &str) -> Vec<String> {
+    async fn tool_texts(&self, trace_id: &str) -> Vec<String> {
         self.store
-            .messages(trace_id)
+            .get_messages(trace_id)
+            .await
             .unwrap()
             .iter()
             .filter(|m| m.role == Role::Tool)
@@ -141,14 +137,14 @@ fn rules(rules: &[(Decision, &str, Option<&str>)], default: Decision) -> RuleSet
 
 /// Drives a run, answering approval requests in order from `answers`
 /// (`None`: leave it unanswered). Returns the number of requests seen.
-fn drive(
-    handle: RunHandle,
+async fn drive(
+    mut handle: RunHandle,
     approvals: &PendingApprovals,
     answers: &[Option<Answer>],
 ) -> (String, usize) {
     let id = handle.trace_id().to_owned();
     let mut asked = 0;
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         if let AgentEvent::ApprovalNeeded { request } = event {
             if let Some(Some(answer)) = answers.get(asked) {
                 assert!(approvals.answer(request.id, *answer));
@@ -156,50 +152,50 @@ fn drive(
             asked += 1;
         }
     }
-    handle.wait().unwrap();
+    handle.wait().await.unwrap();
     (id, asked)
 }
 
-#[test]
-fn approve_once_then_always_then_remembered() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_once_then_always_then_remembered() {
     let s = Setup::new(
         json!([shell("echo one"), shell("echo two"), shell("echo three"), { "text": "done" }]),
-    );
+    ).await;
     let approvals = PendingApprovals::new(Duration::from_secs(30));
     let runner = s.runner(
         rules(&[(Decision::Ask, "shell", Some("echo *"))], Decision::Deny),
         approvals.clone(),
     );
-    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
-    let (id, asked) = drive(handle, &approvals, &[Some(Answer::Once), Some(Answer::Always)]);
+    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+    let (id, asked) = drive(handle, &approvals, &[Some(Answer::Once), Some(Answer::Always)]).await;
     assert_eq!(asked, 2, "the third call matched an `always` answer and was not asked");
-    assert_eq!(s.decisions(&id), ["ask-once", "ask-always", "ask-remembered"]);
-    let outputs = s.tool_texts(&id);
+    assert_eq!(s.decisions(&id).await, ["ask-once", "ask-always", "ask-remembered"]);
+    let outputs = s.tool_texts(&id).await;
     assert!(outputs.iter().all(|t| t.starts_with("exit code 0")), "{outputs:?}");
 }
 
-#[test]
-fn a_denied_or_unanswered_ask_does_not_run() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_or_unanswered_ask_does_not_run() {
     let s = Setup::new(
         json!([shell("touch marker-denied"), shell("touch marker-timeout"), { "text": "done" }]),
-    );
+    ).await;
     let approvals = PendingApprovals::new(Duration::from_millis(300));
     let runner =
         s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
-    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
-    let (id, asked) = drive(handle, &approvals, &[Some(Answer::Deny), None]);
+    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+    let (id, asked) = drive(handle, &approvals, &[Some(Answer::Deny), None]).await;
     assert_eq!(asked, 2);
-    assert_eq!(s.decisions(&id), ["ask-denied", "ask-timeout"]);
+    assert_eq!(s.decisions(&id).await, ["ask-denied", "ask-timeout"]);
     assert!(!s.dir.workspace().join("marker-denied").exists());
     assert!(!s.dir.workspace().join("marker-timeout").exists());
-    let outputs = s.tool_texts(&id);
+    let outputs = s.tool_texts(&id).await;
     assert!(outputs[0].contains("the user denied this call"), "{outputs:?}");
     assert!(outputs[1].contains("no one approved this call"), "{outputs:?}");
 }
 
-#[test]
-fn a_shell_command_the_rules_deny_never_runs() {
-    let s = Setup::new(json!([shell("touch marker"), shell("echo allowed"), { "text": "done" }]));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_command_the_rules_deny_never_runs() {
+    let s = Setup::new(json!([shell("touch marker"), shell("echo allowed"), { "text": "done" }])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let set = rules(
         &[(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("touch *"))],
@@ -207,13 +203,13 @@ fn a_shell_command_the_rules_deny_never_runs() {
     );
     let handle = s
         .runner(set, approvals.clone())
-        .run(vec![Message::new(Role::User, "go")], RunConfig::default())
+        .run(vec![Message::new(Role::User, "go")], RunConfig::default()).await
         .unwrap();
-    let (id, asked) = drive(handle, &approvals, &[]);
+    let (id, asked) = drive(handle, &approvals, &[]).await;
     assert_eq!(asked, 0);
     assert!(!s.dir.workspace().join("marker").exists(), "the denied command ran");
-    assert_eq!(s.decisions(&id), ["deny", "allow"]);
-    let outputs = s.tool_texts(&id);
+    assert_eq!(s.decisions(&id).await, ["deny", "allow"]);
+    let outputs = s.tool_texts(&id).await;
     assert!(
         outputs[0].contains("permission denied for `shell` (rule deny shell \"touch *\")"),
         "{outputs:?}"
@@ -221,23 +217,23 @@ fn a_shell_command_the_rules_deny_never_runs() {
     assert_eq!(outputs[1], "exit code 0\nallowed");
 }
 
-#[test]
-fn a_preset_without_shell_never_offers_it() {
-    let s = Setup::new(json!([{ "text": "hi" }, { "text": "hi again" }]));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preset_without_shell_never_offers_it() {
+    let s = Setup::new(json!([{ "text": "hi" }, { "text": "hi again" }])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let config = s.dir.config("");
     let (_, explore) = config.preset("explore").unwrap();
     let handle = s
         .runner(explore, approvals.clone())
-        .run(vec![Message::new(Role::User, "look")], RunConfig::default())
+        .run(vec![Message::new(Role::User, "look")], RunConfig::default()).await
         .unwrap();
-    drive(handle, &approvals, &[]);
+    drive(handle, &approvals, &[]).await;
     let (_, default) = config.preset("default").unwrap();
     let handle = s
         .runner(default, approvals.clone())
-        .run(vec![Message::new(Role::User, "look")], RunConfig::default())
+        .run(vec![Message::new(Role::User, "look")], RunConfig::default()).await
         .unwrap();
-    drive(handle, &approvals, &[]);
+    drive(handle, &approvals, &[]).await;
     let requests = s.provider.requests.lock().unwrap();
     let offered = |i: usize| requests[i].tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
     assert!(
@@ -249,20 +245,20 @@ fn a_preset_without_shell_never_offers_it() {
     assert!(offered(1).contains(&"shell".to_owned()), "{:?}", offered(1));
 }
 
-#[test]
-fn invalid_arguments_never_reach_the_plugin() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_arguments_never_reach_the_plugin() {
     let s = Setup::new(json!([
         { "tool_calls": [{ "name": "write", "arguments": { "path": 5, "content": "x" } }] },
         { "tool_calls": [{ "name": "write", "arguments": { "path": "made.txt", "content": "x" } }] },
         { "text": "done" }
-    ]));
+    ])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let handle = s
         .runner(rules(&[], Decision::Allow), approvals.clone())
-        .run(vec![Message::new(Role::User, "w")], RunConfig::default())
+        .run(vec![Message::new(Role::User, "w")], RunConfig::default()).await
         .unwrap();
-    let (id, _) = drive(handle, &approvals, &[]);
-    let outputs = s.tool_texts(&id);
+    let (id, _) = drive(handle, &approvals, &[]).await;
+    let outputs = s.tool_texts(&id).await;
     assert!(
         outputs[0].contains("invalid arguments for `write`") && outputs[0].contains("/path"),
         "{outputs:?}"
@@ -272,18 +268,18 @@ fn invalid_arguments_never_reach_the_plugin() {
     assert_eq!(outputs.iter().filter(|o| o.starts_with("wrote")).count(), 1);
 }
 
-#[test]
-fn tool_result_images_reach_the_provider_as_image_parts() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_result_images_reach_the_provider_as_image_parts() {
     let s = Setup::new(json!([
         { "tool_calls": [{ "name": "remember", "arguments": { "text": "see image", "image": true } }] },
         { "text": "I see it" }
-    ]));
+    ])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let handle = s
         .runner(rules(&[], Decision::Allow), approvals.clone())
-        .run(vec![Message::new(Role::User, "img")], RunConfig::default())
+        .run(vec![Message::new(Role::User, "img")], RunConfig::default()).await
         .unwrap();
-    drive(handle, &approvals, &[]);
+    drive(handle, &approvals, &[]).await;
     let requests = s.provider.requests.lock().unwrap();
     let tool = requests[1].messages.iter().find(|m| m.role == Role::Tool).unwrap();
     assert_eq!(tool.content.len(), 2, "{:?}", tool.content);
@@ -293,20 +289,20 @@ fn tool_result_images_reach_the_provider_as_image_parts() {
     );
 }
 
-#[test]
-fn tool_result_memory_shapes_the_history_sent() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_result_memory_shapes_the_history_sent() {
     let remember = |text: &str, memory: Option<&str>, once: bool| json!({ "tool_calls": [{ "name": "remember", "arguments": { "text": text, "memory": memory, "once": once } }] });
     let s = Setup::new(json!([
         remember("FULL-A", Some("mem-A"), false),
         remember("FULL-B", None, true),
         { "text": "done" }
-    ]));
+    ])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let handle = s
         .runner(rules(&[], Decision::Allow), approvals.clone())
-        .run(vec![Message::new(Role::User, "r")], RunConfig::default())
+        .run(vec![Message::new(Role::User, "r")], RunConfig::default()).await
         .unwrap();
-    drive(handle, &approvals, &[]);
+    drive(handle, &approvals, &[]).await;
     let requests = s.provider.requests.lock().unwrap();
     let sent =
         |i: usize| requests[i].messages.iter().map(Message::text).collect::<Vec<_>>().join("|");
@@ -317,9 +313,9 @@ fn tool_result_memory_shapes_the_history_sent() {
         sent(2)
     );
     assert!(sent(2).contains("FULL-B"));
-    let stored = s.store.list(&Default::default()).unwrap().remove(0);
+    let stored = s.store.list_traces(&Default::default()).await.unwrap().remove(0);
     let all: Vec<String> =
-        s.store.messages(&stored.id).unwrap().iter().map(Message::text).collect();
+        s.store.get_messages(&stored.id).await.unwrap().iter().map(Message::text).collect();
     assert!(all.contains(&"FULL-A".to_owned()), "the trace keeps the full output");
 }
 
@@ -344,15 +340,15 @@ fn html_server() -> String {
     addr
 }
 
-#[test]
-fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
+#[tokio::test]
+async fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
     let addr = html_server();
     let dir = TestDir::new();
     dir.install(support::plugins(), "webfetch");
-    let rt = dir.open(&format!("[plugins.webfetch]\nhttp = [\"{addr}\"]\n"));
+    let rt = dir.open(&format!("[plugins.webfetch]\nhttp = [\"{addr}\"]\n")).await;
     let ctx = CallContext::default();
     let page = rt
-        .call_tool("webfetch", &json!({ "url": format!("http://{addr}/") }).to_string(), &ctx)
+        .call_tool("webfetch", &json!({ "url": format!("http://{addr}/") }).to_string(), &ctx).await
         .unwrap();
     assert!(
         page.text.contains("# Hello") && page.text.contains("Readable **text**."),
@@ -365,12 +361,12 @@ fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
             "webfetch",
             &json!({ "url": format!("http://{addr}/"), "format": "text" }).to_string(),
             &ctx,
-        )
+        ).await
         .unwrap();
     assert!(text.text.contains("Hello") && !text.text.contains("**"), "{}", text.text);
 
     let refused = rt
-        .call_tool("webfetch", &json!({ "url": "http://127.0.0.1:9/" }).to_string(), &ctx)
+        .call_tool("webfetch", &json!({ "url": "http://127.0.0.1:9/" }).to_string(), &ctx).await
         .unwrap_err();
     match refused {
         CallError::Tool { failure: ToolFailure::Denied(message), .. } => {
@@ -380,21 +376,21 @@ fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
     }
 }
 
-#[test]
-fn a_stop_during_an_approval_asks_nothing_more_and_runs_nothing_more() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_an_approval_asks_nothing_more_and_runs_nothing_more() {
     let touch = |marker: &str| json!({ "name": "shell", "arguments": { "command": format!("touch {marker}") } });
     let s = Setup::new(json!([
         { "tool_calls": [touch("marker-one"), { "name": "goal", "arguments": { "action": "add", "description": "after stop" } }, touch("marker-two"), touch("marker-three")] },
         { "text": "done" }
-    ]));
+    ])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(3));
     let runner =
         s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
-    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
+    let mut handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let mut asked = 0;
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         if let AgentEvent::ApprovalNeeded { request } = event {
             asked += 1;
             // The user stops the run, then approves what was on screen.
@@ -402,21 +398,58 @@ fn a_stop_during_an_approval_asks_nothing_more_and_runs_nothing_more() {
             approvals.answer(request.id, Answer::Once);
         }
     }
-    let outcome = handle.wait().unwrap();
+    let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.status, reson::trace::TraceStatus::Stopped);
     assert_eq!(asked, 1, "a stopped run asked for more approvals");
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     for marker in ["marker-one", "marker-two", "marker-three"] {
         assert!(!s.dir.workspace().join(marker).exists(), "{marker} ran after the stop");
     }
-    let outputs = s.tool_texts(&id);
+    let outputs = s.tool_texts(&id).await;
     assert_eq!(outputs.len(), 4, "every call has a result: {outputs:?}");
-    let goals = s.store.goals(&id).unwrap().render();
+    let goals = s.store.get_goals(&id).await.unwrap().render();
     assert!(!goals.contains("after stop"), "the goal call ran after the stop: {goals}");
-    let messages = s.store.messages(&id).unwrap();
+    let messages = s.store.get_messages(&id).await.unwrap();
     let assistant = messages.iter().find(|m| !m.tool_calls.is_empty()).unwrap();
     let results: Vec<_> =
         messages.iter().filter(|m| m.role == Role::Tool).map(|m| m.tool_call_id.clone()).collect();
     let calls: Vec<_> = assistant.tool_calls.iter().map(|c| Some(c.id.clone())).collect();
     assert_eq!(results, calls, "results are stored in call order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_an_approval_waits_ends_the_run_at_once() {
+    let s = Setup::new(json!([shell("touch marker"), { "text": "done" }])).await;
+    // Nobody answers, and the approval would wait this long.
+    let approvals = PendingApprovals::new(Duration::from_secs(30));
+    let runner =
+        s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
+    let mut handle =
+        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+    let id = handle.trace_id().to_owned();
+    let mut stopped = None;
+    let mut last = None;
+    while let Some(event) = handle.next_event().await {
+        if let AgentEvent::ApprovalNeeded { .. } = &event {
+            stopped = Some(Instant::now());
+            handle.stop();
+        }
+        last = Some(event);
+    }
+    let stopped = stopped.expect("the call was put up for approval");
+    let outcome = handle.wait().await.unwrap();
+    let took = stopped.elapsed();
+    assert!(took < Duration::from_secs(2), "the run waited {took:?} for the approval after the stop");
+    assert_eq!(outcome.status, reson::trace::TraceStatus::Stopped);
+    assert!(
+        matches!(
+            last,
+            Some(AgentEvent::Finished { status: reson::trace::TraceStatus::Stopped, .. })
+        ),
+        "{last:?}"
+    );
+    assert!(!s.dir.workspace().join("marker").exists(), "the call ran after the stop");
+    let trace = s.store.get_trace(&id).await.unwrap().unwrap();
+    assert_eq!(trace.status, reson::trace::TraceStatus::Stopped);
+    assert_eq!(s.tool_texts(&id).await.len(), 1, "the call that waited has a result");
 }

@@ -9,8 +9,8 @@ use serde_json::json;
 use std::process::Command;
 use support::TestDir;
 
-fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
-    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+async fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).await.map(|o| o.text)
 }
 
 fn invalid(err: CallError) -> String {
@@ -20,46 +20,50 @@ fn invalid(err: CallError) -> String {
     }
 }
 
-fn fs_runtime() -> (TestDir, Runtime) {
+async fn fs_runtime() -> (TestDir, Runtime) {
     let dir = TestDir::new();
     dir.install(support::plugins(), "fs").install(support::plugins(), "echo");
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [plugins.fs]
         dirs = [{ path = "workspace", access = "read-write" }]
         "#,
-    );
+        )
+        .await;
     (dir, rt)
 }
 
-#[test]
-fn fs_write_read_and_line_ranges() {
-    let (dir, rt) = fs_runtime();
+#[tokio::test]
+async fn fs_write_read_and_line_ranges() {
+    let (dir, rt) = fs_runtime().await;
     let ws = dir.workspace();
     let file = ws.join("notes/todo.txt");
-    let out =
-        call(&rt, "write", json!({"path": file, "content": "one\ntwo\nthree\nfour\n"})).unwrap();
+    let out = call(&rt, "write", json!({"path": file, "content": "one\ntwo\nthree\nfour\n"}))
+        .await
+        .unwrap();
     assert_eq!(out, format!("wrote 19 bytes to {}", file.display()));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\ntwo\nthree\nfour\n");
 
-    let all = call(&rt, "read", json!({"path": "notes/todo.txt"})).unwrap();
+    let all = call(&rt, "read", json!({"path": "notes/todo.txt"})).await.unwrap();
     assert_eq!(all, "     1\tone\n     2\ttwo\n     3\tthree\n     4\tfour");
-    let part = call(&rt, "read", json!({"path": file, "offset": 2, "limit": 2})).unwrap();
+    let part = call(&rt, "read", json!({"path": file, "offset": 2, "limit": 2})).await.unwrap();
     assert_eq!(part, "     2\ttwo\n     3\tthree\n(lines 2-3 of 4)");
-    let past = invalid(call(&rt, "read", json!({"path": file, "offset": 9})).unwrap_err());
+    let past = invalid(call(&rt, "read", json!({"path": file, "offset": 9})).await.unwrap_err());
     assert!(past.contains("past the end"), "{past}");
-    let missing = call(&rt, "read", json!({"path": ws.join("nope.txt")})).unwrap_err();
+    let missing = call(&rt, "read", json!({"path": ws.join("nope.txt")})).await.unwrap_err();
     assert!(missing.to_string().contains("does not exist"), "{missing}");
 }
 
-#[test]
-fn fs_edit_replaces_exactly_one_match_or_refuses() {
-    let (dir, rt) = fs_runtime();
+#[tokio::test]
+async fn fs_edit_replaces_exactly_one_match_or_refuses() {
+    let (dir, rt) = fs_runtime().await;
     let file = dir.workspace().join("main.rs");
     std::fs::write(&file, "let a = 1;\nlet b = 1;\nlet c = 2;\n").unwrap();
 
     let ambiguous = invalid(
         call(&rt, "edit", json!({"path": file, "old_string": "= 1;", "new_string": "= 3;"}))
+            .await
             .unwrap_err(),
     );
     assert!(ambiguous.contains("matches 2 times"), "{ambiguous}");
@@ -70,6 +74,7 @@ fn fs_edit_replaces_exactly_one_match_or_refuses() {
         "edit",
         json!({"path": file, "old_string": "let b = 1;", "new_string": "let b = 5;"}),
     )
+    .await
     .unwrap();
     assert_eq!(out, format!("replaced 1 occurrence in {}", file.display()));
     let all = call(
@@ -77,6 +82,7 @@ fn fs_edit_replaces_exactly_one_match_or_refuses() {
         "edit",
         json!({"path": file, "old_string": "let", "new_string": "const", "replace_all": true}),
     )
+    .await
     .unwrap();
     assert!(all.starts_with("replaced 3 occurrences"), "{all}");
     assert_eq!(
@@ -85,14 +91,15 @@ fn fs_edit_replaces_exactly_one_match_or_refuses() {
     );
     let absent = invalid(
         call(&rt, "edit", json!({"path": file, "old_string": "zzz", "new_string": "y"}))
+            .await
             .unwrap_err(),
     );
     assert!(absent.contains("was not found"), "{absent}");
 }
 
-#[test]
-fn fs_glob_sorts_by_modification_time() {
-    let (dir, rt) = fs_runtime();
+#[tokio::test]
+async fn fs_glob_sorts_by_modification_time() {
+    let (dir, rt) = fs_runtime().await;
     let ws = dir.workspace();
     std::fs::create_dir_all(ws.join("src/deep")).unwrap();
     let old = ws.join("src/old.rs");
@@ -103,34 +110,35 @@ fn fs_glob_sorts_by_modification_time() {
     let earlier = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     std::fs::File::options().write(true).open(&old).unwrap().set_modified(earlier).unwrap();
 
-    let out = call(&rt, "glob", json!({"pattern": "**/*.rs"})).unwrap();
+    let out = call(&rt, "glob", json!({"pattern": "**/*.rs"})).await.unwrap();
     assert_eq!(out, format!("{}\n{}", new.display(), old.display()));
-    assert_eq!(call(&rt, "glob", json!({"pattern": "*.txt"})).unwrap(), "(no matches)");
+    assert_eq!(call(&rt, "glob", json!({"pattern": "*.txt"})).await.unwrap(), "(no matches)");
 }
 
-#[test]
-fn fs_grep_with_regex_and_file_glob() {
-    let (dir, rt) = fs_runtime();
+#[tokio::test]
+async fn fs_grep_with_regex_and_file_glob() {
+    let (dir, rt) = fs_runtime().await;
     let ws = dir.workspace();
     std::fs::write(ws.join("a.rs"), "fn main() {}\nfn helper() {}\n").unwrap();
     std::fs::write(ws.join("b.txt"), "fn not_code() {}\n").unwrap();
-    let out = call(&rt, "grep", json!({"pattern": r"fn \w+\(", "glob": "*.rs"})).unwrap();
+    let out = call(&rt, "grep", json!({"pattern": r"fn \w+\(", "glob": "*.rs"})).await.unwrap();
     let a = ws.join("a.rs");
     assert_eq!(out, format!("{0}:1:fn main() {{}}\n{0}:2:fn helper() {{}}", a.display()));
-    let ci = call(&rt, "grep", json!({"pattern": "NOT_CODE", "case_insensitive": true})).unwrap();
+    let ci =
+        call(&rt, "grep", json!({"pattern": "NOT_CODE", "case_insensitive": true})).await.unwrap();
     assert!(ci.ends_with("b.txt:1:fn not_code() {}"), "{ci}");
-    let bad = invalid(call(&rt, "grep", json!({"pattern": "("})).unwrap_err());
+    let bad = invalid(call(&rt, "grep", json!({"pattern": "("})).await.unwrap_err());
     assert!(bad.contains("invalid regex"), "{bad}");
 }
 
-#[test]
-fn fs_list_and_confinement() {
-    let (dir, rt) = fs_runtime();
+#[tokio::test]
+async fn fs_list_and_confinement() {
+    let (dir, rt) = fs_runtime().await;
     let ws = dir.workspace();
     std::fs::create_dir(ws.join("sub")).unwrap();
     std::fs::write(ws.join("f.txt"), "12345").unwrap();
-    assert_eq!(call(&rt, "list", json!({})).unwrap(), "f.txt  5\nsub/");
-    let outside = call(&rt, "list", json!({"path": "/etc"})).unwrap_err();
+    assert_eq!(call(&rt, "list", json!({})).await.unwrap(), "f.txt  5\nsub/");
+    let outside = call(&rt, "list", json!({"path": "/etc"})).await.unwrap_err();
     match outside {
         CallError::Tool { failure: ToolFailure::Denied(m), .. } => {
             assert!(m.contains("outside"), "{m}")
@@ -139,43 +147,43 @@ fn fs_list_and_confinement() {
     }
 }
 
-#[test]
-fn a_plugin_granted_nothing_sees_no_files() {
+#[tokio::test]
+async fn a_plugin_granted_nothing_sees_no_files() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "fs");
-    let rt = dir.open("");
+    let rt = dir.open("").await;
     std::fs::write(dir.workspace().join("x.txt"), "x").unwrap();
-    let err = call(&rt, "read", json!({"path": dir.workspace().join("x.txt")})).unwrap_err();
+    let err = call(&rt, "read", json!({"path": dir.workspace().join("x.txt")})).await.unwrap_err();
     assert!(matches!(err, CallError::Tool { failure: ToolFailure::Denied(_), .. }), "{err:?}");
 }
 
-#[test]
-fn arguments_are_checked_against_the_schema_before_the_call() {
-    let (_dir, rt) = fs_runtime();
-    assert_eq!(call(&rt, "echo", json!({"text": "hi"})).unwrap(), "hi");
-    match call(&rt, "echo", json!({"text": 5})).unwrap_err() {
+#[tokio::test]
+async fn arguments_are_checked_against_the_schema_before_the_call() {
+    let (_dir, rt) = fs_runtime().await;
+    assert_eq!(call(&rt, "echo", json!({"text": "hi"})).await.unwrap(), "hi");
+    match call(&rt, "echo", json!({"text": 5})).await.unwrap_err() {
         CallError::InvalidArguments { tool, message } => {
             assert_eq!(tool, "echo");
             assert!(message.contains("/text") && message.contains("string"), "{message}");
         }
         other => panic!("{other:?}"),
     }
-    let missing = call(&rt, "echo", json!({})).unwrap_err().to_string();
+    let missing = call(&rt, "echo", json!({})).await.unwrap_err().to_string();
     assert!(missing.contains("\"text\" is a required property"), "{missing}");
-    let not_json = rt.call_tool("echo", "{text:", &CallContext::default()).unwrap_err();
+    let not_json = rt.call_tool("echo", "{text:", &CallContext::default()).await.unwrap_err();
     assert!(not_json.to_string().contains("not valid JSON"), "{not_json}");
 }
 
-#[test]
-fn unknown_tools_list_what_exists() {
-    let (_dir, rt) = fs_runtime();
-    let err = call(&rt, "delete_everything", json!({})).unwrap_err().to_string();
+#[tokio::test]
+async fn unknown_tools_list_what_exists() {
+    let (_dir, rt) = fs_runtime().await;
+    let err = call(&rt, "delete_everything", json!({})).await.unwrap_err().to_string();
     assert!(err.contains("unknown tool `delete_everything`"), "{err}");
     assert!(err.contains("echo, edit, glob, grep, list, read, write"), "{err}");
 }
 
-#[test]
-fn bad_plugin_files_get_one_line_errors_and_the_rest_load() {
+#[tokio::test]
+async fn bad_plugin_files_get_one_line_errors_and_the_rest_load() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     let plugins = dir.plugins();
@@ -201,7 +209,7 @@ fn bad_plugin_files_get_one_line_errors_and_the_rest_load() {
     std::fs::copy(support::plugins().join("echo.wasm"), plugins.join("misnamed.wasm")).unwrap();
     std::fs::write(plugins.join("misnamed.toml"), "name = \"other\"\nversion = \"1\"\n").unwrap();
 
-    let rt = dir.open("");
+    let rt = dir.open("").await;
     let expected = [
         ("command", "not a Reson plugin: it exports wasi:cli/run@0.2"),
         ("core", "a core WebAssembly module, not a component"),
@@ -227,16 +235,16 @@ fn bad_plugin_files_get_one_line_errors_and_the_rest_load() {
     }
     let echo_info = plugins_info.iter().find(|p| p.name == "echo").unwrap();
     assert_eq!(echo_info.status, PluginStatus::Ready);
-    assert_eq!(call(&rt, "echo", json!({"text": "fine"})).unwrap(), "fine");
+    assert_eq!(call(&rt, "echo", json!({"text": "fine"})).await.unwrap(), "fine");
 }
 
-#[test]
-fn compiled_code_is_reused_from_the_cache() {
+#[tokio::test]
+async fn compiled_code_is_reused_from_the_cache() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
-    let first = dir.open("");
+    let first = dir.open("").await;
     assert_eq!(first.plugins()[0].status, PluginStatus::Ready);
-    let second = dir.open("");
+    let second = dir.open("").await;
     assert!(second.plugins()[0].from_cache, "the second open loads from the cache");
     let sha = second.plugins()[0].sha256.clone().unwrap();
     let cached = std::fs::read_dir(support::cache_dir())
@@ -245,28 +253,28 @@ fn compiled_code_is_reused_from_the_cache() {
     assert!(cached, "the cache entry is keyed by the plugin's digest");
 }
 
-#[test]
-fn a_corrupt_cache_entry_is_recompiled() {
+#[tokio::test]
+async fn a_corrupt_cache_entry_is_recompiled() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     let cache = dir.path().join("cache");
     let mut options = dir.options("");
     options.cache_dir = cache.clone();
-    Runtime::open(options.clone()).unwrap();
+    Runtime::open(options.clone()).await.unwrap();
     for entry in std::fs::read_dir(&cache).unwrap() {
         std::fs::write(entry.unwrap().path(), b"garbage").unwrap();
     }
-    let rt = Runtime::open(options).unwrap();
+    let rt = Runtime::open(options).await.unwrap();
     assert!(!rt.plugins()[0].from_cache);
-    assert_eq!(call(&rt, "echo", json!({"text": "ok"})).unwrap(), "ok");
+    assert_eq!(call(&rt, "echo", json!({"text": "ok"})).await.unwrap(), "ok");
 }
 
-#[test]
-fn a_changed_plugin_asking_for_more_waits_for_acceptance() {
+#[tokio::test]
+async fn a_changed_plugin_asking_for_more_waits_for_acceptance() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     let lock = dir.path().join("reson.lock");
-    dir.open("");
+    dir.open("").await;
     let locked = std::fs::read_to_string(&lock).unwrap();
     assert!(locked.contains("[plugins.echo]") && locked.contains("sha256"), "{locked}");
 
@@ -278,7 +286,7 @@ fn a_changed_plugin_asking_for_more_waits_for_acceptance() {
         "name = \"echo\"\nversion = \"0.2.0\"\n[requests]\ndirs = \"read\"\nhttp = [\"example.com\"]\n",
     )
     .unwrap();
-    let rt = dir.open("");
+    let rt = dir.open("").await;
     let PluginStatus::Failed(error) = &rt.plugins()[0].status else {
         panic!("{:?}", rt.plugins()[0].status)
     };
@@ -287,41 +295,50 @@ fn a_changed_plugin_asking_for_more_waits_for_acceptance() {
         error.contains("http `example.com`") && error.contains("reson plugins accept echo"),
         "{error}"
     );
-    assert!(matches!(call(&rt, "echo", json!({"text": "x"})), Err(CallError::UnknownTool { .. })));
+    assert!(matches!(
+        call(&rt, "echo", json!({"text": "x"})).await,
+        Err(CallError::UnknownTool { .. })
+    ));
 
-    rt.accept("echo").unwrap();
+    rt.accept("echo").await.unwrap();
     assert_eq!(rt.plugins()[0].status, PluginStatus::Ready);
-    assert_eq!(call(&rt, "echo", json!({"text": "x"})).unwrap(), "v2:x");
-    assert_eq!(dir.open("").plugins()[0].status, PluginStatus::Ready, "acceptance is persisted");
+    assert_eq!(call(&rt, "echo", json!({"text": "x"})).await.unwrap(), "v2:x");
+    assert_eq!(
+        dir.open("").await.plugins()[0].status,
+        PluginStatus::Ready,
+        "acceptance is persisted"
+    );
 }
 
-#[test]
-fn a_changed_plugin_asking_for_no_more_loads() {
+#[tokio::test]
+async fn a_changed_plugin_asking_for_no_more_loads() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
-    dir.open("");
+    dir.open("").await;
     std::fs::copy(support::test_plugins().join("echo-v2.wasm"), dir.plugins().join("echo.wasm"))
         .unwrap();
-    let rt = dir.open("");
-    assert_eq!(call(&rt, "echo", json!({"text": "x"})).unwrap(), "v2:x");
+    let rt = dir.open("").await;
+    assert_eq!(call(&rt, "echo", json!({"text": "x"})).await.unwrap(), "v2:x");
 }
 
-#[test]
-fn config_can_disable_plugins_and_narrow_tools() {
-    let (dir, _) = fs_runtime();
-    let rt = dir.open(
-        r#"
+#[tokio::test]
+async fn config_can_disable_plugins_and_narrow_tools() {
+    let (dir, _) = fs_runtime().await;
+    let rt = dir
+        .open(
+            r#"
         [plugins.echo]
         enabled = false
         [plugins.fs]
         tools = ["read", "list"]
         "#,
-    );
+        )
+        .await;
     let echo = rt.plugins().into_iter().find(|p| p.name == "echo").unwrap();
     assert_eq!(echo.status, PluginStatus::Disabled);
     let names: Vec<String> = rt.tools().into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["list", "read"]);
-    let err = call(&rt, "write", json!({"path": "x", "content": ""})).unwrap_err();
+    let err = call(&rt, "write", json!({"path": "x", "content": ""})).await.unwrap_err();
     assert!(matches!(err, CallError::Denied { .. }), "{err:?}");
 }
 

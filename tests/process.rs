@@ -26,28 +26,30 @@ const CALL_LIMIT: Duration = Duration::from_millis(2_000);
 
 /// The hostile guest with the workspace granted read-write and `grant`
 /// added to its grant.
-fn hostile(grant: &str) -> (TestDir, Runtime) {
+async fn hostile(grant: &str) -> (TestDir, Runtime) {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
     std::fs::create_dir_all(dir.path().join("outside")).unwrap();
-    let runtime = dir.open(&format!(
-        r#"
+    let runtime = dir
+        .open(&format!(
+            r#"
         [plugins.hostile]
         dirs = [{{ path = "workspace", access = "read-write" }}]
         limits = {{ timeout_ms = {} }}
         {grant}
         "#,
-        CALL_LIMIT.as_millis()
-    ));
+            CALL_LIMIT.as_millis()
+        ))
+        .await;
     (dir, runtime)
 }
 
-fn call(rt: &Runtime, tool: &str, args: Value) -> Result<String, CallError> {
-    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+async fn call(rt: &Runtime, tool: &str, args: Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).await.map(|o| o.text)
 }
 
-fn exec(rt: &Runtime, program: &str, args: &[&str]) -> Result<String, CallError> {
-    call(rt, "exec", json!({ "program": program, "args": args }))
+async fn exec(rt: &Runtime, program: &str, args: &[&str]) -> Result<String, CallError> {
+    call(rt, "exec", json!({ "program": program, "args": args })).await
 }
 
 /// The denial message of a refused call.
@@ -74,9 +76,9 @@ fn text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-#[test]
-fn git_options_that_run_programs_are_refused() {
-    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+#[tokio::test]
+async fn git_options_that_run_programs_are_refused() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#).await;
     let m = text(&marker(&dir));
     let touch = format!("touch {m}");
     let attacks: Vec<Vec<String>> = vec![
@@ -97,19 +99,22 @@ fn git_options_that_run_programs_are_refused() {
     ];
     for args in attacks {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        assert_denied(exec(&rt, "git", &args), &["git", "exec_vectors", "refused"]);
+        assert_denied(exec(&rt, "git", &args).await, &["git", "exec_vectors", "refused"]);
     }
     assert!(!marker(&dir).exists());
     // The grant itself works: plain git runs.
-    assert!(exec(&rt, "git", &["--version"]).unwrap().starts_with("git version"));
+    assert!(exec(&rt, "git", &["--version"]).await.unwrap().starts_with("git version"));
     // The search path's git under another spelling is the same program.
     let dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
     let first = dirs.iter().position(|d| Path::new(d).join("git").is_file()).unwrap();
     let dir = Path::new(dirs[first]);
     let up = format!("{}/../{}/git", dir.display(), dir.file_name().unwrap().to_string_lossy());
     for spelling in [text(&dir.join("git")), up, format!("{}//./git", dir.display())] {
-        assert!(exec(&rt, &spelling, &["--version"]).unwrap().starts_with("git version"));
-        assert_denied(exec(&rt, &spelling, &["-c", "core.pager=x", "log"]), &["exec_vectors"]);
+        assert!(exec(&rt, &spelling, &["--version"]).await.unwrap().starts_with("git version"));
+        assert_denied(
+            exec(&rt, &spelling, &["-c", "core.pager=x", "log"]).await,
+            &["exec_vectors"],
+        );
     }
     // A git later on the search path is not the one `git` names: it stays
     // its path, which `git *` does not cover.
@@ -117,24 +122,29 @@ fn git_options_that_run_programs_are_refused() {
         p.is_file() && p.canonicalize().unwrap() != dir.join("git").canonicalize().unwrap()
     });
     if let Some(shadowed) = shadowed {
-        assert_denied(exec(&rt, &text(&shadowed), &["--version"]), &["matches no command pattern"]);
+        assert_denied(
+            exec(&rt, &text(&shadowed), &["--version"]).await,
+            &["matches no command pattern"],
+        );
     }
-    assert_eq!(exec(&rt, "git", &["config", "--get", "no.such-key"]).unwrap(), "");
+    assert_eq!(exec(&rt, "git", &["config", "--get", "no.such-key"]).await.unwrap(), "");
 }
 
 /// A guest with a writable workspace writes `.git/config` itself; the
 /// host's pins keep git from running what it names.
-#[test]
-fn repository_config_written_by_the_guest_runs_nothing() {
-    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+#[tokio::test]
+async fn repository_config_written_by_the_guest_runs_nothing() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#).await;
     let ws = dir.workspace();
     let m = text(&marker(&dir));
     let write = |path: &str, content: &str| {
-        call(&rt, "write", json!({ "path": text(&ws.join(path)), "content": content })).unwrap();
+        call(&rt, "write", json!({ "path": text(&ws.join(path)), "content": content }))
+            .await
+            .unwrap();
     };
-    exec(&rt, "git", &["init", "-q"]).unwrap();
+    exec(&rt, "git", &["init", "-q"]).await.unwrap();
     write("f.txt", "old\n");
-    exec(&rt, "git", &["add", "f.txt"]).unwrap();
+    exec(&rt, "git", &["add", "f.txt"]).await.unwrap();
     let config = format!(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\
          \tfsmonitor = \"touch {m}.fsmonitor; false\"\n\tpager = touch {m}.pager\n\
@@ -150,21 +160,24 @@ fn repository_config_written_by_the_guest_runs_nothing() {
     write(".git/config", &config);
     write(".gitattributes", "f.txt filter=evil diff=evil\n");
     write("f.txt", "new\n");
-    let status = exec(&rt, "git", &["status", "--short"]).unwrap();
+    let status = exec(&rt, "git", &["status", "--short"]).await.unwrap();
     assert!(status.contains("f.txt"), "{status}");
-    let diff = exec(&rt, "git", &["diff"]).unwrap();
+    let diff = exec(&rt, "git", &["diff"]).await.unwrap();
     assert!(diff.contains("-old") && diff.contains("+new"), "{diff}");
-    exec(&rt, "git", &["add", "f.txt"]).unwrap();
-    exec(&rt, "git", &["commit", "-q", "-m", "x"]).unwrap();
-    let log = exec(&rt, "git", &["log", "-p"]).unwrap();
+    exec(&rt, "git", &["add", "f.txt"]).await.unwrap();
+    exec(&rt, "git", &["commit", "-q", "-m", "x"]).await.unwrap();
+    let log = exec(&rt, "git", &["log", "-p"]).await.unwrap();
     assert!(log.contains("+new"), "{log}");
-    exec(&rt, "git", &["-C", &text(&ws), "fetch", "-q", "origin"]).unwrap();
-    assert_denied(exec(&rt, "git", &["st"]), &["not a git builtin"]);
+    exec(&rt, "git", &["-C", &text(&ws), "fetch", "-q", "origin"]).await.unwrap();
+    assert_denied(exec(&rt, "git", &["st"]).await, &["not a git builtin"]);
     // git reads uploadpack first-wins, so no pin can hold it: refused.
     let upload = format!("[remote \"origin\"]\n\tuploadpack = touch {m}.upload; git-upload-pack\n");
     write(".git/config", &format!("{config}{upload}"));
     for args in [&["fetch", "-q", "origin"][..], &["-C", &text(&ws), "pull"], &["status"]] {
-        assert_denied(exec(&rt, "git", args), &["sets `remote.origin.uploadpack`", "exec_vectors"]);
+        assert_denied(
+            exec(&rt, "git", args).await,
+            &["sets `remote.origin.uploadpack`", "exec_vectors"],
+        );
     }
     let suffixes = [
         "fsmonitor",
@@ -182,9 +195,9 @@ fn repository_config_written_by_the_guest_runs_nothing() {
     }
 }
 
-#[test]
-fn control_variables_from_the_guest_are_refused() {
-    let (dir, rt) = hostile(r#"process = ["git *", "printenv *"]"#);
+#[tokio::test]
+async fn control_variables_from_the_guest_are_refused() {
+    let (dir, rt) = hostile(r#"process = ["git *", "printenv *"]"#).await;
     let ws = dir.workspace();
     plant_script(&ws.join("git"), &marker(&dir));
     let m = text(&marker(&dir));
@@ -205,34 +218,38 @@ fn control_variables_from_the_guest_are_refused() {
     ];
     for (name, value) in attacks {
         let args = json!({ "program": "git", "args": ["status"], "env": [[name, value]] });
-        assert_denied(call(&rt, "exec", args), &[&format!("`{name}` is not allowed"), "env = ["]);
+        assert_denied(
+            call(&rt, "exec", args).await,
+            &[&format!("`{name}` is not allowed"), "env = ["],
+        );
     }
     assert!(!marker(&dir).exists());
     // The safe built-ins pass.
     let args = json!({ "program": "printenv", "args": ["LC_ALL"], "env": [["LC_ALL", "C"]] });
-    assert_eq!(call(&rt, "exec", args).unwrap(), "C\n");
+    assert_eq!(call(&rt, "exec", args).await.unwrap(), "C\n");
     // The child's PATH is the fixed search path, not the host's.
-    let path = exec(&rt, "printenv", &["PATH"]).unwrap();
+    let path = exec(&rt, "printenv", &["PATH"]).await.unwrap();
     assert_eq!(path, "/usr/local/bin:/usr/bin:/bin\n");
 }
 
-#[test]
-fn a_granted_path_variable_still_cannot_choose_the_program() {
+#[tokio::test]
+async fn a_granted_path_variable_still_cannot_choose_the_program() {
     let (dir, rt) = hostile(
         r#"process = ["git *", "printenv *"]
         env = ["PATH", "RESON_TEST"]"#,
-    );
+    )
+    .await;
     let ws = dir.workspace();
     plant_script(&ws.join("git"), &marker(&dir));
     let args = json!({ "program": "git", "args": ["--version"], "env": [["PATH", text(&ws)]] });
-    assert!(call(&rt, "exec", args).unwrap().starts_with("git version"));
+    assert!(call(&rt, "exec", args).await.unwrap().starts_with("git version"));
     assert!(!marker(&dir).exists());
     let args =
         json!({ "program": "printenv", "args": ["RESON_TEST"], "env": [["RESON_TEST", "y"]] });
-    assert_eq!(call(&rt, "exec", args).unwrap(), "y\n");
+    assert_eq!(call(&rt, "exec", args).await.unwrap(), "y\n");
     // Named exactly: a granted name covers no other.
     let args = json!({ "program": "printenv", "args": ["X"], "env": [["RESON_TEST2", "y"]] });
-    assert_denied(call(&rt, "exec", args), &["`RESON_TEST2` is not allowed"]);
+    assert_denied(call(&rt, "exec", args).await, &["`RESON_TEST2` is not allowed"]);
 }
 
 /// An executable shell script at `path` that creates `marker`.
@@ -242,9 +259,9 @@ fn plant_script(path: &Path, marker: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-#[test]
-fn programs_planted_in_writable_directories_never_run() {
-    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+#[tokio::test]
+async fn programs_planted_in_writable_directories_never_run() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#).await;
     let ws = dir.workspace();
     plant_script(&ws.join("git-script"), &marker(&dir));
     std::os::unix::fs::symlink(ws.join("git-script"), ws.join("git")).unwrap();
@@ -253,24 +270,27 @@ fn programs_planted_in_writable_directories_never_run() {
     let m = text(&marker(&dir));
     // A bare name comes from the fixed search path, never from the cwd.
     let cwd = json!({ "program": "git", "args": ["--version"], "cwd": text(&ws) });
-    assert!(call(&rt, "exec", cwd).unwrap().starts_with("git version"));
-    assert_denied(exec(&rt, "./git", &["status"]), &["relative path"]);
-    assert_denied(exec(&rt, "bin/git", &[&m]), &["relative path"]);
-    assert_denied(exec(&rt, "../workspace/git", &["status"]), &["relative path"]);
+    assert!(call(&rt, "exec", cwd).await.unwrap().starts_with("git version"));
+    assert_denied(exec(&rt, "./git", &["status"]).await, &["relative path"]);
+    assert_denied(exec(&rt, "bin/git", &[&m]).await, &["relative path"]);
+    assert_denied(exec(&rt, "../workspace/git", &["status"]).await, &["relative path"]);
     for planted in [ws.join("git"), ws.join("bin/git"), ws.join("bin/../git")] {
-        assert_denied(exec(&rt, &text(&planted), &[&m]), &["inside a directory granted"]);
+        assert_denied(exec(&rt, &text(&planted), &[&m]).await, &["inside a directory granted"]);
     }
     // A link outside the grant is the program it leads to: `touch`, which
     // `git *` does not cover.
     let outside = dir.path().join("outside/git");
     std::os::unix::fs::symlink("/usr/bin/touch", &outside).unwrap();
-    assert_denied(exec(&rt, &text(&outside), &[&m]), &["`touch ", "matches no command pattern"]);
+    assert_denied(
+        exec(&rt, &text(&outside), &[&m]).await,
+        &["`touch ", "matches no command pattern"],
+    );
     assert!(!marker(&dir).exists());
 }
 
-#[test]
-fn tools_that_run_other_programs_are_refused_under_a_pattern_grant() {
-    let (dir, rt) = hostile(r#"process = ["*"]"#);
+#[tokio::test]
+async fn tools_that_run_other_programs_are_refused_under_a_pattern_grant() {
+    let (dir, rt) = hostile(r#"process = ["*"]"#).await;
     let m = text(&marker(&dir));
     let python = format!("open('{m}', 'w')");
     let awk = format!("BEGIN {{ system(\"touch {m}\") }}");
@@ -299,7 +319,7 @@ fn tools_that_run_other_programs_are_refused_under_a_pattern_grant() {
         ("ssh", vec!["-o", "ProxyCommand=sh", "x"], "ssh"),
     ];
     for (program, args, family) in attacks {
-        let message = denial(exec(&rt, program, &args));
+        let message = denial(exec(&rt, program, &args).await);
         assert!(
             message.contains(&format!("exec_vectors = [\"{family}\"]")),
             "{program}: {message}"
@@ -307,26 +327,27 @@ fn tools_that_run_other_programs_are_refused_under_a_pattern_grant() {
     }
     assert!(!marker(&dir).exists());
     // The same tools without their vectors run.
-    assert_eq!(exec(&rt, "find", &["-maxdepth", "0", "-name", "*"]).unwrap(), ".\n");
-    assert!(exec(&rt, "python3", &["--version"]).unwrap().starts_with("Python 3"));
+    assert_eq!(exec(&rt, "find", &["-maxdepth", "0", "-name", "*"]).await.unwrap(), ".\n");
+    assert!(exec(&rt, "python3", &["--version"]).await.unwrap().starts_with("Python 3"));
 }
 
-#[test]
-fn exec_vectors_run_when_the_grant_names_the_program() {
+#[tokio::test]
+async fn exec_vectors_run_when_the_grant_names_the_program() {
     let (dir, rt) = hostile(
         r#"process = ["find *"]
         exec_vectors = ["find"]"#,
-    );
+    )
+    .await;
     let m = text(&marker(&dir));
-    exec(&rt, "find", &[".", "-maxdepth", "0", "-exec", "touch", &m, ";"]).unwrap();
+    exec(&rt, "find", &[".", "-maxdepth", "0", "-exec", "touch", &m, ";"]).await.unwrap();
     assert!(marker(&dir).exists(), "the explicitly allowed exec vector did not run");
     // Naming find allows no other program's vectors, nor programs outside the pattern.
-    assert_denied(exec(&rt, "xargs", &["touch", &m]), &["matches no command pattern"]);
+    assert_denied(exec(&rt, "xargs", &["touch", &m]).await, &["matches no command pattern"]);
 }
 
 /// The scripted provider, the shell plugin granted every command, and a
 /// runner under `rules`; returns the decisions and the tool outputs.
-fn run_shell(
+async fn run_shell(
     dir: &TestDir,
     commands: &[&str],
     rules: &[(Decision, &str, Option<&str>)],
@@ -338,8 +359,9 @@ fn run_shell(
     turns.push(json!({ "text": "done" }));
     let script = dir.path().join("script.json");
     std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-    let runtime = dir.open(&format!(
-        r#"
+    let runtime = dir
+        .open(&format!(
+            r#"
         [plugins.scripted]
         dirs = [{{ path = ".", access = "read" }}]
         config = {{ script = "{}" }}
@@ -347,8 +369,9 @@ fn run_shell(
         dirs = [{{ path = "workspace", access = "read-write" }}]
         process = ["*"]
         "#,
-        script.display()
-    ));
+            script.display()
+        ))
+        .await;
     let store = Arc::new(
         FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched).unwrap(),
     );
@@ -371,14 +394,16 @@ fn run_shell(
         Hooks::none(),
     )
     .with_permissions(Permissions::new(rules, approvals));
-    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).unwrap();
+    let mut handle =
+        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         assert!(!matches!(event, AgentEvent::ApprovalNeeded { .. }), "nothing should ask");
     }
-    handle.wait().unwrap();
+    handle.wait().await.unwrap();
     let decisions = store
         .events_after(&id, 0)
+        .await
         .unwrap()
         .into_iter()
         .filter_map(|e| match e.kind {
@@ -387,7 +412,8 @@ fn run_shell(
         })
         .collect();
     let outputs = store
-        .messages(&id)
+        .get_messages(&id)
+        .await
         .unwrap()
         .iter()
         .filter(|m| m.role == Role::Tool)
@@ -396,8 +422,8 @@ fn run_shell(
     (decisions, outputs)
 }
 
-#[test]
-fn a_deny_rule_holds_however_the_program_is_spelled() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_rule_holds_however_the_program_is_spelled() {
     let dir = TestDir::new();
     for plugin in ["scripted", "shell"] {
         dir.install(support::plugins(), plugin);
@@ -421,7 +447,7 @@ fn a_deny_rule_holds_however_the_program_is_spelled() {
     ];
     std::fs::write(ws.join("victim"), "still here").unwrap();
     let rules = [(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("rm *"))];
-    let (decisions, outputs) = run_shell(&dir, &spellings, &rules);
+    let (decisions, outputs) = run_shell(&dir, &spellings, &rules).await;
     assert_eq!(decisions, vec!["deny"; spellings.len()], "{outputs:?}");
     assert!(outputs.iter().all(|o| o.contains("rule deny shell \"rm *\"")), "{outputs:?}");
     assert!(ws.join("victim").exists(), "a spelling of rm got past `deny rm *`");
@@ -433,13 +459,14 @@ fn a_deny_rule_holds_however_the_program_is_spelled() {
         dir.install(support::plugins(), plugin);
     }
     std::fs::write(dir.workspace().join("victim"), "x").unwrap();
-    let (decisions, _) = run_shell(&dir, &["'rm' -f victim"], &[(Decision::Allow, "shell", None)]);
+    let (decisions, _) =
+        run_shell(&dir, &["'rm' -f victim"], &[(Decision::Allow, "shell", None)]).await;
     assert_eq!(decisions, ["allow"]);
     assert!(!dir.workspace().join("victim").exists());
 }
 
-#[test]
-fn an_allow_rule_for_git_does_not_admit_git_config_options() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_rule_for_git_does_not_admit_git_config_options() {
     let dir = TestDir::new();
     for plugin in ["scripted", "shell"] {
         dir.install(support::plugins(), plugin);
@@ -450,7 +477,7 @@ fn an_allow_rule_for_git_does_not_admit_git_config_options() {
     let pager = format!("git -c core.pager='touch {m}' log");
     let commands = [attack.as_str(), quoted.as_str(), pager.as_str(), "git --version"];
     let (decisions, outputs) =
-        run_shell(&dir, &commands, &[(Decision::Allow, "shell", Some("git *"))]);
+        run_shell(&dir, &commands, &[(Decision::Allow, "shell", Some("git *"))]).await;
     assert_eq!(decisions, ["deny", "deny", "deny", "allow"], "{outputs:?}");
     assert!(outputs[3].contains("git version"), "{outputs:?}");
     assert!(!Path::new(&m).exists());
@@ -464,13 +491,13 @@ fn dead(pid: i32) -> bool {
     })
 }
 
-fn wait_dead(pid: i32) -> bool {
+async fn wait_dead(pid: i32) -> bool {
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {
         if dead(pid) {
             return true;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     false
 }
@@ -484,53 +511,54 @@ fn sh_grant() -> &'static str {
     exec_vectors = ["sh"]"#
 }
 
-#[test]
-fn a_background_child_holding_stdout_neither_holds_the_call_nor_survives_it() {
-    let (dir, rt) = hostile(sh_grant());
+#[tokio::test]
+async fn a_background_child_holding_stdout_neither_holds_the_call_nor_survives_it() {
+    let (dir, rt) = hostile(sh_grant()).await;
     let pid_file = dir.path().join("outside/pid");
     let script = format!("sleep 30 & echo $! > {}; echo started", pid_file.display());
     let started = Instant::now();
-    let out = exec(&rt, "sh", &["-c", &script]).unwrap();
+    let out = exec(&rt, "sh", &["-c", &script]).await.unwrap();
     let took = started.elapsed();
     assert_eq!(out, "started\n");
     assert!(
         took < Duration::from_millis(1_000),
         "the call waited {took:?} for the background child"
     );
-    assert!(wait_dead(read_pid(&pid_file)), "the background child outlived the call");
+    assert!(wait_dead(read_pid(&pid_file)).await, "the background child outlived the call");
 }
 
-#[test]
-fn a_command_past_its_deadline_dies_with_its_whole_group() {
-    let (dir, rt) = hostile(sh_grant());
+#[tokio::test]
+async fn a_command_past_its_deadline_dies_with_its_whole_group() {
+    let (dir, rt) = hostile(sh_grant()).await;
     let pids = dir.path().join("outside/pids");
     let script = format!("sleep 30 & echo $! > {}; echo $$ >> {0}; sleep 30", pids.display());
     let started = Instant::now();
     let args = json!({ "program": "sh", "args": ["-c", script], "timeout_ms": 500 });
-    let err = call(&rt, "exec", args).unwrap_err();
+    let err = call(&rt, "exec", args).await.unwrap_err();
     let took = started.elapsed();
     assert!(format!("{err:?}").contains("timeout"), "{err:?}");
     assert!(took < Duration::from_millis(1_200), "took {took:?}");
     for pid in std::fs::read_to_string(&pids).unwrap().lines() {
-        assert!(wait_dead(pid.parse().unwrap()), "process {pid} survived the deadline");
+        assert!(wait_dead(pid.parse().unwrap()).await, "process {pid} survived the deadline");
     }
     // The same at the call's own limit, with no timeout of its own.
     let started = Instant::now();
-    let err = exec(&rt, "sh", &["-c", "sleep 30 & sleep 30"]).unwrap_err();
+    let err = exec(&rt, "sh", &["-c", "sleep 30 & sleep 30"]).await.unwrap_err();
     assert!(started.elapsed() < CALL_LIMIT + Duration::from_millis(700), "{err:?}");
 }
 
-#[test]
-fn an_escaped_grandchild_cannot_hold_the_call_open() {
+#[tokio::test]
+async fn an_escaped_grandchild_cannot_hold_the_call_open() {
     let (dir, rt) = hostile(
         r#"process = ["sh *"]
         exec_vectors = ["sh"]"#,
-    );
+    )
+    .await;
     let pid_file = dir.path().join("outside/pid");
     // setsid leaves the process group, so only the bounded read saves the call.
     let script = format!("setsid sleep 30 & echo $! > {}; echo started", pid_file.display());
     let started = Instant::now();
-    let out = exec(&rt, "sh", &["-c", &script]).unwrap();
+    let out = exec(&rt, "sh", &["-c", &script]).await.unwrap();
     assert_eq!(out, "started\n");
     assert!(started.elapsed() < Duration::from_millis(1_000), "{:?}", started.elapsed());
     let pid = read_pid(&pid_file);
@@ -540,32 +568,33 @@ fn an_escaped_grandchild_cannot_hold_the_call_open() {
     }
 }
 
-#[test]
-fn stdin_is_fed_without_blocking_the_call() {
+#[tokio::test]
+async fn stdin_is_fed_without_blocking_the_call() {
     let (_dir, rt) = hostile(
         r#"process = ["sh *", "cat"]
         exec_vectors = ["sh"]"#,
-    );
+    )
+    .await;
     let args = json!({ "program": "cat", "stdin": "fed through a pipe" });
-    assert_eq!(call(&rt, "exec", args).unwrap(), "fed through a pipe");
+    assert_eq!(call(&rt, "exec", args).await.unwrap(), "fed through a pipe");
     // Far more than a pipe holds, to a command that never reads it.
     let flood = "x".repeat(1 << 20);
     let started = Instant::now();
     let args =
         json!({ "program": "sh", "args": ["-c", "sleep 30"], "stdin": flood, "timeout_ms": 300 });
-    assert!(call(&rt, "exec", args).is_err());
+    assert!(call(&rt, "exec", args).await.is_err());
     assert!(started.elapsed() < Duration::from_millis(1_500), "{:?}", started.elapsed());
 }
 
-#[test]
-fn a_command_that_never_stops_writing_still_meets_its_deadline() {
-    let (_dir, rt) = hostile(r#"process = ["yes"]"#);
+#[tokio::test]
+async fn a_command_that_never_stops_writing_still_meets_its_deadline() {
+    let (_dir, rt) = hostile(r#"process = ["yes"]"#).await;
     let started = Instant::now();
-    let err = call(&rt, "exec", json!({ "program": "yes", "timeout_ms": 300 })).unwrap_err();
+    let err = call(&rt, "exec", json!({ "program": "yes", "timeout_ms": 300 })).await.unwrap_err();
     assert!(format!("{err:?}").contains("timeout"), "{err:?}");
     assert!(started.elapsed() < Duration::from_millis(1_200), "{:?}", started.elapsed());
     // A program that does not exist cannot start, and says so.
-    let err = exec(&rt, "no-such-program-anywhere", &[]).unwrap_err();
+    let err = exec(&rt, "no-such-program-anywhere", &[]).await.unwrap_err();
     let message = format!("{err:?}");
     assert!(
         message.contains("spawn: `no-such-program-anywhere` is not an executable"),
@@ -611,9 +640,9 @@ fn plant_repository(ws: &Path, marker: &str) -> (String, String) {
 /// git's parse-options takes any unambiguous prefix of a long option and
 /// clusters of short ones, and git's own options before the subcommand
 /// can take the next word: every spelling is the option git sees.
-#[test]
-fn git_options_are_read_the_way_git_reads_them() {
-    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+#[tokio::test]
+async fn git_options_are_read_the_way_git_reads_them() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#).await;
     let ws = dir.workspace();
     let m = text(&marker(&dir));
     let (src, tpl) = plant_repository(&ws, &m);
@@ -664,14 +693,14 @@ fn git_options_are_read_the_way_git_reads_them() {
     ];
     for args in &attacks {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let result = exec(&rt, "git", &args);
+        let result = exec(&rt, "git", &args).await;
         assert!(!marker(&dir).exists(), "git {args:?} ran the marker: {result:?}");
         assert_denied(result, &["git", "exec_vectors", "refused"]);
     }
     // The plain commands still run.
-    let log = exec(&rt, "git", &["-C", &src, "--no-pager", "log", "--oneline"]).unwrap();
+    let log = exec(&rt, "git", &["-C", &src, "--no-pager", "log", "--oneline"]).await.unwrap();
     assert!(log.contains("two"), "{log}");
-    exec(&rt, "git", &["clone", "-q", &src, &dst("plain")]).unwrap();
+    exec(&rt, "git", &["clone", "-q", &src, &dst("plain")]).await.unwrap();
     assert_eq!(std::fs::read_to_string(ws.join("plain/f.txt")).unwrap(), "two\n");
     assert!(!marker(&dir).exists());
 
@@ -680,25 +709,27 @@ fn git_options_are_read_the_way_git_reads_them() {
     let (dir, rt) = hostile(
         r#"process = ["git *"]
         exec_vectors = ["git"]"#,
-    );
+    )
+    .await;
     let ws = dir.workspace();
     let m = text(&marker(&dir));
     let (src, tpl) = plant_repository(&ws, &m);
     exec(&rt, "git", &["clone", "-q", &format!("--templ={tpl}"), &src, &text(&ws.join("b"))])
+        .await
         .unwrap();
     assert!(marker(&dir).exists(), "the template's filter did not run");
     std::fs::remove_file(marker(&dir)).unwrap();
     let alias = format!("alias.x=!touch {m}");
-    exec(&rt, "git", &["--attr-source", "log", "-c", &alias, "x"]).unwrap();
+    exec(&rt, "git", &["--attr-source", "log", "-c", &alias, "x"]).await.unwrap();
     assert!(marker(&dir).exists(), "the alias did not run");
 }
 
 /// `git help` and `git CMD --help` run the manual viewer or browser the
 /// config names (`man.<tool>.cmd`), and the repository's config is the
 /// guest's to write.
-#[test]
-fn git_help_cannot_run_a_viewer_the_repository_names() {
-    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+#[tokio::test]
+async fn git_help_cannot_run_a_viewer_the_repository_names() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#).await;
     let ws = dir.workspace();
     let m = text(&marker(&dir));
     let (src, _) = plant_repository(&ws, &m);
@@ -714,13 +745,13 @@ fn git_help_cannot_run_a_viewer_the_repository_names() {
         &["-h", "log"],
         &["-C", &src, "log", "--help"],
     ] {
-        let result = call(&rt, "exec", json!({ "program": "git", "args": args, "cwd": src }));
+        let result = call(&rt, "exec", json!({ "program": "git", "args": args, "cwd": src })).await;
         assert!(!marker(&dir).exists(), "git {args:?} ran the viewer: {result:?}");
         assert_denied(result, &["exec_vectors"]);
     }
     // `-h` after the subcommand is git's own short usage, and runs nothing.
     let result =
-        call(&rt, "exec", json!({ "program": "git", "args": ["status", "-h"], "cwd": src }));
+        call(&rt, "exec", json!({ "program": "git", "args": ["status", "-h"], "cwd": src })).await;
     assert!(result.is_ok(), "{result:?}");
     assert!(!marker(&dir).exists());
 }
@@ -728,12 +759,13 @@ fn git_help_cannot_run_a_viewer_the_repository_names() {
 /// A config file the guest could write is the guest's wherever git finds
 /// it: a global config inside a granted directory gets the same pins as
 /// the repository's own.
-#[test]
-fn a_global_git_config_inside_the_grant_is_pinned_like_the_repositorys() {
+#[tokio::test]
+async fn a_global_git_config_inside_the_grant_is_pinned_like_the_repositorys() {
     let (dir, rt) = hostile(
         r#"process = ["git *"]
         env = ["GIT_CONFIG_GLOBAL"]"#,
-    );
+    )
+    .await;
     let ws = dir.workspace();
     let m = text(&marker(&dir));
     let (src, _) = plant_repository(&ws, &m);
@@ -747,7 +779,7 @@ fn a_global_git_config_inside_the_grant_is_pinned_like_the_repositorys() {
     let env = json!([["GIT_CONFIG_GLOBAL", text(&global)]]);
     for args in [&["status", "--short"][..], &["checkout", "--", "f.txt"]] {
         let request = json!({ "program": "git", "args": args, "cwd": src, "env": env });
-        call(&rt, "exec", request).unwrap();
+        call(&rt, "exec", request).await.unwrap();
     }
     assert_eq!(std::fs::read_to_string(Path::new(&src).join("f.txt")).unwrap(), "two\n");
     // `core.gitProxy` (read for git:// URLs) is pinned too, wherever it is set.
@@ -755,7 +787,7 @@ fn a_global_git_config_inside_the_grant_is_pinned_like_the_repositorys() {
         "program": "git", "args": ["ls-remote", "git://127.0.0.1:9/x"], "cwd": src, "env": env,
         "timeout_ms": 1_500,
     });
-    let _ = call(&rt, "exec", request);
+    let _ = call(&rt, "exec", request).await;
     for suffix in ["clean", "smudge", "proxy"] {
         assert!(!Path::new(&format!("{m}.{suffix}")).exists(), "{suffix} ran");
     }
@@ -764,9 +796,9 @@ fn a_global_git_config_inside_the_grant_is_pinned_like_the_repositorys() {
 /// The working directory is where it really is, not where its name
 /// points: a link in the workspace to a directory outside is refused, and
 /// the command starts in the directory that was checked.
-#[test]
-fn a_working_directory_leading_outside_the_grant_is_refused() {
-    let (dir, rt) = hostile(r#"process = ["pwd", "ls *", "git *"]"#);
+#[tokio::test]
+async fn a_working_directory_leading_outside_the_grant_is_refused() {
+    let (dir, rt) = hostile(r#"process = ["pwd", "ls *", "git *"]"#).await;
     let ws = dir.workspace();
     let outside = dir.path().join("outside");
     std::fs::write(outside.join("secret.txt"), "x").unwrap();
@@ -776,25 +808,26 @@ fn a_working_directory_leading_outside_the_grant_is_refused() {
     std::os::unix::fs::symlink("/", ws.join("sub/root")).unwrap();
     for cwd in [ws.join("out"), ws.join("sub/root"), ws.join("sub/root/tmp")] {
         let result =
-            call(&rt, "exec", json!({ "program": "ls", "args": ["-a"], "cwd": text(&cwd) }));
+            call(&rt, "exec", json!({ "program": "ls", "args": ["-a"], "cwd": text(&cwd) })).await;
         assert_denied(result, &["leads outside the granted directories"]);
     }
     let dotdot = format!("{}/sub/..", text(&ws));
-    let result = call(&rt, "exec", json!({ "program": "pwd", "cwd": dotdot }));
+    let result = call(&rt, "exec", json!({ "program": "pwd", "cwd": dotdot })).await;
     assert_denied(result, &["outside the granted directories"]);
     // A link that stays inside is followed, and the command starts there.
-    let here = call(&rt, "exec", json!({ "program": "pwd", "cwd": text(&ws.join("in")) })).unwrap();
+    let here =
+        call(&rt, "exec", json!({ "program": "pwd", "cwd": text(&ws.join("in")) })).await.unwrap();
     assert_eq!(here.trim(), text(&ws.join("sub/deeper")));
-    let default = call(&rt, "exec", json!({ "program": "pwd" })).unwrap();
+    let default = call(&rt, "exec", json!({ "program": "pwd" })).await.unwrap();
     assert_eq!(default.trim(), text(&ws));
     // git sees the same directory.
     let top = json!({ "program": "git", "args": ["rev-parse", "--show-prefix"], "cwd": text(&ws.join("out")) });
-    assert_denied(call(&rt, "exec", top), &["leads outside"]);
+    assert_denied(call(&rt, "exec", top).await, &["leads outside"]);
 }
 
-#[test]
-fn interpreters_refuse_code_hidden_behind_option_values_or_fed_on_stdin() {
-    let (dir, rt) = hostile(r#"process = ["*"]"#);
+#[tokio::test]
+async fn interpreters_refuse_code_hidden_behind_option_values_or_fed_on_stdin() {
+    let (dir, rt) = hostile(r#"process = ["*"]"#).await;
     let m = text(&marker(&dir));
     let python = format!("open('{m}', 'w')");
     let perl = format!("open(F, '>', '{m}')");
@@ -809,7 +842,7 @@ fn interpreters_refuse_code_hidden_behind_option_values_or_fed_on_stdin() {
     ];
     for (program, args, stdin, family) in attacks {
         let request = json!({ "program": program, "args": args, "stdin": stdin });
-        let message = denial(call(&rt, "exec", request));
+        let message = denial(call(&rt, "exec", request).await);
         assert!(message.contains(&format!("exec_vectors = [\"{family}\"]")), "{message}");
     }
     assert!(!marker(&dir).exists());
@@ -817,24 +850,25 @@ fn interpreters_refuse_code_hidden_behind_option_values_or_fed_on_stdin() {
     std::fs::write(ws.join("hello.py"), "print('hello')\n").unwrap();
     let request =
         json!({ "program": "python3", "args": ["-W", "ignore", text(&ws.join("hello.py"))] });
-    assert_eq!(call(&rt, "exec", request).unwrap(), "hello\n");
+    assert_eq!(call(&rt, "exec", request).await.unwrap(), "hello\n");
 
     // Fed on stdin, the program is real code: it runs once the grant names python.
     let (dir, rt) = hostile(
         r#"process = ["python3 *", "python3"]
         exec_vectors = ["python"]"#,
-    );
+    )
+    .await;
     let m = text(&marker(&dir));
     let request = json!({ "program": "python3", "stdin": format!("open('{m}', 'w')") });
-    call(&rt, "exec", request).unwrap();
+    call(&rt, "exec", request).await.unwrap();
     assert!(marker(&dir).exists());
 }
 
 /// Every process of the command's group dies at the deadline: one that
 /// ignores SIGTERM, and one that forks as fast as it can until then.
-#[test]
-fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
-    let (dir, rt) = hostile(sh_grant());
+#[tokio::test]
+async fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
+    let (dir, rt) = hostile(sh_grant()).await;
     let pid_file = dir.path().join("outside/pid");
     let script = format!(
         "trap '' TERM INT HUP; echo $$ > {}; i=0; \
@@ -843,7 +877,7 @@ fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
     );
     let started = Instant::now();
     let request = json!({ "program": "sh", "args": ["-c", script], "timeout_ms": 700 });
-    let err = call(&rt, "exec", request).unwrap_err();
+    let err = call(&rt, "exec", request).await.unwrap_err();
     assert!(format!("{err:?}").contains("timeout"), "{err:?}");
     assert!(started.elapsed() < Duration::from_millis(2_000), "{:?}", started.elapsed());
     let group = read_pid(&pid_file);
@@ -861,28 +895,28 @@ fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
             .collect()
     };
     while !members().is_empty() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(members(), Vec::<i32>::new(), "processes of the group survived");
 }
 
 /// Far more output on stderr than a pipe holds, which nobody returns to
 /// the guest, neither stalls the call nor grows without bound.
-#[test]
-fn a_stderr_flood_neither_stalls_nor_fails_the_call() {
-    let (_dir, rt) = hostile(sh_grant());
+#[tokio::test]
+async fn a_stderr_flood_neither_stalls_nor_fails_the_call() {
+    let (_dir, rt) = hostile(sh_grant()).await;
     let script = "head -c 50000000 /dev/zero >&2; echo done";
     let started = Instant::now();
-    let out = exec(&rt, "sh", &["-c", script]).unwrap();
+    let out = exec(&rt, "sh", &["-c", script]).await.unwrap();
     assert_eq!(out, "done\n");
     assert!(started.elapsed() < CALL_LIMIT, "{:?}", started.elapsed());
 }
 
 /// A build tool granted by pattern runs no command given as text:
 /// `make --eval`, a `SHELL=` of the caller's choosing, a makefile on stdin.
-#[test]
-fn build_tools_refuse_commands_given_as_text() {
-    let (dir, rt) = hostile(r#"process = ["make *"]"#);
+#[tokio::test]
+async fn build_tools_refuse_commands_given_as_text() {
+    let (dir, rt) = hostile(r#"process = ["make *"]"#).await;
     let m = text(&marker(&dir));
     let eval = format!("--eval=$(shell touch {m})");
     let makefile = format!("all:\n\ttouch {m}\n");
@@ -894,35 +928,36 @@ fn build_tools_refuse_commands_given_as_text() {
     ];
     for (args, stdin) in attacks {
         let request = json!({ "program": "make", "args": args, "stdin": stdin });
-        assert_denied(call(&rt, "exec", request), &["exec_vectors = [\"make\"]"]);
+        assert_denied(call(&rt, "exec", request).await, &["exec_vectors = [\"make\"]"]);
     }
     assert!(!marker(&dir).exists());
     // The vector is real: named in the grant, it runs.
     let (dir, rt) = hostile(
         r#"process = ["make *"]
         exec_vectors = ["make"]"#,
-    );
+    )
+    .await;
     let eval = format!("--eval=$(shell touch {})", text(&marker(&dir)));
-    let _ = exec(&rt, "make", &[&eval, "-n"]);
+    let _ = exec(&rt, "make", &[&eval, "-n"]).await;
     assert!(marker(&dir).exists());
 }
 
 /// The dynamic loader runs whatever file it is given: under a `*` grant it
 /// would run a program planted in the workspace, which never runs itself.
-#[test]
-fn the_dynamic_loader_cannot_run_a_planted_program() {
-    let (dir, rt) = hostile(r#"process = ["*"]"#);
+#[tokio::test]
+async fn the_dynamic_loader_cannot_run_a_planted_program() {
+    let (dir, rt) = hostile(r#"process = ["*"]"#).await;
     let ws = dir.workspace();
     std::fs::copy("/usr/bin/touch", ws.join("planted")).unwrap();
     let m = text(&marker(&dir));
     let planted = text(&ws.join("planted"));
-    assert_denied(exec(&rt, &planted, &[&m]), &["inside a directory granted"]);
+    assert_denied(exec(&rt, &planted, &[&m]).await, &["inside a directory granted"]);
     let loaders =
         ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-musl-x86_64.so.1"];
     let mut tried = 0;
     for loader in loaders.iter().filter(|l| Path::new(l).exists()) {
         tried += 1;
-        assert_denied(exec(&rt, loader, &[&planted, &m]), &["exec_vectors = [\"ld.so\"]"]);
+        assert_denied(exec(&rt, loader, &[&planted, &m]).await, &["exec_vectors = [\"ld.so\"]"]);
     }
     assert!(tried > 0, "no dynamic loader found on this machine");
     assert!(!marker(&dir).exists());
@@ -930,9 +965,9 @@ fn the_dynamic_loader_cannot_run_a_planted_program() {
 
 /// `git commit --trailer` runs `trailer.<token>.cmd`/`.command` from the
 /// repository's config: pinned like the other per-name commands.
-#[test]
-fn a_trailer_command_from_the_repository_never_runs() {
-    let (dir, rt) = hostile(r#"process = ["git *"]"#);
+#[tokio::test]
+async fn a_trailer_command_from_the_repository_never_runs() {
+    let (dir, rt) = hostile(r#"process = ["git *"]"#).await;
     let ws = dir.workspace();
     let m = text(&marker(&dir));
     let (src, _) = plant_repository(&ws, &m);
@@ -946,10 +981,11 @@ fn a_trailer_command_from_the_repository_never_runs() {
     std::fs::write(&config, content).unwrap();
     for trailer in ["sign: me", "Ack: you"] {
         let args = ["commit", "-q", "--allow-empty", "-m", "t", "--trailer", trailer];
-        call(&rt, "exec", json!({ "program": "git", "args": args, "cwd": src })).unwrap();
+        call(&rt, "exec", json!({ "program": "git", "args": args, "cwd": src })).await.unwrap();
     }
-    let log =
-        call(&rt, "exec", json!({ "program": "git", "args": ["log", "-2"], "cwd": src })).unwrap();
+    let log = call(&rt, "exec", json!({ "program": "git", "args": ["log", "-2"], "cwd": src }))
+        .await
+        .unwrap();
     assert!(log.contains("Signed-off-by") || log.contains("Ack"), "{log}");
     for suffix in ["cmd", "command"] {
         assert!(!Path::new(&format!("{m}.{suffix}")).exists(), "trailer.{suffix} ran");

@@ -425,7 +425,7 @@ struct Setup {
 
 impl Setup {
     /// The provider plugin `P` pointed at `server`, plus the echo tool.
-    fn new<P: Protocol>(server: &LlmServer, extra: &str) -> Self {
+    async fn new<P: Protocol>(server: &LlmServer, extra: &str) -> Self {
         let dir = TestDir::new();
         dir.install(support::plugins(), P::PLUGIN).install(support::plugins(), "echo");
         let runtime = dir.open(&format!(
@@ -444,7 +444,8 @@ impl Setup {
             plugin = P::PLUGIN,
             addr = server.addr,
             base = P::base_url(&server.url()),
-        ));
+        ))
+        .await;
         let store = Arc::new(
             FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched)
                 .unwrap(),
@@ -500,7 +501,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     files
 }
 
-fn tool_round_trip<P: Protocol>(stream: bool) {
+async fn tool_round_trip<P: Protocol>(stream: bool) {
     let args = json!({ "text": "ping from the model" });
     let first = if stream {
         P::streamed_tool_call("call_1", "echo", args)
@@ -510,15 +511,15 @@ fn tool_round_trip<P: Protocol>(stream: bool) {
     let last =
         if stream { P::streamed_text("all done now") } else { P::text("all done now", 50, 4) };
     let server = LlmServer::start(vec![first, last]);
-    let s = Setup::new::<P>(&server, "");
-    let handle = s.runner::<P>(Hooks::none()).run(user("echo something"), config(stream)).unwrap();
+    let s = Setup::new::<P>(&server, "").await;
+    let mut handle = s.runner::<P>(Hooks::none()).run(user("echo something"), config(stream)).await.unwrap();
     let mut deltas = 0;
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         if matches!(event, AgentEvent::TextDelta { .. }) {
             deltas += 1;
         }
     }
-    let outcome = handle.wait().unwrap();
+    let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("all done now"));
     if stream {
         assert!(deltas >= 3, "text deltas reach the event stream as they arrive ({deltas})");
@@ -531,53 +532,53 @@ fn tool_round_trip<P: Protocol>(stream: bool) {
     let key = if P::IDS { "call_1" } else { "echo" };
     assert_eq!(results[0].0, key, "the result answers its call");
     assert_eq!(results[0].1, "ping from the model");
-    let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+    let trace = s.store.get_trace(&outcome.trace_id).await.unwrap().unwrap();
     assert!(trace.totals.usage.prompt_tokens > 0 && trace.totals.cost > 0.0, "{:?}", trace.totals);
     assert!(!written(&s.dir).contains(SECRET), "the secret was written somewhere");
 }
 
-fn retries_then_succeeds<P: Protocol>() {
+async fn retries_then_succeeds<P: Protocol>() {
     let server = LlmServer::start(vec![
         P::error(429, "slow down").header("retry-after", "0"),
         P::error(500, "boom"),
         P::text("finally", 5, 1),
     ]);
-    let s = Setup::new::<P>(&server, "");
+    let s = Setup::new::<P>(&server, "").await;
     let retries = Arc::new(AtomicU32::new(0));
     let counter = retries.clone();
     let hooks = Hooks::none().on(HookPoint::OnRetry, move |_: &HookEvent| {
         counter.fetch_add(1, Ordering::SeqCst);
         HookDecision::Continue
     });
-    let outcome = s.runner::<P>(hooks).run(user("hi"), config(false)).unwrap().wait().unwrap();
+    let outcome = s.runner::<P>(hooks).run(user("hi"), config(false)).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("finally"));
     assert_eq!(server.requests().len(), 3);
     assert_eq!(retries.load(Ordering::SeqCst), 2);
 }
 
-fn failure<P: Protocol>(replies: Vec<Reply>, stream: bool) -> (AgentError, usize, Setup) {
+async fn failure<P: Protocol>(replies: Vec<Reply>, stream: bool) -> (AgentError, usize, Setup) {
     let server = LlmServer::start(replies);
-    let s = Setup::new::<P>(&server, "[plugins.echo]\n");
+    let s = Setup::new::<P>(&server, "[plugins.echo]\n").await;
     let err =
-        s.runner::<P>(Hooks::none()).run(user("hi"), config(stream)).unwrap().wait().unwrap_err();
+        s.runner::<P>(Hooks::none()).run(user("hi"), config(stream)).await.unwrap().wait().await.unwrap_err();
     let count = server.requests().len();
     (err, count, s)
 }
 
-fn errors_are_typed<P: Protocol>() {
-    let (err, requests, s) = failure::<P>(vec![P::error(401, "bad key")], false);
+async fn errors_are_typed<P: Protocol>() {
+    let (err, requests, s) = failure::<P>(vec![P::error(401, "bad key")], false).await;
     assert!(matches!(err, AgentError::Llm(ProviderError::Auth(_))), "{err:?}");
     assert_eq!(requests, 1, "auth errors are not retried");
     assert!(!err.is_recoverable());
     assert!(!err.to_string().contains(SECRET) && !written(&s.dir).contains(SECRET));
 
     let (err, requests, _) =
-        failure::<P>(vec![Reply::raw(200, "application/json", "{\"choices\": [ {")], false);
+        failure::<P>(vec![Reply::raw(200, "application/json", "{\"choices\": [ {")], false).await;
     assert!(matches!(err, AgentError::Llm(ProviderError::InvalidResponse(_))), "{err:?}");
     assert_eq!(requests, 1);
 
     // A whole event that is not JSON is the server's fault: not retried.
-    let (err, requests, _) = failure::<P>(vec![Reply::sse(["data: {\"not json\n\n"])], true);
+    let (err, requests, _) = failure::<P>(vec![Reply::sse(["data: {\"not json\n\n"])], true).await;
     assert!(matches!(err, AgentError::Llm(ProviderError::InvalidResponse(_))), "{err:?}");
     assert_eq!(requests, 1);
 }
@@ -589,71 +590,71 @@ fn truncated(mut reply: Reply, drop: usize) -> Reply {
     reply
 }
 
-fn cut_streams_are_retried<P: Protocol>() {
+async fn cut_streams_are_retried<P: Protocol>() {
     // Cut mid-event, and cut between events after some text went out.
     for cut in [P::cut_stream(), truncated(P::streamed_text("partial words that never end"), 2)] {
         let server = LlmServer::start(vec![cut, P::streamed_text("the whole answer")]);
-        let s = Setup::new::<P>(&server, "");
-        let handle = s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).unwrap();
+        let s = Setup::new::<P>(&server, "").await;
+        let mut handle = s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).await.unwrap();
         let mut retries = Vec::new();
-        while let Some(event) = handle.next_event() {
+        while let Some(event) = handle.next_event().await {
             if let AgentEvent::Retrying { attempt, error, .. } = event {
                 retries.push((attempt, error));
             }
         }
-        let outcome = handle.wait().unwrap();
+        let outcome = handle.wait().await.unwrap();
         assert_eq!(outcome.final_text.as_deref(), Some("the whole answer"));
         assert_eq!(server.requests().len(), 2);
         assert_eq!(retries.len(), 1, "{retries:?}");
         assert!(retries[0].1.starts_with("network error"), "{retries:?}");
         assert_eq!((outcome.iterations, outcome.requests), (1, 2), "the failed attempt counts");
-        let trace = s.store.get(&outcome.trace_id).unwrap().unwrap();
+        let trace = s.store.get_trace(&outcome.trace_id).await.unwrap().unwrap();
         assert_eq!(trace.totals.requests, 2);
-        let stored: Vec<_> = s.store.messages(&outcome.trace_id).unwrap();
+        let stored: Vec<_> = s.store.get_messages(&outcome.trace_id).await.unwrap();
         let answer = stored.iter().find(|m| m.role == Role::Assistant).unwrap();
         assert_eq!((answer.text().as_str(), answer.attempts), ("the whole answer", 2));
     }
     // Cut every time: the retries run out and the run fails, every request
     // counted.
     let server = LlmServer::start(vec![P::cut_stream(), P::cut_stream(), P::cut_stream()]);
-    let s = Setup::new::<P>(&server, "");
-    let handle = s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).unwrap();
+    let s = Setup::new::<P>(&server, "").await;
+    let handle = s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).await.unwrap();
     let trace_id = handle.trace_id().to_owned();
-    let err = handle.wait().unwrap_err();
+    let err = handle.wait().await.unwrap_err();
     assert!(matches!(err, AgentError::Llm(ProviderError::Network(_))), "{err:?}");
     assert!(err.is_recoverable());
     assert_eq!(server.requests().len(), 3);
-    assert_eq!(s.store.get(&trace_id).unwrap().unwrap().totals.requests, 3);
+    assert_eq!(s.store.get_trace(&trace_id).await.unwrap().unwrap().totals.requests, 3);
 }
 
 /// A server that ignores the request to stream answers with one JSON body:
 /// a whole answer, not a stream cut short.
-fn a_whole_answer_to_a_streamed_request_is_taken<P: Protocol>() {
+async fn a_whole_answer_to_a_streamed_request_is_taken<P: Protocol>() {
     let server = LlmServer::start(vec![P::text("whole anyway", 5, 2), P::text("again", 1, 1)]);
-    let s = Setup::new::<P>(&server, "");
+    let s = Setup::new::<P>(&server, "").await;
     let outcome =
-        s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).unwrap().wait().unwrap();
+        s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("whole anyway"));
     assert_eq!((server.requests().len(), outcome.requests), (1, 1));
 }
 
-fn filtered_answers_are_typed_errors<P: Protocol>() {
-    let (err, requests, s) = failure::<P>(vec![P::filtered(), P::text("never", 1, 1)], false);
+async fn filtered_answers_are_typed_errors<P: Protocol>() {
+    let (err, requests, s) = failure::<P>(vec![P::filtered(), P::text("never", 1, 1)], false).await;
     assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
     assert_eq!(requests, 1, "a blocked request is not retried");
     assert!(!err.is_recoverable());
     let text = err.to_string();
     assert!(text.contains("content filter") && text.contains(P::PLUGIN), "{text}");
-    let trace = &s.store.list(&reson::trace::TraceFilter::default()).unwrap()[0];
+    let trace = &s.store.list_traces(&reson::trace::TraceFilter::default()).await.unwrap()[0];
     assert_eq!(trace.status, reson::trace::TraceStatus::Failed);
     assert_eq!(trace.error_message.as_deref(), Some(text.as_str()));
     assert_eq!(trace.totals.requests, 1);
-    assert!(s.store.messages(&trace.id).unwrap().iter().all(|m| m.role != Role::Assistant));
+    assert!(s.store.get_messages(&trace.id).await.unwrap().iter().all(|m| m.role != Role::Assistant));
 }
 
 /// Two calls of one tool, the first slower: results are stored and sent in
 /// the order of the calls, not the order they finished.
-fn results_follow_the_call_order<P: Protocol>() {
+async fn results_follow_the_call_order<P: Protocol>() {
     let server = LlmServer::start(vec![
         P::tool_calls(&[
             ("call_slow", "nap", json!({ "ms": 700 })),
@@ -661,11 +662,12 @@ fn results_follow_the_call_order<P: Protocol>() {
         ]),
         P::text("both slept", 5, 1),
     ]);
-    let s = Setup::new::<P>(&server, "");
+    let s = Setup::new::<P>(&server, "").await;
     s.dir.install(support::test_plugins(), "hostile");
     let runtime = Runtime::open(
         s.dir.options(&std::fs::read_to_string(s.dir.path().join("reson.toml")).unwrap()),
     )
+    .await
     .unwrap();
     let runner = Runner::new(
         s.store.clone(),
@@ -673,18 +675,19 @@ fn results_follow_the_call_order<P: Protocol>() {
         ToolRegistry::new(runtime).only(vec!["nap".into()]),
         Hooks::none(),
     );
-    let handle = runner.run(user("nap twice"), config(false)).unwrap();
+    let mut handle = runner.run(user("nap twice"), config(false)).await.unwrap();
     let mut finished = Vec::new();
-    while let Some(event) = handle.next_event() {
+    while let Some(event) = handle.next_event().await {
         if let AgentEvent::ToolFinished { output, .. } = event {
             finished.push(output);
         }
     }
-    let outcome = handle.wait().unwrap();
+    let outcome = handle.wait().await.unwrap();
     assert_eq!(finished, ["slept 1 ms", "slept 700 ms"], "events go out as calls finish");
     let stored: Vec<String> = s
         .store
-        .messages(&outcome.trace_id)
+        .get_messages(&outcome.trace_id)
+        .await
         .unwrap()
         .into_iter()
         .filter(|m| m.role == Role::Tool)
@@ -700,15 +703,15 @@ fn results_follow_the_call_order<P: Protocol>() {
     }
 }
 
-fn a_slow_stream_meets_the_deadline<P: Protocol>() {
+async fn a_slow_stream_meets_the_deadline<P: Protocol>() {
     let server = LlmServer::start(vec![
         P::streamed_text("one two three four five six").paced(Duration::from_millis(400)),
     ]);
-    let s = Setup::new::<P>(&server, "");
+    let s = Setup::new::<P>(&server, "").await;
     let mut options =
         s.dir.options(&std::fs::read_to_string(s.dir.path().join("reson.toml")).unwrap());
     options.config.plugins.get_mut(P::PLUGIN).unwrap().limits.timeout_ms = Some(1200);
-    let runtime = Runtime::open(options).unwrap();
+    let runtime = Runtime::open(options).await.unwrap();
     let runner = Runner::new(
         s.store.clone(),
         Arc::new(PluginProvider::new(runtime.clone(), P::PLUGIN)),
@@ -717,29 +720,29 @@ fn a_slow_stream_meets_the_deadline<P: Protocol>() {
     );
     let started = std::time::Instant::now();
     let err = runner
-        .run(user("hi"), RunConfig { max_retries: 0, ..config(true) })
+        .run(user("hi"), RunConfig { max_retries: 0, ..config(true) }).await
         .unwrap()
-        .wait()
+        .wait().await
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
     let text = err.to_string();
     assert!(text.contains("time limit of 1200 ms") || text.contains("timed out"), "{text}");
 }
 
-fn an_ungranted_host_is_refused<P: Protocol>() {
+async fn an_ungranted_host_is_refused<P: Protocol>() {
     let server = LlmServer::start(vec![P::text("never", 1, 1)]);
-    let s = Setup::new::<P>(&server, "");
+    let s = Setup::new::<P>(&server, "").await;
     let mut options =
         s.dir.options(&std::fs::read_to_string(s.dir.path().join("reson.toml")).unwrap());
     options.config.plugins.get_mut(P::PLUGIN).unwrap().http = vec!["127.0.0.1:1".into()];
-    let runtime = Runtime::open(options).unwrap();
+    let runtime = Runtime::open(options).await.unwrap();
     let runner = Runner::new(
         s.store.clone(),
         Arc::new(PluginProvider::new(runtime, P::PLUGIN)),
         ToolRegistry::builtins_only(),
         Hooks::none(),
     );
-    let err = runner.run(user("hi"), config(false)).unwrap().wait().unwrap_err();
+    let err = runner.run(user("hi"), config(false)).await.unwrap().wait().await.unwrap_err();
     assert!(err.to_string().contains("not granted"), "{err}");
     assert!(server.requests().is_empty(), "nothing reached the server");
 }
@@ -749,54 +752,54 @@ macro_rules! protocol_tests {
         mod $module {
             use super::*;
 
-            #[test]
-            fn a_tool_call_round_trip_through_the_loop() {
-                tool_round_trip::<$protocol>(false);
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_tool_call_round_trip_through_the_loop() {
+                tool_round_trip::<$protocol>(false).await;
             }
 
-            #[test]
-            fn a_streamed_round_trip_with_arguments_split_across_chunks() {
-                tool_round_trip::<$protocol>(true);
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_streamed_round_trip_with_arguments_split_across_chunks() {
+                tool_round_trip::<$protocol>(true).await;
             }
 
-            #[test]
-            fn rate_limits_and_server_errors_are_retried() {
-                retries_then_succeeds::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn rate_limits_and_server_errors_are_retried() {
+                retries_then_succeeds::<$protocol>().await;
             }
 
-            #[test]
-            fn auth_malformed_and_cut_streams_are_typed_errors() {
-                errors_are_typed::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn auth_malformed_and_cut_streams_are_typed_errors() {
+                errors_are_typed::<$protocol>().await;
             }
 
-            #[test]
-            fn a_stream_slower_than_the_deadline_is_stopped() {
-                a_slow_stream_meets_the_deadline::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_stream_slower_than_the_deadline_is_stopped() {
+                a_slow_stream_meets_the_deadline::<$protocol>().await;
             }
 
-            #[test]
-            fn a_host_not_granted_is_refused() {
-                an_ungranted_host_is_refused::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_host_not_granted_is_refused() {
+                an_ungranted_host_is_refused::<$protocol>().await;
             }
 
-            #[test]
-            fn a_stream_cut_after_200_is_retried_and_every_request_counted() {
-                cut_streams_are_retried::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_stream_cut_after_200_is_retried_and_every_request_counted() {
+                cut_streams_are_retried::<$protocol>().await;
             }
 
-            #[test]
-            fn a_json_answer_to_a_streamed_request_is_not_retried() {
-                a_whole_answer_to_a_streamed_request_is_taken::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_json_answer_to_a_streamed_request_is_not_retried() {
+                a_whole_answer_to_a_streamed_request_is_taken::<$protocol>().await;
             }
 
-            #[test]
-            fn an_answer_the_content_filter_emptied_is_a_typed_error() {
-                filtered_answers_are_typed_errors::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_answer_the_content_filter_emptied_is_a_typed_error() {
+                filtered_answers_are_typed_errors::<$protocol>().await;
             }
 
-            #[test]
-            fn parallel_results_are_stored_and_sent_in_call_order() {
-                results_follow_the_call_order::<$protocol>();
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn parallel_results_are_stored_and_sent_in_call_order() {
+                results_follow_the_call_order::<$protocol>().await;
             }
         }
     };
@@ -809,23 +812,23 @@ protocol_tests!(gemini, Gemini);
 /// A trace started on OpenAI (with a tool call whose id Anthropic would
 /// reject) continues on Anthropic: ids rewritten consistently, results
 /// grouped after their calls.
-#[test]
-fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
     let odd_id = "call:abc.123/xyz";
     let openai = LlmServer::start(vec![
         OpenAi::tool_call(odd_id, "echo", json!({ "text": "hi" })),
         OpenAi::text("done", 5, 1),
     ]);
-    let first = Setup::new::<OpenAi>(&openai, "");
+    let first = Setup::new::<OpenAi>(&openai, "").await;
     let outcome = first
         .runner::<OpenAi>(Hooks::none())
-        .run(user("start"), config(false))
+        .run(user("start"), config(false)).await
         .unwrap()
-        .wait()
+        .wait().await
         .unwrap();
 
     let anthropic = LlmServer::start(vec![Anthropic::text("continued", 5, 1)]);
-    let second = Setup::new::<Anthropic>(&anthropic, "");
+    let second = Setup::new::<Anthropic>(&anthropic, "").await;
     let runner = Runner::new(
         first.store.clone(),
         Arc::new(PluginProvider::new(second.runtime.clone(), "anthropic")),
@@ -833,7 +836,7 @@ fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
         Hooks::none(),
     );
     let cont = RunConfig { trace_id: Some(outcome.trace_id.clone()), ..config(false) };
-    let outcome = runner.run(user("and now?"), cont).unwrap().wait().unwrap();
+    let outcome = runner.run(user("and now?"), cont).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("continued"));
 
     let body = anthropic.requests()[0].json();
@@ -850,12 +853,12 @@ fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
     let results = Anthropic::tool_results(&anthropic.requests()[0]);
     assert_eq!(results, [(id.to_owned(), "hi".to_owned())], "the result still answers its call");
     // The stored trace keeps the original id.
-    let stored = first.store.messages(&outcome.trace_id).unwrap();
+    let stored = first.store.get_messages(&outcome.trace_id).await.unwrap();
     assert!(stored.iter().any(|m| m.tool_calls.iter().any(|c| c.id == odd_id)));
 
     // And on to Gemini: calls and results as function parts, turns alternating.
     let gemini = LlmServer::start(vec![Gemini::text("and on", 5, 1)]);
-    let third = Setup::new::<Gemini>(&gemini, "");
+    let third = Setup::new::<Gemini>(&gemini, "").await;
     let runner = Runner::new(
         first.store.clone(),
         Arc::new(PluginProvider::new(third.runtime.clone(), "gemini")),
@@ -864,7 +867,7 @@ fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
     );
     let cont = RunConfig { trace_id: Some(outcome.trace_id.clone()), ..config(false) };
     assert_eq!(
-        runner.run(user("last"), cont).unwrap().wait().unwrap().final_text.as_deref(),
+        runner.run(user("last"), cont).await.unwrap().wait().await.unwrap().final_text.as_deref(),
         Some("and on")
     );
     let body = gemini.requests()[0].json();
@@ -914,8 +917,8 @@ fn reson_run_talks_to_a_configured_base_url_and_prints_deltas() {
 /// Gemini blocks in two ways besides a SAFETY finish: the prompt, with
 /// `promptFeedback.blockReason` and no candidate; and a stream whose only
 /// chunk says SAFETY. Both fail the run once, typed, not retried.
-#[test]
-fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
     let blocked_prompt = Reply::json(
         200,
         &json!({
@@ -926,7 +929,7 @@ fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
         }),
     );
     let (err, requests, _) =
-        failure::<Gemini>(vec![blocked_prompt, Gemini::text("no", 1, 1)], false);
+        failure::<Gemini>(vec![blocked_prompt, Gemini::text("no", 1, 1)], false).await;
     assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
     assert_eq!(requests, 1);
 
@@ -936,7 +939,7 @@ fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
                 "usageMetadata": { "promptTokenCount": 8, "totalTokenCount": 8 } })
     )]);
     let (err, requests, _) =
-        failure::<Gemini>(vec![blocked_stream, Gemini::streamed_text("no")], true);
+        failure::<Gemini>(vec![blocked_stream, Gemini::streamed_text("no")], true).await;
     assert!(matches!(err, AgentError::Llm(ProviderError::ContentFiltered(_))), "{err:?}");
     assert_eq!(requests, 1);
 
@@ -947,9 +950,9 @@ fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
                  "finishReason": "SAFETY", "index": 0 }] }),
     );
     let server = LlmServer::start(vec![cut_short]);
-    let s = Setup::new::<Gemini>(&server, "");
+    let s = Setup::new::<Gemini>(&server, "").await;
     let outcome =
-        s.runner::<Gemini>(Hooks::none()).run(user("hi"), config(false)).unwrap().wait().unwrap();
+        s.runner::<Gemini>(Hooks::none()).run(user("hi"), config(false)).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("Here is"));
 }
 

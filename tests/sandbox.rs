@@ -10,12 +10,13 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 use support::TestDir;
+use tokio_util::sync::CancellationToken;
 
 const TIMEOUT_MS: u64 = 1_000;
 const MEMORY_MB: u64 = 32;
 const OUTPUT_BYTES: u64 = 65_536;
 
-fn hostile(extra: &str) -> (TestDir, Runtime) {
+async fn hostile(extra: &str) -> (TestDir, Runtime) {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
     std::fs::create_dir_all(dir.path().join("readonly")).unwrap();
@@ -29,17 +30,17 @@ fn hostile(extra: &str) -> (TestDir, Runtime) {
         {extra}
         "#
     );
-    let runtime = dir.open(&config);
+    let runtime = dir.open(&config).await;
     (dir, runtime)
 }
 
-fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
-    rt.call_tool(tool, &args.to_string(), &CallContext::default()).map(|o| o.text)
+async fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<String, CallError> {
+    rt.call_tool(tool, &args.to_string(), &CallContext::default()).await.map(|o| o.text)
 }
 
 /// The plugin still serves after whatever came before.
-fn assert_alive(rt: &Runtime) {
-    assert_eq!(call(rt, "echo", json!({"text": "still here"})).unwrap(), "still here");
+async fn assert_alive(rt: &Runtime) {
+    assert_eq!(call(rt, "echo", json!({"text": "still here"})).await.unwrap(), "still here");
 }
 
 fn limit_of(err: CallError) -> Limit {
@@ -60,65 +61,56 @@ fn failure_of(err: CallError) -> ToolFailure {
     }
 }
 
-#[test]
-fn infinite_loop_hits_the_deadline() {
-    let (_dir, rt) = hostile("");
+#[tokio::test]
+async fn infinite_loop_hits_the_deadline() {
+    let (_dir, rt) = hostile("").await;
     let start = Instant::now();
-    let err = call(&rt, "spin", json!({})).unwrap_err();
+    let err = call(&rt, "spin", json!({})).await.unwrap_err();
     let took = start.elapsed();
     assert_eq!(limit_of(err.clone()), Limit::Timeout { ms: TIMEOUT_MS });
     assert!(took >= Duration::from_millis(TIMEOUT_MS), "stopped early: {took:?}");
     assert!(took < Duration::from_millis(TIMEOUT_MS * 3), "stopped late: {took:?}");
     assert!(err.to_string().contains("time limit of 1000 ms"), "{err}");
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn loop_over_host_calls_hits_the_deadline() {
-    let (_dir, rt) = hostile("");
+#[tokio::test]
+async fn loop_over_host_calls_hits_the_deadline() {
+    let (_dir, rt) = hostile("").await;
     let start = Instant::now();
-    let err = call(&rt, "host_spin", json!({})).unwrap_err();
+    let err = call(&rt, "host_spin", json!({})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS });
     assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS * 3));
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn sleeping_in_a_host_call_is_cut_at_the_deadline() {
-    let (_dir, rt) = hostile("");
-    assert_eq!(call(&rt, "nap", json!({"ms": 10})).unwrap(), "slept 10 ms");
+#[tokio::test]
+async fn sleeping_in_a_host_call_is_cut_at_the_deadline() {
+    let (_dir, rt) = hostile("").await;
+    assert_eq!(call(&rt, "nap", json!({"ms": 10})).await.unwrap(), "slept 10 ms");
     let start = Instant::now();
-    let err = call(&rt, "nap", json!({"ms": 60_000})).unwrap_err();
+    let err = call(&rt, "nap", json!({"ms": 60_000})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS });
     assert!(
         start.elapsed() < Duration::from_millis(TIMEOUT_MS * 3),
         "slept on: {:?}",
         start.elapsed()
     );
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn a_cancelled_call_stops_promptly() {
-    let (_dir, rt) = hostile("");
-    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let context = CallContext { cancel: Some(cancel.clone()), ..CallContext::default() };
-    let flag = cancel.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
-        flag.store(true, std::sync::atomic::Ordering::SeqCst);
-    });
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_stops_promptly() {
+    let (_dir, rt) = hostile("").await;
     for (tool, args) in [("nap", json!({"ms": 60_000})), ("spin", json!({}))] {
-        cancel.store(false, std::sync::atomic::Ordering::SeqCst);
+        let cancel = CancellationToken::new();
+        let context = CallContext { cancel: Some(cancel.clone()), ..CallContext::default() };
         let start = Instant::now();
-        if tool == "spin" {
-            let flag = cancel.clone();
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(200));
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
-            });
-        }
-        let err = rt.call_tool(tool, &args.to_string(), &context).unwrap_err();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            cancel.cancel();
+        });
+        let err = rt.call_tool(tool, &args.to_string(), &context).await.unwrap_err();
         assert!(matches!(err, CallError::Cancelled { .. }), "{tool}: {err:?}");
         assert!(
             start.elapsed() < Duration::from_millis(TIMEOUT_MS),
@@ -126,62 +118,62 @@ fn a_cancelled_call_stops_promptly() {
             start.elapsed()
         );
     }
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn memory_bomb_hits_the_memory_cap() {
-    let (_dir, rt) = hostile("");
-    let err = call(&rt, "grow", json!({})).unwrap_err();
+#[tokio::test]
+async fn memory_bomb_hits_the_memory_cap() {
+    let (_dir, rt) = hostile("").await;
+    let err = call(&rt, "grow", json!({})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Memory { bytes: MEMORY_MB << 20 });
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn stack_overflow_is_a_typed_trap() {
-    let (_dir, rt) = hostile("");
-    assert_eq!(call(&rt, "recurse", json!({"depth": 3})).unwrap(), "depth: 3");
-    match call(&rt, "recurse", json!({"depth": 100_000_000u64})).unwrap_err() {
+#[tokio::test]
+async fn stack_overflow_is_a_typed_trap() {
+    let (_dir, rt) = hostile("").await;
+    assert_eq!(call(&rt, "recurse", json!({"depth": 3})).await.unwrap(), "depth: 3");
+    match call(&rt, "recurse", json!({"depth": 100_000_000u64})).await.unwrap_err() {
         CallError::Trapped { plugin, tool, trap } => {
             assert_eq!((plugin.as_str(), tool.as_str()), ("hostile", "recurse"));
             assert_eq!(trap, TrapKind::StackOverflow);
         }
         other => panic!("expected a trap, got {other:?}"),
     }
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn panic_carries_its_message() {
-    let (_dir, rt) = hostile("");
-    match call(&rt, "panic", json!({"message": "boom at the guest"})).unwrap_err() {
+#[tokio::test]
+async fn panic_carries_its_message() {
+    let (_dir, rt) = hostile("").await;
+    match call(&rt, "panic", json!({"message": "boom at the guest"})).await.unwrap_err() {
         CallError::Trapped { trap: TrapKind::Panic(message), .. } => {
             assert!(message.contains("boom at the guest"), "{message}");
         }
         other => panic!("expected a panic trap, got {other:?}"),
     }
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn output_flood_hits_the_output_cap() {
-    let (_dir, rt) = hostile("");
-    assert_eq!(call(&rt, "flood", json!({"bytes": 1000})).unwrap().len(), 1000);
-    let err = call(&rt, "flood", json!({"bytes": 100_000})).unwrap_err();
+#[tokio::test]
+async fn output_flood_hits_the_output_cap() {
+    let (_dir, rt) = hostile("").await;
+    assert_eq!(call(&rt, "flood", json!({"bytes": 1000})).await.unwrap().len(), 1000);
+    let err = call(&rt, "flood", json!({"bytes": 100_000})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Output { returned: 100_000, bytes: OUTPUT_BYTES });
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn reads_outside_the_grant_are_refused() {
-    let (dir, rt) = hostile("");
+#[tokio::test]
+async fn reads_outside_the_grant_are_refused() {
+    let (dir, rt) = hostile("").await;
     let ws = dir.workspace();
     let outside = dir.path().canonicalize().unwrap().join("outside/secret.txt");
     std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
     std::fs::write(ws.join("mine.txt"), "inside").unwrap();
-    assert_eq!(call(&rt, "read", json!({"path": ws.join("mine.txt")})).unwrap(), "inside");
+    assert_eq!(call(&rt, "read", json!({"path": ws.join("mine.txt")})).await.unwrap(), "inside");
     assert_eq!(
-        call(&rt, "read", json!({"path": "mine.txt"})).unwrap(),
+        call(&rt, "read", json!({"path": "mine.txt"})).await.unwrap(),
         "inside",
         "relative to cwd"
     );
@@ -194,54 +186,56 @@ fn reads_outside_the_grant_are_refused() {
         "/etc/passwd".to_owned(),
     ];
     for path in attempts {
-        let err = call(&rt, "read", json!({ "path": path })).unwrap_err();
+        let err = call(&rt, "read", json!({ "path": path })).await.unwrap_err();
         let failure = failure_of(err.clone());
         assert!(!format!("{failure:?}").contains("TOP-SECRET"), "{path}: leaked");
         assert!(
             matches!(failure, ToolFailure::Denied(_) | ToolFailure::Failed(_)),
             "{path}: {failure:?}"
         );
-        assert_alive(&rt);
+        assert_alive(&rt).await;
     }
 }
 
-#[test]
-fn writes_into_a_read_only_grant_are_refused() {
-    let (dir, rt) = hostile("");
+#[tokio::test]
+async fn writes_into_a_read_only_grant_are_refused() {
+    let (dir, rt) = hostile("").await;
     let ro = dir.path().join("readonly").canonicalize().unwrap();
     let ws = dir.workspace();
     assert_eq!(
-        call(&rt, "write", json!({"path": ws.join("ok.txt"), "content": "yes"})).unwrap(),
+        call(&rt, "write", json!({"path": ws.join("ok.txt"), "content": "yes"})).await.unwrap(),
         "wrote 3 bytes"
     );
     assert_eq!(std::fs::read_to_string(ws.join("ok.txt")).unwrap(), "yes");
-    let err = call(&rt, "write", json!({"path": ro.join("no.txt"), "content": "x"})).unwrap_err();
+    let err =
+        call(&rt, "write", json!({"path": ro.join("no.txt"), "content": "x"})).await.unwrap_err();
     failure_of(err);
     assert!(!ro.join("no.txt").exists());
     let err =
         call(&rt, "write", json!({"path": dir.path().join("outside/new.txt"), "content": "x"}))
+            .await
             .unwrap_err();
     failure_of(err);
     assert!(!dir.path().join("outside/new.txt").exists());
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn the_host_environment_is_not_inherited() {
-    let (_dir, rt) = hostile("");
+#[tokio::test]
+async fn the_host_environment_is_not_inherited() {
+    let (_dir, rt) = hostile("").await;
     assert!(std::env::vars().count() > 0);
-    assert_eq!(call(&rt, "env", json!({})).unwrap(), "vars: 0");
+    assert_eq!(call(&rt, "env", json!({})).await.unwrap(), "vars: 0");
 }
 
-#[test]
-fn sockets_are_closed() {
-    let (_dir, rt) = hostile("");
+#[tokio::test]
+async fn sockets_are_closed() {
+    let (_dir, rt) = hostile("").await;
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    failure_of(call(&rt, "connect", json!({ "addr": addr })).unwrap_err());
+    failure_of(call(&rt, "connect", json!({ "addr": addr })).await.unwrap_err());
     assert!(listener.accept().is_err(), "the guest reached the listener");
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
 /// A one-request-at-a-time HTTP server that counts the requests it saw.
@@ -264,73 +258,134 @@ fn http_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     (format!("127.0.0.1:{port}"), hits)
 }
 
-#[test]
-fn http_reaches_only_granted_hosts() {
+#[tokio::test]
+async fn http_reaches_only_granted_hosts() {
     let (addr, hits) = http_server();
-    let (_dir, rt) = hostile("");
-    let err = call(&rt, "http", json!({"url": format!("http://{addr}/x")})).unwrap_err();
+    let (_dir, rt) = hostile("").await;
+    let err = call(&rt, "http", json!({"url": format!("http://{addr}/x")})).await.unwrap_err();
     match failure_of(err) {
         ToolFailure::Denied(message) => assert!(message.contains("not granted"), "{message}"),
         other => panic!("expected a denial, got {other:?}"),
     }
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "the request went out");
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 
-    let (_dir, granted) = hostile(&format!("http = [\"{addr}\"]"));
+    let (_dir, granted) = hostile(&format!("http = [\"{addr}\"]")).await;
     assert_eq!(
-        call(&granted, "http", json!({"url": format!("http://{addr}/x")})).unwrap(),
+        call(&granted, "http", json!({"url": format!("http://{addr}/x")})).await.unwrap(),
         "status: 200\nhello"
     );
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
     let other_port = format!("http://127.0.0.1:1/{}", "x");
-    failure_of(call(&granted, "http", json!({ "url": other_port })).unwrap_err());
+    failure_of(call(&granted, "http", json!({ "url": other_port })).await.unwrap_err());
 }
 
-#[test]
-fn processes_run_only_when_granted() {
-    let (dir, rt) = hostile("");
+#[tokio::test]
+async fn processes_run_only_when_granted() {
+    let (dir, rt) = hostile("").await;
     let marker = dir.path().join("marker");
     let touch = json!({"program": "touch", "args": [marker]});
-    match failure_of(call(&rt, "exec", touch.clone()).unwrap_err()) {
+    match failure_of(call(&rt, "exec", touch.clone()).await.unwrap_err()) {
         ToolFailure::Denied(message) => assert!(message.contains("touch"), "{message}"),
         other => panic!("expected a denial, got {other:?}"),
     }
     assert!(!marker.exists());
 
-    let (_dir, granted) = hostile(r#"process = ["echo *"]"#);
-    assert_eq!(call(&granted, "exec", json!({"program": "echo", "args": ["hi"]})).unwrap(), "hi\n");
-    failure_of(call(&granted, "exec", touch).unwrap_err());
+    let (_dir, granted) = hostile(r#"process = ["echo *"]"#).await;
+    assert_eq!(
+        call(&granted, "exec", json!({"program": "echo", "args": ["hi"]})).await.unwrap(),
+        "hi\n"
+    );
+    failure_of(call(&granted, "exec", touch).await.unwrap_err());
     assert!(!marker.exists());
-    assert_alive(&granted);
+    assert_alive(&granted).await;
 }
 
-#[test]
-fn fuel_limits_compute_when_enabled() {
+#[tokio::test]
+async fn fuel_limits_compute_when_enabled() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
-    let rt = dir.open(
-        r#"
+    let rt = dir
+        .open(
+            r#"
         [sandbox]
         fuel = true
         [plugins.hostile]
         limits = { fuel = 50000000, timeout_ms = 60000 }
         "#,
-    );
+        )
+        .await;
     let start = Instant::now();
     assert_eq!(
-        limit_of(call(&rt, "spin", json!({})).unwrap_err()),
+        limit_of(call(&rt, "spin", json!({})).await.unwrap_err()),
         Limit::Fuel { units: 50_000_000 }
     );
     assert!(start.elapsed() < Duration::from_secs(30), "fuel, not the deadline, stopped it");
-    assert_alive(&rt);
+    assert_alive(&rt).await;
 }
 
-#[test]
-fn many_failures_in_a_row_leave_the_host_healthy() {
-    let (_dir, rt) = hostile("");
+#[tokio::test]
+async fn many_failures_in_a_row_leave_the_host_healthy() {
+    let (_dir, rt) = hostile("").await;
     for _ in 0..20 {
-        call(&rt, "panic", json!({"message": "again"})).unwrap_err();
-        call(&rt, "recurse", json!({"depth": 100_000_000u64})).unwrap_err();
-        assert_alive(&rt);
+        call(&rt, "panic", json!({"message": "again"})).await.unwrap_err();
+        call(&rt, "recurse", json!({"depth": 100_000_000u64})).await.unwrap_err();
+        assert_alive(&rt).await;
     }
+}
+
+/// The process's current number of OS threads.
+fn os_threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap();
+    line.trim().parse().unwrap()
+}
+
+/// More calls than instance slots wait their turn rather than fail, and
+/// calls sleeping in the guest overlap on a couple of workers instead of
+/// holding a thread each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
+    const CALLS: usize = 200;
+    const NAP_MS: u64 = 100;
+    let (_dir, rt) = hostile("[sandbox]\nmax_instances = 16").await;
+    assert_alive(&rt).await;
+
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(os_threads()));
+    let sampling = CancellationToken::new();
+    let sampler = tokio::spawn({
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        async move {
+            while !sampling.is_cancelled() {
+                peak.fetch_max(os_threads(), std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+
+    let start = Instant::now();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..CALLS {
+        let rt = rt.clone();
+        calls.spawn(async move { call(&rt, "nap", json!({ "ms": NAP_MS })).await });
+    }
+    let mut done = 0;
+    while let Some(result) = calls.join_next().await {
+        peak.fetch_max(os_threads(), std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(result.unwrap().unwrap(), format!("slept {NAP_MS} ms"));
+        done += 1;
+    }
+    let took = start.elapsed();
+    sampling.cancel();
+    sampler.await.unwrap();
+
+    assert_eq!(done, CALLS);
+    assert!(
+        took >= Duration::from_millis(NAP_MS * (CALLS as u64).div_ceil(16)),
+        "more than 16 calls ran at once: {took:?}"
+    );
+    assert!(took < Duration::from_secs(5), "the calls did not overlap: {took:?}");
+    let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(peak <= 64, "{peak} OS threads at the peak");
+    assert_alive(&rt).await;
 }

@@ -13,7 +13,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
-use reson::provider::{ChatProvider, ChatRequest, LlmParams, PluginProvider};
+use reson::provider::{ChatRequest, LlmParams, PluginProvider, complete};
 use reson::trace::{Message, Role};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
@@ -23,6 +23,7 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use support::TestDir;
 use support::llm_server::{LlmServer, Reply};
+use tokio_util::sync::CancellationToken;
 
 /// Holds every character that changes when encoded, and those that could
 /// move a URL elsewhere (`@`, `/`, `#`, `?`).
@@ -245,13 +246,13 @@ fn assert_sent_every_form(echo: &Echo, secret: &str) {
     }
 }
 
-fn hostile(dir: &TestDir, extra: &str) -> Runtime {
+async fn hostile(dir: &TestDir, extra: &str) -> Runtime {
     dir.install(support::test_plugins(), "hostile");
-    dir.open(&format!("[plugins.hostile]\nlimits = {{ timeout_ms = 10000 }}\n{extra}"))
+    dir.open(&format!("[plugins.hostile]\nlimits = {{ timeout_ms = 10000 }}\n{extra}")).await
 }
 
-fn http(rt: &Runtime, args: serde_json::Value) -> Result<String, CallError> {
-    rt.call_tool("http", &args.to_string(), &CallContext::default()).map(|o| o.text)
+async fn http(rt: &Runtime, args: serde_json::Value) -> Result<String, CallError> {
+    rt.call_tool("http", &args.to_string(), &CallContext::default()).await.map(|o| o.text)
 }
 
 fn denial(result: Result<String, CallError>) -> String {
@@ -281,11 +282,11 @@ fn everywhere(echo: &Echo, mode: &str) -> serde_json::Value {
     })
 }
 
-#[test]
-fn an_echoing_server_hands_back_nothing_of_the_secret() {
+#[tokio::test]
+async fn an_echoing_server_hands_back_nothing_of_the_secret() {
     let echo = Echo::start();
     let dir = TestDir::new();
-    let rt = hostile(&dir, &echo_config(&echo));
+    let rt = hostile(&dir, &echo_config(&echo)).await;
     let cases = [
         ("plain", json!({})),
         ("chunked", json!({})),
@@ -296,7 +297,7 @@ fn an_echoing_server_hands_back_nothing_of_the_secret() {
     for (mode, extra) in cases {
         let mut args = everywhere(&echo, mode);
         args.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        let out = http(&rt, args.clone()).unwrap();
+        let out = http(&rt, args.clone()).await.unwrap();
         assert!(out.starts_with("status: 200\n"), "{out}");
         assert!(out.contains("x-echo: [REDACTED]"), "the headers came back redacted: {out}");
         assert!(out.contains("raw: [REDACTED]") && out.contains("\"request\""), "{out}");
@@ -327,8 +328,8 @@ fn decoded_target(target: &str) -> String {
     percent_decode_str(target).decode_utf8_lossy().into_owned()
 }
 
-#[test]
-fn a_secret_goes_only_where_it_is_bound() {
+#[tokio::test]
+async fn a_secret_goes_only_where_it_is_bound() {
     let bound = Echo::start();
     let other = Echo::start();
     let dir = TestDir::new();
@@ -338,7 +339,7 @@ fn a_secret_goes_only_where_it_is_bound() {
             "http = [\"{}\", \"{}\"]\nsecrets = [\"{KEY}\"]\n[secrets.{KEY}]\nvalue = \"{SECRET}\"\nurls = [\"{}/only\"]\n",
             bound.addr, other.addr, bound.addr
         ),
-    );
+    ).await;
     let reference = format!("{{{{secret:{KEY}}}}}");
     let attempts = [
         json!({ "url": other.url(&format!("/only?k={reference}")) }),
@@ -347,43 +348,44 @@ fn a_secret_goes_only_where_it_is_bound() {
         json!({ "url": bound.url("/elsewhere"), "headers": { "x-key": reference.clone() } }),
     ];
     for args in attempts {
-        let message = denial(http(&rt, args.clone()));
+        let message = denial(http(&rt, args.clone()).await);
         assert!(message.contains(&format!("`{KEY}` is not bound")), "{args}: {message}");
         assert!(message.contains("urls = [...]"), "the refusal says how to bind it: {message}");
     }
     assert!(other.seen().is_empty() && bound.seen().is_empty(), "nothing was sent");
-    let ok = http(&rt, json!({ "url": bound.url(&format!("/only/x?k={reference}")) })).unwrap();
+    let ok =
+        http(&rt, json!({ "url": bound.url(&format!("/only/x?k={reference}")) })).await.unwrap();
     assert!(ok.starts_with("status: 200"), "{ok}");
     assert_eq!(bound.seen().len(), 1);
 }
 
-#[test]
-fn an_unbound_secret_goes_only_to_exactly_granted_hosts() {
+#[tokio::test]
+async fn an_unbound_secret_goes_only_to_exactly_granted_hosts() {
     let echo = Echo::start();
     let reference = format!("{{{{secret:{KEY}}}}}");
     let args = json!({ "url": echo.url("/x"), "headers": { "authorization": reference } });
     let plain = format!("[secrets]\n{KEY} = \"{SECRET}\"\n");
 
     let dir = TestDir::new();
-    let wildcard = hostile(&dir, &format!("http = [\"*\"]\nsecrets = [\"{KEY}\"]\n{plain}"));
-    let message = denial(http(&wildcard, args.clone()));
+    let wildcard = hostile(&dir, &format!("http = [\"*\"]\nsecrets = [\"{KEY}\"]\n{plain}")).await;
+    let message = denial(http(&wildcard, args.clone()).await);
     assert!(message.contains("not bound") && message.contains("names exactly"), "{message}");
     assert!(echo.seen().is_empty());
 
     let dir = TestDir::new();
     let exact =
-        hostile(&dir, &format!("http = [\"{}\"]\nsecrets = [\"{KEY}\"]\n{plain}", echo.addr));
-    let out = http(&exact, args).unwrap();
+        hostile(&dir, &format!("http = [\"{}\"]\nsecrets = [\"{KEY}\"]\n{plain}", echo.addr)).await;
+    let out = http(&exact, args).await.unwrap();
     assert!(out.starts_with("status: 200") && out.contains("[REDACTED]"), "{out}");
     assert_clean(&out, SECRET, "what the guest got");
     assert_eq!(echo.seen().len(), 1, "the plain `[secrets] NAME = value` form still works");
 }
 
-#[test]
-fn a_reference_outside_path_query_and_header_values_is_refused() {
+#[tokio::test]
+async fn a_reference_outside_path_query_and_header_values_is_refused() {
     let echo = Echo::start();
     let dir = TestDir::new();
-    let rt = hostile(&dir, &echo_config(&echo));
+    let rt = hostile(&dir, &echo_config(&echo)).await;
     let r = format!("{{{{secret:{KEY}}}}}");
     let addr = &echo.addr;
     let urls = [
@@ -397,7 +399,7 @@ fn a_reference_outside_path_query_and_header_values_is_refused() {
         format!("{r}://{addr}/x"),
     ];
     for url in urls {
-        match http(&rt, json!({ "url": url })) {
+        match http(&rt, json!({ "url": url })).await {
             Err(CallError::Tool { failure: ToolFailure::Denied(m), .. }) => {
                 assert!(m.contains("path or query") || m.contains("not granted"), "{url}: {m}")
             }
@@ -410,8 +412,8 @@ fn a_reference_outside_path_query_and_header_values_is_refused() {
     assert!(echo.seen().is_empty(), "nothing reached the server");
 }
 
-#[test]
-fn a_value_cannot_move_the_request_to_another_origin() {
+#[tokio::test]
+async fn a_value_cannot_move_the_request_to_another_origin() {
     let echo = Echo::start();
     let evil = Echo::start();
     let dir = TestDir::new();
@@ -424,11 +426,11 @@ fn a_value_cannot_move_the_request_to_another_origin() {
             "http = [\"{a}\"]\nsecrets = [\"SECRETS_TEST_OTHER\"]\n[secrets.SECRETS_TEST_OTHER]\nvalue = \"{value}\"\nurls = [\"{a}\"]\n",
             a = echo.addr
         ),
-    );
+    ).await;
     for url in
         [echo.url("/{{secret:SECRETS_TEST_OTHER}}"), echo.url("/a?{{secret:SECRETS_TEST_OTHER}}")]
     {
-        match http(&rt, json!({ "url": url })) {
+        match http(&rt, json!({ "url": url })).await {
             Ok(out) => {
                 assert!(out.starts_with("status: 200"), "{out}");
                 assert_clean(&out, &value, "what the guest got");
@@ -445,8 +447,8 @@ fn a_value_cannot_move_the_request_to_another_origin() {
     }
 }
 
-#[test]
-fn weak_and_ungranted_secrets_are_refused_and_common_text_is_untouched() {
+#[tokio::test]
+async fn weak_and_ungranted_secrets_are_refused_and_common_text_is_untouched() {
     let echo = Echo::start();
     let dir = TestDir::new();
     let rt = hostile(
@@ -455,20 +457,21 @@ fn weak_and_ungranted_secrets_are_refused_and_common_text_is_untouched() {
             "http = [\"{}\"]\nsecrets = [\"SECRETS_TEST_WEAK\", \"SECRETS_TEST_IP\"]\n[secrets]\nSECRETS_TEST_WEAK = \"abc12\"\nSECRETS_TEST_IP = \"192.168.7.45\"\nSECRETS_TEST_OTHER = \"ungranted-value-9Zq\"\n",
             echo.addr
         ),
-    );
-    let call = |name: &str| {
+    ).await;
+    let call = async |name: &str| {
         let reference = format!("{{{{secret:{name}}}}}");
-        denial(http(&rt, json!({ "url": echo.url("/x"), "headers": { "x-key": reference } })))
+        denial(http(&rt, json!({ "url": echo.url("/x"), "headers": { "x-key": reference } })).await)
     };
-    let weak = call("SECRETS_TEST_WEAK");
+    let weak = call("SECRETS_TEST_WEAK").await;
     assert!(weak.contains("`SECRETS_TEST_WEAK`") && weak.contains("shorter than 8"), "{weak}");
-    let ip = call("SECRETS_TEST_IP");
+    let ip = call("SECRETS_TEST_IP").await;
     assert!(ip.contains("`SECRETS_TEST_IP`") && ip.contains("looks like"), "{ip}");
-    let ungranted = call("SECRETS_TEST_OTHER");
+    let ungranted = call("SECRETS_TEST_OTHER").await;
     assert!(ungranted.contains("`SECRETS_TEST_OTHER` is not granted"), "{ungranted}");
     assert!(echo.seen().is_empty());
     let text = "route 192.168.7.45 via abc12, then 192.168.7.45 again";
-    let out = rt.call_tool("echo", &json!({ "text": text }).to_string(), &CallContext::default());
+    let out =
+        rt.call_tool("echo", &json!({ "text": text }).to_string(), &CallContext::default()).await;
     assert_eq!(out.unwrap().text, text, "a refused value redacts nothing");
 }
 
@@ -545,19 +548,19 @@ fn unpacked(out: &str) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-#[test]
-fn no_coding_or_byte_range_hands_an_echoed_secret_back_past_the_redactor() {
+#[tokio::test]
+async fn no_coding_or_byte_range_hands_an_echoed_secret_back_past_the_redactor() {
     let server = Echo::serve(oblige);
     let dir = TestDir::new();
-    let rt = hostile(&dir, &echo_config(&server));
+    let rt = hostile(&dir, &echo_config(&server)).await;
     let key = format!("{{{{secret:{KEY}}}}}");
-    let ask = |path: &str, extra: &[(&str, &str)]| {
+    let ask = async |path: &str, extra: &[(&str, &str)]| {
         let mut headers = serde_json::Map::new();
         headers.insert("x-api-key".into(), json!(key));
         for (name, value) in extra {
             headers.insert((*name).into(), json!(value));
         }
-        http(&rt, json!({ "url": server.url(path), "headers": headers, "hex_body": true }))
+        http(&rt, json!({ "url": server.url(path), "headers": headers, "hex_body": true })).await
     };
     // The server compresses its echo, asked to or not; the guest inflates it.
     let codings: [(&str, &[(&str, &str)]); 6] = [
@@ -569,7 +572,7 @@ fn no_coding_or_byte_range_hands_an_echoed_secret_back_past_the_redactor() {
         ("/always-te", &[]),
     ];
     for (path, extra) in codings {
-        match ask(path, extra) {
+        match ask(path, extra).await {
             Ok(out) => assert_clean(&unpacked(&out), SECRET, &format!("{path} {extra:?}")),
             Err(CallError::Tool { failure: ToolFailure::Denied(m), .. }) => {
                 assert!(m.contains("only `identity`"), "{path} {extra:?}: {m}")
@@ -584,23 +587,23 @@ fn no_coding_or_byte_range_hands_an_echoed_secret_back_past_the_redactor() {
     // The echo eight bytes at a time: no piece holds the whole key.
     let mut pieces = String::new();
     for from in (0..SAID.len() + SECRET.len() + 1).step_by(8) {
-        match ask("/range", &[("range", &format!("bytes={from}-{}", from + 7))]) {
+        match ask("/range", &[("range", &format!("bytes={from}-{}", from + 7))]).await {
             Ok(out) => pieces.push_str(&unpacked(&out)),
             Err(err) => assert!(denial(Err(err)).contains("whole response")),
         }
     }
     assert_clean(&pieces, SECRET, "the byte ranges put together");
     for path in ["/always-gzip", "/always-te"] {
-        let failed = format!("{:?}", ask(path, &[]).unwrap_err());
+        let failed = format!("{:?}", ask(path, &[]).await.unwrap_err());
         assert!(failed.contains("cannot be scrubbed"), "{path}: {failed}");
     }
     // What stays allowed: identity, and ranges of requests without a secret.
-    let clear = ask("/gzip", &[("accept-encoding", "identity")]).unwrap();
+    let clear = ask("/gzip", &[("accept-encoding", "identity")]).await.unwrap();
     assert_eq!(unpacked(&clear), format!("{SAID}[REDACTED]\n"));
     let part = http(
         &rt,
         json!({ "url": server.url("/range"), "headers": { "range": "bytes=0-7" }, "hex_body": true }),
-    )
+    ).await
     .unwrap();
     assert!(part.starts_with("status: 206") && unpacked(&part) == SAID[..8], "{part}");
     let seen = server.seen();
@@ -617,11 +620,11 @@ fn no_coding_or_byte_range_hands_an_echoed_secret_back_past_the_redactor() {
     }
 }
 
-#[test]
-fn a_guest_cannot_name_another_site_behind_a_granted_address() {
+#[tokio::test]
+async fn a_guest_cannot_name_another_site_behind_a_granted_address() {
     let echo = Echo::start();
     let dir = TestDir::new();
-    let rt = hostile(&dir, &echo_config(&echo));
+    let rt = hostile(&dir, &echo_config(&echo)).await;
     let key = format!("Bearer {{{{secret:{KEY}}}}}");
     // Behind one address (a CDN, a reverse proxy) `Host` picks the site
     // that gets the request, and the key in it.
@@ -629,12 +632,14 @@ fn a_guest_cannot_name_another_site_behind_a_granted_address() {
         for headers in
             [json!({ name: "evil.example", "authorization": key }), json!({ name: "evil.example" })]
         {
-            let message = denial(http(&rt, json!({ "url": echo.url("/x"), "headers": headers })));
+            let message =
+                denial(http(&rt, json!({ "url": echo.url("/x"), "headers": headers })).await);
             assert!(message.contains(&format!("header `{name}`")), "{message}");
         }
     }
-    let ok =
-        http(&rt, json!({ "url": echo.url("/x"), "headers": { "authorization": key } })).unwrap();
+    let ok = http(&rt, json!({ "url": echo.url("/x"), "headers": { "authorization": key } }))
+        .await
+        .unwrap();
     assert!(ok.starts_with("status: 200"), "{ok}");
     let seen = echo.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -644,15 +649,16 @@ fn a_guest_cannot_name_another_site_behind_a_granted_address() {
     assert_eq!(hosts[0].1, echo.addr);
 }
 
-#[test]
-fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
+#[tokio::test]
+async fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
     let dir = TestDir::new();
     // A grant as harmless-looking as `cat *` reaches files the guest's
     // sandbox does not: here the config, which holds the key.
     let rt = hostile(
         &dir,
         &format!("process = [\"cat *\"]\nsecrets = [\"{KEY}\"]\n[secrets]\n{KEY} = \"{SECRET}\"\n"),
-    );
+    )
+    .await;
     let config = dir.path().join("reson.toml");
     let stored = dir.path().join("stored.json");
     std::fs::write(&stored, json!({ "token": SECRET, "b64": STANDARD.encode(SECRET) }).to_string())
@@ -661,15 +667,16 @@ fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
         let file = file.to_str().unwrap();
         // Reversed by the guest, so that only what it was given is judged.
         let args = json!({ "program": "cat", "args": [file], "reverse": true });
-        let out = rt.call_tool("exec", &args.to_string(), &CallContext::default()).unwrap().text;
+        let out =
+            rt.call_tool("exec", &args.to_string(), &CallContext::default()).await.unwrap().text;
         let out: String = out.chars().rev().collect();
         assert!(out.contains("[REDACTED]"), "cat really ran: {out}");
         assert_clean(&out, SECRET, &format!("what `cat {file}` gave the guest"));
     }
 }
 
-#[test]
-fn a_secret_pasted_into_a_plugin_setting_reaches_the_guest_redacted() {
+#[tokio::test]
+async fn a_secret_pasted_into_a_plugin_setting_reaches_the_guest_redacted() {
     let dir = TestDir::new();
     let base = format!("https://llm.example/v1?api-key={}", url_form(SECRET));
     let rt = hostile(
@@ -677,8 +684,8 @@ fn a_secret_pasted_into_a_plugin_setting_reaches_the_guest_redacted() {
         &format!(
             "secrets = [\"{KEY}\"]\nconfig = {{ base_url = \"{base}\", model = \"m-1\" }}\n[secrets]\n{KEY} = \"{SECRET}\"\n"
         ),
-    );
-    let out = rt.call_tool("settings", "{}", &CallContext::default()).unwrap().text;
+    ).await;
+    let out = rt.call_tool("settings", "{}", &CallContext::default()).await.unwrap().text;
     let got: String = out.chars().rev().collect();
     assert!(got.contains("base_url=https://llm.example/v1?api-key=[REDACTED]"), "{got}");
     assert!(got.contains("model=m-1"), "{got}");
@@ -837,8 +844,8 @@ fn answer() -> Reply {
     .header("x-echo-key", SECRET)
 }
 
-#[test]
-fn the_provider_plugin_never_sees_the_key() {
+#[tokio::test]
+async fn the_provider_plugin_never_sees_the_key() {
     let server = LlmServer::start(vec![key_error(), streamed_answer(), answer()]);
     let dir = TestDir::new();
     dir.install(support::plugins(), "openai");
@@ -846,31 +853,30 @@ fn the_provider_plugin_never_sees_the_key() {
         "[plugins.openai]\nhttp = [\"{addr}\"]\nsecrets = [\"OPENAI_API_KEY\"]\nconfig = {{ base_url = \"{url}/v1\" }}\n[secrets.OPENAI_API_KEY]\nvalue = \"{SECRET}\"\nurls = [\"{addr}\"]\n",
         addr = server.addr,
         url = server.url(),
-    ));
+    )).await;
     let provider = PluginProvider::new(rt, "openai");
     let request = |stream| ChatRequest {
         messages: vec![Message::new(Role::User, "say the key")],
         tools: Vec::new(),
         params: LlmParams { model: "gpt-test".into(), stream, ..LlmParams::default() },
     };
-    let err = provider.chat(&request(false), Box::new(|_| {}), Arc::default()).unwrap_err();
+    let err =
+        complete(&provider, request(false), CancellationToken::new(), |_| {}).await.unwrap_err();
     let err = format!("{err} {err:?}");
     assert!(err.contains("Incorrect API key provided: key [REDACTED]"), "{err}");
     assert_clean(&err, SECRET, "the provider's error");
 
-    let deltas = Arc::new(Mutex::new(String::new()));
-    let sink = deltas.clone();
-    let streamed = provider
-        .chat(
-            &request(true),
-            Box::new(move |d| sink.lock().unwrap().push_str(&format!("{d:?}"))),
-            Arc::default(),
-        )
-        .unwrap();
-    let whole = provider.chat(&request(false), Box::new(|_| {}), Arc::default()).unwrap();
+    let mut deltas = String::new();
+    let streamed = complete(&provider, request(true), CancellationToken::new(), |d| {
+        deltas.push_str(&format!("{d:?}"))
+    })
+    .await
+    .unwrap();
+    let whole =
+        complete(&provider, request(false), CancellationToken::new(), |_| {}).await.unwrap();
     for (what, text) in [
         ("the streamed answer", streamed.message.text()),
-        ("the deltas", deltas.lock().unwrap().clone()),
+        ("the deltas", deltas),
         ("the whole answer", whole.message.text()),
     ] {
         assert!(text.contains("Your key is [REDACTED]"), "{what}: {text}");
@@ -911,8 +917,8 @@ fn a_provider_answer_that_contains_the_key_leaks_nothing() {
     assert_clean(&all, SECRET, "what `reson run` wrote after an answer holding the key");
 }
 
-#[test]
-fn a_failed_request_reports_no_secret() {
+#[tokio::test]
+async fn a_failed_request_reports_no_secret() {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = closed.local_addr().unwrap().to_string();
     drop(closed);
@@ -922,9 +928,9 @@ fn a_failed_request_reports_no_secret() {
         &format!(
             "http = [\"127.0.0.1\"]\nsecrets = [\"{KEY}\"]\n[secrets.{KEY}]\nvalue = \"{SECRET}\"\nurls = [\"127.0.0.1\"]\n"
         ),
-    );
+    ).await;
     let url = format!("http://{addr}/x/{{{{secret:{KEY}}}}}?k={{{{secret:{KEY}}}}}");
-    match http(&rt, json!({ "url": url })) {
+    match http(&rt, json!({ "url": url })).await {
         Err(CallError::Tool { failure: ToolFailure::Failed(message), .. }) => {
             // reqwest names the URL it could not reach, filled in.
             assert!(

@@ -22,7 +22,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(script: serde_json::Value) -> Self {
+    async fn new(script: serde_json::Value) -> Self {
         let dir = TestDir::new();
         for plugin in ["scripted", "fs", "echo", "json-plan", "markdown-plan"] {
             dir.install(support::plugins(), plugin);
@@ -34,7 +34,8 @@ impl Setup {
              [plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n\
              [plugins.fs]\ndirs = [{{ path = \"workspace\", access = \"read-write\" }}]\n",
             script_path.display()
-        ));
+        ))
+        .await;
         let store = Arc::new(
             FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched)
                 .unwrap(),
@@ -65,27 +66,27 @@ fn descriptions(plan: &Plan) -> Vec<(String, Option<usize>)> {
     plan.steps.iter().map(|s| (s.description.clone(), s.parent)).collect()
 }
 
-fn parse_err(parser: &PluginPlanParser, raw: &str) -> String {
-    match parser.parse(raw, "goal") {
+async fn parse_err(parser: &PluginPlanParser, raw: &str) -> String {
+    match parser.parse(raw, "goal").await {
         Err(AgentError::PlanParse(message)) => message,
         other => panic!("expected a plan parse error for {raw:?}, got {other:?}"),
     }
 }
 
-#[test]
-fn json_plan_accepts_every_format() {
-    let s = Setup::new(json!({ "turns": [] }));
+#[tokio::test]
+async fn json_plan_accepts_every_format() {
+    let s = Setup::new(json!({ "turns": [] })).await;
     let p = s.parser("json-plan");
     let bare = r#"{"steps": [{"description": "a"}, {"description": "b"}]}"#;
     let fenced = format!("Here you go:\n```json\n{bare}\n```\nGood luck.");
     let prose = format!("My plan is {bare} and that is all.");
     for raw in [bare.to_owned(), fenced, prose] {
-        let plan = p.parse(&raw, "goal").unwrap();
+        let plan = p.parse(&raw, "goal").await.unwrap();
         assert_eq!(descriptions(&plan), [("a".into(), None), ("b".into(), None)], "{raw}");
     }
     let nested =
         r#"{"steps": [{"description": "a", "steps": ["a1", {"description": "a2"}]}, "b"]}"#;
-    let plan = p.parse(nested, "goal").unwrap();
+    let plan = p.parse(nested, "goal").await.unwrap();
     assert_eq!(
         descriptions(&plan),
         [("a".into(), None), ("a1".into(), Some(0)), ("a2".into(), Some(0)), ("b".into(), None)]
@@ -93,29 +94,29 @@ fn json_plan_accepts_every_format() {
     assert_eq!(plan.goal, "goal");
 }
 
-#[test]
-fn json_plan_errors_say_which() {
-    let s = Setup::new(json!({ "turns": [] }));
+#[tokio::test]
+async fn json_plan_errors_say_which() {
+    let s = Setup::new(json!({ "turns": [] })).await;
     let p = s.parser("json-plan");
     assert!(
-        parse_err(&p, r#"{"steps": [{"description": "a"},]}"#).contains("invalid JSON at line 1")
+        parse_err(&p, r#"{"steps": [{"description": "a"},]}"#).await.contains("invalid JSON at line 1")
     );
-    assert_eq!(parse_err(&p, r#"{"todo": []}"#), "json-plan: missing field `steps`");
-    assert_eq!(parse_err(&p, r#"{"steps": []}"#), "json-plan: the plan has no steps");
+    assert_eq!(parse_err(&p, r#"{"todo": []}"#).await, "json-plan: missing field `steps`");
+    assert_eq!(parse_err(&p, r#"{"steps": []}"#).await, "json-plan: the plan has no steps");
     assert_eq!(
-        parse_err(&p, r#"{"steps": [{"description": "a"}, {"note": "x"}]}"#),
+        parse_err(&p, r#"{"steps": [{"description": "a"}, {"note": "x"}]}"#).await,
         "json-plan: step 1 has no description"
     );
-    assert!(parse_err(&p, "I will just do it.").contains("no JSON object with \"steps\""));
-    assert!(parse_err(&p, r#"{"steps": 3}"#).contains("`steps` must be an array"));
+    assert!(parse_err(&p, "I will just do it.").await.contains("no JSON object with \"steps\""));
+    assert!(parse_err(&p, r#"{"steps": 3}"#).await.contains("`steps` must be an array"));
 }
 
-#[test]
-fn markdown_plan_reads_lists_and_nesting() {
-    let s = Setup::new(json!({ "turns": [] }));
+#[tokio::test]
+async fn markdown_plan_reads_lists_and_nesting() {
+    let s = Setup::new(json!({ "turns": [] })).await;
     let p = s.parser("markdown-plan");
     let numbered = "# Plan\n\n1. Read the code\n2. Fix the bug\n   - write a test\n   - change the line\n3. Ship\n";
-    let plan = p.parse(numbered, "goal").unwrap();
+    let plan = p.parse(numbered, "goal").await.unwrap();
     assert_eq!(
         descriptions(&plan),
         [
@@ -128,14 +129,14 @@ fn markdown_plan_reads_lists_and_nesting() {
     );
     let checkboxes = "- [ ] first\n- [x] second\n";
     assert_eq!(
-        descriptions(&p.parse(checkboxes, "g").unwrap()),
+        descriptions(&p.parse(checkboxes, "g").await.unwrap()),
         [("first".into(), None), ("second".into(), None)]
     );
     assert!(
-        parse_err(&p, "No list here, just prose.")
+        parse_err(&p, "No list here, just prose.").await
             .contains("no numbered, bulleted or checkbox list found")
     );
-    assert_eq!(parse_err(&p, "1. one\n2.\n"), "markdown-plan: step 1 has no description");
+    assert_eq!(parse_err(&p, "1. one\n2.\n").await, "markdown-plan: step 1 has no description");
 }
 
 fn plan_turn(steps: &[&str]) -> serde_json::Value {
@@ -143,15 +144,15 @@ fn plan_turn(steps: &[&str]) -> serde_json::Value {
     json!({ "text": format!("```json\n{}\n```", json!({ "steps": steps })) })
 }
 
-#[test]
-fn a_task_is_planned_executed_and_mirrored_into_the_goal_tree() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_planned_executed_and_mirrored_into_the_goal_tree() {
     let s = Setup::new(json!({ "turns": [
         plan_turn(&["Write the file", "Read it back"]),
         { "tool_calls": [{ "name": "write", "arguments": { "path": "out.txt", "content": "42" } }] },
         { "text": "Wrote out.txt." },
         { "tool_calls": [{ "name": "read", "arguments": { "path": "out.txt" } }] },
         { "text": "It says 42." }
-    ]}));
+    ]})).await;
     let fired = Arc::new(Mutex::new(Vec::new()));
     let seen = fired.clone();
     let hooks = Hooks::none().on(HookPoint::OnPlanStepComplete, move |e: &HookEvent| {
@@ -165,7 +166,7 @@ fn a_task_is_planned_executed_and_mirrored_into_the_goal_tree() {
             statuses.push(
                 plan.steps.iter().map(|st| st.status().to_string()).collect::<Vec<_>>().join(","),
             )
-        })
+        }).await
         .unwrap();
     assert!(outcome.succeeded);
     assert_eq!(*fired.lock().unwrap(), [0, 1], "the hook fires once per step, with its index");
@@ -184,9 +185,9 @@ fn a_task_is_planned_executed_and_mirrored_into_the_goal_tree() {
     assert_eq!(std::fs::read_to_string(s.dir.workspace().join("out.txt")).unwrap(), "42");
 
     let trace_id = outcome.trace_id.unwrap();
-    let trace = s.store.get(&trace_id).unwrap().unwrap();
+    let trace = s.store.get_trace(&trace_id).await.unwrap().unwrap();
     assert_eq!(trace.mode, TraceMode::Task);
-    let goals = s.store.goals(&trace_id).unwrap();
+    let goals = s.store.get_goals(&trace_id).await.unwrap();
     let root = &goals.goals()[0];
     assert_eq!(
         (root.description.as_str(), root.status),
@@ -199,7 +200,7 @@ fn a_task_is_planned_executed_and_mirrored_into_the_goal_tree() {
         [("Write the file", GoalStatus::Completed), ("Read it back", GoalStatus::Completed)]
     );
     assert_eq!(goals.goals()[2].summary.as_deref(), Some("It says 42."));
-    let by_goal = s.store.messages_by_goal(&trace_id, &goals.goals()[2].id).unwrap();
+    let by_goal = s.store.get_messages_by_goal(&trace_id, &goals.goals()[2].id).await.unwrap();
     assert!(
         by_goal.iter().any(|m| m.text() == "It says 42."),
         "the step's messages carry its goal"
@@ -232,50 +233,50 @@ fn statuses(plan: &Plan) -> Vec<&'static str> {
         .collect()
 }
 
-#[test]
-fn failure_policy_stop_skips_the_rest() {
-    let s = Setup::new(failing_script());
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_stop_skips_the_rest() {
+    let s = Setup::new(failing_script()).await;
     let outcome = s
         .task_agent(Hooks::none(), FailurePolicy::Stop)
-        .execute_plan(external_plan(), |_| {})
+        .execute_plan(external_plan(), |_| {}).await
         .unwrap();
     assert!(!outcome.succeeded);
     assert_eq!(statuses(&outcome.plan), ["completed", "failed", "skipped"]);
     let StepStatus::Failed { error } = outcome.plan.steps[1].status() else { panic!() };
     assert!(error.contains("step two cannot be done"), "{error}");
-    let goals = s.store.goals(outcome.trace_id.as_deref().unwrap()).unwrap();
+    let goals = s.store.get_goals(outcome.trace_id.as_deref().unwrap()).await.unwrap();
     let failed = goals.goals().iter().find(|g| g.description == "two").unwrap();
     assert_eq!(failed.status, GoalStatus::Abandoned);
 }
 
-#[test]
-fn failure_policy_continue_runs_every_step() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_continue_runs_every_step() {
     // A failed turn adds no answer, so "three" meets the same scripted error.
-    let s = Setup::new(failing_script());
+    let s = Setup::new(failing_script()).await;
     let outcome = s
         .task_agent(Hooks::none(), FailurePolicy::Continue)
-        .execute_plan(external_plan(), |_| {})
+        .execute_plan(external_plan(), |_| {}).await
         .unwrap();
     assert_eq!(statuses(&outcome.plan), ["completed", "failed", "failed"]);
 }
 
-#[test]
-fn failure_policy_skip_skips_the_failed_steps_children_only() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_skip_skips_the_failed_steps_children_only() {
     let s = Setup::new(json!({ "turns": [
         { "error": { "kind": "bad-request", "message": "no" } }
-    ]}));
+    ]})).await;
     let mut plan = Plan::from_descriptions("g", ["parent"]);
     plan.steps.push(reson::agent::Step::new(1, "child", Some(0)));
     plan.steps.push(reson::agent::Step::new(2, "sibling", None));
     let outcome =
-        s.task_agent(Hooks::none(), FailurePolicy::Skip).execute_plan(plan, |_| {}).unwrap();
+        s.task_agent(Hooks::none(), FailurePolicy::Skip).execute_plan(plan, |_| {}).await.unwrap();
     assert_eq!(statuses(&outcome.plan)[..2], ["failed", "skipped"]);
     assert_ne!(statuses(&outcome.plan)[2], "skipped", "a sibling still runs");
 }
 
-#[test]
-fn a_blocking_step_hook_stops_the_task() {
-    let s = Setup::new(json!({ "turns": [{ "text": "one" }, { "text": "two" }] }));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_step_hook_stops_the_task() {
+    let s = Setup::new(json!({ "turns": [{ "text": "one" }, { "text": "two" }] })).await;
     let hooks = Hooks::none().on(HookPoint::OnPlanStepComplete, |e: &HookEvent| {
         if e.step_index == Some(0) {
             HookDecision::Block("review needed".into())
@@ -285,14 +286,14 @@ fn a_blocking_step_hook_stops_the_task() {
     });
     let err = s
         .task_agent(hooks, FailurePolicy::Continue)
-        .execute_plan(Plan::from_descriptions("g", ["one", "two"]), |_| {})
+        .execute_plan(Plan::from_descriptions("g", ["one", "two"]), |_| {}).await
         .unwrap_err();
     assert!(matches!(err, AgentError::HookBlocked { .. }), "{err:?}");
 }
 
-#[test]
-fn cli_task_runs_a_given_plan_and_prints_the_step_table() {
-    let s = Setup::new(json!({ "turns": [{ "text": "listed" }, { "text": "read" }] }));
+#[tokio::test]
+async fn cli_task_runs_a_given_plan_and_prints_the_step_table() {
+    let s = Setup::new(json!({ "turns": [{ "text": "listed" }, { "text": "read" }] })).await;
     let plan = s.dir.path().join("plan.md");
     std::fs::write(&plan, "1. List the files\n2. Read one\n").unwrap();
     let script = s.dir.path().join("script.json");

@@ -10,8 +10,8 @@ use reson::plugin::{Options, Runtime};
 use reson::provider::PluginProvider;
 use reson::trace::{Durability, FileTraceStore};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
+use tokio::process::Command;
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -34,13 +34,14 @@ impl Setup {
     /// Builds the bundled plugins and opens a runtime on them. With a
     /// `script` (the name of a file in `examples/scripts/`, without
     /// `.json`), the `scripted` provider replays it.
-    pub fn open(script: Option<&str>) -> Result<Self> {
+    pub async fn open(script: Option<&str>) -> Result<Self> {
         let root = root();
         let plugins = root.join("target/plugins");
         let status = Command::new("bash")
             .arg(root.join("plugins/build.sh"))
             .arg(&plugins)
             .status()
+            .await
             .context("running plugins/build.sh")?;
         ensure!(status.success(), "plugins/build.sh failed ({status})");
 
@@ -71,7 +72,7 @@ impl Setup {
         // The cache the system tests share, so each plugin compiles once.
         options.cache_dir = root.join("target/test-cache");
         options.lock_file = dir.path().join("reson.lock");
-        let runtime = Runtime::open(options)?;
+        let runtime = Runtime::open(options).await?;
         Ok(Self { dir, workspace, runtime })
     }
 

@@ -1,7 +1,8 @@
 //! Loop overhead per iteration: the runner with the real scripted provider
 //! component and the echo tool component, every message and event written
 //! to a file trace store (group-committed fsync, synced at the end of the
-//! run). `cargo bench -p reson --bench agent_loop`.
+//! run), on a two-worker tokio runtime. `cargo bench -p reson --bench
+//! agent_loop`.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -18,6 +19,11 @@ use std::time::{Duration, Instant};
 const TOOL_TURNS: usize = 20;
 
 fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
     let dir = support::TestDir::new();
     dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
     let mut turns: Vec<serde_json::Value> = (0..TOOL_TURNS)
@@ -26,10 +32,10 @@ fn bench(c: &mut Criterion) {
     turns.push(json!({ "text": "done" }));
     let script = dir.path().join("script.json");
     std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-    let runtime = dir.open(&format!(
+    let runtime = rt.block_on(dir.open(&format!(
         "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n",
         script.display()
-    ));
+    )));
     let store =
         Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
     let runner = Runner::new(
@@ -39,14 +45,18 @@ fn bench(c: &mut Criterion) {
         Hooks::none(),
     );
     let per_iteration = || {
-        let start = Instant::now();
-        let outcome = runner
-            .run(vec![Message::new(Role::User, "echo twenty times")], RunConfig::default())
-            .unwrap()
-            .wait()
-            .unwrap();
-        assert_eq!(outcome.iterations as usize, TOOL_TURNS + 1);
-        start.elapsed() / outcome.iterations
+        rt.block_on(async {
+            let start = Instant::now();
+            let outcome = runner
+                .run(vec![Message::new(Role::User, "echo twenty times")], RunConfig::default())
+                .await
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
+            assert_eq!(outcome.iterations as usize, TOOL_TURNS + 1);
+            start.elapsed() / outcome.iterations
+        })
     };
 
     let mut group = c.benchmark_group("agent-loop");

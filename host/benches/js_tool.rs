@@ -20,7 +20,7 @@ const ARGS: &str = r#"{"text":"hello from the benchmark"}"#;
 
 /// A runtime serving `wasm` as plugin `hostile` (both guests list `echo`),
 /// with its instances kept warm between calls if `warm`.
-fn runtime(dir: &support::TestDir, wasm: &Path, warm: bool) -> Runtime {
+async fn runtime(dir: &support::TestDir, wasm: &Path, warm: bool) -> Runtime {
     std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
     let mut manifest =
         std::fs::read_to_string(support::test_plugins().join("hostile.toml")).unwrap();
@@ -28,12 +28,18 @@ fn runtime(dir: &support::TestDir, wasm: &Path, warm: bool) -> Runtime {
         manifest.push_str("\n[instance]\nkeep_warm = true\n");
     }
     std::fs::write(dir.plugins().join("hostile.toml"), manifest).unwrap();
-    dir.open("")
+    dir.open("").await
 }
 
 /// Reloads `hostile` after touching its manifest, from the cache or (with
 /// `purge`) compiling again; returns how long the reload took.
-fn reload(runtime: &Runtime, dir: &support::TestDir, flip: &mut u64, purge: bool) -> Duration {
+fn reload(
+    rt: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    dir: &support::TestDir,
+    flip: &mut u64,
+    purge: bool,
+) -> Duration {
     let manifest = dir.plugins().join("hostile.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     *flip += 1;
@@ -48,7 +54,7 @@ fn reload(runtime: &Runtime, dir: &support::TestDir, flip: &mut u64, purge: bool
         }
     }
     let start = Instant::now();
-    runtime.reload(&["hostile".to_owned()]);
+    rt.block_on(runtime.reload(&["hostile".to_owned()]));
     let took = start.elapsed();
     assert_eq!(runtime.plugins()[0].from_cache, !purge, "{:?}", runtime.plugins()[0].status);
     took
@@ -60,45 +66,61 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn bench(c: &mut Criterion) {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let js_wasm = support::js::guest("hostile", "hostile");
     let rust_wasm = support::test_plugins().join("hostile.wasm");
     let (js_dir, rust_dir) = (support::TestDir::new(), support::TestDir::new());
-    let (js, rust) = (runtime(&js_dir, &js_wasm, false), runtime(&rust_dir, &rust_wasm, false));
+    let js = rt.block_on(runtime(&js_dir, &js_wasm, false));
+    let rust = rt.block_on(runtime(&rust_dir, &rust_wasm, false));
     let warm_dir = support::TestDir::new();
-    let js_warm = runtime(&warm_dir, &js_wasm, true);
+    let js_warm = rt.block_on(runtime(&warm_dir, &js_wasm, true));
     let ctx = CallContext::default();
-    let call = |rt: &Runtime| black_box(rt.call_tool("echo", ARGS, &ctx).unwrap());
-    assert_eq!(call(&js).text, call(&rust).text);
+    let ctx = &ctx;
+    let call =
+        async |runtime: &Runtime| black_box(runtime.call_tool("echo", ARGS, ctx).await.unwrap());
+    assert_eq!(rt.block_on(call(&js)).text, rt.block_on(call(&rust)).text);
 
     let mut calls = c.benchmark_group("fresh-instance call");
-    calls.bench_function("JavaScript echo", |b| b.iter(|| call(&js)));
-    calls.bench_function("JavaScript echo, kept warm", |b| b.iter(|| call(&js_warm)));
-    calls.bench_function("Rust echo", |b| b.iter(|| call(&rust)));
+    for (label, runtime) in
+        [("JavaScript echo", &js), ("JavaScript echo, kept warm", &js_warm), ("Rust echo", &rust)]
+    {
+        calls.bench_function(label, |b| {
+            b.to_async(&rt).iter(|| async move {
+                black_box(runtime.call_tool("echo", ARGS, ctx).await.unwrap())
+            })
+        });
+    }
     calls.finish();
 
     let mut flip = 0;
     let mut load = c.benchmark_group("plugin load from cache");
     load.sample_size(10);
     load.bench_function("JavaScript", |b| {
-        b.iter_custom(|n| (0..n).map(|_| reload(&js, &js_dir, &mut flip, false)).sum())
+        b.iter_custom(|n| (0..n).map(|_| reload(&rt, &js, &js_dir, &mut flip, false)).sum())
     });
     load.bench_function("Rust", |b| {
-        b.iter_custom(|n| (0..n).map(|_| reload(&rust, &rust_dir, &mut flip, false)).sum())
+        b.iter_custom(|n| (0..n).map(|_| reload(&rt, &rust, &rust_dir, &mut flip, false)).sum())
     });
     load.finish();
 
-    let time = |f: &dyn Fn()| {
-        let start = Instant::now();
-        f();
-        start.elapsed()
+    let per_call = |runtime: &Runtime| {
+        rt.block_on(async {
+            let mut samples = Vec::with_capacity(200);
+            for _ in 0..200 {
+                let start = Instant::now();
+                drop(call(runtime).await);
+                samples.push(start.elapsed());
+            }
+            median(samples)
+        })
     };
-    let js_call = median((0..200).map(|_| time(&|| drop(call(&js)))).collect());
-    let rust_call = median((0..200).map(|_| time(&|| drop(call(&rust)))).collect());
-    let warm_call = median((0..200).map(|_| time(&|| drop(call(&js_warm)))).collect());
-    let js_load = median((0..15).map(|_| reload(&js, &js_dir, &mut flip, false)).collect());
-    let rust_load = median((0..15).map(|_| reload(&rust, &rust_dir, &mut flip, false)).collect());
-    let js_compile = reload(&js, &js_dir, &mut flip, true);
-    let rust_compile = reload(&rust, &rust_dir, &mut flip, true);
+    let (js_call, rust_call, warm_call) = (per_call(&js), per_call(&rust), per_call(&js_warm));
+    let js_load = median((0..15).map(|_| reload(&rt, &js, &js_dir, &mut flip, false)).collect());
+    let rust_load =
+        median((0..15).map(|_| reload(&rt, &rust, &rust_dir, &mut flip, false)).collect());
+    let js_compile = reload(&rt, &js, &js_dir, &mut flip, true);
+    let rust_compile = reload(&rt, &rust, &rust_dir, &mut flip, true);
     let kb = |p: &Path| std::fs::metadata(p).unwrap().len() / 1024;
     println!("\n== figures ==");
     println!("                    {:>12} {:>12}", "JavaScript", "Rust");

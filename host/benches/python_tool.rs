@@ -48,6 +48,7 @@ fn build_python(out: &Path, scratch: &Path) {
 /// real; the wasm is unchanged, so its code comes from the cache unless
 /// `purge` removes it first.
 struct Reloader<'a> {
+    rt: &'a tokio::runtime::Runtime,
     runtime: &'a Runtime,
     plugin: &'static str,
     manifest: PathBuf,
@@ -72,7 +73,7 @@ impl Reloader<'_> {
             }
         }
         let start = Instant::now();
-        self.runtime.reload(&[self.plugin.to_owned()]);
+        self.rt.block_on(self.runtime.reload(&[self.plugin.to_owned()]));
         let took = start.elapsed();
         assert_eq!(info(self.runtime).from_cache, !purge);
         took
@@ -85,25 +86,30 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 fn bench(c: &mut Criterion) {
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = support::TestDir::new();
     let scratch = dir.path().join("py-src");
     std::fs::create_dir_all(&scratch).unwrap();
     build_python(&dir.plugins(), &scratch);
     dir.install(support::plugins(), "echo");
-    let runtime = dir.open("");
+    let runtime = rt.block_on(dir.open(""));
     let ctx = CallContext::default();
     for tool in ["echo", "py_echo"] {
         assert_eq!(
-            runtime.call_tool(tool, ARGS, &ctx).unwrap().text,
+            rt.block_on(runtime.call_tool(tool, ARGS, &ctx)).unwrap().text,
             "hello from the benchmark",
             "{tool}"
         );
     }
 
     let mut calls = c.benchmark_group("fresh-instance call");
+    let (runtime_ref, ctx_ref) = (&runtime, &ctx);
     for (label, tool) in [("rust echo", "echo"), ("python echo", "py_echo")] {
         calls.bench_function(label, |b| {
-            b.iter(|| black_box(runtime.call_tool(tool, ARGS, &ctx).unwrap()))
+            b.to_async(&rt).iter(|| async move {
+                black_box(runtime_ref.call_tool(tool, ARGS, ctx_ref).await.unwrap())
+            })
         });
     }
     calls.finish();
@@ -111,7 +117,7 @@ fn bench(c: &mut Criterion) {
     let reloader = |plugin: &'static str| {
         let manifest = dir.plugins().join(format!("{plugin}.toml"));
         let original = std::fs::read_to_string(&manifest).unwrap();
-        Reloader { runtime: &runtime, plugin, manifest, original, flip: 0 }
+        Reloader { rt: &rt, runtime: &runtime, plugin, manifest, original, flip: 0 }
     };
     let (mut rust, mut python) = (reloader("echo"), reloader("py-echo"));
     let mut load = c.benchmark_group("plugin load from cache");
@@ -134,17 +140,17 @@ fn bench(c: &mut Criterion) {
         "name = \"py-echo\"\nversion = \"0.1.0\"\n[instance]\nkeep_warm = true\n",
     )
     .unwrap();
-    let warm = warm_dir.open("");
-    let per_call_on = |rt: &Runtime, tool: &str| {
-        median(
-            (0..200)
-                .map(|_| {
-                    let start = Instant::now();
-                    black_box(rt.call_tool(tool, ARGS, &ctx).unwrap());
-                    start.elapsed()
-                })
-                .collect(),
-        )
+    let warm = rt.block_on(warm_dir.open(""));
+    let per_call_on = |runtime: &Runtime, tool: &str| {
+        rt.block_on(async {
+            let mut samples = Vec::with_capacity(200);
+            for _ in 0..200 {
+                let start = Instant::now();
+                black_box(runtime.call_tool(tool, ARGS, &ctx).await.unwrap());
+                samples.push(start.elapsed());
+            }
+            median(samples)
+        })
     };
     let per_call = |tool: &str| per_call_on(&runtime, tool);
     let size = |name: &str| std::fs::metadata(dir.plugins().join(name)).unwrap().len() as f64;

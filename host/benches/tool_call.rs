@@ -1,23 +1,30 @@
-//! Tool-call cost through the whole host path against the bare wasmtime
-//! fresh-instance call of the same component, and plugin load from the
-//! compiled-code cache against a compile.
+//! Tool-call cost through the whole host path against the bare async
+//! wasmtime fresh-instance call of the same component, plugin load from the
+//! compiled-code cache against a compile, and tool-call throughput with a
+//! fresh instance per call and many callers on a two-worker runtime.
 //!
 //! `cargo bench -p reson --bench tool_call` prints criterion's figures and,
-//! last, the ratios measured interleaved in one run.
+//! last, the ratios and the throughput measured interleaved in one run.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use reson::plugin::{CallContext, Runtime};
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 mod bare {
-    wasmtime::component::bindgen!({ path: "../wit", world: "reson:plugin/tool-plugin" });
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "reson:plugin/tool-plugin",
+        imports: { default: async },
+        exports: { default: async },
+    });
 }
 use bare::reson::plugin::{config, http, log, process, types};
 
@@ -34,33 +41,36 @@ impl WasiView for Bare {
 }
 impl types::Host for Bare {}
 impl log::Host for Bare {
-    fn log(&mut self, _: log::Level, _: String) {}
+    async fn log(&mut self, _: log::Level, _: String) {}
 }
 impl config::Host for Bare {
-    fn get(&mut self, _: String) -> Option<String> {
+    async fn get(&mut self, _: String) -> Option<String> {
         None
     }
-    fn all(&mut self) -> Vec<(String, String)> {
+    async fn all(&mut self) -> Vec<(String, String)> {
         Vec::new()
     }
 }
 impl http::HostBodyStream for Bare {
-    fn read(
+    async fn read(
         &mut self,
         _: wasmtime::component::Resource<http::BodyStream>,
         _: u32,
     ) -> Result<Option<Vec<u8>>, http::HttpError> {
         Ok(None)
     }
-    fn drop(&mut self, _: wasmtime::component::Resource<http::BodyStream>) -> wasmtime::Result<()> {
+    async fn drop(
+        &mut self,
+        _: wasmtime::component::Resource<http::BodyStream>,
+    ) -> wasmtime::Result<()> {
         Ok(())
     }
 }
 impl http::Host for Bare {
-    fn send(&mut self, _: http::Request) -> Result<http::Response, http::HttpError> {
+    async fn send(&mut self, _: http::Request) -> Result<http::Response, http::HttpError> {
         Err(http::HttpError::Denied(String::new()))
     }
-    fn send_streaming(
+    async fn send_streaming(
         &mut self,
         _: http::Request,
     ) -> Result<http::StreamingResponse, http::HttpError> {
@@ -68,7 +78,7 @@ impl http::Host for Bare {
     }
 }
 impl process::Host for Bare {
-    fn run(&mut self, _: process::Command) -> Result<process::Output, process::ProcessError> {
+    async fn run(&mut self, _: process::Command) -> Result<process::Output, process::ProcessError> {
         Err(process::ProcessError::Denied(String::new()))
     }
 }
@@ -87,52 +97,58 @@ impl BareEcho {
         let engine = Engine::new(&config).unwrap();
         let component = Component::from_file(&engine, wasm).unwrap();
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
         bare::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).unwrap();
         let pre = bare::ToolPluginPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
         Self { engine, pre }
     }
 
-    fn call(&self, args: &String) -> String {
+    async fn call(&self, args: &str) -> String {
         let state = Bare { wasi: WasiCtx::builder().build(), table: ResourceTable::new() };
         let mut store = Store::new(&self.engine, state);
         store.set_epoch_deadline(u64::MAX);
-        let plugin = self.pre.instantiate(&mut store).unwrap();
+        let plugin = self.pre.instantiate_async(&mut store).await.unwrap();
         let ctx = bare::exports::reson::plugin::tool::CallContext {
             call_id: String::new(),
             trace_id: None,
             cwd: None,
         };
-        plugin.reson_plugin_tool().call_call(&mut store, "echo", args, &ctx).unwrap().unwrap().text
+        plugin
+            .reson_plugin_tool()
+            .call_call(&mut store, "echo", args, &ctx)
+            .await
+            .unwrap()
+            .unwrap()
+            .text
     }
 }
 
 const ARGS: &str = r#"{"text":"hello from the benchmark"}"#;
 
-fn host_runtime(dir: &support::TestDir) -> Runtime {
+/// Callers running at once in the throughput figures.
+const CALLERS: usize = 64;
+
+async fn host_runtime(dir: &support::TestDir) -> Runtime {
     dir.install(support::plugins(), "echo");
-    dir.open("")
+    dir.open("").await
 }
 
 /// The echo plugin with `[instance] keep_warm`, in a directory of its own.
-fn warm_runtime(dir: &support::TestDir) -> Runtime {
+async fn warm_runtime(dir: &support::TestDir) -> Runtime {
     dir.install(support::plugins(), "echo");
     let manifest = dir.plugins().join("echo.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, format!("{text}\n[instance]\nkeep_warm = true\n")).unwrap();
-    dir.open("")
+    dir.open("").await
 }
 
-fn median_ns(mut f: impl FnMut(), rounds: usize, per_round: usize) -> Vec<f64> {
-    (0..rounds)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..per_round {
-                f();
-            }
-            start.elapsed().as_nanos() as f64 / per_round as f64
-        })
-        .collect()
+/// Nanoseconds per call of `f` over `calls` calls in a row.
+async fn ns_per_call(mut f: impl AsyncFnMut(), calls: usize) -> f64 {
+    let start = Instant::now();
+    for _ in 0..calls {
+        f().await;
+    }
+    start.elapsed().as_nanos() as f64 / calls as f64
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -140,28 +156,95 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// How long `calls` calls take, spread over [`CALLERS`] tasks that each
+/// call `one` in a loop, all at once.
+async fn spread<F, Fut>(calls: u64, one: F) -> Duration
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let callers = CALLERS as u64;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|i| {
+            let one = one.clone();
+            let share = calls / callers + u64::from(i < calls % callers);
+            tokio::spawn(async move {
+                for _ in 0..share {
+                    one().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    start.elapsed()
+}
+
 fn bench(c: &mut Criterion) {
+    // The workers the throughput figures run on: this machine's two cores.
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = support::TestDir::new();
-    let runtime = host_runtime(&dir);
-    let bare = BareEcho::new(&support::plugins().join("echo.wasm"));
-    let args = ARGS.to_owned();
+    let runtime = rt.block_on(host_runtime(&dir));
+    let bare = Arc::new(BareEcho::new(&support::plugins().join("echo.wasm")));
     let ctx = CallContext::default();
-    assert_eq!(bare.call(&args), runtime.call_tool("echo", ARGS, &ctx).unwrap().text);
+    assert_eq!(
+        rt.block_on(bare.call(ARGS)),
+        rt.block_on(runtime.call_tool("echo", ARGS, &ctx)).unwrap().text
+    );
 
     let warm_dir = support::TestDir::new();
-    let warm = warm_runtime(&warm_dir);
-    assert_eq!(warm.call_tool("echo", ARGS, &ctx).unwrap().text, "hello from the benchmark");
+    let warm = rt.block_on(warm_runtime(&warm_dir));
+    assert_eq!(
+        rt.block_on(warm.call_tool("echo", ARGS, &ctx)).unwrap().text,
+        "hello from the benchmark"
+    );
 
+    let (warm_ref, runtime_ref, bare_ref, ctx_ref) = (&warm, &runtime, &*bare, &ctx);
     let mut calls = c.benchmark_group("tool-call");
     calls.bench_function("host path, instance kept warm", |b| {
-        b.iter(|| black_box(warm.call_tool("echo", ARGS, &ctx).unwrap()))
+        b.to_async(&rt).iter(|| async move {
+            black_box(warm_ref.call_tool("echo", ARGS, ctx_ref).await.unwrap())
+        })
     });
     calls.bench_function("host path (lookup, schema, grants, fresh instance)", |b| {
-        b.iter(|| black_box(runtime.call_tool("echo", ARGS, &ctx).unwrap()))
+        b.to_async(&rt).iter(|| async move {
+            black_box(runtime_ref.call_tool("echo", ARGS, ctx_ref).await.unwrap())
+        })
     });
-    calls
-        .bench_function("bare wasmtime fresh instance", |b| b.iter(|| black_box(bare.call(&args))));
+    calls.bench_function("bare async wasmtime fresh instance", |b| {
+        b.to_async(&rt).iter(|| async move { black_box(bare_ref.call(ARGS).await) })
+    });
     calls.finish();
+
+    let host_call = {
+        let runtime = runtime.clone();
+        move || {
+            let runtime = runtime.clone();
+            async move {
+                let out = runtime.call_tool("echo", ARGS, &CallContext::default()).await;
+                drop(black_box(out.unwrap()));
+            }
+        }
+    };
+    let bare_call = {
+        let bare = bare.clone();
+        move || {
+            let bare = bare.clone();
+            async move { drop(black_box(bare.call(ARGS).await)) }
+        }
+    };
+    let mut throughput = c.benchmark_group("tool-call throughput");
+    throughput.throughput(Throughput::Elements(1));
+    throughput.bench_function(format!("host path, {CALLERS} callers"), |b| {
+        b.to_async(&rt).iter_custom(|n| spread(n, host_call.clone()))
+    });
+    throughput.bench_function(format!("bare async wasmtime, {CALLERS} callers"), |b| {
+        b.to_async(&rt).iter_custom(|n| spread(n, bare_call.clone()))
+    });
+    throughput.finish();
 
     // Reloading with a manifest that differs each time forces a load; the
     // wasm is unchanged, so its compiled code comes from the cache.
@@ -181,7 +264,7 @@ fn bench(c: &mut Criterion) {
             }
         }
         let start = Instant::now();
-        runtime.reload(&["echo".to_owned()]);
+        rt.block_on(runtime.reload(&["echo".to_owned()]));
         let took = start.elapsed();
         let info = &runtime.plugins()[0];
         assert_eq!(info.from_cache, !purge_cache, "{:?}", info.status);
@@ -199,20 +282,33 @@ fn bench(c: &mut Criterion) {
 
     // Ratios from interleaved rounds in this one run: noise hits both sides.
     let (mut host, mut raw, mut kept) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..15 {
-        kept.extend(median_ns(
-            || drop(black_box(warm.call_tool("echo", ARGS, &ctx).unwrap())),
-            1,
-            500,
-        ));
-        host.extend(median_ns(
-            || drop(black_box(runtime.call_tool("echo", ARGS, &ctx).unwrap())),
-            1,
-            500,
-        ));
-        raw.extend(median_ns(|| drop(black_box(bare.call(&args))), 1, 500));
-    }
+    let (mut host_rate, mut raw_rate) = (Vec::new(), Vec::new());
+    rt.block_on(async {
+        for _ in 0..15 {
+            kept.push(
+                ns_per_call(
+                    async || drop(black_box(warm.call_tool("echo", ARGS, &ctx).await)),
+                    500,
+                )
+                .await,
+            );
+            host.push(
+                ns_per_call(
+                    async || drop(black_box(runtime.call_tool("echo", ARGS, &ctx).await)),
+                    500,
+                )
+                .await,
+            );
+            raw.push(ns_per_call(async || drop(black_box(bare.call(ARGS).await)), 500).await);
+        }
+        for _ in 0..5 {
+            let calls = 20_000;
+            host_rate.push(calls as f64 / spread(calls, host_call.clone()).await.as_secs_f64());
+            raw_rate.push(calls as f64 / spread(calls, bare_call.clone()).await.as_secs_f64());
+        }
+    });
     let (host, raw, kept) = (median(host), median(raw), median(kept));
+    let (host_rate, raw_rate) = (median(host_rate), median(raw_rate));
     let cached = median((0..30).map(|_| reload(false).as_nanos() as f64).collect());
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
     println!("\n== figures ==");
@@ -221,6 +317,11 @@ fn bench(c: &mut Criterion) {
     println!("ratio host / bare:           {:>9.3}  (target <= 1.25)", host / raw);
     println!("tool call, instance kept:    {:>9.1} µs", kept / 1e3);
     println!("fresh / kept:                {:>9.1}x", host / kept);
+    println!(
+        "throughput, host path:       {:>9.0} calls/s  ({CALLERS} callers, 2 workers; target >= 10000)",
+        host_rate
+    );
+    println!("throughput, bare wasmtime:   {:>9.0} calls/s", raw_rate);
     println!("plugin load from cache:      {:>9.3} ms  (target <= 1 ms)", cached / 1e6);
     println!("plugin load with compile:    {:>9.3} ms", compiled / 1e6);
     println!("compile / cache:             {:>9.1}x", compiled / cached);

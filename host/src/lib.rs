@@ -6,17 +6,25 @@
 //!
 //! The plugin runtime is the entry point:
 //!
+//! Everything is async, on tokio: a call that waits (for a model, a host
+//! request, a child process, a free instance) holds no thread.
+//!
 //! ```no_run
 //! use reson::config::Config;
 //! use reson::plugin::{CallContext, Options, Runtime};
 //!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = Config::load("reson.toml".as_ref())?;
-//! let runtime = Runtime::open(Options::from_config(config))?;
+//! let runtime = Runtime::open(Options::from_config(config)).await?;
 //! let _watcher = runtime.watch()?; // hot reload
-//! let out = runtime.call_tool("echo", r#"{"text":"hi"}"#, &CallContext::default())?;
+//! let out = runtime.call_tool("echo", r#"{"text":"hi"}"#, &CallContext::default()).await?;
 //! assert_eq!(out.text, "hi");
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # Ok(())
+//! # }
 //! ```
+//!
+//! [`agent`] shows a whole run: a model, tools, a trace, and its events
+//! as a stream.
 
 pub mod agent;
 pub mod capability;

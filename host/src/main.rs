@@ -2,6 +2,7 @@
 
 mod cli;
 
-fn main() -> std::process::ExitCode {
-    cli::main()
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    cli::main().await
 }

@@ -109,7 +109,8 @@ impl TestDir {
         options
     }
 
-    pub fn open(&self, toml: &str) -> Runtime {
-        Runtime::open(self.options(toml)).expect("runtime opens")
+    /// Opens a runtime on this directory with `toml` as its config.
+    pub async fn open(&self, toml: &str) -> Runtime {
+        Runtime::open(self.options(toml)).await.expect("runtime opens")
     }
 }

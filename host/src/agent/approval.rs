@@ -3,11 +3,13 @@
 //! pending approvals). The model cannot change any of it.
 
 use crate::policy::{Decision, RuleSet};
+use async_trait::async_trait;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// A call waiting for someone's approval.
 #[derive(Debug, Clone, Serialize)]
@@ -39,16 +41,23 @@ pub enum Answer {
     Deny,
 }
 
+/// Puts an approval request on the run's event stream. A named type so
+/// that `#[async_trait]` leaves the lifetime of its argument free (written
+/// out, `&(dyn Fn(&ApprovalRequest) + Send + Sync)` gets a fixed one).
+pub type Announce = dyn Fn(&ApprovalRequest) + Send + Sync;
+
 /// Someone who answers approval requests. `None` means no answer came in
 /// time, which denies.
+#[async_trait]
 pub trait Approver: Send + Sync {
-    /// Answers `request`, blocking until there is an answer. `announce`
-    /// puts the request on the run's event stream; call it once the
-    /// approver is ready to take an answer.
-    fn approve(
+    /// Answers `request` once there is an answer. `announce` puts the
+    /// request on the run's event stream; call it once the approver is
+    /// ready to take an answer. A stop of the run drops this future, so an
+    /// approver must not rely on running to its end.
+    async fn approve(
         &self,
         request: &ApprovalRequest,
-        announce: &dyn Fn(&ApprovalRequest),
+        announce: &Announce,
     ) -> Option<Answer>;
 }
 
@@ -56,7 +65,7 @@ pub trait Approver: Send + Sync {
 /// timeout, for [`PendingApprovals::answer`].
 pub struct PendingApprovals {
     timeout: Duration,
-    waiting: Mutex<HashMap<u64, mpsc::Sender<Answer>>>,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
 }
 
 impl PendingApprovals {
@@ -75,18 +84,31 @@ impl PendingApprovals {
     }
 }
 
+/// Takes a request off the waiting list however its wait ends: answered,
+/// timed out, or dropped by a stop of the run.
+struct Waiting<'a> {
+    approvals: &'a PendingApprovals,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.approvals.waiting.lock().expect("approvals").remove(&self.id);
+    }
+}
+
+#[async_trait]
 impl Approver for PendingApprovals {
-    fn approve(
+    async fn approve(
         &self,
         request: &ApprovalRequest,
-        announce: &dyn Fn(&ApprovalRequest),
+        announce: &Announce,
     ) -> Option<Answer> {
-        let (reply, answer) = mpsc::channel();
+        let (reply, answer) = oneshot::channel();
         self.waiting.lock().expect("approvals").insert(request.id, reply);
+        let _waiting = Waiting { approvals: self, id: request.id };
         announce(request);
-        let result = answer.recv_timeout(self.timeout).ok();
-        self.waiting.lock().expect("approvals").remove(&request.id);
-        result
+        tokio::time::timeout(self.timeout, answer).await.ok()?.ok()
     }
 }
 
@@ -121,11 +143,11 @@ impl Permissions {
 
     /// Decides one call; `announce` puts an approval request on the run's
     /// event stream.
-    pub(crate) fn check(
+    pub(crate) async fn check(
         &self,
         trace_id: &str,
         call: &crate::trace::ToolCall,
-        announce: &dyn Fn(&ApprovalRequest),
+        announce: &Announce,
     ) -> Ruling {
         let args = serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null);
         let verdict = self.rules.decide(&call.name, &args);
@@ -149,7 +171,7 @@ impl Permissions {
                     arguments: call.arguments.clone(),
                     rule: verdict.rule.clone(),
                 };
-                match self.approver.approve(&request, announce) {
+                match self.approver.approve(&request, announce).await {
                     Some(Answer::Once) => ruling(true, "ask-once"),
                     Some(Answer::Always) => {
                         self.always.lock().expect("always").insert(key);
@@ -160,5 +182,49 @@ impl Permissions {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: u64) -> ApprovalRequest {
+        ApprovalRequest {
+            id,
+            trace_id: "t".into(),
+            call_id: "c".into(),
+            tool: "shell".into(),
+            arguments: "{}".into(),
+            rule: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_the_waiting_request_once() {
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let answering = approvals.clone();
+        let announce = move |r: &ApprovalRequest| {
+            // Announced only once the request can take its answer.
+            assert!(answering.answer(r.id, Answer::Always));
+        };
+        assert_eq!(approvals.approve(&request(7), &announce).await, Some(Answer::Always));
+        assert!(!approvals.answer(7, Answer::Once), "a request is answered once");
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_denies() {
+        let approvals = PendingApprovals::new(Duration::from_millis(20));
+        assert_eq!(approvals.approve(&request(1), &|_: &ApprovalRequest| {}).await, None);
+        assert!(!approvals.answer(1, Answer::Once));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wait_is_no_longer_waiting() {
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let wait = approvals.approve(&request(2), &|_: &ApprovalRequest| {});
+        let cut = tokio::time::timeout(Duration::from_millis(20), wait).await;
+        assert!(cut.is_err(), "the wait ended on its own: {cut:?}");
+        assert!(!approvals.answer(2, Answer::Once), "a dropped wait still took an answer");
     }
 }

@@ -1,6 +1,7 @@
 //! Hooks: code that observes a run at fixed points and may block it.
 
 use super::error::AgentError;
+use async_trait::async_trait;
 use std::fmt;
 use std::sync::Arc;
 
@@ -80,14 +81,18 @@ pub enum HookDecision {
     Block(String),
 }
 
-/// A hook. Closures `Fn(&HookEvent) -> HookDecision` are hooks.
+/// A hook. Closures `Fn(&HookEvent) -> HookDecision` are hooks; a hook
+/// that must wait (for a store, a service) implements this trait with
+/// `#[async_trait]`. The run waits for each hook, so a hook should be quick.
+#[async_trait]
 pub trait Hook: Send + Sync {
     /// Observes `event`, and may block.
-    fn on_event(&self, event: &HookEvent) -> HookDecision;
+    async fn execute(&self, event: &HookEvent) -> HookDecision;
 }
 
+#[async_trait]
 impl<F: Fn(&HookEvent) -> HookDecision + Send + Sync> Hook for F {
-    fn on_event(&self, event: &HookEvent) -> HookDecision {
+    async fn execute(&self, event: &HookEvent) -> HookDecision {
         self(event)
     }
 }
@@ -112,11 +117,12 @@ impl Hooks {
 
     /// Fires every hook registered at `event.point`, in order; the first
     /// block wins.
-    pub fn fire(&self, event: &HookEvent) -> Result<(), AgentError> {
+    pub async fn fire(&self, event: &HookEvent) -> Result<(), AgentError> {
         for (point, hook) in &self.hooks {
-            if *point == event.point
-                && let HookDecision::Block(reason) = hook.on_event(event)
-            {
+            if *point != event.point {
+                continue;
+            }
+            if let HookDecision::Block(reason) = hook.execute(event).await {
                 return Err(AgentError::HookBlocked { point: event.point.to_string(), reason });
             }
         }
@@ -129,8 +135,8 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    #[test]
-    fn hooks_fire_at_their_point_and_the_first_block_wins() {
+    #[tokio::test]
+    async fn hooks_fire_at_their_point_and_the_first_block_wins() {
         let seen = Arc::new(AtomicU32::new(0));
         let counter = seen.clone();
         let hooks = Hooks::none()
@@ -140,10 +146,33 @@ mod tests {
             })
             .on(HookPoint::PostRequest, |_: &HookEvent| HookDecision::Block("enough".into()))
             .on(HookPoint::PostRequest, |_: &HookEvent| panic!("never reached"));
-        hooks.fire(&HookEvent::at(HookPoint::PreRequest)).unwrap();
-        hooks.fire(&HookEvent::at(HookPoint::OnTurnEnd)).unwrap();
+        hooks.fire(&HookEvent::at(HookPoint::PreRequest)).await.unwrap();
+        hooks.fire(&HookEvent::at(HookPoint::OnTurnEnd)).await.unwrap();
         assert_eq!(seen.load(Ordering::SeqCst), 1);
-        let err = hooks.fire(&HookEvent::at(HookPoint::PostRequest)).unwrap_err();
+        let err = hooks.fire(&HookEvent::at(HookPoint::PostRequest)).await.unwrap_err();
         assert_eq!(err.to_string(), "blocked by a hook at post-request: enough");
+    }
+
+    /// A hook that waits before it answers.
+    struct Slow {
+        answer: HookDecision,
+    }
+
+    #[async_trait]
+    impl Hook for Slow {
+        async fn execute(&self, _: &HookEvent) -> HookDecision {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            self.answer.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_async_hook_is_awaited_and_may_block() {
+        let hooks = Hooks::none()
+            .on(HookPoint::OnRetry, Slow { answer: HookDecision::Continue })
+            .on(HookPoint::OnRetry, Slow { answer: HookDecision::Block("no retries".into()) });
+        let err = hooks.fire(&HookEvent::at(HookPoint::OnRetry)).await.unwrap_err();
+        assert_eq!(err.to_string(), "blocked by a hook at on-retry: no retries");
+        hooks.fire(&HookEvent::at(HookPoint::PreRequest)).await.unwrap();
     }
 }

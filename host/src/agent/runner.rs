@@ -7,23 +7,32 @@
 //! trace that a later continue picks up; tool calls left without a result
 //! are healed with a synthetic "interrupted" result before the next model
 //! call.
+//!
+//! Each run is one tokio task, stopped through its [`CancellationToken`]:
+//! the model call, the tool calls, the retry wait and an approval wait in
+//! flight all end when it is cancelled.
 
 use super::approval::{ApprovalRequest, Permissions};
 use super::doom::DoomLoopDetector;
 use super::error::AgentError;
 use super::hooks::{HookEvent, HookPoint, Hooks};
 use crate::plugin::CallContext;
-use crate::provider::{ChatProvider, ChatRequest, ChatResponse, Delta, LlmParams};
+use crate::provider::{self, ChatProvider, ChatRequest, ChatResponse, Delta, LlmParams};
 use crate::tools::{ToolRegistry, ToolResult, goal};
 use crate::trace::{
     EventKind, GoalStats, GoalTree, Message, MessageTree, Role, ToolCall, Trace, TraceMode,
     TraceStatus, TraceStore, Usage,
 };
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// Key in `Trace::context.extra` under which the system prompt is kept,
 /// so a continue without one reuses it.
@@ -213,11 +222,19 @@ pub struct RunOutcome {
     pub cost: f64,
 }
 
-/// A run in progress: its events, and its outcome when it ends.
+/// A run in progress: its events, and its outcome when it ends. The
+/// events are also a [`Stream`].
+///
+/// Dropping the handle stops the run, as [`stop`](Self::stop) does: the
+/// model or tool call in flight is cut, the trace ends `stopped`, and a
+/// later continue picks it up. [`detach`](Self::detach) lets a run go on
+/// without its handle.
 pub struct RunHandle {
     trace_id: String,
-    events: mpsc::Receiver<AgentEvent>,
-    thread: std::thread::JoinHandle<Result<RunOutcome, AgentError>>,
+    events: mpsc::UnboundedReceiver<AgentEvent>,
+    task: JoinHandle<Result<RunOutcome, AgentError>>,
+    cancel: CancellationToken,
+    stop_on_drop: DropGuard,
 }
 
 impl RunHandle {
@@ -227,23 +244,49 @@ impl RunHandle {
     }
 
     /// The next event, waiting for it; `None` once the run has ended and
-    /// every event was taken.
-    pub fn next_event(&self) -> Option<AgentEvent> {
-        self.events.recv().ok()
+    /// every event was taken. Dropping this future loses no event.
+    pub async fn next_event(&mut self) -> Option<AgentEvent> {
+        self.events.recv().await
     }
 
-    /// The next event if one is ready within `timeout`.
-    pub fn next_event_timeout(&self, timeout: Duration) -> Option<AgentEvent> {
-        self.events.recv_timeout(timeout).ok()
+    /// Asks the run to stop, as [`Runner::stop`] does for its trace.
+    pub fn stop(&self) {
+        self.cancel.cancel();
     }
 
     /// Waits for the end, dropping events not yet taken.
-    pub fn wait(self) -> Result<RunOutcome, AgentError> {
-        drop(self.events);
-        self.thread
-            .join()
-            .unwrap_or_else(|_| Err(AgentError::Other("the run's thread panicked".into())))
+    pub async fn wait(self) -> Result<RunOutcome, AgentError> {
+        let Self { events, task, stop_on_drop, .. } = self;
+        drop(events);
+        let outcome = task.await;
+        // Only now: dropping this future before the run ended must stop it.
+        stop_on_drop.disarm();
+        outcome.unwrap_or_else(|e| Err(task_failed(&e)))
     }
+
+    /// Lets the run go on by itself: dropping the returned handle no longer
+    /// stops it (stop it with [`Runner::stop`]), and its events are
+    /// dropped.
+    pub fn detach(self) -> JoinHandle<Result<RunOutcome, AgentError>> {
+        self.stop_on_drop.disarm();
+        self.task
+    }
+}
+
+impl Stream for RunHandle {
+    type Item = AgentEvent;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
+        self.get_mut().events.poll_recv(cx)
+    }
+}
+
+fn task_failed(e: &tokio::task::JoinError) -> AgentError {
+    AgentError::Other(if e.is_panic() {
+        "the run's task panicked".into()
+    } else {
+        "the run's task was cancelled".into()
+    })
 }
 
 struct Inner {
@@ -252,7 +295,36 @@ struct Inner {
     tools: ToolRegistry,
     hooks: Hooks,
     permissions: Option<Arc<Permissions>>,
-    running: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    running: Mutex<HashMap<String, CancellationToken>>,
+}
+
+/// A trace's entry in the set of running traces, removed when this is
+/// dropped: when the run ends, fails to prepare, or is dropped unprepared.
+struct Claim {
+    inner: Arc<Inner>,
+    trace_id: Option<String>,
+}
+
+impl Claim {
+    /// Claims `trace_id` for the run `cancel` stops; an error when another
+    /// run has it.
+    fn take(&mut self, trace_id: &str, cancel: &CancellationToken) -> Result<(), AgentError> {
+        let mut running = self.inner.running.lock().expect("running map");
+        if running.contains_key(trace_id) {
+            return Err(AgentError::Config(format!("trace {trace_id} is already running")));
+        }
+        running.insert(trace_id.to_owned(), cancel.clone());
+        self.trace_id = Some(trace_id.to_owned());
+        Ok(())
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(id) = &self.trace_id {
+            self.inner.running.lock().expect("running map").remove(id);
+        }
+    }
 }
 
 /// Runs agents. Cheap to clone; clones share the set of running traces, so
@@ -309,51 +381,44 @@ impl Runner {
     /// choose the mode: new, continue, rewind, or (rewind with no
     /// `messages`) regenerate. The trace is prepared before this returns,
     /// so a bad trace id or sequence is an error here; the loop then runs
-    /// on its own thread.
-    pub fn run(&self, messages: Vec<Message>, config: RunConfig) -> Result<RunHandle, AgentError> {
-        let (events, receiver) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
+    /// as a task of its own (`tokio::spawn`, so call this inside a tokio
+    /// runtime).
+    pub async fn run(
+        &self,
+        messages: Vec<Message>,
+        config: RunConfig,
+    ) -> Result<RunHandle, AgentError> {
+        let (events, receiver) = mpsc::unbounded_channel();
+        let cancel = CancellationToken::new();
+        let mut claim = Claim { inner: self.inner.clone(), trace_id: None };
         // An existing trace is claimed before it is prepared: preparing
         // writes to it (heals calls, moves the head, adds messages), which
         // must never happen under a run that is still going.
         if let Some(id) = &config.trace_id {
-            let mut running = self.inner.running.lock().expect("running map");
-            if running.contains_key(id) {
-                return Err(AgentError::Config(format!("trace {id} is already running")));
-            }
-            running.insert(id.clone(), stop.clone());
+            claim.take(id, &cancel)?;
         }
-        let claimed = config.trace_id.clone();
-        let run = Run::prepare(self.inner.clone(), messages, config, events, stop.clone())
-            .inspect_err(|_| {
-                if let Some(id) = &claimed {
-                    self.inner.running.lock().expect("running map").remove(id);
-                }
-            })?;
+        let run =
+            Run::prepare(self.inner.clone(), messages, config, events, cancel.clone()).await?;
         let trace_id = run.trace.id.clone();
-        self.inner.running.lock().expect("running map").insert(trace_id.clone(), stop);
-        let inner = self.inner.clone();
-        let id = trace_id.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("reson-run-{trace_id}"))
-            .spawn(move || {
-                let outcome = run.execute();
-                inner.running.lock().expect("running map").remove(&id);
-                outcome
-            })
-            .map_err(|e| {
-                self.inner.running.lock().expect("running map").remove(&trace_id);
-                AgentError::Other(format!("cannot start the run: {e}"))
-            })?;
-        Ok(RunHandle { trace_id, events: receiver, thread })
+        if claim.trace_id.is_none() {
+            claim.take(&trace_id, &cancel)?;
+        }
+        let task = tokio::spawn(async move {
+            let outcome = run.execute().await;
+            drop(claim);
+            outcome
+        });
+        let stop_on_drop = cancel.clone().drop_guard();
+        Ok(RunHandle { trace_id, events: receiver, task, cancel, stop_on_drop })
     }
 
-    /// Asks a running trace to stop at its next checkpoint (before a model
-    /// call, after it, after the tools). Returns whether it was running.
+    /// Stops a running trace: the model call, tool calls, retry wait or
+    /// approval wait in flight end at once, and the run ends `stopped`.
+    /// Returns whether it was running.
     pub fn stop(&self, trace_id: &str) -> bool {
         match self.inner.running.lock().expect("running map").get(trace_id) {
-            Some(flag) => {
-                flag.store(true, Ordering::SeqCst);
+            Some(cancel) => {
+                cancel.cancel();
                 true
             }
             None => false,
@@ -378,7 +443,7 @@ fn with_text(message: &Message, text: String) -> Message {
     shown
 }
 
-/// One run's state, owned by its thread.
+/// One run's state, owned by its task.
 struct Run {
     inner: Arc<Inner>,
     config: RunConfig,
@@ -388,8 +453,8 @@ struct Run {
     path: Vec<Message>,
     goals: GoalTree,
     system_prompt: Option<String>,
-    events: mpsc::Sender<AgentEvent>,
-    stop: Arc<AtomicBool>,
+    events: mpsc::UnboundedSender<AgentEvent>,
+    cancel: CancellationToken,
     usage: Usage,
     cost: f64,
     /// Model requests sent by this run, failed attempts included.
@@ -409,12 +474,12 @@ struct CallOutcome {
 }
 
 impl Run {
-    fn prepare(
+    async fn prepare(
         inner: Arc<Inner>,
         messages: Vec<Message>,
         config: RunConfig,
-        events: mpsc::Sender<AgentEvent>,
-        stop: Arc<AtomicBool>,
+        events: mpsc::UnboundedSender<AgentEvent>,
+        cancel: CancellationToken,
     ) -> Result<Self, AgentError> {
         let store = inner.store.clone();
         let (trace, mode) = match &config.trace_id {
@@ -438,12 +503,14 @@ impl Run {
                     trace.parent_trace_id = Some(parent_trace.clone());
                     trace.parent_goal_id = Some(parent_goal.clone());
                 }
-                store.create(&trace)?;
+                store.create_trace(&trace).await?;
                 (trace, RunMode::New)
             }
             Some(id) => {
-                let trace =
-                    store.get(id)?.ok_or_else(|| AgentError::Config(format!("no trace {id}")))?;
+                let trace = store
+                    .get_trace(id)
+                    .await?
+                    .ok_or_else(|| AgentError::Config(format!("no trace {id}")))?;
                 let mode = match (config.after_sequence, messages.is_empty()) {
                     (None, _) => RunMode::Continue,
                     (Some(_), false) => RunMode::Rewind,
@@ -452,9 +519,9 @@ impl Run {
                 (trace, mode)
             }
         };
-        let all = store.messages(&trace.id)?;
+        let all = store.get_messages(&trace.id).await?;
         let tree = MessageTree::from_messages(&all);
-        let goals = store.goals(&trace.id)?;
+        let goals = store.get_goals(&trace.id).await?;
         let system_prompt = config.system_prompt.clone().or_else(|| {
             trace.context.extra.get(SYSTEM_PROMPT_KEY).and_then(|v| v.as_str()).map(str::to_owned)
         });
@@ -467,7 +534,7 @@ impl Run {
             goals,
             system_prompt,
             events,
-            stop,
+            cancel,
             usage: Usage::default(),
             cost: 0.0,
             requests: 0,
@@ -492,7 +559,7 @@ impl Run {
         if run.config.after_sequence.is_some()
             && let Some(point) = parent
         {
-            run.inner.store.set_head(&mut run.trace, point)?;
+            run.inner.store.set_head(&mut run.trace, point).await?;
         }
         // A rewind runs on another branch, with that branch's goals; a
         // continue stays on the head's branch, whose tree goal.json holds.
@@ -501,16 +568,16 @@ impl Run {
         if run.config.after_sequence.is_some() {
             run.goals = goal::branch_tree(&run.path, &run.trace.task)
                 .map_err(|e| AgentError::Other(e.to_string()))?;
-            run.goal_changed()?;
+            run.goal_changed().await?;
         } else if run.goals.is_empty() {
             run.goals =
                 goal::initial(&run.trace.task).map_err(|e| AgentError::Other(e.to_string()))?;
-            run.goal_changed()?;
+            run.goal_changed().await?;
         }
         // A crash or stop may have left calls without results.
-        run.heal()?;
+        run.heal().await?;
         for message in messages {
-            run.persist(message)?;
+            run.persist(message).await?;
         }
         if run.path.last().is_none_or(|m| m.role == Role::Assistant && m.tool_calls.is_empty()) {
             return Err(AgentError::Config(
@@ -521,8 +588,8 @@ impl Run {
         run.trace.status = TraceStatus::Running;
         run.trace.error_message = None;
         run.trace.finished_at_ms = None;
-        run.inner.store.update(&run.trace)?;
-        run.inner.store.append_event(&mut run.trace, EventKind::TraceStarted)?;
+        run.inner.store.update_trace(&run.trace).await?;
+        run.inner.store.append_event(&mut run.trace, EventKind::TraceStarted).await?;
         Ok(run)
     }
 
@@ -545,12 +612,12 @@ impl Run {
     }
 
     /// Persists `message` after the head and makes it the head.
-    fn persist(&mut self, mut message: Message) -> Result<Message, AgentError> {
+    async fn persist(&mut self, mut message: Message) -> Result<Message, AgentError> {
         if message.goal_id.is_none() {
             message.goal_id = self.goals.current().map(|g| g.id.clone());
         }
         let head = self.trace.head_sequence;
-        let stored = self.inner.store.add_message(&mut self.trace, message, head)?;
+        let stored = self.inner.store.add_message(&mut self.trace, message, head).await?;
         self.tree.insert(&stored);
         self.path.push(stored.clone());
         // Goal stats are saved with the next goal change or when the run
@@ -561,25 +628,26 @@ impl Run {
         }
         self.inner
             .store
-            .append_event(&mut self.trace, EventKind::MessageAdded { message: stored.clone() })?;
+            .append_event(&mut self.trace, EventKind::MessageAdded { message: stored.clone() })
+            .await?;
         self.emit(AgentEvent::MessageAdded { message: Box::new(stored.clone()) });
         Ok(stored)
     }
 
     /// Gives every tool call on the main path that has no result a
     /// persisted "interrupted" result.
-    fn heal(&mut self) -> Result<(), AgentError> {
+    async fn heal(&mut self) -> Result<(), AgentError> {
         let Some(head) = self.trace.head_sequence else { return Ok(()) };
         for (_, call) in self.tree.orphaned_tool_calls(head) {
             let mut result = Message::tool_result(&call, INTERRUPTED);
             result.synthetic = true;
-            self.persist(result)?;
+            self.persist(result).await?;
         }
         Ok(())
     }
 
     fn stopped(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
+        self.cancel.is_cancelled()
     }
 
     fn hook(&self, point: HookPoint, iteration: u32) -> HookEvent {
@@ -589,20 +657,20 @@ impl Run {
         event
     }
 
-    fn execute(mut self) -> Result<RunOutcome, AgentError> {
+    async fn execute(mut self) -> Result<RunOutcome, AgentError> {
         let mut iterations = 0;
-        let result = self.run_loop(&mut iterations);
+        let result = self.run_loop(&mut iterations).await;
         let (status, error) = match &result {
             Ok(status) => (*status, None),
             Err(e) => {
                 let mut event = self.hook(HookPoint::OnError, iterations);
                 event.error = Some(e.to_string());
                 // A failing run cannot be blocked further; the hook observes.
-                let _ = self.inner.hooks.fire(&event);
+                let _ = self.inner.hooks.fire(&event).await;
                 (TraceStatus::Failed, Some(e.to_string()))
             }
         };
-        self.finish(status, error.clone())?;
+        self.finish(status, error.clone()).await?;
         self.emit(AgentEvent::Finished { status, error });
         result.map(|status| RunOutcome {
             trace_id: self.trace.id.clone(),
@@ -615,21 +683,26 @@ impl Run {
         })
     }
 
-    fn finish(&mut self, status: TraceStatus, error: Option<String>) -> Result<(), AgentError> {
+    async fn finish(
+        &mut self,
+        status: TraceStatus,
+        error: Option<String>,
+    ) -> Result<(), AgentError> {
         self.trace.status = status;
         self.trace.error_message = error.clone();
         self.trace.finished_at_ms = Some(now_ms());
         self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
-        self.inner.store.save_goals(&self.trace.id, &self.goals)?;
-        self.inner.store.update(&self.trace)?;
+        self.inner.store.save_goals(&self.trace.id, &self.goals).await?;
+        self.inner.store.update_trace(&self.trace).await?;
         self.inner
             .store
-            .append_event(&mut self.trace, EventKind::TraceFinished { status, error })?;
-        self.inner.store.sync()?;
+            .append_event(&mut self.trace, EventKind::TraceFinished { status, error })
+            .await?;
+        self.inner.store.sync().await?;
         Ok(())
     }
 
-    fn run_loop(&mut self, iterations: &mut u32) -> Result<TraceStatus, AgentError> {
+    async fn run_loop(&mut self, iterations: &mut u32) -> Result<TraceStatus, AgentError> {
         let mut doom = DoomLoopDetector::new(self.config.doom_loop_threshold);
         loop {
             if self.stopped() {
@@ -642,22 +715,22 @@ impl Run {
                 )));
             }
             *iterations += 1;
-            self.heal()?;
-            self.remind_goals(*iterations)?;
-            self.inner.hooks.fire(&self.hook(HookPoint::PreRequest, *iterations))?;
+            self.heal().await?;
+            self.remind_goals(*iterations).await?;
+            self.inner.hooks.fire(&self.hook(HookPoint::PreRequest, *iterations)).await?;
             self.emit(AgentEvent::ModelRequest { iteration: *iterations });
             let started = Instant::now();
-            let Some((response, attempts)) = self.call_model(*iterations)? else {
+            let Some((response, attempts)) = self.call_model(*iterations).await? else {
                 return Ok(TraceStatus::Stopped);
             };
-            self.inner.hooks.fire(&self.hook(HookPoint::PostRequest, *iterations))?;
+            self.inner.hooks.fire(&self.hook(HookPoint::PostRequest, *iterations)).await?;
 
             let mut message = response.message;
             message.duration_ms = started.elapsed().as_millis() as u64;
             message.attempts = attempts;
             self.usage += message.usage;
             self.cost += message.cost;
-            let assistant = self.persist(message)?;
+            let assistant = self.persist(message).await?;
             if assistant.tool_calls.is_empty() {
                 self.trace.result_summary = Some(assistant.text());
             }
@@ -672,14 +745,14 @@ impl Run {
             if let Some(description) = doom.record(&assistant.tool_calls) {
                 return Err(AgentError::LimitExceeded(description));
             }
-            self.run_tools(&assistant.tool_calls)?;
+            self.run_tools(&assistant.tool_calls).await?;
         }
     }
 
     /// Every `goal_reminder_every` iterations, appends the goal tree (and
     /// collaborators) at the tail of the history; earlier messages are never
     /// rewritten, so prompt caches keep their prefix.
-    fn remind_goals(&mut self, iteration: u32) -> Result<(), AgentError> {
+    async fn remind_goals(&mut self, iteration: u32) -> Result<(), AgentError> {
         let every = self.config.goal_reminder_every;
         if every == 0
             || iteration == 1
@@ -699,7 +772,7 @@ impl Run {
         }
         let mut reminder = Message::new(Role::User, text);
         reminder.synthetic = true;
-        self.persist(reminder)?;
+        self.persist(reminder).await?;
         Ok(())
     }
 
@@ -726,38 +799,55 @@ impl Run {
     /// The model's answer and the requests it took; `None` when the run was
     /// stopped meanwhile. Requests that produced no stored answer are
     /// counted in the trace's totals here; the others with their answer.
-    fn call_model(&mut self, iteration: u32) -> Result<Option<(ChatResponse, u32)>, AgentError> {
+    async fn call_model(
+        &mut self,
+        iteration: u32,
+    ) -> Result<Option<(ChatResponse, u32)>, AgentError> {
         let request = ChatRequest {
             messages: self.history(),
             tools: Runner::offered_tools(&self.inner),
             params: self.config.params.clone(),
         };
+        let provider = self.inner.provider.clone();
+        let cancel = self.cancel.clone();
         let mut attempt = 1;
         loop {
             let events = self.events.clone();
-            let sink = Box::new(move |delta: Delta| {
+            let on_delta = move |delta: Delta| {
                 let event = match delta {
                     Delta::Text { text } => AgentEvent::TextDelta { text },
                     Delta::Reasoning { text } => AgentEvent::ReasoningDelta { text },
                     Delta::ToolCall { .. } => return,
                 };
                 let _ = events.send(event);
-            });
+            };
             self.requests += 1;
-            let result = self.inner.provider.chat(&request, sink, self.stop.clone());
-            let result =
-                result.and_then(|response| match response.filtered(self.inner.provider.name()) {
+            let call = provider::complete(&*provider, request.clone(), cancel.clone(), on_delta);
+            // A stop cuts the call in flight at once, even on a provider
+            // slow to see its token, and wins over an answer racing it.
+            let result = tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                result = call => Some(result),
+            };
+            let result = result.map(|result| {
+                result.and_then(|response| match response.filtered(provider.name()) {
                     Some(blocked) => Err(blocked),
                     None => Ok(response),
-                });
+                })
+            });
             match result {
-                Ok(response) => return Ok(Some((response, attempt))),
-                // A stop cancels the call in flight.
-                Err(_) if self.stopped() => {
+                Some(Ok(response)) => return Ok(Some((response, attempt))),
+                None => {
                     self.unanswered(attempt);
                     return Ok(None);
                 }
-                Err(e) if e.is_retryable() && attempt <= self.config.max_retries => {
+                // A provider may end a cut call with an error of its own.
+                Some(Err(_)) if self.stopped() => {
+                    self.unanswered(attempt);
+                    return Ok(None);
+                }
+                Some(Err(e)) if e.is_retryable() && attempt <= self.config.max_retries => {
                     let backoff = self.config.retry_base_delay * 2u32.saturating_pow(attempt - 1);
                     let jitter = backoff.mul_f64(fastrand::f64() * 0.25);
                     let delay = e.retry_after().unwrap_or(backoff + jitter);
@@ -765,7 +855,7 @@ impl Run {
                     let mut event = self.hook(HookPoint::OnRetry, iteration);
                     event.attempt = Some(attempt);
                     event.error = Some(e.to_string());
-                    if let Err(blocked) = self.inner.hooks.fire(&event) {
+                    if let Err(blocked) = self.inner.hooks.fire(&event).await {
                         self.unanswered(attempt - 1);
                         return Err(blocked);
                     }
@@ -774,13 +864,16 @@ impl Run {
                         error: e.to_string(),
                         delay_ms: delay.as_millis() as u64,
                     });
-                    self.sleep_unless_stopped(delay);
-                    if self.stopped() {
+                    let stopped = tokio::select! {
+                        () = tokio::time::sleep(delay) => false,
+                        () = cancel.cancelled() => true,
+                    };
+                    if stopped {
                         self.unanswered(attempt - 1);
                         return Ok(None);
                     }
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     self.unanswered(attempt);
                     return Err(AgentError::Llm(e));
                 }
@@ -793,23 +886,13 @@ impl Run {
         self.trace.totals.requests += u64::from(requests);
     }
 
-    fn sleep_unless_stopped(&self, delay: Duration) {
-        let until = Instant::now() + delay;
-        while !self.stopped() {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            std::thread::sleep(left.min(Duration::from_millis(50)));
-        }
-    }
-
-    fn goal_changed(&mut self) -> Result<(), AgentError> {
-        self.inner.store.save_goals(&self.trace.id, &self.goals)?;
+    async fn goal_changed(&mut self) -> Result<(), AgentError> {
+        self.inner.store.save_goals(&self.trace.id, &self.goals).await?;
         self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
         self.inner
             .store
-            .append_event(&mut self.trace, EventKind::GoalChanged { tree: self.goals.clone() })?;
+            .append_event(&mut self.trace, EventKind::GoalChanged { tree: self.goals.clone() })
+            .await?;
         self.emit(AgentEvent::GoalChanged { tree: self.goals.render() });
         Ok(())
     }
@@ -820,16 +903,19 @@ impl Run {
     /// goal tool runs here, plugin tools concurrently. Each result is
     /// stored as soon as the results of every call before it are, so they
     /// stay in call order; `ToolFinished` goes out as each call ends.
-    fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
+    async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
         for call in calls {
-            self.inner.store.append_event(
-                &mut self.trace,
-                EventKind::ToolStarted {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                },
-            )?;
+            self.inner
+                .store
+                .append_event(
+                    &mut self.trace,
+                    EventKind::ToolStarted {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    },
+                )
+                .await?;
             self.emit(AgentEvent::ToolStarted {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
@@ -850,7 +936,7 @@ impl Run {
                 // Checked before the permissions: a name the model made up
                 // must not wait for an approval no one can give.
                 Some(self.finished(call, ToolResult::error(unknown_tool(call, &offered)), None))
-            } else if let Some(denied) = self.permitted(call)? {
+            } else if let Some(denied) = self.permitted(call).await? {
                 Some(self.finished(call, denied, None))
             } else if ToolRegistry::is_builtin(&call.name) {
                 let started = Instant::now();
@@ -859,7 +945,7 @@ impl Run {
                     Err(text) => ToolResult::error(text),
                 };
                 if result.ok {
-                    self.goal_changed()?;
+                    self.goal_changed().await?;
                 }
                 let mut finished = self.finished(call, result, Some(self.goals.snapshot()));
                 finished.took = started.elapsed();
@@ -869,50 +955,42 @@ impl Run {
                 None
             };
             done[i] = now;
-            self.store_ready(calls, &mut done, &mut stored)?;
+            self.store_ready(calls, &mut done, &mut stored).await?;
         }
         if self.stopped() {
             for &i in &plugin_calls {
                 let stopped = ToolResult::error(STOPPED_BEFORE_CALL.into());
                 done[i] = Some(self.finished(&calls[i], stopped, None));
             }
-            return self.store_ready(calls, &mut done, &mut stored);
+            return self.store_ready(calls, &mut done, &mut stored).await;
         }
-        let (trace_id, stop) = (self.trace.id.clone(), self.stop.clone());
-        let context = |call: &ToolCall| CallContext {
-            call_id: call.id.clone(),
-            trace_id: Some(trace_id.clone()),
-            cancel: Some(stop.clone()),
-        };
-        if let [i] = plugin_calls[..] {
-            // One call needs no thread.
-            let started = Instant::now();
-            let result = self.inner.tools.call(&calls[i], &context(&calls[i]));
-            let mut finished = self.finished(&calls[i], result, None);
-            finished.took = started.elapsed();
-            done[i] = Some(finished);
-            return self.store_ready(calls, &mut done, &mut stored);
-        }
+        // The calls are futures of this task, so they end with it; each
+        // gets the run's token, so a stop cuts them.
         let tools = self.inner.tools.clone();
-        let (sender, results) = mpsc::channel();
-        std::thread::scope(|scope| -> Result<(), AgentError> {
-            for &i in &plugin_calls {
-                let (tools, sender, context) = (&tools, sender.clone(), context(&calls[i]));
-                scope.spawn(move || {
+        let (trace_id, cancel) = (&self.trace.id, &self.cancel);
+        let mut running: FuturesUnordered<_> = plugin_calls
+            .iter()
+            .map(|&i| {
+                let context = CallContext {
+                    call_id: calls[i].id.clone(),
+                    trace_id: Some(trace_id.clone()),
+                    cancel: Some(cancel.clone()),
+                };
+                let tools = &tools;
+                async move {
                     let started = Instant::now();
-                    let result = tools.call(&calls[i], &context);
-                    let _ = sender.send((i, result, started.elapsed()));
-                });
-            }
-            drop(sender);
-            for (i, result, took) in results {
-                let mut finished = self.finished(&calls[i], result, None);
-                finished.took = took;
-                done[i] = Some(finished);
-                self.store_ready(calls, &mut done, &mut stored)?;
-            }
-            Ok(())
-        })
+                    let result = tools.call(&calls[i], &context).await;
+                    (i, result, started.elapsed())
+                }
+            })
+            .collect();
+        while let Some((i, result, took)) = running.next().await {
+            let mut finished = self.finished(&calls[i], result, None);
+            finished.took = took;
+            done[i] = Some(finished);
+            self.store_ready(calls, &mut done, &mut stored).await?;
+        }
+        Ok(())
     }
 
     /// A call has its result: the live event goes out now, the result waits
@@ -939,14 +1017,14 @@ impl Run {
 
     /// Stores the results from `stored` on, in call order, up to the first
     /// call still running.
-    fn store_ready(
+    async fn store_ready(
         &mut self,
         calls: &[ToolCall],
         done: &mut [Option<CallOutcome>],
         stored: &mut usize,
     ) -> Result<(), AgentError> {
         while let Some(finished) = done.get_mut(*stored).and_then(Option::take) {
-            self.record_result(&calls[*stored], finished)?;
+            self.record_result(&calls[*stored], finished).await?;
             *stored += 1;
         }
         Ok(())
@@ -954,21 +1032,35 @@ impl Run {
 
     /// Checks one call against the permissions; a call that may not run
     /// gets its result (the reason). Every decision is recorded.
-    fn permitted(&mut self, call: &ToolCall) -> Result<Option<ToolResult>, AgentError> {
+    async fn permitted(&mut self, call: &ToolCall) -> Result<Option<ToolResult>, AgentError> {
         let Some(permissions) = self.inner.permissions.clone() else { return Ok(None) };
         let events = self.events.clone();
-        let ruling = permissions.check(&self.trace.id, call, &|request| {
+        let announce = move |request: &ApprovalRequest| {
             let _ = events.send(AgentEvent::ApprovalNeeded { request: request.clone() });
-        });
-        self.inner.store.append_event(
-            &mut self.trace,
-            EventKind::PermissionDecided {
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                decision: ruling.decision.to_owned(),
-                rule: ruling.rule.clone(),
-            },
-        )?;
+        };
+        let cancel = self.cancel.clone();
+        let ruling = tokio::select! {
+            biased;
+            () = cancel.cancelled() => None,
+            ruling = permissions.check(&self.trace.id, call, &announce) => Some(ruling),
+        };
+        // A stop ends an approval wait at once; nothing was decided, and
+        // the call does not run.
+        let Some(ruling) = ruling else {
+            return Ok(Some(ToolResult::error(STOPPED_BEFORE_CALL.into())));
+        };
+        self.inner
+            .store
+            .append_event(
+                &mut self.trace,
+                EventKind::PermissionDecided {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    decision: ruling.decision.to_owned(),
+                    rule: ruling.rule.clone(),
+                },
+            )
+            .await?;
         if ruling.run {
             return Ok(None);
         }
@@ -985,7 +1077,11 @@ impl Run {
         Ok(Some(ToolResult::error(text)))
     }
 
-    fn record_result(&mut self, call: &ToolCall, finished: CallOutcome) -> Result<(), AgentError> {
+    async fn record_result(
+        &mut self,
+        call: &ToolCall,
+        finished: CallOutcome,
+    ) -> Result<(), AgentError> {
         let CallOutcome { result, took, goal_id, goals } = finished;
         let mut message = Message::tool_result(call, result.text.clone());
         message.long_term_memory = result.long_term_memory;
@@ -1000,17 +1096,20 @@ impl Run {
             });
         }
         message.duration_ms = took.as_millis() as u64;
-        self.persist(message)?;
+        self.persist(message).await?;
         let summary: String = result.text.chars().take(200).collect();
-        self.inner.store.append_event(
-            &mut self.trace,
-            EventKind::ToolFinished {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                ok: result.ok,
-                summary,
-            },
-        )?;
+        self.inner
+            .store
+            .append_event(
+                &mut self.trace,
+                EventKind::ToolFinished {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    ok: result.ok,
+                    summary,
+                },
+            )
+            .await?;
         Ok(())
     }
 }
@@ -1022,4 +1121,201 @@ fn unknown_tool(call: &ToolCall, offered: &[String]) -> String {
         call.name,
         offered.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{Answer, PendingApprovals};
+    use crate::policy::{Decision, Rule, RuleSet};
+    use crate::provider::{ChatEvent, ChatStream, ProviderError};
+    use crate::trace::MemoryTraceStore;
+
+    /// What the fake model does on one call.
+    enum Turn {
+        /// Answers with these tool calls, or with text when there are none.
+        Answer(Vec<ToolCall>),
+        /// Never answers, and ignores its token: only the run can cut it.
+        Hang,
+        /// Fails with a retryable error.
+        Fail,
+    }
+
+    /// A model playing `turns` in order, then answering "done".
+    struct Fake {
+        turns: Mutex<Vec<Turn>>,
+    }
+
+    impl Fake {
+        fn new(mut turns: Vec<Turn>) -> Arc<Self> {
+            turns.reverse();
+            Arc::new(Self { turns: Mutex::new(turns) })
+        }
+    }
+
+    impl ChatProvider for Fake {
+        fn name(&self) -> &str {
+            "fake"
+        }
+
+        fn chat(&self, _: ChatRequest, _: CancellationToken) -> ChatStream {
+            let turn = self.turns.lock().unwrap().pop().unwrap_or(Turn::Answer(Vec::new()));
+            let calls = match turn {
+                Turn::Answer(calls) => calls,
+                Turn::Hang => return Box::pin(futures::stream::pending()),
+                Turn::Fail => {
+                    let error = ProviderError::Network("connection reset".into());
+                    return Box::pin(futures::stream::iter([Err(error)]));
+                }
+            };
+            let text = if calls.is_empty() { "done" } else { "" };
+            let mut message = Message::new(Role::Assistant, text);
+            message.tool_calls = calls;
+            let response = ChatResponse {
+                message,
+                usage: Usage::default(),
+                finish_reason: "stop".into(),
+                model: "fake".into(),
+                cost: None,
+            };
+            Box::pin(futures::stream::iter([Ok(ChatEvent::Done(response))]))
+        }
+    }
+
+    fn goal_call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: goal::NAME.into(),
+            arguments: r#"{"action":"add","description":"more"}"#.into(),
+        }
+    }
+
+    fn runner(provider: Arc<Fake>) -> (Runner, Arc<MemoryTraceStore>) {
+        let store = Arc::new(MemoryTraceStore::new());
+        let tools = ToolRegistry::builtins_only();
+        (Runner::new(store.clone(), provider, tools, Hooks::none()), store)
+    }
+
+    fn user(text: &str) -> Vec<Message> {
+        vec![Message::new(Role::User, text)]
+    }
+
+    /// Waits for the first event `wanted` picks; panics when the run ends.
+    async fn until<T>(handle: &mut RunHandle, wanted: impl Fn(&AgentEvent) -> Option<T>) -> T {
+        let wait = async {
+            while let Some(event) = handle.next_event().await {
+                if let Some(found) = wanted(&event) {
+                    return found;
+                }
+            }
+            panic!("the run ended first");
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait).await.expect("the event in time")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_are_a_stream_ending_with_finished() {
+        let (runner, _) = runner(Fake::new(vec![Turn::Answer(vec![goal_call("a")])]));
+        let handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
+        let events: Vec<AgentEvent> = handle.collect().await;
+        assert!(matches!(events.first(), Some(AgentEvent::TraceStarted { mode: RunMode::New, .. })));
+        assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolFinished { ok: true, .. })));
+        let Some(AgentEvent::Finished { status, error: None }) = events.last() else {
+            panic!("{:?}", events.last())
+        };
+        assert_eq!(*status, TraceStatus::Completed);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_ends_a_waiting_approval_at_once() {
+        let (runner, store) = runner(Fake::new(vec![Turn::Answer(vec![goal_call("a")])]));
+        let rule = Rule {
+            decision: Decision::Ask,
+            tool: goal::NAME.into(),
+            pattern: None,
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        };
+        let rules = RuleSet::compile(&[rule]).unwrap().with_default(Decision::Allow);
+        let approvals = PendingApprovals::new(Duration::from_secs(60));
+        let runner = runner.with_permissions(Permissions::new(rules, approvals.clone()));
+        let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
+        let request = until(&mut handle, |e| match e {
+            AgentEvent::ApprovalNeeded { request } => Some(request.clone()),
+            _ => None,
+        })
+        .await;
+        let started = Instant::now();
+        assert!(runner.stop(handle.trace_id()));
+        let outcome = handle.wait().await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        assert_eq!(outcome.status, TraceStatus::Stopped);
+        assert!(!approvals.answer(request.id, Answer::Once), "the request still waits");
+        let messages = store.get_messages(&outcome.trace_id).await.unwrap();
+        let result = messages.iter().find(|m| m.role == Role::Tool).expect("a result");
+        assert_eq!(result.text(), STOPPED_BEFORE_CALL);
+        let events = store.events_after(&outcome.trace_id, 0).await.unwrap();
+        assert!(
+            !events.iter().any(|e| matches!(e.kind, EventKind::PermissionDecided { .. })),
+            "a stopped wait decided nothing"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_the_handle_stops_the_run_and_cuts_the_model_call() {
+        let (runner, store) = runner(Fake::new(vec![Turn::Hang]));
+        let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
+        let id = handle.trace_id().to_owned();
+        until(&mut handle, |e| matches!(e, AgentEvent::ModelRequest { .. }).then_some(())).await;
+        drop(handle);
+        let ended = async {
+            while runner.stop(&id) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), ended).await.expect("the run ended");
+        let trace = store.get_trace(&id).await.unwrap().unwrap();
+        assert_eq!(trace.status, TraceStatus::Stopped);
+        // A later continue picks the trace up.
+        let handle = runner.run(user("again"), RunConfig { trace_id: Some(id), ..RunConfig::default() });
+        let outcome = handle.await.unwrap().wait().await.unwrap();
+        assert_eq!(outcome.status, TraceStatus::Completed);
+        assert_eq!(outcome.final_text.as_deref(), Some("done"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_detached_run_goes_on_without_its_handle() {
+        let (runner, _) = runner(Fake::new(vec![Turn::Answer(vec![goal_call("a")])]));
+        let handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
+        let outcome = handle.detach().await.unwrap().unwrap();
+        assert_eq!(outcome.status, TraceStatus::Completed);
+        assert_eq!(outcome.iterations, 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_cuts_the_retry_wait() {
+        let (runner, _) = runner(Fake::new(vec![Turn::Fail]));
+        let config =
+            RunConfig { retry_base_delay: Duration::from_secs(60), ..RunConfig::default() };
+        let mut handle = runner.run(user("go"), config).await.unwrap();
+        until(&mut handle, |e| matches!(e, AgentEvent::Retrying { .. }).then_some(())).await;
+        let started = Instant::now();
+        handle.stop();
+        let outcome = handle.wait().await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        assert_eq!(outcome.status, TraceStatus::Stopped);
+        assert_eq!(outcome.requests, 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_running_trace_cannot_be_run_twice() {
+        let (runner, _) = runner(Fake::new(vec![Turn::Hang]));
+        let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
+        until(&mut handle, |e| matches!(e, AgentEvent::ModelRequest { .. }).then_some(())).await;
+        let again = RunConfig { trace_id: Some(handle.trace_id().into()), ..RunConfig::default() };
+        let Err(err) = runner.run(user("again"), again).await else { panic!("ran twice") };
+        assert_eq!(err.to_string(), format!("configuration error: trace {} is already running", handle.trace_id()));
+        handle.stop();
+        assert_eq!(handle.wait().await.unwrap().status, TraceStatus::Stopped);
+    }
 }

@@ -290,34 +290,36 @@ impl AgentSession {
         &self.memory
     }
 
-    /// The runner (to stop a turn from another thread).
+    /// The runner (to stop a turn from another task).
     pub fn runner(&self) -> &Runner {
         &self.runner
     }
 
     /// The system prompt with the memory snapshot appended.
-    pub fn system_prompt(&self) -> Result<String, AgentError> {
-        let snapshot = self.memory.snapshot().map_err(|e| AgentError::Memory(e.to_string()))?;
+    pub async fn system_prompt(&self) -> Result<String, AgentError> {
+        let snapshot =
+            self.memory.snapshot().await.map_err(|e| AgentError::Memory(e.to_string()))?;
         let base = self.agent.system_prompt();
         Ok(if snapshot.is_empty() { base } else { format!("{base}\n\n{}", snapshot.render()) })
     }
 
     /// Runs one turn: `input` as a user message, the loop to its end.
-    /// `on_event` sees every event as it happens.
-    pub fn submit_turn_with(
+    /// `on_event` sees every event as it happens. Dropping the future
+    /// stops the turn's run (the trace ends `stopped`).
+    pub async fn submit_turn_with(
         &mut self,
         input: &str,
-        mut on_event: impl FnMut(&AgentEvent),
+        mut on_event: impl FnMut(&AgentEvent) + Send,
     ) -> Result<TurnOutcome, AgentError> {
         let turn = self.turn + 1;
         let mut start = HookEvent::at(HookPoint::OnTurnStart);
         start.turn = Some(turn);
         start.trace_id = self.trace_id.clone();
-        self.bundle.hooks.fire(&start)?;
+        self.bundle.hooks.fire(&start).await?;
 
         let config = RunConfig {
             trace_id: self.trace_id.clone(),
-            system_prompt: Some(self.system_prompt()?),
+            system_prompt: Some(self.system_prompt().await?),
             agent_type: self.agent.name().to_owned(),
             params: self.bundle.params.clone(),
             max_iterations: self.bundle.max_iterations,
@@ -325,16 +327,16 @@ impl AgentSession {
             task: self.task.clone(),
             ..RunConfig::default()
         };
-        let handle = self.runner.run(vec![Message::new(Role::User, input)], config)?;
+        let mut handle = self.runner.run(vec![Message::new(Role::User, input)], config).await?;
         self.trace_id = Some(handle.trace_id().to_owned());
         let mut tool_calls = 0;
-        while let Some(event) = handle.next_event() {
+        while let Some(event) = handle.next_event().await {
             if matches!(event, AgentEvent::ToolStarted { .. }) {
                 tool_calls += 1;
             }
             on_event(&event);
         }
-        let outcome = handle.wait()?;
+        let outcome = handle.wait().await?;
         self.turn = turn;
         self.usage += outcome.usage;
         self.cost += outcome.cost;
@@ -342,7 +344,7 @@ impl AgentSession {
         let mut end = HookEvent::at(HookPoint::OnTurnEnd);
         end.turn = Some(turn);
         end.trace_id = self.trace_id.clone();
-        self.bundle.hooks.fire(&end)?;
+        self.bundle.hooks.fire(&end).await?;
         Ok(TurnOutcome {
             turn,
             trace_id: outcome.trace_id,
@@ -353,7 +355,7 @@ impl AgentSession {
     }
 
     /// [`submit_turn_with`](Self::submit_turn_with) without watching events.
-    pub fn submit_turn(&mut self, input: &str) -> Result<TurnOutcome, AgentError> {
-        self.submit_turn_with(input, |_| {})
+    pub async fn submit_turn(&mut self, input: &str) -> Result<TurnOutcome, AgentError> {
+        self.submit_turn_with(input, |_| {}).await
     }
 }

@@ -1,22 +1,21 @@
-//! Sleeping guests. WASI's own `monotonic-clock` sleeps block inside a host
-//! call, where epoch interruption cannot reach, so a guest could sleep past
-//! its deadline or through a cancel. These replacements wake at the call's
-//! deadline (the guest is then stopped on its way back into wasm) or as
-//! soon as the call is cancelled.
+//! Sleeping guests. A guest's sleep is a wait inside a host call, where
+//! epoch interruption cannot reach; the call's own deadline timer ends it
+//! there, but a sleep asked to last past the deadline should not even be
+//! set up that way. These replacements wake at the call's deadline at the
+//! latest (the guest is then stopped on its way back into wasm) or as soon
+//! as the call is cancelled.
 
 use super::HostState;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::HostMonotonicClock;
+use tokio_util::sync::CancellationToken;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 /// The `wasi:clocks` version wasmtime-wasi 48 provides; guests importing
 /// older 0.2 versions are matched to it by semver.
 const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
-/// How often a sleeping guest's cancel flag is looked at.
-const CANCEL_POLL: Duration = Duration::from_millis(10);
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -39,21 +38,19 @@ impl HostMonotonicClock for GuestClock {
 
 struct Sleep {
     until: Instant,
-    cancel: Option<Arc<AtomicBool>>,
+    cancel: Option<CancellationToken>,
 }
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for Sleep {
     async fn ready(&mut self) {
-        loop {
-            if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
-                return;
-            }
-            let left = self.until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            tokio::time::sleep(left.min(CANCEL_POLL)).await;
+        let sleep = tokio::time::sleep_until(self.until.into());
+        match &self.cancel {
+            Some(cancel) => tokio::select! {
+                () = sleep => {}
+                () = cancel.cancelled() => {}
+            },
+            None => sleep.await,
         }
     }
 }

@@ -7,12 +7,12 @@ use crate::contract::bindings::tool::reson::plugin::config::Host;
 use crate::redact::redact;
 
 impl Host for HostState {
-    fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+    async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
         self.remaining()?;
         Ok(self.grants.config.get(&key).map(|v| redact(v).into_owned()))
     }
 
-    fn all(&mut self) -> wasmtime::Result<Vec<(String, String)>> {
+    async fn all(&mut self) -> wasmtime::Result<Vec<(String, String)>> {
         self.remaining()?;
         Ok(self.grants.config.iter().map(|(k, v)| (k.clone(), redact(v).into_owned())).collect())
     }

@@ -3,16 +3,17 @@
 //! check and only where they are bound, and every secret scrubbed from
 //! what comes back before the guest sees it.
 
-use super::HostState;
 use super::secrets::{MARK_OPEN, SecretError, replace_refs};
+use super::{HostState, HostTrap};
 use crate::contract::bindings::tool::reson::plugin::http::{
     Header, Host, HostBodyStream, HttpError, Request, Response, StreamingResponse,
 };
 use crate::redact::{self, StreamRedactor, redact, redact_bytes};
-use reqwest::blocking::Client;
-use std::io::Read;
-use std::sync::OnceLock;
+use reqwest::Client;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 use wasmtime::component::Resource;
 
 /// The most bytes one response body may have.
@@ -22,7 +23,7 @@ const MAX_READ_BYTES: u32 = 1 << 20;
 
 /// A streamed response body, owned by the guest through a resource handle.
 pub struct BodyStream {
-    response: reqwest::blocking::Response,
+    response: reqwest::Response,
     read: u64,
     deadline: Instant,
     /// `None` once the server's body has ended.
@@ -32,19 +33,47 @@ pub struct BodyStream {
     taken: usize,
 }
 
-/// One client for the whole process: it owns a runtime thread, which must
-/// never be dropped from inside an async context.
-fn client() -> &'static Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        Client::builder()
-            // A redirect could lead to a host that is not granted.
-            .redirect(reqwest::redirect::Policy::none())
-            // Proxies from the environment would be a way around the allowlist.
-            .no_proxy()
-            .build()
-            .expect("the HTTP client builds with static settings")
-    })
+/// The client of the current tokio runtime, built once per runtime. Its
+/// pooled connections are driven by tasks of the runtime that opened them,
+/// so a client shared with another runtime (each test has its own) would
+/// reuse connections whose task is gone.
+fn client() -> Client {
+    static CLIENTS: OnceLock<Mutex<HashMap<tokio::runtime::Id, Client>>> = OnceLock::new();
+    let runtime = tokio::runtime::Handle::current().id();
+    let clients = CLIENTS.get_or_init(Mutex::default);
+    let mut clients = clients.lock().unwrap_or_else(PoisonError::into_inner);
+    clients
+        .entry(runtime)
+        .or_insert_with(|| {
+            Client::builder()
+                // A redirect could lead to a host that is not granted.
+                .redirect(reqwest::redirect::Policy::none())
+                // Proxies from the environment would be a way around the allowlist.
+                .no_proxy()
+                .build()
+                .expect("the HTTP client builds with static settings")
+        })
+        .clone()
+}
+
+/// Awaits `work` until the call's `deadline` or its cancellation, whichever
+/// comes first; `None` when it was cut short.
+async fn within_call<T>(
+    deadline: Instant,
+    cancel: Option<CancellationToken>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    let cancelled = async {
+        match &cancel {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        out = work => Some(out),
+        () = tokio::time::sleep_until(deadline.into()) => None,
+        () = cancelled => None,
+    }
 }
 
 impl HostState {
@@ -57,7 +86,7 @@ impl HostState {
     fn prepare(
         &mut self,
         request: Request,
-    ) -> Result<(reqwest::blocking::RequestBuilder, Duration), HttpError> {
+    ) -> Result<(reqwest::RequestBuilder, Duration), HttpError> {
         let shown_url = redact(&request.url).into_owned();
         let token = format!("rsnsecret{:016x}n", fastrand::u64(..));
         let mut names = Vec::new();
@@ -173,21 +202,37 @@ impl HostState {
         }
     }
 
-    fn start(&mut self, request: Request) -> Result<reqwest::blocking::Response, HttpError> {
-        let (builder, _) = self.prepare(request)?;
-        let response = builder.send().map_err(|e| self.classify(&e))?;
-        if let Some(coding) = unreadable_coding(response.headers()) {
-            return Err(HttpError::Io(format!(
-                "the response is encoded as `{}`, which the host does not decode, so it \
-                 cannot be scrubbed of secrets",
-                redact(&coding)
-            )));
-        }
-        if response.content_length().is_some_and(|len| len > MAX_RESPONSE_BYTES) {
-            return Err(HttpError::TooLarge(MAX_RESPONSE_BYTES));
-        }
-        Ok(response)
+    /// Sends `request` and returns its response once the headers are in:
+    /// the inner error for the guest, or the outer trap when the call's
+    /// deadline passed or the call was cancelled meanwhile.
+    async fn start(
+        &mut self,
+        request: Request,
+    ) -> wasmtime::Result<Result<reqwest::Response, HttpError>> {
+        let (builder, _) = match self.prepare(request) {
+            Ok(prepared) => prepared,
+            Err(e) => return Ok(Err(e)),
+        };
+        let sent = within_call(self.deadline, self.cancel.clone(), builder.send()).await;
+        let sent = sent.ok_or_else(cut_short)?;
+        Ok(sent.map_err(|e| self.classify(&e)).and_then(checked))
     }
+}
+
+/// `response`, unless its body is one the host could not scrub or is
+/// bigger than a response may be.
+fn checked(response: reqwest::Response) -> Result<reqwest::Response, HttpError> {
+    if let Some(coding) = unreadable_coding(response.headers()) {
+        return Err(HttpError::Io(format!(
+            "the response is encoded as `{}`, which the host does not decode, so it \
+             cannot be scrubbed of secrets",
+            redact(&coding)
+        )));
+    }
+    if response.content_length().is_some_and(|len| len > MAX_RESPONSE_BYTES) {
+        return Err(HttpError::TooLarge(MAX_RESPONSE_BYTES));
+    }
+    Ok(response)
 }
 
 /// Why the guest may not set header `name` to `value`, if it may not.
@@ -244,7 +289,7 @@ fn unreadable_coding(headers: &reqwest::header::HeaderMap) -> Option<String> {
 
 /// The response headers as the guest may see them: every secret redacted
 /// (a server may echo a request header back).
-fn headers_of(response: &reqwest::blocking::Response) -> Vec<Header> {
+fn headers_of(response: &reqwest::Response) -> Vec<Header> {
     response
         .headers()
         .iter()
@@ -255,33 +300,51 @@ fn headers_of(response: &reqwest::blocking::Response) -> Vec<Header> {
         .collect()
 }
 
+/// Reads the body of `response`, stopping as soon as it holds more than a
+/// response may.
+async fn read_capped(response: &mut reqwest::Response) -> reqwest::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        body.extend_from_slice(&chunk);
+        if body.len() as u64 > MAX_RESPONSE_BYTES {
+            break;
+        }
+    }
+    Ok(body)
+}
+
+/// The trap for a host call cut short by its deadline or a cancel.
+fn cut_short() -> wasmtime::Error {
+    wasmtime::Error::new(HostTrap::Deadline)
+}
+
 impl Host for HostState {
-    fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
+    async fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
         self.remaining()?;
-        let response = match self.start(request) {
+        let mut response = match self.start(request).await? {
             Ok(response) => response,
             Err(e) => return Ok(Err(e)),
         };
         let status = response.status().as_u16();
         let headers = headers_of(&response);
-        let mut body = Vec::new();
-        let read = response.take(MAX_RESPONSE_BYTES + 1).read_to_end(&mut body);
+        let read = within_call(self.deadline, self.cancel.clone(), read_capped(&mut response));
+        let read = read.await.ok_or_else(cut_short)?;
         self.remaining()?;
         Ok(match read {
             Err(e) => Err(HttpError::Io(redact(&e.to_string()).into_owned())),
-            Ok(_) if body.len() as u64 > MAX_RESPONSE_BYTES => {
+            Ok(body) if body.len() as u64 > MAX_RESPONSE_BYTES => {
                 Err(HttpError::TooLarge(MAX_RESPONSE_BYTES))
             }
-            Ok(_) => Ok(Response { status, headers, body: redact_bytes(&body).into_owned() }),
+            Ok(body) => Ok(Response { status, headers, body: redact_bytes(&body).into_owned() }),
         })
     }
 
-    fn send_streaming(
+    async fn send_streaming(
         &mut self,
         request: Request,
     ) -> wasmtime::Result<Result<StreamingResponse, HttpError>> {
         self.remaining()?;
-        let response = match self.start(request) {
+        let response = match self.start(request).await? {
             Ok(response) => response,
             Err(e) => return Ok(Err(e)),
         };
@@ -300,12 +363,13 @@ impl Host for HostState {
 }
 
 impl HostBodyStream for HostState {
-    fn read(
+    async fn read(
         &mut self,
         stream: Resource<BodyStream>,
         max_bytes: u32,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, HttpError>> {
         self.remaining()?;
+        let (deadline, cancel) = (self.deadline, self.cancel.clone());
         let body = self.table.get_mut(&stream)?;
         let max = max_bytes.clamp(1, MAX_READ_BYTES) as usize;
         // Bytes the redactor holds back (a possible start of a secret) wait
@@ -316,22 +380,19 @@ impl HostBodyStream for HostState {
             if Instant::now() >= body.deadline {
                 return Ok(Err(HttpError::Timeout));
             }
-            let mut chunk = vec![0; max];
-            let n = match body.response.read(&mut chunk) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                    return Ok(Err(HttpError::Timeout));
-                }
+            let next = within_call(deadline, cancel.clone(), body.response.chunk());
+            let chunk = match next.await.ok_or_else(cut_short)? {
+                Ok(chunk) => chunk,
+                Err(e) if e.is_timeout() => return Ok(Err(HttpError::Timeout)),
                 Err(e) => return Ok(Err(HttpError::Io(redact(&e.to_string()).into_owned()))),
             };
-            body.read += n as u64;
+            body.read += chunk.as_ref().map_or(0, |c| c.len() as u64);
             if body.read > MAX_RESPONSE_BYTES {
                 return Ok(Err(HttpError::TooLarge(MAX_RESPONSE_BYTES)));
             }
-            body.ready = if n == 0 {
-                body.redactor.take().map(StreamRedactor::finish).unwrap_or_default()
-            } else {
-                redactor.push(&chunk[..n])
+            body.ready = match chunk {
+                Some(chunk) => redactor.push(&chunk),
+                None => body.redactor.take().map(StreamRedactor::finish).unwrap_or_default(),
             };
             body.taken = 0;
         }
@@ -341,7 +402,7 @@ impl HostBodyStream for HostState {
         Ok(Ok(Some(chunk)))
     }
 
-    fn drop(&mut self, stream: Resource<BodyStream>) -> wasmtime::Result<()> {
+    async fn drop(&mut self, stream: Resource<BodyStream>) -> wasmtime::Result<()> {
         self.table.delete(stream)?;
         Ok(())
     }

@@ -9,7 +9,7 @@ const MAX_RECORDS_PER_CALL: usize = 1_000;
 const MAX_RECORD_BYTES: usize = 4_096;
 
 impl Host for HostState {
-    fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+    async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         self.remaining()?;
         self.logged += 1;
         if self.logged > MAX_RECORDS_PER_CALL {

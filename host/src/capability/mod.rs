@@ -18,8 +18,8 @@ use crate::contract::bindings::provider::reson::plugin::chat_types::Delta;
 use crate::policy::Grants;
 use serde::Serialize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -58,7 +58,7 @@ pub(crate) struct HostState {
     pub(crate) denials: Vec<Denial>,
     pub(crate) deltas: Option<DeltaSink>,
     /// Set by the caller to cut the call short.
-    pub(crate) cancel: Option<Arc<AtomicBool>>,
+    pub(crate) cancel: Option<CancellationToken>,
     logged: usize,
 }
 
@@ -88,7 +88,7 @@ impl HostState {
 
     /// Makes a kept instance's state ready for its next call: a new
     /// deadline and cancel flag, and the per-call counters back at zero.
-    pub(crate) fn begin_call(&mut self, deadline: Instant, cancel: Option<Arc<AtomicBool>>) {
+    pub(crate) fn begin_call(&mut self, deadline: Instant, cancel: Option<CancellationToken>) {
         self.deadline = deadline;
         self.cancel = cancel;
         self.denials.clear();
@@ -97,7 +97,7 @@ impl HostState {
 
     /// Whether the caller cancelled the call.
     pub(crate) fn cancelled(&self) -> bool {
-        self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed))
+        self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Time left before the deadline, or a trap if it has passed or the

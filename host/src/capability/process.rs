@@ -14,14 +14,14 @@ use crate::contract::bindings::tool::reson::plugin::process::{
 };
 use crate::policy::{CommandDenial, CommandError, ResolvedCommand};
 use crate::redact::redact_bytes;
-use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
 
 /// Cap on captured stdout and on captured stderr, each.
 const MAX_CAPTURE_BYTES: usize = 4 << 20;
@@ -31,11 +31,8 @@ const INHERITED_ENV: [&str; 2] = ["HOME", "LANG"];
 /// How long the pipes may stay open after the command exits, for a
 /// grandchild's last output, before the group is killed.
 const PIPE_GRACE: Duration = Duration::from_millis(100);
-/// How often a running command is checked for exit and cancellation.
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
-/// Reads of one pipe per wake-up, so that a command that writes without
-/// pause cannot keep the loop from its deadline.
-const READS_PER_WAKE: usize = 64;
+/// Bytes taken from a pipe per read.
+const READ_CHUNK: usize = 16 << 10;
 
 impl HostState {
     /// Maps a guest path to the host path it names and the granted
@@ -114,7 +111,7 @@ impl HostState {
     /// names per driver or remote, found by a `git config` probe run with
     /// `env` (the fixed pins only); a refusal when the repository sets a key
     /// no pin can hold. Empty for other programs.
-    fn repository_pins(
+    async fn repository_pins(
         &mut self,
         command: &ResolvedCommand,
         cwd: &Path,
@@ -123,7 +120,7 @@ impl HostState {
     ) -> Result<Vec<(String, String)>, ProcessError> {
         let Some(probe) = crate::policy::git_probe(command) else { return Ok(Vec::new()) };
         let spec = Spec { command: &probe, cwd, env, stdin: None };
-        let output = run_capped(spec, timeout, self.cancel.clone())?;
+        let output = run_capped(spec, timeout, self.cancel.clone()).await?;
         let granted = |file: &Path| {
             let file = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
             self.grants.dirs.iter().any(|d| file.starts_with(&d.host))
@@ -146,7 +143,7 @@ impl HostState {
 }
 
 impl Host for HostState {
-    fn run(&mut self, command: Command) -> wasmtime::Result<Result<Output, ProcessError>> {
+    async fn run(&mut self, command: Command) -> wasmtime::Result<Result<Output, ProcessError>> {
         let remaining = self.remaining()?;
         let resolved = match self.grants.command(&command.program, &command.args) {
             Ok(resolved) => resolved,
@@ -189,14 +186,14 @@ impl Host for HostState {
             .timeout_ms
             .map_or(remaining, |ms| Duration::from_millis(ms.into()).min(remaining));
         let deadline = Instant::now() + timeout;
-        let named = match self.repository_pins(&resolved, &cwd, pinned(&[]), timeout) {
+        let named = match self.repository_pins(&resolved, &cwd, pinned(&[]), timeout).await {
             Ok(named) => named,
             Err(e) => return Ok(Err(e)),
         };
         let env = pinned(&named);
         let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin };
         let left = deadline.saturating_duration_since(Instant::now());
-        let result = run_capped(spec, left, self.cancel.clone()).map(scrubbed);
+        let result = run_capped(spec, left, self.cancel.clone()).await.map(scrubbed);
         self.remaining()?;
         Ok(result)
     }
@@ -211,26 +208,28 @@ struct Spec<'a> {
 }
 
 /// Kills the whole process group when dropped: when the call ends, at the
-/// deadline, or when the host thread unwinds.
+/// deadline, or when the call's future is dropped. The leader itself is
+/// then reaped by tokio (`kill_on_drop`).
 struct Group {
     child: Child,
+    /// The leader's pid, which is also the group's id.
+    pid: libc::pid_t,
     reaped: bool,
 }
 
 impl Group {
     fn kill(&self) {
-        let Ok(pgid) = libc::pid_t::try_from(self.child.id()) else { return };
         // SAFETY: kill(2) with a negative pid signals the process group
         // the child leads. The leader is not reaped yet (`exited` uses
         // WNOWAIT), so the group id cannot belong to anyone else.
         unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+            libc::kill(-self.pid, libc::SIGKILL);
         }
     }
 
     /// Whether the leader has exited, without reaping it.
     fn exited(&self) -> bool {
-        let pid: libc::id_t = self.child.id();
+        let Ok(pid) = libc::id_t::try_from(self.pid) else { return false };
         // SAFETY: waitid(2) writes only into the zeroed siginfo we own.
         unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -240,9 +239,9 @@ impl Group {
     }
 
     /// Kills the group, then reaps the leader.
-    fn finish(&mut self) -> std::io::Result<ExitStatus> {
+    async fn finish(&mut self) -> std::io::Result<ExitStatus> {
         self.kill();
-        let status = self.child.wait();
+        let status = self.child.wait().await;
         self.reaped = true;
         status
     }
@@ -251,131 +250,138 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         if !self.reaped {
-            let _ = self.finish();
+            self.kill();
         }
     }
 }
 
-/// One output pipe being read without blocking.
+/// One output pipe being read.
 struct Capture<R> {
     pipe: Option<R>,
+    buf: Box<[u8]>,
     kept: Vec<u8>,
     dropped: bool,
 }
 
-impl<R: Read + AsRawFd> Capture<R> {
+impl<R: AsyncRead + Unpin> Capture<R> {
     fn new(pipe: Option<R>) -> Self {
-        if let Some(p) = &pipe {
-            set_nonblocking(p.as_raw_fd());
-        }
-        Self { pipe, kept: Vec::new(), dropped: false }
+        Self { pipe, buf: vec![0; READ_CHUNK].into(), kept: Vec::new(), dropped: false }
     }
 
-    /// Reads what is there; closes the pipe at end of file or on error.
-    fn read(&mut self) {
+    /// Reads what comes next; closes the pipe at end of file or on error.
+    /// Cancel-safe: nothing is read unless the read completes.
+    async fn read(&mut self) {
         let Some(pipe) = &mut self.pipe else { return };
-        let mut buf = [0u8; 16 << 10];
-        for _ in 0..READS_PER_WAKE {
-            match pipe.read(&mut buf) {
-                Ok(0) => return self.pipe = None,
-                Ok(n) => {
-                    let room = MAX_CAPTURE_BYTES.saturating_sub(self.kept.len());
-                    self.kept.extend_from_slice(&buf[..n.min(room)]);
-                    self.dropped |= n > room;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return self.pipe = None,
+        match pipe.read(&mut self.buf).await {
+            Ok(0) | Err(_) => self.pipe = None,
+            Ok(n) => {
+                let room = MAX_CAPTURE_BYTES.saturating_sub(self.kept.len());
+                self.kept.extend_from_slice(&self.buf[..n.min(room)]);
+                self.dropped |= n > room;
             }
         }
     }
 }
 
-/// The command's stdin, written without blocking.
+/// The command's stdin, closed once all of it is written.
 struct Feed {
-    pipe: Option<std::process::ChildStdin>,
+    pipe: Option<ChildStdin>,
     data: Vec<u8>,
     written: usize,
 }
 
 impl Feed {
-    fn write(&mut self) {
+    /// Writes what the pipe takes. Cancel-safe: a write that does not
+    /// complete writes nothing.
+    async fn write(&mut self) {
         let Some(pipe) = &mut self.pipe else { return };
-        loop {
-            if self.written == self.data.len() {
-                break self.pipe = None;
-            }
-            match pipe.write(&self.data[self.written..]) {
-                Ok(n) => self.written += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break self.pipe = None,
-            }
+        if self.written == self.data.len() {
+            self.pipe = None;
+            return;
+        }
+        match pipe.write(&self.data[self.written..]).await {
+            Ok(n) => self.written += n,
+            Err(_) => self.pipe = None,
         }
     }
 }
 
-fn set_nonblocking(fd: libc::c_int) {
-    // SAFETY: fcntl(2) on a pipe descriptor this process owns.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+/// Completes when `cancel` is cancelled; never without one.
+async fn cancelled(cancel: Option<CancellationToken>) {
+    match cancel {
+        Some(token) => token.cancelled_owned().await,
+        None => std::future::pending().await,
     }
 }
 
-fn run_capped(
+async fn run_capped(
     spec: Spec<'_>,
     timeout: Duration,
-    cancel: Option<Arc<AtomicBool>>,
+    cancel: Option<CancellationToken>,
 ) -> Result<Output, ProcessError> {
-    let started = Instant::now();
-    let deadline = started + timeout;
-    let mut cmd = std::process::Command::new(&spec.command.executable);
+    let deadline = Instant::now() + timeout;
+    let spawn_error =
+        |e: std::io::Error| ProcessError::Spawn(format!("{}: {e}", spec.command.argv[0]));
+    // Made before the spawn, so that no exit of the command goes unseen.
+    let mut child_exits = signal(SignalKind::child()).map_err(spawn_error)?;
+    let mut cmd = tokio::process::Command::new(&spec.command.executable);
     cmd.arg0(&spec.command.argv[0])
         .args(spec.command.args())
         .current_dir(spec.cwd)
         .env_clear()
         .envs(spec.env)
         .process_group(0)
+        .kill_on_drop(true)
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child =
-        cmd.spawn().map_err(|e| ProcessError::Spawn(format!("{}: {e}", spec.command.argv[0])))?;
+    let mut child = cmd.spawn().map_err(spawn_error)?;
     let mut stdout = Capture::new(child.stdout.take());
     let mut stderr = Capture::new(child.stderr.take());
     let mut feed =
         Feed { pipe: child.stdin.take(), data: spec.stdin.unwrap_or_default(), written: 0 };
-    if let Some(p) = &feed.pipe {
-        set_nonblocking(p.as_raw_fd());
-    }
-    let mut group = Group { child, reaped: false };
-    let mut exited_at = None;
+    let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok());
+    let Some(pid) = pid else { return Err(ProcessError::Spawn("the command has no pid".into())) };
+    let mut group = Group { child, pid, reaped: false };
+    let cut = cancelled(cancel);
+    let time_up = tokio::time::sleep_until(deadline.into());
+    tokio::pin!(cut, time_up);
+    let mut exited_at: Option<Instant> = None;
     loop {
-        let now = Instant::now();
-        if exited_at.is_none() && group.exited() {
-            exited_at = Some(now);
-        }
         let closed = stdout.pipe.is_none() && stderr.pipe.is_none();
-        if let Some(at) = exited_at
-            && (closed || now >= at + PIPE_GRACE)
-        {
+        if exited_at.is_some() && closed {
             break;
         }
-        if now >= deadline || cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
-            let _ = group.finish();
-            return Err(ProcessError::Timeout);
+        let grace_over = async {
+            match exited_at {
+                Some(at) => tokio::time::sleep_until((at + PIPE_GRACE).into()).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        // Biased so that the deadline and a cancel win over a command that
+        // never stops writing.
+        tokio::select! {
+            biased;
+            () = &mut cut => {
+                let _ = group.finish().await;
+                return Err(ProcessError::Timeout);
+            }
+            () = &mut time_up => {
+                let _ = group.finish().await;
+                return Err(ProcessError::Timeout);
+            }
+            () = grace_over => break,
+            _ = child_exits.recv(), if exited_at.is_none() => {
+                if group.exited() {
+                    exited_at = Some(Instant::now());
+                }
+            }
+            () = feed.write(), if feed.pipe.is_some() => {}
+            () = stdout.read(), if stdout.pipe.is_some() => {}
+            () = stderr.read(), if stderr.pipe.is_some() => {}
         }
-        let mut wait = deadline.saturating_duration_since(now).min(POLL_INTERVAL);
-        if let Some(at) = exited_at {
-            wait = wait.min((at + PIPE_GRACE).saturating_duration_since(now));
-        }
-        poll(&stdout, &stderr, &feed, wait);
-        stdout.read();
-        stderr.read();
-        feed.write();
     }
-    let status = group.finish().map_err(|e| ProcessError::Spawn(e.to_string()))?;
+    let status = group.finish().await.map_err(|e| ProcessError::Spawn(e.to_string()))?;
     Ok(Output {
         exit_code: status.code(),
         stdout: stdout.kept,
@@ -392,29 +398,5 @@ fn scrubbed(output: Output) -> Output {
         stdout: redact_bytes(&output.stdout).into_owned(),
         stderr: redact_bytes(&output.stderr).into_owned(),
         ..output
-    }
-}
-
-/// Waits up to `wait` for any open pipe to be ready.
-fn poll<R: AsRawFd>(
-    stdout: &Capture<R>,
-    stderr: &Capture<impl AsRawFd>,
-    feed: &Feed,
-    wait: Duration,
-) {
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
-    let mut add = |fd: Option<libc::c_int>, events| {
-        if let Some(fd) = fd {
-            fds.push(libc::pollfd { fd, events, revents: 0 });
-        }
-    };
-    add(stdout.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
-    add(stderr.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
-    add(feed.pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
-    let ms = libc::c_int::try_from(wait.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-    let count = libc::nfds_t::try_from(fds.len()).unwrap_or(0);
-    // SAFETY: `fds` is a live array of `count` pollfd records.
-    unsafe {
-        libc::poll(fds.as_mut_ptr(), count, ms);
     }
 }

@@ -5,7 +5,7 @@ use crate::contract::bindings::provider::reson::plugin::chat_types::Delta;
 use crate::contract::bindings::provider::reson::plugin::streaming::Host;
 
 impl Host for HostState {
-    fn emit(&mut self, delta: Delta) -> wasmtime::Result<()> {
+    async fn emit(&mut self, delta: Delta) -> wasmtime::Result<()> {
         self.remaining()?;
         if let Some(sink) = self.deltas.as_mut() {
             sink(delta);

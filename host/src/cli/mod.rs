@@ -70,7 +70,7 @@ pub(crate) mod exit {
     pub const HOST: u8 = 6;
 }
 
-pub fn main() -> ExitCode {
+pub async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RESON_LOG")
@@ -81,32 +81,37 @@ pub fn main() -> ExitCode {
         .with_ansi(false)
         .init();
     let cli = Cli::parse();
-    let result = match &cli.command {
-        Command::Plugins(cmd) if cmd.needs_runtime() => {
-            open(&cli, |_| Ok(())).and_then(|rt| plugins::run(&rt, cmd))
-        }
-        Command::Plugins(cmd) => {
-            options(&cli).and_then(|o| plugins::run_offline(cmd, &o.plugins_dir))
-        }
-        Command::Wit { dir } => author::write_wit(dir).map(|()| {
-            term::say!("wrote the reson:plugin contract into {}", dir.display());
-            ExitCode::SUCCESS
-        }),
-        Command::Tool(cmd) => open(&cli, |_| Ok(())).and_then(|rt| tool::run(&rt, cmd)),
-        Command::Run(args) => {
-            open(&cli, |o| run::prepare_options(o, args)).and_then(|rt| run::run(&rt, args))
-        }
-        Command::Task(args) => {
-            open(&cli, |o| task::prepare_options(o, args)).and_then(|rt| task::run(&rt, args))
-        }
-        Command::Traces(cmd) => options(&cli).and_then(|o| traces::run(&run::traces_dir(&o), cmd)),
-    };
-    match result {
+    match command(&cli).await {
         Ok(code) => code,
         Err(err) => {
             term::say_err!("error: {err:#}");
             ExitCode::from(exit::HOST)
         }
+    }
+}
+
+/// Runs the command given, opening the plugin runtime if it needs one.
+async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Plugins(cmd) if cmd.needs_runtime() => {
+            plugins::run(&open(cli, |_| Ok(())).await?, cmd).await
+        }
+        // Making, building and installing only write files and run the
+        // toolchain; nothing else is on the runtime to be held up meanwhile.
+        Command::Plugins(cmd) => plugins::run_offline(cmd, &options(cli)?.plugins_dir),
+        Command::Wit { dir } => {
+            author::write_wit(dir)?;
+            term::say!("wrote the reson:plugin contract into {}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tool(cmd) => tool::run(&open(cli, |_| Ok(())).await?, cmd).await,
+        Command::Run(args) => {
+            run::run(&open(cli, |o| run::prepare_options(o, args)).await?, args).await
+        }
+        Command::Task(args) => {
+            task::run(&open(cli, |o| task::prepare_options(o, args)).await?, args).await
+        }
+        Command::Traces(cmd) => traces::run(&run::traces_dir(&options(cli)?), cmd).await,
     }
 }
 
@@ -156,11 +161,11 @@ fn options(cli: &Cli) -> anyhow::Result<Options> {
     Ok(options)
 }
 
-fn open(
+async fn open(
     cli: &Cli,
     adjust: impl FnOnce(&mut Options) -> anyhow::Result<()>,
 ) -> anyhow::Result<Runtime> {
     let mut options = options(cli)?;
     adjust(&mut options)?;
-    Runtime::open(options).context("cannot start the plugin runtime")
+    Runtime::open(options).await.context("cannot start the plugin runtime")
 }

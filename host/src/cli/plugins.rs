@@ -95,7 +95,7 @@ pub(crate) fn run_offline(command: &Command, plugins_dir: &Path) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json: true } => {
             say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
@@ -105,7 +105,7 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
             return run_offline(command, &runtime.options().plugins_dir);
         }
         Command::Accept { name } => {
-            runtime.accept(name)?;
+            runtime.accept(name).await?;
             let info = runtime.plugins().into_iter().find(|p| &p.name == name);
             match info.map(|p| p.status) {
                 Some(PluginStatus::Ready) => say!("accepted {name}; it is loaded"),

@@ -15,12 +15,14 @@ use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
 use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus};
-use std::io::{IsTerminal, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::oneshot;
+use tokio::time::MissedTickBehavior;
 
 /// Which model answers, under which permissions; shared by `run` and `task`.
 #[derive(Args)]
@@ -201,14 +203,14 @@ pub(crate) fn permissions(runtime: &Runtime, name: &str) -> anyhow::Result<(Pres
     let config = &runtime.options().config;
     let (preset, rules) = config.preset(name).map_err(anyhow::Error::msg)?;
     let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() {
-        Arc::new(TerminalApprover)
+        Arc::new(TerminalApprover::new()?)
     } else {
         PendingApprovals::new(Duration::from_millis(config.permissions.approval_timeout_ms))
     };
     Ok((preset, Permissions::new(rules, approver)))
 }
 
-pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let provider = Arc::new(args.model.provider(runtime));
@@ -234,39 +236,39 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
         agent_type: preset.name.clone(),
         ..RunConfig::default()
     };
-    let handle = runner.run(messages, config)?;
+    let mut handle = runner.run(messages, config).await?;
     let trace_id = handle.trace_id().to_owned();
 
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let (runner, trace_id, interrupted) =
-            (runner.clone(), trace_id.clone(), interrupted.clone());
-        ctrlc::set_handler(move || {
-            if interrupted.swap(true, Ordering::SeqCst) {
-                // A second Ctrl-C: leave now; the trace is already durable.
-                std::process::exit(130);
-            }
-            say_err!("\nstopping… (Ctrl-C again to quit at once)");
-            runner.stop(&trace_id);
-        })
-        .context("installing the Ctrl-C handler")?;
-    }
-
+    // Registered at once (unlike `tokio::signal::ctrl_c`, which listens only
+    // from its first poll), so no Ctrl-C from here on kills the run uncleanly.
+    let mut interrupts = signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
+    let mut interrupted = false;
+    let mut spinner = tokio::time::interval(Duration::from_millis(100));
+    spinner.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut printer = Printer::new(args.json);
     let mut final_status = TraceStatus::Failed;
-    loop {
-        let Some(event) = handle.next_event_timeout(Duration::from_millis(100)) else {
-            if !printer.tick() {
-                break;
+    while printer.alive {
+        tokio::select! {
+            event = handle.next_event() => {
+                let Some(event) = event else { break };
+                if let AgentEvent::Finished { status, .. } = &event {
+                    final_status = *status;
+                }
+                printer.print(&event);
             }
-            continue;
-        };
-        if let AgentEvent::Finished { status, .. } = &event {
-            final_status = *status;
+            Some(()) = interrupts.recv() => {
+                if interrupted {
+                    // A second Ctrl-C: leave now; the trace is already durable.
+                    std::process::exit(130);
+                }
+                interrupted = true;
+                say_err!("\nstopping… (Ctrl-C again to quit at once)");
+                handle.stop();
+            }
+            _ = spinner.tick() => printer.tick(),
         }
-        printer.print(&event);
     }
-    let outcome = handle.wait();
+    let outcome = handle.wait().await;
     printer.clear_spinner();
     match outcome {
         Ok(outcome) => {
@@ -296,14 +298,48 @@ pub(crate) fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode>
     }
 }
 
-/// Asks the person at the terminal.
-struct TerminalApprover;
+/// One line read from the terminal, or why not.
+type Line = std::io::Result<String>;
 
+/// Asks the person at the terminal.
+struct TerminalApprover {
+    /// Asks the terminal thread for the next line.
+    reads: mpsc::Sender<oneshot::Sender<Line>>,
+}
+
+impl TerminalApprover {
+    fn new() -> anyhow::Result<Self> {
+        Self::reading(BufReader::new(std::io::stdin()))
+    }
+
+    /// Starts the thread that reads `input`. A plain thread, not
+    /// `spawn_blocking` or `tokio::io::stdin`: a read cannot be cancelled,
+    /// and one left waiting by a run stopped mid-question would keep the
+    /// runtime from shutting down until someone pressed Enter. It reads only
+    /// when asked, so the terminal's input is not taken ahead of a question.
+    fn reading(mut input: impl BufRead + Send + 'static) -> anyhow::Result<Self> {
+        let (reads, asked) = mpsc::channel::<oneshot::Sender<Line>>();
+        std::thread::Builder::new()
+            .name("reson-terminal".into())
+            .spawn(move || {
+                for reply in asked {
+                    let mut line = String::new();
+                    let read = input.read_line(&mut line).map(|_| line);
+                    // The question may have been dropped (the run stopped).
+                    let _ = reply.send(read);
+                }
+            })
+            .context("starting the terminal reader")?;
+        Ok(Self { reads })
+    }
+}
+
+#[async_trait::async_trait]
 impl Approver for TerminalApprover {
-    fn approve(
+    async fn approve(
         &self,
         request: &ApprovalRequest,
-        announce: &dyn Fn(&ApprovalRequest),
+        announce: &(dyn Fn(&ApprovalRequest) + Send + Sync),
     ) -> Option<Answer> {
         announce(request);
         let rule = request.rule.as_ref().map(|r| format!(" (rule: {r})")).unwrap_or_default();
@@ -315,8 +351,9 @@ impl Approver for TerminalApprover {
                 one_line(&request.arguments)
             ))
         );
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).ok()?;
+        let (reply, read) = oneshot::channel();
+        self.reads.send(reply).ok()?;
+        let line = read.await.ok()?.ok()?;
         Some(match line.trim().chars().next() {
             Some('y' | 'Y') => Answer::Once,
             Some('a' | 'A') => Answer::Always,
@@ -360,8 +397,8 @@ impl Printer {
         }
     }
 
-    /// Advances the spinner; false once the run is over.
-    fn tick(&mut self) -> bool {
+    /// Advances the spinner.
+    fn tick(&mut self) {
         if let Some(frame) = self.spinner.as_mut() {
             *frame += 1;
             if self.tty {
@@ -369,7 +406,6 @@ impl Printer {
                 eprint!("\r{} waiting for the model", FRAMES[*frame % FRAMES.len()]);
             }
         }
-        self.alive
     }
 
     fn clear_spinner(&mut self) {
@@ -456,5 +492,67 @@ impl Printer {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TerminalApprover;
+    use reson::agent::{Answer, ApprovalRequest, Approver};
+    use std::io::{BufReader, Read};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    fn request(id: u64) -> ApprovalRequest {
+        ApprovalRequest {
+            id,
+            trace_id: "tr_test".into(),
+            call_id: format!("call_{id}"),
+            tool: "write".into(),
+            arguments: r#"{"path":"a.txt"}"#.into(),
+            rule: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_question_takes_the_next_line_and_announces_first() {
+        let input = BufReader::new("y\nAlways\nno\n\n".as_bytes());
+        let approver = TerminalApprover::reading(input).unwrap();
+        let announced = std::sync::Mutex::new(Vec::new());
+        let announce = |r: &ApprovalRequest| announced.lock().unwrap().push(r.id);
+        let mut answers = Vec::new();
+        for id in 1..=5 {
+            answers.push(approver.approve(&request(id), &announce).await);
+        }
+        // The last question finds the input at its end, which denies as
+        // an empty line does.
+        let expected = [Answer::Once, Answer::Always, Answer::Deny, Answer::Deny, Answer::Deny];
+        assert_eq!(answers, expected.map(Some));
+        assert_eq!(*announced.lock().unwrap(), vec![1, 2, 3, 4, 5]);
+    }
+
+    /// Input that keeps its reader waiting until its sender is dropped, or
+    /// at most 5 s (so a question that blocked on it would end, answered).
+    struct Stuck(mpsc::Receiver<()>);
+
+    impl Read for Stuck {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            let _ = self.0.recv_timeout(Duration::from_secs(5));
+            Ok(0)
+        }
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_terminal_leaves_the_runtime_free() {
+        let (release, stuck) = mpsc::channel();
+        let approver = TerminalApprover::reading(BufReader::new(Stuck(stuck))).unwrap();
+        let started = Instant::now();
+        // On this single-threaded runtime the timer only fires if the
+        // question waits without holding the thread.
+        let question = approver.approve(&request(1), &|_| {});
+        let waited = tokio::time::timeout(Duration::from_millis(100), question).await;
+        assert!(waited.is_err(), "no answer came, so the question was still waiting: {waited:?}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        drop(release);
     }
 }

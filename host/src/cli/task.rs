@@ -49,7 +49,7 @@ pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow:
     super::run::grant_script(options, args.model.script.as_deref())
 }
 
-pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let bundle = AgentBuilder::new()
@@ -71,12 +71,13 @@ pub(crate) fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode
     let mut printer = Printer::default();
     let outcome = match &args.plan {
         Some(path) => {
+            // A small file, read inline: nothing else runs meanwhile.
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("plan {}", path.display()))?;
-            let plan = parser.parse(&text, &args.goal)?;
-            task.execute_plan(plan, |p| printer.show(p))
+            let plan = parser.parse(&text, &args.goal).await?;
+            task.execute_plan(plan, |p| printer.show(p)).await
         }
-        None => task.run(&args.goal, |p| printer.show(p)),
+        None => task.run(&args.goal, |p| printer.show(p)).await,
     };
     match outcome {
         Ok(outcome) => {

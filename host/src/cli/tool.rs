@@ -5,7 +5,7 @@ use super::term::{one_line, say, say_err};
 use anyhow::Context as _;
 use clap::Subcommand;
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
-use std::io::Read;
+use std::io::Read as _;
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
@@ -29,7 +29,7 @@ pub(crate) enum Command {
     },
 }
 
-pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json: true } => {
             say!("{}", serde_json::to_string_pretty(&runtime.tools())?);
@@ -52,22 +52,23 @@ pub(crate) fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCo
         }
         Command::Call { tool, args, json } => {
             let args = if args == "-" {
-                let mut buf = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut buf)
-                    .context("reading arguments from stdin")?;
-                buf
+                tokio::task::spawn_blocking(|| {
+                    let mut buf = String::new();
+                    std::io::stdin().read_to_string(&mut buf).map(|_| buf)
+                })
+                .await?
+                .context("reading arguments from stdin")?
             } else {
                 args.clone()
             };
-            return Ok(call(runtime, tool, &args, *json));
+            return Ok(call(runtime, tool, &args, *json).await);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn call(runtime: &Runtime, tool: &str, args: &str, json: bool) -> ExitCode {
-    match runtime.call_tool(tool, args, &CallContext::default()) {
+async fn call(runtime: &Runtime, tool: &str, args: &str, json: bool) -> ExitCode {
+    match runtime.call_tool(tool, args, &CallContext::default()).await {
         Ok(out) if json => {
             say!("{}", serde_json::to_string_pretty(&out).expect("tool output serialises"));
             ExitCode::SUCCESS

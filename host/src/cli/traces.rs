@@ -28,11 +28,11 @@ pub(crate) enum Command {
     },
 }
 
-pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
     let store = FileTraceStore::open(dir, reson::trace::Durability::Batched)?;
     match command {
         Command::List { json } => {
-            let traces = store.list(&TraceFilter::default())?;
+            let traces = store.list_traces(&TraceFilter::default()).await?;
             if *json {
                 say!("{}", serde_json::to_string_pretty(&traces)?);
             } else if traces.is_empty() {
@@ -52,17 +52,17 @@ pub(crate) fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Show { id, json, at } => {
-            let Some(trace) = store.get(id)? else {
+            let Some(trace) = store.get_trace(id).await? else {
                 say_err!("error: no trace {id} in {}", dir.display());
                 return Ok(ExitCode::from(super::exit::USAGE));
             };
-            let messages = store.messages(id)?;
+            let messages = store.get_messages(id).await?;
             // goal.json is the main path's tree (runs keep it for the branch
             // they run on); another branch's comes from its own messages.
             let goals = match at {
-                None => store.goals(id)?,
+                None => store.get_goals(id).await?,
                 Some(sequence) if messages.iter().any(|m| m.sequence == *sequence) => {
-                    let path = store.main_path(id, *sequence)?;
+                    let path = store.get_main_path_messages(id, *sequence).await?;
                     reson::tools::goal::branch_tree(&path, &trace.task)?
                 }
                 Some(sequence) => {

@@ -7,7 +7,8 @@ pub mod tool {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "reson:plugin/tool-plugin",
-        imports: { default: trappable },
+        imports: { default: async | trappable },
+        exports: { default: async },
         with: {
             "reson:plugin/http.body-stream": crate::capability::http::BodyStream,
         },
@@ -19,7 +20,8 @@ pub mod provider {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "reson:plugin/provider-plugin",
-        imports: { default: trappable },
+        imports: { default: async | trappable },
+        exports: { default: async },
         with: {
             "reson:plugin/types": super::tool::reson::plugin::types,
             "reson:plugin/log": super::tool::reson::plugin::log,
@@ -35,7 +37,8 @@ pub mod plan_parser {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "reson:plugin/plan-parser-plugin",
-        imports: { default: trappable },
+        imports: { default: async | trappable },
+        exports: { default: async },
         with: {
             "reson:plugin/log": super::tool::reson::plugin::log,
             "reson:plugin/config": super::tool::reson::plugin::config,

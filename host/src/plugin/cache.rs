@@ -1,9 +1,9 @@
 //! Compiled code on disk, keyed by the plugin's digest and the engine's
 //! settings, so a restart loads a plugin in well under a millisecond.
 
-use super::engine::Sandbox;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use wasmtime::Engine;
 use wasmtime::component::Component;
 
 /// Whether a load hit the cache.
@@ -13,31 +13,34 @@ pub(crate) enum Source {
     Compiled,
 }
 
-pub(crate) fn entry_path(dir: &Path, digest: &str, sandbox: &Sandbox) -> PathBuf {
-    dir.join(format!("{digest}-{}.cwasm", sandbox.fingerprint))
+fn entry_path(dir: &Path, digest: &str, fingerprint: &str) -> PathBuf {
+    dir.join(format!("{digest}-{fingerprint}.cwasm"))
 }
 
 /// Loads the compiled form of `wasm` from `dir`, compiling and storing it
 /// on a miss. A corrupt or stale entry is recompiled, never trusted.
+/// `fingerprint` identifies `engine`'s settings. Compiling takes from
+/// milliseconds to seconds of CPU: call it off the async workers.
 pub(crate) fn load_or_compile(
-    sandbox: &Sandbox,
+    engine: &Engine,
+    fingerprint: &str,
     dir: &Path,
     digest: &str,
     wasm: &[u8],
 ) -> Result<(Component, Source), String> {
-    let path = entry_path(dir, digest, sandbox);
+    let path = entry_path(dir, digest, fingerprint);
     if path.exists() {
         // SAFETY: the cache directory is the host's own; entries are written
         // only by `store` below, from `Component::serialize` of this engine
         // configuration (the fingerprint is part of the file name).
-        match unsafe { Component::deserialize_file(&sandbox.engine, &path) } {
+        match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(component) => return Ok((component, Source::Cache)),
             Err(e) => {
                 tracing::warn!(path = %path.display(), "recompiling unusable cache entry: {e}")
             }
         }
     }
-    let component = Component::new(&sandbox.engine, wasm).map_err(|e| format!("{e:#}"))?;
+    let component = Component::new(engine, wasm).map_err(|e| format!("{e:#}"))?;
     if let Err(e) = store(&component, dir, &path) {
         tracing::warn!(path = %path.display(), "cannot write compiled-code cache: {e}");
     }

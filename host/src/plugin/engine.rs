@@ -5,10 +5,12 @@ use crate::capability::HostState;
 use crate::config::SandboxConfig;
 use crate::contract::bindings;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use wasmtime::component::{HasSelf, Linker};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// How often the epoch advances. Deadlines are checked against the wall
@@ -35,8 +37,7 @@ pub(crate) struct Sandbox {
 /// The pooling allocator's instance slots, handed out one per call, so
 /// that calls beyond the pool's size wait their turn instead of failing.
 pub(crate) struct Slots {
-    free: Mutex<u32>,
-    freed: Condvar,
+    free: Arc<Semaphore>,
     total: u32,
     /// Slots held by idle kept instances (`[instance] keep_warm`).
     kept: AtomicU32,
@@ -55,17 +56,13 @@ impl Drop for KeptMark {
 
 /// A slot held by one call; dropping it frees the slot.
 pub(crate) struct SlotPermit {
-    slots: Arc<Slots>,
+    _permit: OwnedSemaphorePermit,
 }
-
-/// How often a waiting call looks at its cancel flag.
-const CANCEL_POLL: Duration = Duration::from_millis(20);
 
 impl Slots {
     fn new(count: u32) -> Arc<Self> {
         Arc::new(Self {
-            free: Mutex::new(count),
-            freed: Condvar::new(),
+            free: Arc::new(Semaphore::new(count as usize)),
             total: count,
             kept: AtomicU32::new(0),
         })
@@ -82,26 +79,20 @@ impl Slots {
             .map(|_| KeptMark { slots: self.clone() })
     }
 
-    /// Waits for a free slot; `None` if `cancel` is set meanwhile.
-    pub(crate) fn acquire(self: &Arc<Self>, cancel: Option<&AtomicBool>) -> Option<SlotPermit> {
-        let mut free = self.free.lock().expect("slot mutex");
-        loop {
-            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                return None;
-            }
-            if *free > 0 {
-                *free -= 1;
-                return Some(SlotPermit { slots: self.clone() });
-            }
-            free = self.freed.wait_timeout(free, CANCEL_POLL).expect("slot mutex").0;
-        }
-    }
-}
-
-impl Drop for SlotPermit {
-    fn drop(&mut self) {
-        *self.slots.free.lock().expect("slot mutex") += 1;
-        self.slots.freed.notify_one();
+    /// Waits (first come, first served) for a free slot; `None` if
+    /// `cancel` fires first.
+    pub(crate) async fn acquire(&self, cancel: Option<&CancellationToken>) -> Option<SlotPermit> {
+        let permit = self.free.clone().acquire_owned();
+        let permit = match cancel {
+            Some(cancel) => tokio::select! {
+                biased;
+                () = cancel.cancelled() => return None,
+                permit = permit => permit,
+            },
+            None => permit.await,
+        };
+        // The semaphore is never closed.
+        permit.ok().map(|permit| SlotPermit { _permit: permit })
     }
 }
 
@@ -113,6 +104,8 @@ impl Sandbox {
             .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)
             .total_memories(n * 2)
             .total_tables(n * CORE_INSTANCES_PER_COMPONENT)
+            // Every call runs on a fiber stack of its own.
+            .total_stacks(n)
             .max_memory_size(usize::try_from(settings.max_memory_mb << 20).unwrap_or(usize::MAX));
         let mut config = Config::new();
         config
@@ -123,7 +116,7 @@ impl Sandbox {
         let engine = Engine::new(&config)?;
 
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::capability::clock::add_to_linker(&mut linker)?;
         crate::capability::files::add_to_linker(&mut linker)?;
         // The three worlds share their host interfaces; `streaming` is the

@@ -7,9 +7,10 @@ use super::error::{CallError, Limit, TrapKind};
 use crate::capability::{HostState, HostTrap, Secrets};
 use crate::config::Access;
 use crate::policy::Grants;
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx};
@@ -48,16 +49,16 @@ impl CallStore {
     /// Waits for an instance slot, then sets up the Store. `timeout` counts
     /// from the moment the slot is held: waiting for one is not the
     /// guest's time.
-    pub(crate) fn new(
+    pub(crate) async fn new(
         sandbox: &Sandbox,
         plugin: &Arc<str>,
         grants: &Arc<Grants>,
         secrets: &Arc<Secrets>,
-        cancel: Option<Arc<AtomicBool>>,
+        cancel: Option<CancellationToken>,
         site: Site<'_>,
         timeout: std::time::Duration,
     ) -> Result<Self, CallError> {
-        let slot = sandbox.slots.acquire(cancel.as_deref()).ok_or_else(|| {
+        let slot = sandbox.slots.acquire(cancel.as_ref()).await.ok_or_else(|| {
             CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() }
         })?;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
@@ -86,13 +87,15 @@ impl CallStore {
         let mut store = Store::new(&sandbox.engine, state);
         store.limiter(|state| &mut state.limiter);
         // Read from the store's data, so a kept instance gets each call's
-        // own deadline and cancel flag.
+        // own deadline and cancel flag. A guest still running at a tick
+        // yields its worker thread to other tasks, then goes on: this is
+        // `epoch_deadline_async_yield_and_update(1)` plus the deadline.
         store.epoch_deadline_callback(|store| {
             let state = store.data();
             Ok(if state.cancelled() || Instant::now() >= state.deadline {
                 UpdateDeadline::Interrupt
             } else {
-                UpdateDeadline::Continue(1)
+                UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
             })
         });
         store.set_epoch_deadline(1);
@@ -108,7 +111,7 @@ impl CallStore {
     /// fuel start over.
     pub(crate) fn rearm(
         &mut self,
-        cancel: Option<Arc<AtomicBool>>,
+        cancel: Option<CancellationToken>,
         timeout: std::time::Duration,
         fuel: Option<u64>,
     ) -> Result<(), CallError> {
@@ -124,6 +127,39 @@ impl CallStore {
             })?;
         }
         Ok(())
+    }
+
+    /// Runs `call`, a guest call on this Store, until it ends, the call's
+    /// deadline passes or the call is cancelled. Epoch interruption stops a
+    /// guest running wasm; this also ends one waiting inside a host call
+    /// (a request, a process, a sleep), wherever it waits. Dropping the
+    /// guest's future unwinds it; the Store is not entered again.
+    pub(crate) async fn bounded<T>(
+        deadline: Instant,
+        cancel: Option<CancellationToken>,
+        call: impl Future<Output = wasmtime::Result<T>>,
+    ) -> wasmtime::Result<T> {
+        let cancelled = async {
+            match cancel {
+                Some(cancel) => cancel.cancelled_owned().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            result = call => result,
+            // `classify` tells a cancel from a deadline by the token.
+            () = cancelled => Err(wasmtime::Error::new(HostTrap::Deadline)),
+            () = tokio::time::sleep_until(deadline.into()) => {
+                Err(wasmtime::Error::new(HostTrap::Deadline))
+            }
+        }
+    }
+
+    /// The deadline and cancel token of the call this Store is armed for.
+    pub(crate) fn limits(&self) -> (Instant, Option<CancellationToken>) {
+        let state = self.store.data();
+        (state.deadline, state.cancel.clone())
     }
 
     /// Whether the guest's stderr capture still has room for a panic

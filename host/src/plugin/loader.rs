@@ -21,8 +21,8 @@ use crate::policy::Grants;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
 
 const MAX_TOOL_NAME: usize = 64;
 /// Most tools one plugin may list: enough for any real toolbox, and small
@@ -79,9 +79,9 @@ pub struct CallContext {
     pub call_id: String,
     /// The trace the call belongs to.
     pub trace_id: Option<String>,
-    /// Set it to cut the call short (it then fails with
+    /// Cancel it to cut the call short (it then fails with
     /// [`CallError::Cancelled`]).
-    pub cancel: Option<Arc<AtomicBool>>,
+    pub cancel: Option<CancellationToken>,
 }
 
 pub(crate) struct ToolEntry {
@@ -236,7 +236,7 @@ fn check_header(file: &Path, bytes: &[u8]) -> Result<(), LoadError> {
 }
 
 /// Loads one plugin. Every failure is a one-line [`LoadError`].
-pub(crate) fn load(
+pub(crate) async fn load(
     cx: &LoadContext<'_>,
     name: &str,
     file: &Path,
@@ -250,8 +250,15 @@ pub(crate) fn load(
         |grown| LoadError::NeedsApproval { file: file.into(), name: name.into(), grown },
     )?;
 
-    let (component, source) = cache::load_or_compile(cx.sandbox, cx.cache_dir, &sha256, bytes)
-        .map_err(|reason| LoadError::Invalid { file: file.into(), reason })?;
+    let (engine, fingerprint) = (cx.sandbox.engine.clone(), cx.sandbox.fingerprint.clone());
+    let (dir, digest, wasm) = (cx.cache_dir.to_owned(), sha256.clone(), bytes.clone());
+    let compiled = tokio::task::spawn_blocking(move || {
+        cache::load_or_compile(&engine, &fingerprint, &dir, &digest, &wasm)
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("the compiler failed: {e}")));
+    let (component, source) =
+        compiled.map_err(|reason| LoadError::Invalid { file: file.into(), reason })?;
     let world = contract::inspect(&cx.sandbox.engine, &component)
         .map_err(|source| LoadError::Contract { file: file.into(), source })?;
     let grants = Grants::intersect(&manifest, &cx.config.grant(name), &cx.config.sandbox, |p| {
@@ -270,6 +277,7 @@ pub(crate) fn load(
         World::ToolPlugin => {
             let pre = ToolPluginPre::new(pre).map_err(link)?;
             let tools = list_tools(cx, &name, &grants, &pre)
+                .await
                 .map_err(|reason| LoadError::Tools { file: file.into(), reason })?;
             Exports::Tool { pre, tools }
         }
@@ -294,7 +302,7 @@ pub(crate) fn load(
 }
 
 /// Asks the component for its tools, under the same sandbox as a call.
-fn list_tools(
+async fn list_tools(
     cx: &LoadContext<'_>,
     plugin: &Arc<str>,
     grants: &Arc<Grants>,
@@ -303,10 +311,15 @@ fn list_tools(
     let site = Site { plugin, tool: "list" };
     let timeout = grants.limits.timeout.min(LIST_TIMEOUT);
     let mut call = CallStore::new(cx.sandbox, plugin, grants, cx.secrets, None, site, timeout)
+        .await
         .map_err(|e| e.to_string())?;
-    let specs = pre
-        .instantiate(&mut call.store)
-        .and_then(|instance| instance.reson_plugin_tool().call_list(&mut call.store))
+    let (deadline, cancel) = call.limits();
+    let list = async {
+        let instance = pre.instantiate_async(&mut call.store).await?;
+        instance.reson_plugin_tool().call_list(&mut call.store).await
+    };
+    let specs = CallStore::bounded(deadline, cancel, list)
+        .await
         .map_err(|e| format!("listing its tools failed: {}", call.classify(&e, site)))?;
     drop(call);
     if specs.len() > MAX_TOOLS_PER_PLUGIN {
@@ -379,7 +392,7 @@ fn scrub(text: String) -> String {
 impl LoadedPlugin {
     /// Runs `tool` in a fresh instance, or in a kept one when the manifest
     /// asks for `keep_warm`. `args` has passed the schema.
-    pub(crate) fn call_tool(
+    pub(crate) async fn call_tool(
         &self,
         sandbox: &Sandbox,
         secrets: &Arc<Secrets>,
@@ -412,9 +425,13 @@ impl LoadedPlugin {
                     context.cancel.clone(),
                     site,
                     timeout,
-                )?;
+                )
+                .await?;
+                let (deadline, cancel) = call.limits();
                 let instance =
-                    pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
+                    CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store))
+                        .await
+                        .map_err(|e| call.classify(&e, site))?;
                 (call, instance)
             }
         };
@@ -423,12 +440,14 @@ impl LoadedPlugin {
             trace_id: context.trace_id.clone(),
             cwd: self.grants.dirs.first().map(|d| d.guest.clone()),
         };
-        let result = instance.reson_plugin_tool().call_call(
-            &mut call.store,
-            tool,
-            &args.to_owned(),
-            &wit_context,
-        );
+        let (deadline, cancel) = call.limits();
+        let args = args.to_owned();
+        let result = CallStore::bounded(
+            deadline,
+            cancel,
+            instance.reson_plugin_tool().call_call(&mut call.store, tool, &args, &wit_context),
+        )
+        .await;
         let result = match result {
             Ok(answer) => {
                 // The guest returned normally: its instance can be entered again.
@@ -481,13 +500,13 @@ impl LoadedPlugin {
 
     /// Runs one chat call of a provider plugin in a fresh instance;
     /// `deltas` receives streamed pieces while it runs.
-    pub(crate) fn chat(
+    pub(crate) async fn chat(
         &self,
         sandbox: &Sandbox,
         secrets: &Arc<Secrets>,
         request: &chat::ChatRequest,
         deltas: Option<DeltaSink>,
-        cancel: Option<Arc<AtomicBool>>,
+        cancel: Option<CancellationToken>,
     ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
         let site = Site { plugin: &self.name, tool: "chat" };
         let Exports::Provider { pre } = &self.exports else {
@@ -505,12 +524,16 @@ impl LoadedPlugin {
             cancel,
             site,
             self.grants.limits.timeout,
-        )?;
+        )
+        .await?;
         call.store.data_mut().deltas = deltas;
-        let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
-        let answer = instance
-            .reson_plugin_provider()
-            .call_chat(&mut call.store, request)
+        let (deadline, cancel) = call.limits();
+        let chat = async {
+            let instance = pre.instantiate_async(&mut call.store).await?;
+            instance.reson_plugin_provider().call_chat(&mut call.store, request).await
+        };
+        let answer = CallStore::bounded(deadline, cancel, chat)
+            .await
             .map_err(|e| call.classify(&e, site))?;
         // A cancel cuts the guest's waits short, and the guest may then
         // still finish before the next epoch tick stops it: a stop asked for
@@ -525,7 +548,7 @@ impl LoadedPlugin {
     }
 
     /// Parses `raw` with a plan parser plugin in a fresh instance.
-    pub(crate) fn parse_plan(
+    pub(crate) async fn parse_plan(
         &self,
         sandbox: &Sandbox,
         secrets: &Arc<Secrets>,
@@ -548,12 +571,14 @@ impl LoadedPlugin {
             None,
             site,
             self.grants.limits.timeout,
-        )?;
-        let instance = pre.instantiate(&mut call.store).map_err(|e| call.classify(&e, site))?;
-        instance
-            .reson_plugin_plan_parser()
-            .call_parse(&mut call.store, raw, goal)
-            .map_err(|e| call.classify(&e, site))
+        )
+        .await?;
+        let (deadline, cancel) = call.limits();
+        let parse = async {
+            let instance = pre.instantiate_async(&mut call.store).await?;
+            instance.reson_plugin_plan_parser().call_parse(&mut call.store, raw, goal).await
+        };
+        CallStore::bounded(deadline, cancel, parse).await.map_err(|e| call.classify(&e, site))
     }
 
     fn checked_output(&self, tool: &str, out: wit::ToolOutput) -> Result<ToolOutput, CallError> {

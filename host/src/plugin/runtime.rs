@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use tokio_util::sync::CancellationToken;
 
 /// Where the runtime finds and keeps things.
 #[derive(Debug, Clone)]
@@ -379,7 +380,7 @@ struct Inner {
     lock: Mutex<LockFile>,
     catalog: RwLock<Arc<Catalog>>,
     /// Serialises reloads; calls never take it.
-    reload: Mutex<()>,
+    reload: tokio::sync::Mutex<()>,
     generation: AtomicU64,
 }
 
@@ -394,7 +395,7 @@ impl Runtime {
     /// Sets up the sandbox and loads every plugin in the directory. A
     /// plugin that fails to load is reported in [`Runtime::plugins`]; the
     /// others load regardless.
-    pub fn open(options: Options) -> Result<Self, RuntimeError> {
+    pub async fn open(options: Options) -> Result<Self, RuntimeError> {
         if !options.plugins_dir.is_dir() {
             return Err(RuntimeError::NoPluginsDir { path: options.plugins_dir });
         }
@@ -409,11 +410,11 @@ impl Runtime {
                 secrets,
                 lock: Mutex::new(lock),
                 catalog: RwLock::new(Arc::default()),
-                reload: Mutex::new(()),
+                reload: tokio::sync::Mutex::new(()),
                 generation: AtomicU64::new(0),
             }),
         };
-        runtime.rescan()?;
+        runtime.rescan().await?;
         Ok(runtime)
     }
 
@@ -476,9 +477,9 @@ impl Runtime {
 
     /// Calls a tool: lookup (a tool the grant leaves out, or whose name
     /// another plugin serves, is refused), schema check of `args` (a JSON
-    /// object), then a fresh instance. Blocks the calling thread; from
-    /// async code, call it inside `spawn_blocking`.
-    pub fn call_tool(
+    /// object), then a fresh instance (waiting for a free instance slot
+    /// when every one is busy).
+    pub async fn call_tool(
         &self,
         name: &str,
         args: &str,
@@ -505,7 +506,8 @@ impl Runtime {
         if !errors.is_empty() {
             return Err(invalid(errors.join("; ")));
         }
-        plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, context)
+        let plugin = plugin.clone();
+        plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, context).await
     }
 
     /// The loaded generation of `plugin`, or why there is none.
@@ -522,42 +524,34 @@ impl Runtime {
         Err(CallError::Internal { plugin: plugin.into(), tool: tool.into(), message })
     }
 
-    /// Calls the provider plugin `plugin` once. Blocks like
-    /// [`Runtime::call_tool`].
-    pub(crate) fn chat(
+    /// Calls the provider plugin `plugin` once.
+    pub(crate) async fn chat(
         &self,
         plugin: &str,
         request: &chat::ChatRequest,
         deltas: Option<DeltaSink>,
-        cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+        cancel: Option<CancellationToken>,
     ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
-        self.active(plugin, "chat")?.chat(
-            &self.inner.sandbox,
-            &self.inner.secrets,
-            request,
-            deltas,
-            cancel,
-        )
+        self.active(plugin, "chat")?
+            .chat(&self.inner.sandbox, &self.inner.secrets, request, deltas, cancel)
+            .await
     }
 
     /// Parses a plan with the plan parser plugin `plugin`.
-    pub(crate) fn parse_plan(
+    pub(crate) async fn parse_plan(
         &self,
         plugin: &str,
         raw: &str,
         goal: &str,
     ) -> Result<Result<plan::Plan, plan::ParseError>, CallError> {
-        self.active(plugin, "parse")?.parse_plan(
-            &self.inner.sandbox,
-            &self.inner.secrets,
-            raw,
-            goal,
-        )
+        self.active(plugin, "parse")?
+            .parse_plan(&self.inner.sandbox, &self.inner.secrets, raw, goal)
+            .await
     }
 
     /// Re-reads the whole plugins directory: new and changed files load,
     /// removed ones unload, unchanged ones are left alone.
-    pub fn rescan(&self) -> Result<(), RuntimeError> {
+    pub async fn rescan(&self) -> Result<(), RuntimeError> {
         let dir = &self.inner.options.plugins_dir;
         let mut names: Vec<String> = Vec::new();
         match std::fs::read_dir(dir) {
@@ -575,16 +569,16 @@ impl Runtime {
         let known: Vec<String> = self.catalog().slots.keys().cloned().collect();
         let mut affected: Vec<String> = known.into_iter().filter(|n| !names.contains(n)).collect();
         affected.extend(names);
-        self.reload(&affected);
+        self.reload(&affected).await;
         Ok(())
     }
 
-    /// Reloads the named plugins, in parallel. Each is validated and
+    /// Reloads the named plugins, concurrently. Each is validated and
     /// compiled off the call path, then swapped in atomically: calls
     /// already running finish on the old generation. A failed load keeps
     /// the previous generation serving. A plugin whose file is gone unloads.
-    pub fn reload(&self, names: &[String]) {
-        let _serial = self.inner.reload.lock().expect("reload mutex");
+    pub async fn reload(&self, names: &[String]) {
+        let _serial = self.inner.reload.lock().await;
         let before = self.catalog();
         let dir = &self.inner.options.plugins_dir;
         let config = &self.inner.options.config;
@@ -595,35 +589,28 @@ impl Runtime {
             lock: &self.inner.lock,
             secrets: &self.inner.secrets,
         };
-        let load_one = |name: &String| {
+        let (cx, before) = (&cx, &before);
+        // Compiles run on the blocking pool, so a cold start compiles in
+        // parallel and no async worker waits on the compiler.
+        let outcomes = futures::future::join_all(names.iter().map(|name| async move {
             let previous = before.slots.get(name).and_then(|s| s.attempted.as_deref());
             let file = dir.join(format!("{name}.wasm"));
-            (name.clone(), load_outcome(&cx, name, file, previous, &self.inner.generation))
-        };
-        // Compiles run in parallel on a cold start; a single reload (the
-        // watcher's usual case) stays on this thread.
-        let outcomes: Vec<(String, Outcome)> = if names.len() == 1 {
-            names.iter().map(load_one).collect()
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> =
-                    names.iter().map(|name| scope.spawn(|| load_one(name))).collect();
-                handles.into_iter().map(|h| h.join().expect("plugin loader thread")).collect()
-            })
-        };
+            (name.clone(), load_outcome(cx, name, file, previous, &self.inner.generation).await)
+        }))
+        .await;
 
         let mut next = (*self.catalog()).clone();
         for (name, outcome) in outcomes {
             next.apply(name, outcome);
         }
-        next.reindex(&before, &self.inner.lock);
+        next.reindex(before, &self.inner.lock);
         *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
     }
 
     /// Accepts a plugin as it is now: one held back because it changed and
     /// asks for more, or one whose tool names another plugin serves (they
     /// are handed to it). Records it in the lock file and loads it.
-    pub fn accept(&self, name: &str) -> Result<(), RuntimeError> {
+    pub async fn accept(&self, name: &str) -> Result<(), RuntimeError> {
         let file = self.inner.options.plugins_dir.join(format!("{name}.wasm"));
         if !file.exists() {
             return Err(RuntimeError::NoSuchPlugin(name.into()));
@@ -636,8 +623,8 @@ impl Runtime {
             &files.sha256,
             &manifest.requests,
         )?;
-        self.forget_attempt(name);
-        self.reload(&[name.to_owned()]);
+        self.forget_attempt(name).await;
+        self.reload(&[name.to_owned()]).await;
         let listed: Vec<String> = self
             .catalog()
             .slots
@@ -647,16 +634,16 @@ impl Runtime {
             .unwrap_or_default();
         if !listed.is_empty() {
             self.inner.lock.lock().expect("lock file mutex").transfer(name, &listed)?;
-            self.reload(&[]);
+            self.reload(&[]).await;
         }
         Ok(())
     }
 
-    fn forget_attempt(&self, name: &str) {
+    async fn forget_attempt(&self, name: &str) {
         // A reload running meanwhile (the watcher's) would otherwise replace
         // the catalog with one that still remembers the attempt, or this
         // would put back a catalog from before that reload.
-        let _serial = self.inner.reload.lock().expect("reload mutex");
+        let _serial = self.inner.reload.lock().await;
         let mut next = (*self.catalog()).clone();
         if let Some(slot) = next.slots.get_mut(name) {
             slot.attempted = None;
@@ -673,7 +660,7 @@ enum Outcome {
 }
 
 /// Decides what to do about one plugin and, if it changed, loads it.
-fn load_outcome(
+async fn load_outcome(
     cx: &LoadContext<'_>,
     name: &str,
     file: PathBuf,
@@ -698,7 +685,7 @@ fn load_outcome(
         return Outcome::Unchanged;
     }
     let next = generation.fetch_add(1, Ordering::Relaxed) + 1;
-    let loaded = loader::load(cx, name, &file, &files, next);
+    let loaded = loader::load(cx, name, &file, &files, next).await;
     Outcome::Loaded(file, Some(fp), Box::new(loaded))
 }
 

@@ -3,8 +3,8 @@
 use super::runtime::{Runtime, RuntimeError, plugin_name};
 use notify::{RecursiveMode, Watcher as _};
 use std::collections::BTreeSet;
-use std::sync::mpsc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// Events closer together than this are one change: writers often create,
 /// write and rename in quick succession.
@@ -13,38 +13,44 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// Keeps a runtime in step with its plugins directory while alive.
 pub struct Watcher {
     _watcher: notify::RecommendedWatcher,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Runtime {
     /// Starts watching the plugins directory. New and changed files are
-    /// validated and compiled on the watcher's thread, never on a call's;
-    /// removed files unload. Dropping the [`Watcher`] stops it.
+    /// validated and compiled on a task of its own (compiles on the
+    /// blocking pool), never on a call's; removed files unload. Dropping
+    /// the [`Watcher`] stops it. Call it inside a tokio runtime.
     pub fn watch(&self) -> Result<Watcher, RuntimeError> {
+        let tokio = tokio::runtime::Handle::try_current().map_err(|_| {
+            RuntimeError::Watch("watching needs a tokio runtime to reload on".into())
+        })?;
         let dir = self.options().plugins_dir.clone();
         std::fs::create_dir_all(&dir)?;
-        let (tx, rx) = mpsc::channel::<notify::Result<notify::Event>>();
-        let mut watcher =
-            notify::recommended_watcher(tx).map_err(|e| RuntimeError::Watch(e.to_string()))?;
+        let (tx, mut rx) = mpsc::unbounded_channel::<notify::Result<notify::Event>>();
+        let mut watcher = notify::recommended_watcher(move |event| {
+            // The receiving task is gone only once the watcher is dropped.
+            let _ = tx.send(event);
+        })
+        .map_err(|e| RuntimeError::Watch(e.to_string()))?;
         watcher
             .watch(&dir, RecursiveMode::NonRecursive)
             .map_err(|e| RuntimeError::Watch(e.to_string()))?;
         let runtime = self.clone();
-        let thread =
-            std::thread::Builder::new().name("reson-plugin-watch".into()).spawn(move || {
-                // Ends when the watcher (the sender) is dropped.
-                while let Ok(first) = rx.recv() {
-                    let mut names = BTreeSet::new();
-                    collect(first, &mut names);
-                    while let Ok(more) = rx.recv_timeout(SETTLE) {
-                        collect(more, &mut names);
-                    }
-                    if !names.is_empty() {
-                        runtime.reload(&names.into_iter().collect::<Vec<_>>());
-                    }
+        // Ends when the watcher (holding the sender) is dropped; a reload
+        // under way finishes first.
+        tokio.spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut names = BTreeSet::new();
+                collect(first, &mut names);
+                while let Ok(Some(more)) = tokio::time::timeout(SETTLE, rx.recv()).await {
+                    collect(more, &mut names);
                 }
-            })?;
-        Ok(Watcher { _watcher: watcher, thread: Some(thread) })
+                if !names.is_empty() {
+                    runtime.reload(&names.into_iter().collect::<Vec<_>>()).await;
+                }
+            }
+        });
+        Ok(Watcher { _watcher: watcher })
     }
 }
 
@@ -52,13 +58,5 @@ fn collect(event: notify::Result<notify::Event>, names: &mut BTreeSet<String>) {
     match event {
         Ok(event) => names.extend(event.paths.iter().filter_map(|p| plugin_name(p))),
         Err(e) => tracing::warn!("plugin watcher: {e}"),
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        // Dropping `_watcher` closes the channel; the thread then ends.
-        // Detach instead of joining: it may be mid-reload.
-        drop(self.thread.take());
     }
 }

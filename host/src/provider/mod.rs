@@ -7,10 +7,11 @@ mod convert;
 
 use crate::plugin::{CallError, Runtime, ToolSpec};
 use crate::trace::{Message, Usage};
+use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::pin::Pin;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Sampling and transport parameters of a chat call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -90,8 +91,18 @@ pub enum Delta {
     },
 }
 
-/// Receives deltas while a call runs.
-pub type DeltaSink = Box<dyn FnMut(Delta) + Send>;
+/// One item of a chat call's stream.
+#[derive(Debug, Clone)]
+pub enum ChatEvent {
+    /// A streamed piece of the answer.
+    Delta(Delta),
+    /// The whole answer; the last item.
+    Done(ChatResponse),
+}
+
+/// A chat call in flight: deltas as they arrive, then one
+/// [`ChatEvent::Done`] or one error. Dropping it cuts the call.
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatEvent, ProviderError>> + Send>>;
 
 /// Why a chat call failed. The case decides retries.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -177,14 +188,30 @@ impl ChatResponse {
 pub trait ChatProvider: Send + Sync {
     /// The provider's name (the plugin name).
     fn name(&self) -> &str;
-    /// Performs one call, blocking; deltas go to `deltas` as they arrive.
-    /// Setting `cancel` cuts the call short.
-    fn chat(
-        &self,
-        request: &ChatRequest,
-        deltas: DeltaSink,
-        cancel: Arc<AtomicBool>,
-    ) -> Result<ChatResponse, ProviderError>;
+    /// Starts one call. Cancelling `cancel`, or dropping the stream, cuts
+    /// it short.
+    fn chat(&self, request: ChatRequest, cancel: CancellationToken) -> ChatStream;
+}
+
+/// Runs one call of `provider` to its end, handing each delta to
+/// `on_delta` as it arrives.
+pub async fn complete(
+    provider: &dyn ChatProvider,
+    request: ChatRequest,
+    cancel: CancellationToken,
+    mut on_delta: impl FnMut(Delta) + Send,
+) -> Result<ChatResponse, ProviderError> {
+    let mut stream = provider.chat(request, cancel);
+    while let Some(item) = stream.next().await {
+        match item? {
+            ChatEvent::Delta(delta) => on_delta(delta),
+            ChatEvent::Done(response) => return Ok(response),
+        }
+    }
+    Err(ProviderError::InvalidResponse(format!(
+        "provider `{}` ended its stream without an answer",
+        provider.name()
+    )))
 }
 
 /// A provider served by a provider plugin.
@@ -206,18 +233,34 @@ impl ChatProvider for PluginProvider {
         &self.plugin
     }
 
-    fn chat(
-        &self,
-        request: &ChatRequest,
-        mut deltas: DeltaSink,
-        cancel: Arc<AtomicBool>,
-    ) -> Result<ChatResponse, ProviderError> {
-        let history = continuation::prepare(&request.messages, &self.plugin);
-        let wit_request = convert::request(&history, &request.tools, &request.params);
-        let sink = Box::new(move |d| deltas(convert::delta(d)));
-        let response =
-            self.runtime.chat(&self.plugin, &wit_request, Some(sink), Some(cancel))??;
-        Ok(convert::response(response))
+    /// The call runs on a task of its own, so that deltas flow while the
+    /// caller reads them; it must be made inside a tokio runtime.
+    fn chat(&self, request: ChatRequest, cancel: CancellationToken) -> ChatStream {
+        let (items, mut received) = tokio::sync::mpsc::unbounded_channel();
+        // Its own token: dropping the stream cancels this call only, and a
+        // cancel of `cancel` still reaches it.
+        let call = cancel.child_token();
+        let dropped = call.clone().drop_guard();
+        let (runtime, plugin) = (self.runtime.clone(), self.plugin.clone());
+        tokio::spawn(async move {
+            let history = continuation::prepare(&request.messages, &plugin);
+            let wit_request = convert::request(&history, &request.tools, &request.params);
+            let deltas = items.clone();
+            let sink = Box::new(move |d| {
+                // A reader that went away has cancelled the call.
+                let _ = deltas.send(Ok(ChatEvent::Delta(convert::delta(d))));
+            });
+            let answer = match runtime.chat(&plugin, &wit_request, Some(sink), Some(call)).await {
+                Ok(Ok(response)) => Ok(ChatEvent::Done(convert::response(response))),
+                Ok(Err(e)) => Err(e.into()),
+                Err(e) => Err(e.into()),
+            };
+            let _ = items.send(answer);
+        });
+        Box::pin(futures::stream::poll_fn(move |cx| {
+            let _cancel_on_drop = &dropped;
+            received.poll_recv(cx)
+        }))
     }
 }
 

@@ -83,7 +83,7 @@ impl ToolRegistry {
 
     /// Runs a plugin tool. Every failure becomes a result the model can
     /// read and act on; none ends the run.
-    pub fn call(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
+    pub async fn call(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
         let unknown = || {
             let names: Vec<String> = self.specs().into_iter().map(|t| t.name).collect();
             ToolResult::error(format!(
@@ -96,7 +96,7 @@ impl ToolRegistry {
             return unknown();
         }
         let Some(runtime) = &self.runtime else { return unknown() };
-        match runtime.call_tool(&call.name, &call.arguments, context) {
+        match runtime.call_tool(&call.name, &call.arguments, context).await {
             Ok(out) => ToolResult {
                 text: out.text,
                 ok: true,

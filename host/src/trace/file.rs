@@ -2,11 +2,12 @@
 //! safety and fsync policy in the module docs of [`crate::trace`]).
 
 use super::event::{Event, EventKind};
-use super::flush::{Flusher, Target, sync_dir};
+use super::flush::{Flusher, Target};
 use super::goal::{GoalStats, GoalTree};
 use super::message::Message;
 use super::model::{Trace, now_ms};
-use super::store::{TraceError, TraceFilter, TraceStore};
+use super::store::{TraceError, TraceFilter, TraceStore, check_id};
+use async_trait::async_trait;
 use serde::Deserialize;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -18,7 +19,7 @@ const EVENTS: &str = "events.jsonl";
 const MESSAGES: &str = "messages";
 
 /// How many messages continuing the head may be added before meta.json is
-/// rewritten; `get` reads at most this many message files to catch up.
+/// rewritten; `get_trace` reads at most this many message files to catch up.
 const META_EVERY: u64 = 32;
 
 /// When writes reach stable storage.
@@ -27,32 +28,32 @@ pub enum Durability {
     /// Calls return once their writes are with the OS, which survives the
     /// process being killed at any instant; a background thread fsyncs them
     /// in write order a few milliseconds later (group commit), and
-    /// [`TraceStore::sync`] waits for it.
+    /// [`TraceStore::sync`] awaits it.
     #[default]
     Batched,
     /// Calls return only once their writes and the directory entries
     /// naming them are fsync'd, which survives a power loss too. Several
-    /// fsyncs per call.
+    /// fsyncs per call, done by the same background thread while the call
+    /// awaits them, so that no tokio worker blocks on the disk.
     Immediate,
 }
 
 /// Traces as files under `root`, one directory per trace.
 pub struct FileTraceStore {
     root: PathBuf,
-    // `None` when every write is synced before its call returns.
-    flusher: Option<Flusher>,
+    durability: Durability,
+    flusher: Flusher,
 }
 
 impl FileTraceStore {
-    /// A store under `root`, created if missing.
+    /// A store under `root`, created if missing. Starts the thread that
+    /// does the store's fsyncs; it ends when the store is dropped, once
+    /// what was queued is synced.
     pub fn open(root: impl Into<PathBuf>, durability: Durability) -> Result<Self, TraceError> {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_at(&root))?;
-        let flusher = match durability {
-            Durability::Batched => Some(Flusher::start().map_err(io_at(&root))?),
-            Durability::Immediate => None,
-        };
-        Ok(Self { root, flusher })
+        let flusher = Flusher::start().map_err(io_at(&root))?;
+        Ok(Self { root, durability, flusher })
     }
 
     /// The directory holding the traces.
@@ -61,51 +62,58 @@ impl FileTraceStore {
     }
 
     fn dir(&self, id: &str) -> Result<PathBuf, TraceError> {
-        let valid = (1..=128).contains(&id.len())
-            && !id.starts_with('.')
-            && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
-        if valid { Ok(self.root.join(id)) } else { Err(TraceError::InvalidId(id.to_owned())) }
+        check_id(id)?;
+        Ok(self.root.join(id))
     }
 
     /// Replaces `path` atomically: readers and crashes see the old contents
     /// or the new, never a mix. Every file the store writes, but for
     /// events.jsonl, is written here, through the redaction point.
-    fn replace(&self, path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
+    async fn replace(&self, path: &Path, bytes: &[u8]) -> Result<(), TraceError> {
+        let pending = self.place(path, bytes).await?;
+        self.settle(pending).await
+    }
+
+    /// The first half of [`replace`](Self::replace): once it returns, the
+    /// new contents are under their name; what it returns must still be
+    /// [settled](Self::settle). Cancelled while it awaits an fsync
+    /// ([`Durability::Immediate`]), it leaves the old file and a temporary
+    /// one, as a crash would.
+    async fn place(&self, path: &Path, bytes: &[u8]) -> Result<Vec<Target>, TraceError> {
         let bytes = crate::redact::redact_bytes(bytes);
         let dir = path.parent().unwrap_or(Path::new("."));
         let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp"));
         let mut file = File::create(&tmp).map_err(io_at(&tmp))?;
         file.write_all(&bytes).map_err(io_at(&tmp))?;
-        if self.flusher.is_none() {
-            // Synced before the rename, or a power loss could leave the new
-            // name pointing at contents that never reached the disk.
-            file.sync_data().map_err(io_at(&tmp))?;
-        }
         drop(file);
+        let file_and_dir = match self.durability {
+            Durability::Batched => vec![Target::File(path.to_owned()), Target::Dir(dir.to_owned())],
+            Durability::Immediate => {
+                // Synced before the rename, or a power loss could leave the
+                // new name pointing at contents that never reached the disk.
+                self.flusher.sync_now(vec![Target::File(tmp.clone())]).await?;
+                vec![Target::Dir(dir.to_owned())]
+            }
+        };
         fs::rename(&tmp, path).map_err(io_at(path))?;
-        self.settle(vec![Target::File(path.to_owned()), Target::Dir(dir.to_owned())])
+        Ok(file_and_dir)
     }
 
     /// Makes `targets` durable now, or queues them, by the durability chosen.
-    /// With [`Durability::Immediate`] the files were synced as they were
-    /// written; only directory entries are left.
-    fn settle(&self, targets: Vec<Target>) -> Result<(), TraceError> {
-        match &self.flusher {
-            Some(flusher) => {
-                flusher.enqueue(targets);
+    async fn settle(&self, targets: Vec<Target>) -> Result<(), TraceError> {
+        match self.durability {
+            Durability::Batched => {
+                self.flusher.enqueue(targets);
                 Ok(())
             }
-            None => targets.iter().try_for_each(|t| match t {
-                Target::Dir(dir) => sync_dir(dir).map_err(io_at(dir)),
-                Target::File(_) => Ok(()),
-            }),
+            Durability::Immediate => self.flusher.sync_now(targets).await,
         }
     }
 
-    fn write_meta(&self, dir: &Path, trace: &Trace) -> Result<(), TraceError> {
+    async fn write_meta(&self, dir: &Path, trace: &Trace) -> Result<(), TraceError> {
         let path = dir.join(META);
-        self.replace(&path, &to_json(&path, trace)?)
+        self.replace(&path, &to_json(&path, trace)?).await
     }
 
     fn read_trace(&self, id: &str) -> Result<Option<Trace>, TraceError> {
@@ -175,8 +183,15 @@ fn reconcile(dir: &Path, trace: &mut Trace) -> Result<(), TraceError> {
     Ok(())
 }
 
+// Reads and writes are done inline in these async fns, with std::fs: each
+// is a few syscalls on files of a few KiB, cheaper than handing it to a
+// blocking thread, and a `spawn_blocking` per call would grow tokio's
+// blocking pool past the thread budget of 1,000 concurrent sessions. Only
+// fsyncs, which can take milliseconds, leave the worker: they go to the
+// store's sync thread and are awaited.
+#[async_trait]
 impl TraceStore for FileTraceStore {
-    fn create(&self, trace: &Trace) -> Result<(), TraceError> {
+    async fn create_trace(&self, trace: &Trace) -> Result<(), TraceError> {
         let dir = self.dir(&trace.id)?;
         match fs::create_dir(&dir) {
             Ok(()) => {}
@@ -192,21 +207,21 @@ impl TraceStore for FileTraceStore {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(io_at(&messages)(e)),
             _ => {}
         }
-        self.write_meta(&dir, trace)?;
-        self.settle(vec![Target::Dir(self.root.clone())])
+        self.write_meta(&dir, trace).await?;
+        self.settle(vec![Target::Dir(self.root.clone())]).await
     }
 
-    fn get(&self, id: &str) -> Result<Option<Trace>, TraceError> {
+    async fn get_trace(&self, id: &str) -> Result<Option<Trace>, TraceError> {
         self.read_trace(id)
     }
 
-    fn update(&self, trace: &Trace) -> Result<(), TraceError> {
+    async fn update_trace(&self, trace: &Trace) -> Result<(), TraceError> {
         let dir = self.dir(&trace.id)?;
         require(&trace.id, &dir)?;
-        self.write_meta(&dir, trace)
+        self.write_meta(&dir, trace).await
     }
 
-    fn list(&self, filter: &TraceFilter) -> Result<Vec<Trace>, TraceError> {
+    async fn list_traces(&self, filter: &TraceFilter) -> Result<Vec<Trace>, TraceError> {
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -230,7 +245,7 @@ impl TraceStore for FileTraceStore {
         Ok(traces)
     }
 
-    fn add_message(
+    async fn add_message(
         &self,
         trace: &mut Trace,
         mut message: Message,
@@ -251,26 +266,30 @@ impl TraceStore for FileTraceStore {
         message.parent_sequence = parent;
         message.created_at_ms = now_ms();
         let path = message_path(&dir, seq);
-        self.replace(&path, &to_json(&path, &message)?).map_err(|e| missing(&trace.id, &dir, e))?;
-        // The file exists now, so the sequence is spent even if the meta
-        // write below fails.
+        let pending = self
+            .place(&path, &to_json(&path, &message)?)
+            .await
+            .map_err(|e| missing(&trace.id, &dir, e))?;
+        // The file exists now, so the sequence is spent even if its sync or
+        // the meta write below fails, or the call is cancelled there.
         let continues_head = parent == trace.head_sequence;
         trace.last_sequence = seq;
         trace.head_sequence = Some(seq);
         trace.totals += &GoalStats::of(&message);
         trace.updated_at_ms = message.created_at_ms;
+        self.settle(pending).await?;
         // Replacing meta.json costs ~0.2 ms on ext4 (a rename over a file
-        // starts its writeback), as much as the rest of a step. `get`
+        // starts its writeback), as much as the rest of a step. `get_trace`
         // rebuilds everything this message changed from the message files
         // when it continues the head, so meta.json is only needed for a
-        // branch, and now and then to bound what `get` has to read.
+        // branch, and now and then to bound what `get_trace` has to read.
         if !continues_head || seq.is_multiple_of(META_EVERY) {
-            self.write_meta(&dir, trace)?;
+            self.write_meta(&dir, trace).await?;
         }
         Ok(message)
     }
 
-    fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError> {
+    async fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError> {
         let dir = self.dir(&trace.id)?;
         require(&trace.id, &dir)?;
         if !has_message(&dir, sequence) {
@@ -278,10 +297,10 @@ impl TraceStore for FileTraceStore {
         }
         trace.head_sequence = Some(sequence);
         trace.updated_at_ms = now_ms();
-        self.write_meta(&dir, trace)
+        self.write_meta(&dir, trace).await
     }
 
-    fn messages(&self, id: &str) -> Result<Vec<Message>, TraceError> {
+    async fn get_messages(&self, id: &str) -> Result<Vec<Message>, TraceError> {
         let dir = self.dir(id)?;
         let messages_dir = dir.join(MESSAGES);
         let entries = match fs::read_dir(&messages_dir) {
@@ -312,7 +331,7 @@ impl TraceStore for FileTraceStore {
         Ok(messages)
     }
 
-    fn message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError> {
+    async fn get_message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError> {
         let dir = self.dir(id)?;
         let message = read_message(&dir, sequence)?;
         if message.is_none() {
@@ -321,7 +340,11 @@ impl TraceStore for FileTraceStore {
         Ok(message)
     }
 
-    fn main_path(&self, id: &str, head: u64) -> Result<Vec<Message>, TraceError> {
+    async fn get_main_path_messages(
+        &self,
+        id: &str,
+        head: u64,
+    ) -> Result<Vec<Message>, TraceError> {
         let dir = self.dir(id)?;
         let mut chain: Vec<Message> = Vec::new();
         let mut at = Some(head);
@@ -351,13 +374,21 @@ impl TraceStore for FileTraceStore {
         Ok(chain)
     }
 
-    fn messages_by_goal(&self, id: &str, goal_id: &str) -> Result<Vec<Message>, TraceError> {
-        let mut messages = self.messages(id)?;
+    async fn get_messages_by_goal(
+        &self,
+        id: &str,
+        goal_id: &str,
+    ) -> Result<Vec<Message>, TraceError> {
+        let mut messages = self.get_messages(id).await?;
         messages.retain(|m| m.goal_id.as_deref() == Some(goal_id));
         Ok(messages)
     }
 
-    fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
+    async fn append_event(
+        &self,
+        trace: &mut Trace,
+        kind: EventKind,
+    ) -> Result<Event, TraceError> {
         let dir = self.dir(&trace.id)?;
         let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
         let path = dir.join(EVENTS);
@@ -365,21 +396,23 @@ impl TraceStore for FileTraceStore {
             .map_err(|e| corrupt(&path, format!("cannot serialise: {e}")))?;
         line.push(b'\n');
         let line = crate::redact::redact_bytes(&line);
-        let created = append_line(&path, &line, self.flusher.is_none())
+        let created = append_line(&path, &line)
             .map_err(io_at(&path))
             .map_err(|e| missing(&trace.id, &dir, e))?;
+        // meta.json is not rewritten per event: `get_trace` takes the last
+        // id from the file, which keeps an event at one write. The line is
+        // in the file now, so its id is spent even if the sync below fails
+        // or the call is cancelled there.
+        trace.last_event_id = event.id;
         let mut targets = vec![Target::File(path)];
         if created {
             targets.push(Target::Dir(dir));
         }
-        self.settle(targets)?;
-        // meta.json is not rewritten per event: `get` takes the last id from
-        // the file, which keeps an event at one write.
-        trace.last_event_id = event.id;
+        self.settle(targets).await?;
         Ok(event)
     }
 
-    fn events_after(&self, id: &str, after_event_id: u64) -> Result<Vec<Event>, TraceError> {
+    async fn events_after(&self, id: &str, after_event_id: u64) -> Result<Vec<Event>, TraceError> {
         let dir = self.dir(id)?;
         let path = dir.join(EVENTS);
         let bytes = match fs::read(&path) {
@@ -406,7 +439,7 @@ impl TraceStore for FileTraceStore {
         Ok(events)
     }
 
-    fn goals(&self, id: &str) -> Result<GoalTree, TraceError> {
+    async fn get_goals(&self, id: &str) -> Result<GoalTree, TraceError> {
         let dir = self.dir(id)?;
         let path = dir.join(GOALS);
         match fs::read(&path) {
@@ -419,15 +452,15 @@ impl TraceStore for FileTraceStore {
         }
     }
 
-    fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError> {
+    async fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError> {
         let dir = self.dir(id)?;
         require(id, &dir)?;
         let path = dir.join(GOALS);
-        self.replace(&path, &to_json(&path, tree)?)
+        self.replace(&path, &to_json(&path, tree)?).await
     }
 
-    fn sync(&self) -> Result<(), TraceError> {
-        self.flusher.as_ref().map_or(Ok(()), Flusher::wait)
+    async fn sync(&self) -> Result<(), TraceError> {
+        self.flusher.wait().await
     }
 }
 
@@ -478,7 +511,7 @@ fn read_message(dir: &Path, seq: u64) -> Result<Option<Message>, TraceError> {
 
 /// Appends `line` (newline included) in one write, first cutting off a
 /// torn line left by a crash mid-append. Returns whether the file was new.
-fn append_line(path: &Path, line: &[u8], sync: bool) -> io::Result<bool> {
+fn append_line(path: &Path, line: &[u8]) -> io::Result<bool> {
     let mut file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
     let len = file.metadata()?.len();
     if len > 0 {
@@ -491,9 +524,6 @@ fn append_line(path: &Path, line: &[u8], sync: bool) -> io::Result<bool> {
         }
     }
     file.write_all(line)?;
-    if sync {
-        file.sync_data()?;
-    }
     Ok(len == 0)
 }
 

@@ -1,5 +1,9 @@
-//! Group commit for the file store: a background thread that fsyncs what
-//! the store wrote, so that writers do not wait for the disk.
+//! The file store's fsyncs, on a thread of their own: group commit for
+//! [`Durability::Batched`](super::Durability::Batched), and the awaited
+//! syncs of [`Durability::Immediate`](super::Durability::Immediate). An
+//! fsync can take milliseconds on a busy disk; done on a tokio worker it
+//! would stall every task queued there, and a `spawn_blocking` per fsync
+//! would grow the blocking pool with the number of concurrent runs.
 
 use super::store::TraceError;
 use std::collections::HashSet;
@@ -7,7 +11,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use tokio::sync::{oneshot, watch};
 
 /// Something written that must reach the disk.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -18,25 +22,41 @@ pub(super) enum Target {
     Dir(PathBuf),
 }
 
-/// The fsync thread. Dropping it flushes what is queued and joins it.
+/// The fsync thread. Dropping it lets the thread sync what is queued and
+/// end, without waiting for it: a drop may happen on a tokio worker, and
+/// what is queued is already with the OS (only a power loss could lose it,
+/// which [`Flusher::wait`] is for).
 pub(super) struct Flusher {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
 }
 
 struct Shared {
     queue: Mutex<Queue>,
     work: Condvar,
-    flushed: Condvar,
+    /// How many [`Flusher::enqueue`] calls are synced; awaited by
+    /// [`Flusher::wait`].
+    flushed: watch::Sender<u64>,
+}
+
+/// Targets one caller awaits, with where to send the outcome.
+struct Urgent {
+    targets: Vec<Target>,
+    done: oneshot::Sender<Result<(), TraceError>>,
 }
 
 #[derive(Default)]
 struct Queue {
     targets: Vec<Target>,
+    urgent: Vec<Urgent>,
     enqueued: u64,
-    flushed: u64,
     failure: Option<TraceError>,
     stop: bool,
+}
+
+impl Queue {
+    fn is_idle(&self) -> bool {
+        self.targets.is_empty() && self.urgent.is_empty()
+    }
 }
 
 impl Shared {
@@ -53,17 +73,23 @@ impl Flusher {
         let shared = Arc::new(Shared {
             queue: Mutex::default(),
             work: Condvar::new(),
-            flushed: Condvar::new(),
+            flushed: watch::Sender::new(0),
         });
         let worker = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("reson-trace-sync".into())
             .spawn(move || run(&worker))?;
-        Ok(Self { shared, thread: Some(thread) })
+        Ok(Self { shared })
     }
 
-    /// Queues `targets`, in the order they were written.
-    pub(super) fn enqueue(&self, targets: impl IntoIterator<Item = Target>) {
+    /// Queues `targets`, in the order they were written, to be synced in
+    /// the background.
+    pub(super) fn enqueue(&self, targets: Vec<Target>) {
+        // An empty call would count as enqueued but never wake the thread,
+        // and `wait` would then wait for the next write.
+        if targets.is_empty() {
+            return;
+        }
         let mut queue = self.shared.lock();
         queue.targets.extend(targets);
         queue.enqueued += 1;
@@ -72,13 +98,28 @@ impl Flusher {
 
     /// Waits until everything queued before the call is synced; reports the
     /// first failure since the last call.
-    pub(super) fn wait(&self) -> Result<(), TraceError> {
-        let mut queue = self.shared.lock();
-        let target = queue.enqueued;
-        while queue.flushed < target {
-            queue = self.shared.flushed.wait(queue).unwrap_or_else(PoisonError::into_inner);
-        }
-        queue.failure.take().map_or(Ok(()), Err)
+    pub(super) async fn wait(&self) -> Result<(), TraceError> {
+        let target = self.shared.lock().enqueued;
+        let mut flushed = self.shared.flushed.subscribe();
+        // The sender lives in `shared`, which `self` keeps alive, so the
+        // wait ends only once the count is reached.
+        let _ = flushed.wait_for(|&n| n >= target).await;
+        self.shared.lock().failure.take().map_or(Ok(()), Err)
+    }
+
+    /// Syncs `targets` in order, ahead of the background queue, and returns
+    /// once they are on stable storage.
+    pub(super) async fn sync_now(&self, targets: Vec<Target>) -> Result<(), TraceError> {
+        let first = match targets.first() {
+            Some(Target::File(path) | Target::Dir(path)) => path.clone(),
+            None => return Ok(()),
+        };
+        let (done, outcome) = oneshot::channel();
+        self.shared.lock().urgent.push(Urgent { targets, done });
+        self.shared.work.notify_one();
+        outcome.await.unwrap_or_else(|_| {
+            Err(TraceError::Io { path: first, source: io::Error::other("the sync thread ended") })
+        })
     }
 }
 
@@ -86,32 +127,35 @@ impl Drop for Flusher {
     fn drop(&mut self) {
         self.shared.lock().stop = true;
         self.shared.work.notify_one();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
 fn run(shared: &Shared) {
     let mut queue = shared.lock();
     loop {
-        while queue.targets.is_empty() && !queue.stop {
+        while queue.is_idle() && !queue.stop {
             queue = shared.work.wait(queue).unwrap_or_else(PoisonError::into_inner);
         }
-        if queue.targets.is_empty() {
+        if queue.is_idle() {
             return;
         }
         let batch = std::mem::take(&mut queue.targets);
+        let urgent = std::mem::take(&mut queue.urgent);
         let upto = queue.enqueued;
         drop(queue);
+        for job in urgent {
+            // The caller may have given up waiting; the sync stands anyway.
+            let _ = job.done.send(sync_batch(job.targets));
+        }
         let result = sync_batch(batch);
         queue = shared.lock();
-        queue.flushed = upto;
         if let Err(e) = result {
             tracing::error!("trace store: {e}");
             queue.failure.get_or_insert(e);
         }
-        shared.flushed.notify_all();
+        // Published after the failure is recorded, so that a waiter woken
+        // by it finds the failure.
+        shared.flushed.send_if_modified(|n| std::mem::replace(n, upto) != upto);
     }
 }
 
@@ -140,13 +184,13 @@ fn sync_batch(batch: Vec<Target>) -> Result<(), TraceError> {
 
 /// Makes the entries of `dir` (files created or renamed in it) durable.
 #[cfg(unix)]
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 /// Directories cannot be opened for syncing here; their entries become
 /// durable with the file system's own journal.
 #[cfg(not(unix))]
-pub(super) fn sync_dir(_dir: &Path) -> io::Result<()> {
+fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }

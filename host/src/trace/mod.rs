@@ -6,6 +6,26 @@
 //! (cut with [`MessageTree::rewind_point`] so that no tool call loses its
 //! result). Sequences are never reused and nothing is ever deleted.
 //!
+//! A [`TraceStore`] is async. [`FileTraceStore`] keeps traces on disk, as
+//! below; [`MemoryTraceStore`] keeps them in the process, with the same
+//! semantics, for embedding, tests and benchmarks.
+//!
+//! ```
+//! use reson::trace::{MemoryTraceStore, Message, Role, Trace, TraceMode, TraceStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), reson::trace::TraceError> {
+//! let store = MemoryTraceStore::new();
+//! let mut trace = Trace::new(TraceMode::Agent, "say hello", "default");
+//! store.create_trace(&trace).await?;
+//! store.add_message(&mut trace, Message::new(Role::User, "hello?"), None).await?;
+//! let reply = store.add_message(&mut trace, Message::new(Role::Assistant, "hello"), None).await?;
+//! let path = store.get_main_path_messages(&trace.id, reply.sequence).await?;
+//! assert_eq!(path.len(), 2);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # On disk ([`FileTraceStore`])
 //!
 //! ```text
@@ -26,10 +46,10 @@
 //!   the message starts a branch (its parent is not the head), and every
 //!   32nd message: on ext4 a rename over an existing file starts its
 //!   writeback, which costs about 0.2 ms, as much as the rest of a step.
-//!   [`TraceStore::get`] reconciles meta.json with the disk: `last_sequence`
-//!   covers message files newer than it, the head advances along those that
-//!   continue it, and their usage, cost and time join the totals. So `get`
-//!   reads at most about 32 message files to catch up, and a crash between a
+//!   [`TraceStore::get_trace`] reconciles meta.json with the disk:
+//!   `last_sequence` covers message files newer than it, the head advances
+//!   along those that continue it, and their usage, cost and time join the
+//!   totals. So `get_trace` reads at most about 32 message files to catch up, and a crash between a
 //!   message and its meta.json loses nothing.
 //! - `events.jsonl` gets one `write` per event. A line torn by a crash
 //!   mid-append is ignored when reading and cut off before the next append.
@@ -54,7 +74,7 @@
 //! when rewritten) is with the OS: every reader sees it, and it survives
 //! the process being killed at any instant. A background thread fsyncs what
 //! was written, files first and then the directories naming them, in write
-//! order, within about one fsync's time; [`TraceStore::sync`] waits for it
+//! order, within about one fsync's time; [`TraceStore::sync`] awaits it
 //! and reports any failure (runners call it when a run ends). A step then
 //! costs about 0.2 ms. A power loss or kernel crash may lose the last
 //! moments of writes: on ext4 (data=ordered, the default) a replaced file
@@ -65,11 +85,16 @@
 //! every file is fsync'd before its rename and its directory after it, and
 //! each event before `append_event` returns, so a call that returned
 //! survives a power loss.
+//!
+//! Either way the fsyncs run on the store's own thread, never on a tokio
+//! worker: an `Immediate` call awaits them. The writes themselves are a few
+//! small syscalls each, done inline: cheaper than a hop to a blocking thread.
 
 mod event;
 mod file;
 mod flush;
 mod goal;
+mod memory;
 mod message;
 mod model;
 mod render;
@@ -79,6 +104,7 @@ mod tree;
 pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};
 pub use goal::{Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
+pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
 pub use model::{Collaborator, Trace, TraceContext, TraceMode, TraceStatus};
 pub use render::render_tree;

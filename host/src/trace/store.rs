@@ -1,5 +1,6 @@
 //! What a trace store does, whatever keeps the data.
 
+use async_trait::async_trait;
 use super::event::{Event, EventKind};
 use super::goal::GoalTree;
 use super::message::Message;
@@ -13,7 +14,7 @@ pub enum TraceError {
     /// No trace has this id.
     #[error("trace {0} not found")]
     NotFound(String),
-    /// `create` with an id already taken.
+    /// `create_trace` with an id already taken.
     #[error("trace {0} already exists")]
     AlreadyExists(String),
     /// An id that cannot name a trace (it becomes a directory name).
@@ -47,7 +48,7 @@ pub enum TraceError {
     },
 }
 
-/// Which traces [`TraceStore::list`] returns; `None` matches anything.
+/// Which traces [`TraceStore::list_traces`] returns; `None` matches anything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TraceFilter {
     /// Only traces with this status.
@@ -71,31 +72,33 @@ impl TraceFilter {
 ///
 /// Operations that take `&mut Trace` update it in memory as they persist,
 /// so the caller's copy stays the latest.
+#[async_trait]
 pub trait TraceStore: Send + Sync {
     /// Stores a new trace. Fails with [`TraceError::AlreadyExists`] when the
     /// id is taken.
-    fn create(&self, trace: &Trace) -> Result<(), TraceError>;
+    async fn create_trace(&self, trace: &Trace) -> Result<(), TraceError>;
 
     /// The trace, reconciled with everything written for it (see the module
     /// docs), or `None` when there is no such trace.
-    fn get(&self, id: &str) -> Result<Option<Trace>, TraceError>;
+    async fn get_trace(&self, id: &str) -> Result<Option<Trace>, TraceError>;
 
     /// Replaces the stored metadata of an existing trace with `trace`.
-    fn update(&self, trace: &Trace) -> Result<(), TraceError>;
+    async fn update_trace(&self, trace: &Trace) -> Result<(), TraceError>;
 
     /// Traces matching `filter`, newest first.
-    fn list(&self, filter: &TraceFilter) -> Result<Vec<Trace>, TraceError>;
+    async fn list_traces(&self, filter: &TraceFilter) -> Result<Vec<Trace>, TraceError>;
 
     /// Stores `message` after `parent` (`None`: after the head, which
     /// continues the main path; an earlier sequence rewinds or forks). It
     /// gets the next sequence, its id, trace, parent and creation time, and
     /// becomes the head; the trace's totals grow by its usage, cost and
-    /// time. Returns the message as stored; from then on [`get`](Self::get)
-    /// reflects it, whatever happens to the process.
+    /// time. Returns the message as stored; from then on
+    /// [`get_trace`](Self::get_trace) reflects it, whatever happens to the
+    /// process.
     ///
     /// The parent is taken as given: to rewind onto an assistant message
     /// with tool calls, pass [`MessageTree::rewind_point`](super::MessageTree::rewind_point).
-    fn add_message(
+    async fn add_message(
         &self,
         trace: &mut Trace,
         message: Message,
@@ -103,34 +106,49 @@ pub trait TraceStore: Send + Sync {
     ) -> Result<Message, TraceError>;
 
     /// Makes `sequence` the head (regenerate, or switch branches).
-    fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError>;
+    async fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError>;
 
     /// Every message of the trace, on all branches, by sequence.
-    fn messages(&self, id: &str) -> Result<Vec<Message>, TraceError>;
+    async fn get_messages(&self, id: &str) -> Result<Vec<Message>, TraceError>;
 
     /// One message, or `None` when the trace has no such sequence.
-    fn message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError>;
+    async fn get_message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError>;
 
     /// The messages from the root to `head`, in order.
-    fn main_path(&self, id: &str, head: u64) -> Result<Vec<Message>, TraceError>;
+    async fn get_main_path_messages(&self, id: &str, head: u64)
+    -> Result<Vec<Message>, TraceError>;
 
     /// The messages written while `goal_id` was current, by sequence.
-    fn messages_by_goal(&self, id: &str, goal_id: &str) -> Result<Vec<Message>, TraceError>;
+    async fn get_messages_by_goal(
+        &self,
+        id: &str,
+        goal_id: &str,
+    ) -> Result<Vec<Message>, TraceError>;
 
     /// Appends an event with the next event id and the current time.
-    fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError>;
+    async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError>;
 
     /// The events with an id above `after_event_id`, in order.
-    fn events_after(&self, id: &str, after_event_id: u64) -> Result<Vec<Event>, TraceError>;
+    async fn events_after(&self, id: &str, after_event_id: u64) -> Result<Vec<Event>, TraceError>;
 
     /// The goal tree; empty when none was saved.
-    fn goals(&self, id: &str) -> Result<GoalTree, TraceError>;
+    async fn get_goals(&self, id: &str) -> Result<GoalTree, TraceError>;
 
     /// Replaces the goal tree.
-    fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError>;
+    async fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError>;
 
     /// Returns once everything written before the call is on stable storage
     /// (for a store that acknowledges writes before then), reporting a
     /// failure to get it there.
-    fn sync(&self) -> Result<(), TraceError>;
+    async fn sync(&self) -> Result<(), TraceError>;
+}
+
+/// Checks that `id` can name a trace in every store: it becomes a directory
+/// name in [`FileTraceStore`](super::FileTraceStore), and the other stores
+/// refuse the same ids so that a trace can move between them.
+pub(super) fn check_id(id: &str) -> Result<(), TraceError> {
+    let valid = (1..=128).contains(&id.len())
+        && !id.starts_with('.')
+        && id.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
+    if valid { Ok(()) } else { Err(TraceError::InvalidId(id.to_owned())) }
 }

@@ -1,19 +1,61 @@
-//! The file store against the scenarios the runner depends on: continue,
-//! rewind, crash leftovers.
+//! The stores against the scenarios the runner depends on: continue,
+//! rewind, goals, events. The conformance scenarios run against both
+//! [`FileTraceStore`] and [`MemoryTraceStore`]; crash leftovers and the
+//! on-disk layout are the file store's own.
 
 use super::*;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Runs each scenario, an `async fn(&dyn TraceStore)`, against a fresh
+/// store of each kind, as the tests `scenario::file` and `scenario::memory`.
+macro_rules! conformance {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test]
+            async fn file() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$scenario(&open(dir.path())).await;
+            }
+
+            #[tokio::test]
+            async fn memory() {
+                super::$scenario(&MemoryTraceStore::new()).await;
+            }
+        }
+    )*};
+}
+
+conformance!(
+    create_get_and_list_with_filters,
+    ids_must_be_new_and_safe,
+    unknown_traces_are_not_found,
+    add_message_assigns_sequence_id_parent_and_totals,
+    continue_and_rewind_keep_every_message_and_never_reuse_sequences,
+    rewinding_onto_tool_calls_keeps_their_results,
+    orphaned_calls_of_an_interrupted_run_can_be_healed,
+    messages_by_goal_filters_on_the_goal_in_focus,
+    goals_are_saved_and_read_back,
+    a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages,
+    results_without_snapshots_are_replayed_with_their_calls_in_path_order,
+    events_get_increasing_ids_and_can_be_read_after_an_id,
+    a_stale_update_is_reconciled_with_later_messages_and_events,
+    what_the_store_keeps_passes_the_redaction_point,
+);
 
 fn open(dir: &Path) -> FileTraceStore {
     FileTraceStore::open(dir, Durability::Batched).unwrap()
 }
 
-fn new_trace(store: &FileTraceStore, id: &str) -> Trace {
+async fn new_trace(store: &dyn TraceStore, id: &str) -> Trace {
     let mut trace = Trace::new(TraceMode::Agent, "fix the bug", "default");
     trace.id = id.into();
-    store.create(&trace).unwrap();
+    store.create_trace(&trace).await.unwrap();
     trace
 }
 
@@ -29,92 +71,92 @@ fn sequences(messages: &[Message]) -> Vec<u64> {
     messages.iter().map(|m| m.sequence).collect()
 }
 
-#[test]
-fn create_get_and_list_with_filters() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+async fn create_get_and_list_with_filters(store: &dyn TraceStore) {
     let mut parent = Trace::new(TraceMode::Agent, "parent", "default");
     parent.created_at_ms = 1_000;
-    store.create(&parent).unwrap();
+    store.create_trace(&parent).await.unwrap();
     let mut child = Trace::new(TraceMode::Task, "child", "explorer");
     child.parent_trace_id = Some(parent.id.clone());
     child.parent_goal_id = Some("g2".into());
     child.created_at_ms = 2_000;
-    store.create(&child).unwrap();
+    store.create_trace(&child).await.unwrap();
     let mut done = Trace::new(TraceMode::Task, "done", "default");
     done.status = TraceStatus::Completed;
     done.created_at_ms = 3_000;
-    store.create(&done).unwrap();
+    store.create_trace(&done).await.unwrap();
 
-    assert_eq!(store.get(&child.id).unwrap().as_ref(), Some(&child));
-    assert_eq!(store.get("tr_000000000000").unwrap(), None);
+    assert_eq!(store.get_trace(&child.id).await.unwrap().as_ref(), Some(&child));
+    assert_eq!(store.get_trace("tr_000000000000").await.unwrap(), None);
 
-    let ids = |filter: TraceFilter| {
-        store.list(&filter).unwrap().into_iter().map(|t| t.id).collect::<Vec<_>>()
+    let ids = async |filter: TraceFilter| {
+        store.list_traces(&filter).await.unwrap().into_iter().map(|t| t.id).collect::<Vec<_>>()
     };
-    assert_eq!(ids(TraceFilter::default()), [done.id.as_str(), &child.id, &parent.id]);
+    assert_eq!(ids(TraceFilter::default()).await, [done.id.as_str(), &child.id, &parent.id]);
     assert_eq!(
-        ids(TraceFilter { status: Some(TraceStatus::Running), ..TraceFilter::default() }),
+        ids(TraceFilter { status: Some(TraceStatus::Running), ..TraceFilter::default() }).await,
         [child.id.as_str(), &parent.id]
     );
     assert_eq!(
-        ids(TraceFilter { parent_trace_id: Some(parent.id.clone()), ..TraceFilter::default() }),
+        ids(TraceFilter { parent_trace_id: Some(parent.id.clone()), ..TraceFilter::default() })
+            .await,
         [child.id.as_str()]
     );
 
     child.status = TraceStatus::Failed;
     child.error_message = Some("boom".into());
-    store.update(&child).unwrap();
+    store.update_trace(&child).await.unwrap();
     assert_eq!(
-        ids(TraceFilter { status: Some(TraceStatus::Failed), ..TraceFilter::default() }),
+        ids(TraceFilter { status: Some(TraceStatus::Failed), ..TraceFilter::default() }).await,
         [child.id.as_str()]
     );
-    store.sync().unwrap();
+    store.sync().await.unwrap();
 }
 
-#[test]
-fn ids_must_be_new_and_safe() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let trace = new_trace(&store, "mine-1");
-    assert!(matches!(store.create(&trace), Err(TraceError::AlreadyExists(id)) if id == "mine-1"));
+async fn ids_must_be_new_and_safe(store: &dyn TraceStore) {
+    let trace = new_trace(store, "mine-1").await;
+    assert!(matches!(store.create_trace(&trace).await, Err(TraceError::AlreadyExists(id)) if id == "mine-1"));
     for bad in ["", "../x", ".hidden", "a/b", "é"] {
-        assert!(matches!(store.get(bad), Err(TraceError::InvalidId(_))), "{bad:?}");
+        assert!(matches!(store.get_trace(bad).await, Err(TraceError::InvalidId(_))), "{bad:?}");
+        let mut trace = Trace::new(TraceMode::Agent, "t", "default");
+        trace.id = bad.into();
+        assert!(matches!(store.create_trace(&trace).await, Err(TraceError::InvalidId(_))));
     }
-    // A directory left by a create that crashed before meta.json is no trace.
-    fs::create_dir(dir.path().join("half")).unwrap();
-    assert_eq!(store.get("half").unwrap(), None);
-    assert!(store.list(&TraceFilter::default()).unwrap().iter().all(|t| t.id != "half"));
-    new_trace(&store, "half");
 }
 
-#[test]
-fn unknown_traces_are_not_found() {
+#[tokio::test]
+async fn a_half_created_trace_directory_is_no_trace() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
+    // A directory left by a create that crashed before meta.json.
+    fs::create_dir(dir.path().join("half")).unwrap();
+    assert_eq!(store.get_trace("half").await.unwrap(), None);
+    assert!(
+        store.list_traces(&TraceFilter::default()).await.unwrap().iter().all(|t| t.id != "half")
+    );
+    new_trace(&store, "half").await;
+}
+
+async fn unknown_traces_are_not_found(store: &dyn TraceStore) {
     let mut ghost = Trace::new(TraceMode::Agent, "t", "default");
     let not_found = |r: Result<(), TraceError>| matches!(r, Err(TraceError::NotFound(_)));
-    assert!(not_found(store.update(&ghost)));
+    assert!(not_found(store.update_trace(&ghost).await));
     assert!(not_found(
-        store.add_message(&mut ghost, Message::new(Role::User, "hi"), None).map(drop)
+        store.add_message(&mut ghost, Message::new(Role::User, "hi"), None).await.map(drop)
     ));
-    assert!(not_found(store.append_event(&mut ghost, EventKind::TraceStarted).map(drop)));
-    assert!(not_found(store.messages(&ghost.id).map(drop)));
-    assert!(not_found(store.message(&ghost.id, 1).map(drop)));
-    assert!(not_found(store.main_path(&ghost.id, 1).map(drop)));
-    assert!(not_found(store.events_after(&ghost.id, 0).map(drop)));
-    assert!(not_found(store.goals(&ghost.id).map(drop)));
-    assert!(not_found(store.save_goals(&ghost.id, &GoalTree::new())));
+    assert!(not_found(store.append_event(&mut ghost, EventKind::TraceStarted).await.map(drop)));
+    assert!(not_found(store.get_messages(&ghost.id).await.map(drop)));
+    assert!(not_found(store.get_message(&ghost.id, 1).await.map(drop)));
+    assert!(not_found(store.get_main_path_messages(&ghost.id, 1).await.map(drop)));
+    assert!(not_found(store.events_after(&ghost.id, 0).await.map(drop)));
+    assert!(not_found(store.get_goals(&ghost.id).await.map(drop)));
+    assert!(not_found(store.save_goals(&ghost.id, &GoalTree::new()).await));
     assert_eq!(ghost.last_sequence, 0);
 }
 
-#[test]
-fn add_message_assigns_sequence_id_parent_and_totals() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
+async fn add_message_assigns_sequence_id_parent_and_totals(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
     let system =
-        store.add_message(&mut trace, Message::new(Role::System, "be brief"), None).unwrap();
+        store.add_message(&mut trace, Message::new(Role::System, "be brief"), None).await.unwrap();
     assert_eq!((system.sequence, system.parent_sequence, system.id.as_str()), (1, None, "t1-0001"));
     assert_eq!(system.trace_id, "t1");
     assert!(system.created_at_ms > 0);
@@ -124,7 +166,7 @@ fn add_message_assigns_sequence_id_parent_and_totals() {
         Usage { prompt_tokens: 10, completion_tokens: 5, cache_read_tokens: 3, ..Usage::default() };
     answer.cost = 0.25;
     answer.duration_ms = 40;
-    let answer = store.add_message(&mut trace, answer, None).unwrap();
+    let answer = store.add_message(&mut trace, answer, None).await.unwrap();
     assert_eq!((answer.sequence, answer.parent_sequence), (2, Some(1)));
     assert_eq!((trace.last_sequence, trace.head_sequence), (2, Some(2)));
     assert_eq!(trace.totals.messages, 2);
@@ -132,168 +174,152 @@ fn add_message_assigns_sequence_id_parent_and_totals() {
     assert_eq!(trace.totals.usage.cache_read_tokens, 3);
     assert_eq!((trace.totals.cost, trace.totals.duration_ms), (0.25, 40));
 
-    assert_eq!(store.get("t1").unwrap().unwrap(), trace);
-    assert_eq!(store.message("t1", 2).unwrap().unwrap(), answer);
-    assert_eq!(store.message("t1", 3).unwrap(), None);
-    assert!(dir.path().join("t1/messages/000002.json").is_file());
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(store.get_message("t1", 2).await.unwrap().unwrap(), answer);
+    assert_eq!(store.get_message("t1", 3).await.unwrap(), None);
 }
 
-#[test]
-fn continue_and_rewind_keep_every_message_and_never_reuse_sequences() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
+async fn continue_and_rewind_keep_every_message_and_never_reuse_sequences(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
     for (role, text) in
         [(Role::System, "sys"), (Role::User, "q1"), (Role::Assistant, "a1"), (Role::User, "q2")]
     {
-        store.add_message(&mut trace, Message::new(role, text), None).unwrap();
+        store.add_message(&mut trace, Message::new(role, text), None).await.unwrap();
     }
     // Continue: after the head.
-    store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).unwrap();
-    assert_eq!(texts(&store.main_path("t1", 5).unwrap()), ["sys", "q1", "a1", "q2", "a2"]);
+    store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
+    assert_eq!(texts(&store.get_main_path_messages("t1", 5).await.unwrap()), ["sys", "q1", "a1", "q2", "a2"]);
 
     // Rewind to after a1: a new branch, sequence 6.
-    let q2b = store.add_message(&mut trace, Message::new(Role::User, "q2b"), Some(3)).unwrap();
+    let q2b = store.add_message(&mut trace, Message::new(Role::User, "q2b"), Some(3)).await.unwrap();
     assert_eq!((q2b.sequence, q2b.parent_sequence), (6, Some(3)));
-    store.add_message(&mut trace, Message::new(Role::Assistant, "a2b"), None).unwrap();
+    store.add_message(&mut trace, Message::new(Role::Assistant, "a2b"), None).await.unwrap();
     assert_eq!(
-        texts(&store.main_path("t1", trace.head_sequence.unwrap()).unwrap()),
+        texts(&store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap()),
         ["sys", "q1", "a1", "q2b", "a2b"]
     );
-    assert_eq!(sequences(&store.main_path("t1", 7).unwrap()), [1, 2, 3, 6, 7]);
+    assert_eq!(sequences(&store.get_main_path_messages("t1", 7).await.unwrap()), [1, 2, 3, 6, 7]);
 
     // The old branch is still there, whole.
-    assert_eq!(sequences(&store.messages("t1").unwrap()), [1, 2, 3, 4, 5, 6, 7]);
-    assert_eq!(texts(&store.main_path("t1", 5).unwrap()), ["sys", "q1", "a1", "q2", "a2"]);
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(texts(&store.get_main_path_messages("t1", 5).await.unwrap()), ["sys", "q1", "a1", "q2", "a2"]);
 
     // Switching back to it, then continuing there.
-    store.set_head(&mut trace, 5).unwrap();
-    let next = store.add_message(&mut trace, Message::new(Role::User, "q3"), None).unwrap();
+    store.set_head(&mut trace, 5).await.unwrap();
+    let next = store.add_message(&mut trace, Message::new(Role::User, "q3"), None).await.unwrap();
     assert_eq!((next.sequence, next.parent_sequence), (8, Some(5)));
-    assert_eq!(store.get("t1").unwrap().unwrap().head_sequence, Some(8));
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap().head_sequence, Some(8));
 
     assert!(matches!(
-        store.add_message(&mut trace, Message::new(Role::User, "x"), Some(99)),
+        store.add_message(&mut trace, Message::new(Role::User, "x"), Some(99)).await,
         Err(TraceError::NoSuchMessage { sequence: 99, .. })
     ));
     assert!(matches!(
-        store.set_head(&mut trace, 42),
+        store.set_head(&mut trace, 42).await,
         Err(TraceError::NoSuchMessage { sequence: 42, .. })
     ));
     assert!(matches!(
-        store.main_path("t1", 42),
+        store.get_main_path_messages("t1", 42).await,
         Err(TraceError::NoSuchMessage { sequence: 42, .. })
     ));
     assert_eq!(trace.last_sequence, 8);
 }
 
-#[test]
-fn rewinding_onto_tool_calls_keeps_their_results() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    store.add_message(&mut trace, Message::new(Role::User, "read a and b"), None).unwrap();
+async fn rewinding_onto_tool_calls_keeps_their_results(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "read a and b"), None).await.unwrap();
     let mut calls = Message::new(Role::Assistant, "");
     calls.tool_calls = vec![call("c1"), call("c2")];
-    store.add_message(&mut trace, calls, None).unwrap();
-    store.add_message(&mut trace, Message::tool_result(&call("c1"), "A"), None).unwrap();
-    store.add_message(&mut trace, Message::tool_result(&call("c2"), "B"), None).unwrap();
-    store.add_message(&mut trace, Message::new(Role::Assistant, "done"), None).unwrap();
+    store.add_message(&mut trace, calls, None).await.unwrap();
+    store.add_message(&mut trace, Message::tool_result(&call("c1"), "A"), None).await.unwrap();
+    store.add_message(&mut trace, Message::tool_result(&call("c2"), "B"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::Assistant, "done"), None).await.unwrap();
 
-    let mut tree = MessageTree::from_messages(&store.messages("t1").unwrap());
+    let mut tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
     let parent = tree.rewind_point(2);
     assert_eq!(parent, 4);
     let retry = store
-        .add_message(&mut trace, Message::new(Role::User, "now only a"), Some(parent))
+        .add_message(&mut trace, Message::new(Role::User, "now only a"), Some(parent)).await
         .unwrap();
     tree.insert(&retry);
-    let path = store.main_path("t1", retry.sequence).unwrap();
+    let path = store.get_main_path_messages("t1", retry.sequence).await.unwrap();
     assert_eq!(sequences(&path), [1, 2, 3, 4, 6]);
     assert_eq!(sequences(&path), tree.main_path(6));
     assert!(tree.orphaned_tool_calls(6).is_empty());
 }
 
-#[test]
-fn meta_json_is_rewritten_for_branches_and_every_32nd_message() {
+#[tokio::test]
+async fn meta_json_is_rewritten_for_branches_and_every_32nd_message() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
+    let mut trace = new_trace(&store, "t1").await;
     let on_disk = || -> Trace {
         serde_json::from_slice(&fs::read(dir.path().join("t1/meta.json")).unwrap()).unwrap()
     };
     for text in ["a", "b", "c"] {
-        store.add_message(&mut trace, Message::new(Role::User, text), None).unwrap();
+        store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
     }
-    assert_eq!(on_disk().last_sequence, 0, "continuations leave meta.json to `get`");
-    assert_eq!(store.get("t1").unwrap().unwrap(), trace);
+    assert!(dir.path().join("t1/messages/000003.json").is_file());
+    assert_eq!(on_disk().last_sequence, 0, "continuations leave meta.json to `get_trace`");
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
 
-    store.add_message(&mut trace, Message::new(Role::User, "branch"), Some(1)).unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "branch"), Some(1)).await.unwrap();
     assert_eq!((on_disk().last_sequence, on_disk().head_sequence), (4, Some(4)));
     while trace.last_sequence < 32 {
-        store.add_message(&mut trace, Message::new(Role::User, "more"), None).unwrap();
+        store.add_message(&mut trace, Message::new(Role::User, "more"), None).await.unwrap();
     }
     assert_eq!(on_disk(), trace);
-    assert_eq!(store.get("t1").unwrap().unwrap(), trace);
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
 }
 
-#[test]
-fn orphaned_calls_of_an_interrupted_run_can_be_healed() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    store.add_message(&mut trace, Message::new(Role::User, "go"), None).unwrap();
+async fn orphaned_calls_of_an_interrupted_run_can_be_healed(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "go"), None).await.unwrap();
     let mut calls = Message::new(Role::Assistant, "");
     calls.tool_calls = vec![call("c1"), call("c2")];
-    store.add_message(&mut trace, calls, None).unwrap();
-    store.add_message(&mut trace, Message::tool_result(&call("c1"), "A"), None).unwrap();
+    store.add_message(&mut trace, calls, None).await.unwrap();
+    store.add_message(&mut trace, Message::tool_result(&call("c1"), "A"), None).await.unwrap();
     // The host died here. Reloaded, the runner finds c2 unanswered.
-    drop(store);
-    let store = open(dir.path());
-    let mut trace = store.get("t1").unwrap().unwrap();
-    let tree = MessageTree::from_messages(&store.messages("t1").unwrap());
+    drop(trace);
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    let tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
     let orphans = tree.orphaned_tool_calls(trace.head_sequence.unwrap());
     assert_eq!(orphans, [(2, call("c2"))]);
     let mut healed = Message::tool_result(&orphans[0].1, "interrupted");
     healed.synthetic = true;
-    let healed = store.add_message(&mut trace, healed, None).unwrap();
-    let tree = MessageTree::from_messages(&store.messages("t1").unwrap());
+    let healed = store.add_message(&mut trace, healed, None).await.unwrap();
+    let tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
     assert!(tree.orphaned_tool_calls(healed.sequence).is_empty());
 }
 
-#[test]
-fn messages_by_goal_filters_on_the_goal_in_focus() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
+async fn messages_by_goal_filters_on_the_goal_in_focus(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
     for (goal, text) in [(None, "q"), (Some("g1"), "a"), (Some("g2"), "b"), (Some("g1"), "c")] {
         let mut m = Message::new(Role::Assistant, text);
         m.goal_id = goal.map(str::to_owned);
-        store.add_message(&mut trace, m, None).unwrap();
+        store.add_message(&mut trace, m, None).await.unwrap();
     }
-    assert_eq!(texts(&store.messages_by_goal("t1", "g1").unwrap()), ["a", "c"]);
-    assert!(store.messages_by_goal("t1", "g9").unwrap().is_empty());
+    assert_eq!(texts(&store.get_messages_by_goal("t1", "g1").await.unwrap()), ["a", "c"]);
+    assert!(store.get_messages_by_goal("t1", "g9").await.unwrap().is_empty());
 }
 
-#[test]
-fn goals_are_saved_and_read_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    new_trace(&store, "t1");
-    assert!(store.goals("t1").unwrap().is_empty());
+async fn goals_are_saved_and_read_back(store: &dyn TraceStore) {
+    new_trace(store, "t1").await;
+    assert!(store.get_goals("t1").await.unwrap().is_empty());
     let mut tree = GoalTree::new();
     tree.ensure_root("fix the bug").unwrap();
     tree.add("reproduce").unwrap();
-    store.save_goals("t1", &tree).unwrap();
-    assert_eq!(store.goals("t1").unwrap(), tree);
+    store.save_goals("t1", &tree).await.unwrap();
+    assert_eq!(store.get_goals("t1").await.unwrap(), tree);
 }
 
 /// Stores the branch `root → a (goal call) → result → b (goal call) →
 /// result` and returns the trace; the results carry `snapshots`.
-fn goal_branch(store: &FileTraceStore, snapshots: [Option<GoalTree>; 2]) -> Trace {
-    let mut trace = new_trace(store, "t1");
+async fn goal_branch(store: &dyn TraceStore, snapshots: [Option<GoalTree>; 2]) -> Trace {
+    let mut trace = new_trace(store, "t1").await;
     let mut root = Message::new(Role::User, "plan it");
     root.goal_id = Some("g1".into());
-    store.add_message(&mut trace, root, None).unwrap();
+    store.add_message(&mut trace, root, None).await.unwrap();
     for (i, snapshot) in snapshots.into_iter().enumerate() {
         let call = ToolCall {
             id: format!("c{i}"),
@@ -306,12 +332,12 @@ fn goal_branch(store: &FileTraceStore, snapshots: [Option<GoalTree>; 2]) -> Trac
         answer.attempts = 2;
         answer.usage.prompt_tokens = 10;
         let head = trace.head_sequence;
-        store.add_message(&mut trace, answer, head).unwrap();
+        store.add_message(&mut trace, answer, head).await.unwrap();
         let mut result = Message::tool_result(&call, format!("added g{}", i + 2));
         result.goal_id = Some("g1".into());
         result.goals = snapshot;
         let head = trace.head_sequence;
-        store.add_message(&mut trace, result, head).unwrap();
+        store.add_message(&mut trace, result, head).await.unwrap();
     }
     trace
 }
@@ -325,15 +351,12 @@ fn tree_with(steps: &[&str]) -> GoalTree {
     tree
 }
 
-#[test]
-fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+async fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages(store: &dyn TraceStore) {
     let mut with_stats = tree_with(&["step 0", "step 1"]);
     with_stats.record("g2", &GoalStats { messages: 99, ..GoalStats::default() }).unwrap();
     let trace =
-        goal_branch(&store, [Some(tree_with(&["step 0"]).snapshot()), Some(with_stats.snapshot())]);
-    let path = store.main_path("t1", trace.head_sequence.unwrap()).unwrap();
+        goal_branch(store, [Some(tree_with(&["step 0"]).snapshot()), Some(with_stats.snapshot())]).await;
+    let path = store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap();
     let mut replayed = 0;
     let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| replayed += 1);
     assert_eq!(replayed, 0, "results with snapshots are not replayed");
@@ -349,22 +372,19 @@ fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages() {
     assert_eq!(trace.totals.requests, 4, "the trace's totals count requests too");
 
     // Cut after the first result: that branch has only its own goal.
-    let path = store.main_path("t1", 3).unwrap();
+    let path = store.get_main_path_messages("t1", 3).await.unwrap();
     let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| {});
     assert_eq!(tree.goals().len(), 2);
     // And before any goal call: the initial tree, with the root's stats.
-    let path = store.main_path("t1", 1).unwrap();
+    let path = store.get_main_path_messages("t1", 1).await.unwrap();
     let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| {});
     assert_eq!(tree.goals().len(), 1);
     assert_eq!(tree.get("g1").unwrap().self_stats.messages, 1);
 }
 
-#[test]
-fn results_without_snapshots_are_replayed_with_their_calls_in_path_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let trace = goal_branch(&store, [None, Some(tree_with(&["step 0", "step 1"]).snapshot())]);
-    let path = store.main_path("t1", trace.head_sequence.unwrap()).unwrap();
+async fn results_without_snapshots_are_replayed_with_their_calls_in_path_order(store: &dyn TraceStore) {
+    let trace = goal_branch(store, [None, Some(tree_with(&["step 0", "step 1"]).snapshot())]).await;
+    let path = store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap();
     let mut seen = Vec::new();
     let tree = GoalTree::of_branch(&path, tree_with(&[]), |tree, call, result| {
         seen.push((call.id.clone(), result.text()));
@@ -415,36 +435,125 @@ fn messages_of_older_traces_load_without_attempts_or_snapshots() {
     assert_eq!(GoalStats::of(&back).requests, 0);
 }
 
-#[test]
-fn events_get_increasing_ids_and_can_be_read_after_an_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    assert!(store.events_after("t1", 0).unwrap().is_empty());
-    let started = store.append_event(&mut trace, EventKind::TraceStarted).unwrap();
-    let message = store.add_message(&mut trace, Message::new(Role::User, "hi"), None).unwrap();
-    store.append_event(&mut trace, EventKind::MessageAdded { message: message.clone() }).unwrap();
+async fn events_get_increasing_ids_and_can_be_read_after_an_id(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    assert!(store.events_after("t1", 0).await.unwrap().is_empty());
+    let started = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    let message = store.add_message(&mut trace, Message::new(Role::User, "hi"), None).await.unwrap();
+    store.append_event(&mut trace, EventKind::MessageAdded { message: message.clone() }).await.unwrap();
     let finished = EventKind::TraceFinished { status: TraceStatus::Completed, error: None };
-    store.append_event(&mut trace, finished.clone()).unwrap();
+    store.append_event(&mut trace, finished.clone()).await.unwrap();
     assert_eq!(started.id, 1);
     assert_eq!(trace.last_event_id, 3);
 
-    let all = store.events_after("t1", 0).unwrap();
+    let all = store.events_after("t1", 0).await.unwrap();
     assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(all[1].kind, EventKind::MessageAdded { message });
-    let later = store.events_after("t1", 2).unwrap();
+    let later = store.events_after("t1", 2).await.unwrap();
     assert_eq!((later.len(), &later[0].kind), (1, &finished));
-    assert!(store.events_after("t1", 3).unwrap().is_empty());
+    assert!(store.events_after("t1", 3).await.unwrap().is_empty());
     // meta.json was last written before events 2 and 3; the file says more.
-    assert_eq!(store.get("t1").unwrap().unwrap().last_event_id, 3);
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap().last_event_id, 3);
 }
 
-#[test]
-fn a_torn_event_line_is_ignored_then_cut_off() {
+async fn a_stale_update_is_reconciled_with_later_messages_and_events(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    let stale = trace.clone();
+    let mut answer = Message::new(Role::Assistant, "a");
+    answer.cost = 0.5;
+    store.add_message(&mut trace, answer, None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "q2"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "side"), Some(1)).await.unwrap();
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    // A writer that missed messages 2..4 and the event stores its copy.
+    store.update_trace(&stale).await.unwrap();
+
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!(trace.last_sequence, 4);
+    assert_eq!(trace.head_sequence, Some(3), "advanced along 2 and 3, not onto the side branch");
+    assert_eq!((trace.totals.messages, trace.totals.cost), (4, 0.5));
+    assert_eq!(trace.last_event_id, 1);
+    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
+    assert_eq!((next.sequence, next.parent_sequence), (5, Some(3)));
+    assert_eq!(store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap().id, 2);
+}
+
+async fn what_the_store_keeps_passes_the_redaction_point(store: &dyn TraceStore) {
+    let secret = "trace-key-4Zr/p\"8Lm";
+    crate::redact::register(secret).unwrap();
+    let mut trace = Trace::new(TraceMode::Agent, format!("use {secret}"), "default");
+    trace.id = "t1".into();
+    store.create_trace(&trace).await.unwrap();
+    let said = store
+        .add_message(&mut trace, Message::new(Role::User, format!("key {secret}")), None)
+        .await
+        .unwrap();
+    // The caller's copy is the message as given; what is kept is redacted.
+    assert_eq!(said.text(), format!("key {secret}"));
+    let kept = store.get_message("t1", said.sequence).await.unwrap().unwrap();
+    assert_eq!(kept.text(), "key [REDACTED]");
+    let event = EventKind::MessageAdded { message: said };
+    store.append_event(&mut trace, event).await.unwrap();
+    let mut goals = GoalTree::new();
+    goals.ensure_root(&format!("find {secret}")).unwrap();
+    store.save_goals("t1", &goals).await.unwrap();
+
+    let everything = format!(
+        "{:?}{:?}{:?}{:?}",
+        store.get_trace("t1").await.unwrap(),
+        store.get_messages("t1").await.unwrap(),
+        store.events_after("t1", 0).await.unwrap(),
+        store.get_goals("t1").await.unwrap(),
+    );
+    assert!(!everything.contains("4Zr"), "{everything}");
+    assert_eq!(everything.matches("[REDACTED]").count(), 4, "{everything}");
+}
+
+/// Runs writing different traces at once, as the runner's tasks do, each
+/// end with its own messages and events, whole.
+async fn concurrent_writers_keep_their_traces_apart(store: Arc<dyn TraceStore>) {
+    let writers = (0..16).map(|w| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let mut trace = new_trace(&*store, &format!("w{w}")).await;
+            for i in 0..20 {
+                let text = format!("{w}/{i}");
+                store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
+                store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+            }
+            trace
+        })
+    });
+    for (w, writer) in writers.collect::<Vec<_>>().into_iter().enumerate() {
+        let trace = writer.await.unwrap();
+        assert_eq!(store.get_trace(&trace.id).await.unwrap().unwrap(), trace);
+        let path = store.get_main_path_messages(&trace.id, 20).await.unwrap();
+        let expected: Vec<String> = (0..20).map(|i| format!("{w}/{i}")).collect();
+        assert_eq!(texts(&path), expected);
+        assert_eq!(store.events_after(&trace.id, 0).await.unwrap().len(), 20);
+    }
+    assert_eq!(store.list_traces(&TraceFilter::default()).await.unwrap().len(), 16);
+    store.sync().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_keep_their_traces_apart_in_files() {
+    let dir = tempfile::tempdir().unwrap();
+    concurrent_writers_keep_their_traces_apart(Arc::new(open(dir.path()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_keep_their_traces_apart_in_memory() {
+    concurrent_writers_keep_their_traces_apart(Arc::new(MemoryTraceStore::new())).await;
+}
+
+#[tokio::test]
+async fn a_torn_event_line_is_ignored_then_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    store.append_event(&mut trace, EventKind::TraceStarted).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
     store
         .append_event(
             &mut trace,
@@ -453,7 +562,7 @@ fn a_torn_event_line_is_ignored_then_cut_off() {
                 name: "read".into(),
                 arguments: "{}".into(),
             },
-        )
+        ).await
         .unwrap();
     // A crash in the middle of appending event 3.
     let events = dir.path().join("t1/events.jsonl");
@@ -466,13 +575,13 @@ fn a_torn_event_line_is_ignored_then_cut_off() {
     drop(store);
 
     let store = open(dir.path());
-    let mut trace = store.get("t1").unwrap().unwrap();
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
     assert_eq!(trace.last_event_id, 2);
-    assert_eq!(store.events_after("t1", 0).unwrap().len(), 2);
-    let next = store.append_event(&mut trace, EventKind::TraceStarted).unwrap();
+    assert_eq!(store.events_after("t1", 0).await.unwrap().len(), 2);
+    let next = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
     assert_eq!(next.id, 3);
     assert_eq!(
-        store.events_after("t1", 0).unwrap().iter().map(|e| e.id).collect::<Vec<_>>(),
+        store.events_after("t1", 0).await.unwrap().iter().map(|e| e.id).collect::<Vec<_>>(),
         [1, 2, 3]
     );
     let text = fs::read_to_string(&events).unwrap();
@@ -480,38 +589,38 @@ fn a_torn_event_line_is_ignored_then_cut_off() {
     assert!(!text.contains("tool_fin\""), "{text}");
 }
 
-#[test]
-fn a_corrupt_complete_event_line_is_reported() {
+#[tokio::test]
+async fn a_corrupt_complete_event_line_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    store.append_event(&mut trace, EventKind::TraceStarted).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
     fs::OpenOptions::new()
         .append(true)
         .open(dir.path().join("t1/events.jsonl"))
         .unwrap()
         .write_all(b"garbage\n")
         .unwrap();
-    let err = store.events_after("t1", 0).unwrap_err();
+    let err = store.events_after("t1", 0).await.unwrap_err();
     assert!(
         matches!(&err, TraceError::Corrupt { reason, .. } if reason.starts_with("line 2:")),
         "{err}"
     );
 }
 
-#[test]
-fn a_message_written_without_its_meta_update_is_reconciled() {
+#[tokio::test]
+async fn a_message_written_without_its_meta_update_is_reconciled() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    store.add_message(&mut trace, Message::new(Role::User, "q"), None).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
     let stale = trace.clone();
     let mut answer = Message::new(Role::Assistant, "a");
     answer.cost = 0.5;
-    store.add_message(&mut trace, answer, None).unwrap();
-    store.add_message(&mut trace, Message::new(Role::User, "q2"), None).unwrap();
+    store.add_message(&mut trace, answer, None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "q2"), None).await.unwrap();
     // A message on another branch, also written just before the crash.
-    let mut side = store.message("t1", 3).unwrap().unwrap();
+    let mut side = store.get_message("t1", 3).await.unwrap().unwrap();
     side.sequence = 4;
     side.parent_sequence = Some(1);
     side.id = "t1-0004".into();
@@ -522,63 +631,97 @@ fn a_message_written_without_its_meta_update_is_reconciled() {
     drop(store);
 
     let store = open(dir.path());
-    let mut trace = store.get("t1").unwrap().unwrap();
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
     assert_eq!(trace.last_sequence, 4);
     assert_eq!(trace.head_sequence, Some(3), "advanced along 2 and 3, not onto the side branch");
     assert_eq!(trace.totals.messages, 4);
     assert_eq!(trace.totals.cost, 0.5);
-    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).unwrap();
+    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
     assert_eq!((next.sequence, next.parent_sequence), (5, Some(3)));
-    assert_eq!(sequences(&store.main_path("t1", 5).unwrap()), [1, 2, 3, 5]);
+    assert_eq!(sequences(&store.get_main_path_messages("t1", 5).await.unwrap()), [1, 2, 3, 5]);
 }
 
-#[test]
-fn an_empty_message_file_left_by_a_power_loss_counts_as_never_written() {
+#[tokio::test]
+async fn an_empty_message_file_left_by_a_power_loss_counts_as_never_written() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    store.add_message(&mut trace, Message::new(Role::User, "q"), None).unwrap();
-    store.add_message(&mut trace, Message::new(Role::Assistant, "a"), None).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::Assistant, "a"), None).await.unwrap();
     fs::write(dir.path().join("t1/messages/000002.json"), b"").unwrap();
     drop(store);
 
     let store = open(dir.path());
-    let mut trace = store.get("t1").unwrap().unwrap();
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
     assert_eq!((trace.last_sequence, trace.head_sequence), (2, Some(1)));
-    assert_eq!(sequences(&store.messages("t1").unwrap()), [1]);
-    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "again"), None).unwrap();
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1]);
+    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "again"), None).await.unwrap();
     assert_eq!((next.sequence, next.parent_sequence), (3, Some(1)));
 }
 
-#[test]
-fn leftover_temporary_files_are_ignored() {
+#[tokio::test]
+async fn leftover_temporary_files_are_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let mut trace = new_trace(&store, "t1");
-    store.add_message(&mut trace, Message::new(Role::User, "q"), None).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
     fs::write(dir.path().join("t1/messages/.000002.json.tmp"), b"{\"partial").unwrap();
     fs::write(dir.path().join("t1/.meta.json.tmp"), b"{").unwrap();
-    let mut trace = store.get("t1").unwrap().unwrap();
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
     assert_eq!(trace.last_sequence, 1);
-    assert_eq!(sequences(&store.messages("t1").unwrap()), [1]);
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1]);
     assert_eq!(
-        store.add_message(&mut trace, Message::new(Role::User, "q2"), None).unwrap().sequence,
+        store.add_message(&mut trace, Message::new(Role::User, "q2"), None).await.unwrap().sequence,
         2
     );
 }
 
-#[test]
-fn immediate_durability_gives_the_same_results() {
+#[tokio::test]
+async fn immediate_durability_gives_the_same_results() {
     let dir = tempfile::tempdir().unwrap();
     let store = FileTraceStore::open(dir.path(), Durability::Immediate).unwrap();
-    let mut trace = new_trace(&store, "t1");
-    store.add_message(&mut trace, Message::new(Role::User, "q"), None).unwrap();
-    store.append_event(&mut trace, EventKind::TraceStarted).unwrap();
-    store.save_goals("t1", &GoalTree::new()).unwrap();
-    store.sync().unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "a"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "b"), Some(1)).await.unwrap();
+    store.set_head(&mut trace, 2).await.unwrap();
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    store.save_goals("t1", &GoalTree::new()).await.unwrap();
+    store.sync().await.unwrap();
     let batched = open(dir.path());
-    assert_eq!(batched.get("t1").unwrap().unwrap(), trace);
-    assert_eq!(batched.events_after("t1", 0).unwrap().len(), 1);
+    assert_eq!(batched.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(batched.events_after("t1", 0).await.unwrap().len(), 1);
+    assert_eq!(sequences(&batched.get_main_path_messages("t1", 2).await.unwrap()), [1, 2]);
+}
+
+/// Immediate durability fsyncs several times per call; those are awaited
+/// on the store's sync thread, so other tasks keep running meanwhile, even
+/// on a runtime with a single thread.
+#[tokio::test]
+async fn immediate_fsyncs_leave_the_runtime_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileTraceStore::open(dir.path(), Durability::Immediate).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let ticker = tokio::spawn({
+        let (ticks, done) = (Arc::clone(&ticks), Arc::clone(&done));
+        async move {
+            while !done.load(Ordering::Relaxed) {
+                ticks.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    for text in ["a", "b", "c", "d", "e"] {
+        store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
+        store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    ticker.await.unwrap();
+    // Blocking fsyncs would give the ticker no turn before the writes end.
+    assert!(ticks.load(Ordering::Relaxed) > 0, "the writes never yielded");
+    assert_eq!(store.get_messages("t1").await.unwrap().len(), 5);
 }
 
 /// Set in the child process of the kill -9 test: where it writes.
@@ -586,32 +729,32 @@ const CRASH_DIR: &str = "RESON_TRACE_CRASH_DIR";
 
 /// In the kill -9 test's child process: writes loop iterations to one trace
 /// until killed. In an ordinary test run it returns at once.
-#[test]
-fn crash_writer_child() {
+#[tokio::test]
+async fn crash_writer_child() {
     let Some(dir) = std::env::var_os(CRASH_DIR) else { return };
     let store = open(Path::new(&dir));
-    let mut trace = match store.get("t1").unwrap() {
+    let mut trace = match store.get_trace("t1").await.unwrap() {
         Some(trace) => trace,
-        None => new_trace(&store, "t1"),
+        None => new_trace(&store, "t1").await,
     };
-    let mut goals = store.goals("t1").unwrap();
+    let mut goals = store.get_goals("t1").await.unwrap();
     goals.ensure_root("loop").unwrap();
     for i in 0.. {
         let mut calls = Message::new(Role::Assistant, "x".repeat(i % 5000));
         calls.tool_calls = vec![call(&format!("c{i}"))];
-        let calls = store.add_message(&mut trace, calls, None).unwrap();
-        store.append_event(&mut trace, EventKind::MessageAdded { message: calls.clone() }).unwrap();
+        let calls = store.add_message(&mut trace, calls, None).await.unwrap();
+        store.append_event(&mut trace, EventKind::MessageAdded { message: calls.clone() }).await.unwrap();
         let result = store
-            .add_message(&mut trace, Message::tool_result(&calls.tool_calls[0], "ok"), None)
+            .add_message(&mut trace, Message::tool_result(&calls.tool_calls[0], "ok"), None).await
             .unwrap();
-        store.append_event(&mut trace, EventKind::MessageAdded { message: result }).unwrap();
+        store.append_event(&mut trace, EventKind::MessageAdded { message: result }).await.unwrap();
         goals.record("g1", &GoalStats { messages: 2, ..GoalStats::default() }).unwrap();
-        store.save_goals("t1", &goals).unwrap();
+        store.save_goals("t1", &goals).await.unwrap();
     }
 }
 
-#[test]
-fn kill_9_at_any_instant_leaves_a_loadable_trace() {
+#[tokio::test]
+async fn kill_9_at_any_instant_leaves_a_loadable_trace() {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     for round in 0..6u64 {
@@ -626,36 +769,36 @@ fn kill_9_at_any_instant_leaves_a_loadable_trace() {
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(150 + 37 * round));
+        tokio::time::sleep(std::time::Duration::from_millis(150 + 37 * round)).await;
         child.kill().unwrap();
         child.wait().unwrap();
 
         let store = open(dir.path());
-        let Some(mut trace) = store.get("t1").unwrap() else { continue };
-        let messages = store.messages("t1").unwrap();
+        let Some(mut trace) = store.get_trace("t1").await.unwrap() else { continue };
+        let messages = store.get_messages("t1").await.unwrap();
         assert_eq!(
             messages.last().map(|m| m.sequence),
             Some(trace.last_sequence).filter(|&s| s > 0)
         );
         assert_eq!(messages.len() as u64, trace.totals.messages);
         let head = trace.head_sequence.unwrap();
-        assert_eq!(store.main_path("t1", head).unwrap().len() as u64, head, "one chain");
-        let events = store.events_after("t1", 0).unwrap();
+        assert_eq!(store.get_main_path_messages("t1", head).await.unwrap().len() as u64, head, "one chain");
+        let events = store.events_after("t1", 0).await.unwrap();
         assert!(events.iter().map(|e| e.id).eq(1..=trace.last_event_id));
-        store.goals("t1").unwrap();
+        store.get_goals("t1").await.unwrap();
 
         // The next run heals what the kill interrupted and goes on.
         let tree = MessageTree::from_messages(&messages);
         for (_, orphan) in tree.orphaned_tool_calls(head) {
             store
-                .add_message(&mut trace, Message::tool_result(&orphan, "interrupted"), None)
+                .add_message(&mut trace, Message::tool_result(&orphan, "interrupted"), None).await
                 .unwrap();
         }
-        let next = store.append_event(&mut trace, EventKind::TraceStarted).unwrap();
+        let next = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
         assert_eq!(next.id as usize, events.len() + 1);
-        let tree = MessageTree::from_messages(&store.messages("t1").unwrap());
+        let tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
         assert!(tree.orphaned_tool_calls(trace.head_sequence.unwrap()).is_empty());
     }
     let store = open(dir.path());
-    assert!(store.get("t1").unwrap().unwrap().last_sequence > 0, "the child never wrote");
+    assert!(store.get_trace("t1").await.unwrap().unwrap().last_sequence > 0, "the child never wrote");
 }

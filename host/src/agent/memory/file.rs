@@ -3,14 +3,23 @@
 use super::SessionEntries;
 use super::error::{MemoryError, validate_entries, validate_name};
 use super::store::{MemoryStore, put, take, validate_address};
+use async_trait::async_trait;
 use serde_json::Value;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, MutexGuard};
 
 /// Serialises read-modify-write cycles of every store on the directory.
 /// Session files end in `.json`, so no session can be named onto it.
 const LOCK_FILE: &str = ".memory.lock";
+
+/// How long to wait before trying the directory lock again while another
+/// store (another process, or another instance here) holds it. Each holds
+/// it for one read and one small write, well under this.
+const LOCK_RETRY: Duration = Duration::from_millis(1);
 
 /// A [`MemoryStore`] keeping each session in `{dir}/{session}.json`, an
 /// object of namespaces, each an object of keys.
@@ -23,9 +32,22 @@ const LOCK_FILE: &str = ".memory.lock";
 /// writers never lose each other's entries. A session left with no entries
 /// has no file. On a case-insensitive file system, session ids differing
 /// only in case share a file.
+///
+/// The files are small, so they are read and written inline in the async
+/// methods: cheaper than a hop to a blocking thread. Waiting for the lock,
+/// which can take long, is awaited instead.
 #[derive(Debug, Clone)]
 pub struct FileMemoryStore {
     dir: PathBuf,
+    // Queues the writers of this store and its clones in the process, so
+    // that they wait their turn without polling the file lock.
+    writers: Arc<Mutex<()>>,
+}
+
+/// The directory lock, released when dropped.
+struct Held<'a> {
+    _writers: MutexGuard<'a, ()>,
+    _file: File,
 }
 
 impl FileMemoryStore {
@@ -33,7 +55,7 @@ impl FileMemoryStore {
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self, MemoryError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(MemoryError::io(&dir))?;
-        Ok(Self { dir })
+        Ok(Self { dir, writers: Arc::default() })
     }
 
     /// The directory holding the session files.
@@ -45,8 +67,11 @@ impl FileMemoryStore {
         self.dir.join(format!("{session}.json"))
     }
 
-    /// The exclusive lock is released when the returned file is dropped.
-    fn lock(&self) -> Result<File, MemoryError> {
+    /// Takes the exclusive lock on the directory. A blocking `lock` would
+    /// hold a tokio worker for as long as another process keeps the lock,
+    /// so a taken lock is retried after a short sleep instead.
+    async fn lock(&self) -> Result<Held<'_>, MemoryError> {
+        let writers = self.writers.lock().await;
         let path = self.dir.join(LOCK_FILE);
         let file = OpenOptions::new()
             .create(true)
@@ -54,8 +79,13 @@ impl FileMemoryStore {
             .write(true)
             .open(&path)
             .map_err(MemoryError::io(&path))?;
-        file.lock().map_err(MemoryError::io(&path))?;
-        Ok(file)
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Held { _writers: writers, _file: file }),
+                Err(TryLockError::WouldBlock) => tokio::time::sleep(LOCK_RETRY).await,
+                Err(TryLockError::Error(e)) => return Err(MemoryError::io(&path)(e)),
+            }
+        }
     }
 
     fn load(&self, session: &str) -> Result<SessionEntries, MemoryError> {
@@ -93,12 +123,12 @@ impl FileMemoryStore {
 
     /// Runs `change` on the session's entries under the lock and writes them
     /// back if it reports a change; returns what it reported.
-    fn update(
+    async fn update(
         &self,
         session: &str,
-        change: impl FnOnce(&mut SessionEntries) -> bool,
+        change: impl FnOnce(&mut SessionEntries) -> bool + Send,
     ) -> Result<bool, MemoryError> {
-        let _lock = self.lock()?;
+        let _lock = self.lock().await?;
         let mut entries = self.load(session)?;
         let changed = change(&mut entries);
         if changed {
@@ -108,13 +138,19 @@ impl FileMemoryStore {
     }
 }
 
+#[async_trait]
 impl MemoryStore for FileMemoryStore {
-    fn get(&self, session: &str, namespace: &str, key: &str) -> Result<Option<Value>, MemoryError> {
+    async fn get(
+        &self,
+        session: &str,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<Value>, MemoryError> {
         validate_address(session, namespace, key)?;
         Ok(self.load(session)?.remove(namespace).and_then(|mut keys| keys.remove(key)))
     }
 
-    fn set(
+    async fn set(
         &self,
         session: &str,
         namespace: &str,
@@ -122,38 +158,43 @@ impl MemoryStore for FileMemoryStore {
         value: Value,
     ) -> Result<(), MemoryError> {
         validate_address(session, namespace, key)?;
-        self.update(session, |entries| put(entries, namespace, key, value))?;
+        self.update(session, |entries| put(entries, namespace, key, value)).await?;
         Ok(())
     }
 
-    fn remove(&self, session: &str, namespace: &str, key: &str) -> Result<bool, MemoryError> {
+    async fn remove(
+        &self,
+        session: &str,
+        namespace: &str,
+        key: &str,
+    ) -> Result<bool, MemoryError> {
         validate_address(session, namespace, key)?;
-        self.update(session, |entries| take(entries, namespace, key))
+        self.update(session, |entries| take(entries, namespace, key)).await
     }
 
-    fn clear(&self, session: &str, namespace: Option<&str>) -> Result<(), MemoryError> {
+    async fn clear(&self, session: &str, namespace: Option<&str>) -> Result<(), MemoryError> {
         validate_name("session id", session)?;
         match namespace {
             // Deleting without reading is also the way out of a corrupt file.
             None => {
-                let _lock = self.lock()?;
+                let _lock = self.lock().await?;
                 remove_file(&self.path(session))
             }
             Some(namespace) => {
                 validate_name("namespace", namespace)?;
-                self.update(session, |entries| entries.remove(namespace).is_some())?;
+                self.update(session, |entries| entries.remove(namespace).is_some()).await?;
                 Ok(())
             }
         }
     }
 
-    fn entries(&self, session: &str) -> Result<SessionEntries, MemoryError> {
+    async fn entries(&self, session: &str) -> Result<SessionEntries, MemoryError> {
         validate_name("session id", session)?;
         self.load(session)
     }
 
     /// One read and one write for the whole batch, instead of one per entry.
-    fn merge(&self, session: &str, entries: &SessionEntries) -> Result<(), MemoryError> {
+    async fn merge(&self, session: &str, entries: &SessionEntries) -> Result<(), MemoryError> {
         validate_name("session id", session)?;
         validate_entries(entries)?;
         self.update(session, |current| {
@@ -164,7 +205,8 @@ impl MemoryStore for FileMemoryStore {
                 }
             }
             changed
-        })?;
+        })
+        .await?;
         Ok(())
     }
 }

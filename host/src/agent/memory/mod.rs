@@ -68,7 +68,7 @@ impl SessionMemory {
 
     /// Stores `value` as JSON under `namespace`/`key`, replacing any value
     /// already there.
-    pub fn set(
+    pub async fn set(
         &self,
         namespace: &str,
         key: &str,
@@ -76,16 +76,16 @@ impl SessionMemory {
     ) -> Result<(), MemoryError> {
         let value = serde_json::to_value(value)
             .map_err(|e| MemoryError::Serde(format!("{namespace}/{key}: {e}")))?;
-        self.store.set(&self.session_id, namespace, key, value)
+        self.store.set(&self.session_id, namespace, key, value).await
     }
 
     /// The value under `namespace`/`key`, if any, as a `T`.
-    pub fn get<T: DeserializeOwned>(
+    pub async fn get<T: DeserializeOwned>(
         &self,
         namespace: &str,
         key: &str,
     ) -> Result<Option<T>, MemoryError> {
-        let Some(value) = self.store.get(&self.session_id, namespace, key)? else {
+        let Some(value) = self.store.get(&self.session_id, namespace, key).await? else {
             return Ok(None);
         };
         serde_json::from_value(value)
@@ -94,21 +94,21 @@ impl SessionMemory {
     }
 
     /// Removes `namespace`/`key`; `true` if it was there.
-    pub fn remove(&self, namespace: &str, key: &str) -> Result<bool, MemoryError> {
-        self.store.remove(&self.session_id, namespace, key)
+    pub async fn remove(&self, namespace: &str, key: &str) -> Result<bool, MemoryError> {
+        self.store.remove(&self.session_id, namespace, key).await
     }
 
     /// Removes every entry of `namespace`, or of the whole session when
     /// `None`.
-    pub fn clear(&self, namespace: Option<&str>) -> Result<(), MemoryError> {
-        self.store.clear(&self.session_id, namespace)
+    pub async fn clear(&self, namespace: Option<&str>) -> Result<(), MemoryError> {
+        self.store.clear(&self.session_id, namespace).await
     }
 
     /// A copy of every entry of the session as it is now.
-    pub fn snapshot(&self) -> Result<MemorySnapshot, MemoryError> {
+    pub async fn snapshot(&self) -> Result<MemorySnapshot, MemoryError> {
         Ok(MemorySnapshot {
             session_id: self.session_id.clone(),
-            entries: self.store.entries(&self.session_id)?,
+            entries: self.store.entries(&self.session_id).await?,
         })
     }
 }

@@ -73,8 +73,8 @@ impl MemorySnapshot {
     /// Writes every entry into `memory`'s session, replacing values under
     /// the same keys and keeping its other entries: how a context is
     /// carried from one session into another.
-    pub fn restore_into(&self, memory: &SessionMemory) -> Result<(), MemoryError> {
-        memory.store.merge(&memory.session_id, &self.entries)
+    pub async fn restore_into(&self, memory: &SessionMemory) -> Result<(), MemoryError> {
+        memory.store.merge(&memory.session_id, &self.entries).await
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::SessionEntries;
 use super::error::{MemoryError, validate_entries, validate_key, validate_name};
+use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
@@ -9,13 +10,19 @@ use std::sync::{PoisonError, RwLock};
 /// Where session memory lives. Every method validates the session id,
 /// namespace and key it is given and fails with
 /// [`MemoryError::InvalidName`] before touching anything.
+#[async_trait]
 pub trait MemoryStore: Send + Sync {
     /// The value under `namespace`/`key` of `session`, if any.
-    fn get(&self, session: &str, namespace: &str, key: &str) -> Result<Option<Value>, MemoryError>;
+    async fn get(
+        &self,
+        session: &str,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<Value>, MemoryError>;
 
     /// Stores `value` under `namespace`/`key` of `session`, replacing any
     /// value already there.
-    fn set(
+    async fn set(
         &self,
         session: &str,
         namespace: &str,
@@ -24,24 +31,25 @@ pub trait MemoryStore: Send + Sync {
     ) -> Result<(), MemoryError>;
 
     /// Removes `namespace`/`key` of `session`; `true` if it was there.
-    fn remove(&self, session: &str, namespace: &str, key: &str) -> Result<bool, MemoryError>;
+    async fn remove(&self, session: &str, namespace: &str, key: &str)
+    -> Result<bool, MemoryError>;
 
     /// Removes every entry of `namespace` in `session`, or the whole
     /// session when `None`.
-    fn clear(&self, session: &str, namespace: Option<&str>) -> Result<(), MemoryError>;
+    async fn clear(&self, session: &str, namespace: Option<&str>) -> Result<(), MemoryError>;
 
     /// Every entry of `session`, empty if it has none.
-    fn entries(&self, session: &str) -> Result<SessionEntries, MemoryError>;
+    async fn entries(&self, session: &str) -> Result<SessionEntries, MemoryError>;
 
     /// Writes every entry of `entries` into `session`, replacing values
     /// under the same keys and keeping the session's other entries. All
     /// names are checked before anything is written.
-    fn merge(&self, session: &str, entries: &SessionEntries) -> Result<(), MemoryError> {
+    async fn merge(&self, session: &str, entries: &SessionEntries) -> Result<(), MemoryError> {
         validate_name("session id", session)?;
         validate_entries(entries)?;
         for (namespace, keys) in entries {
             for (key, value) in keys {
-                self.set(session, namespace, key, value.clone())?;
+                self.set(session, namespace, key, value.clone()).await?;
             }
         }
         Ok(())
@@ -67,8 +75,15 @@ impl InMemoryStore {
     }
 }
 
+// No method awaits, so the std lock is never held across an `.await`.
+#[async_trait]
 impl MemoryStore for InMemoryStore {
-    fn get(&self, session: &str, namespace: &str, key: &str) -> Result<Option<Value>, MemoryError> {
+    async fn get(
+        &self,
+        session: &str,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<Value>, MemoryError> {
         validate_address(session, namespace, key)?;
         Ok(self
             .read()
@@ -78,7 +93,7 @@ impl MemoryStore for InMemoryStore {
             .cloned())
     }
 
-    fn set(
+    async fn set(
         &self,
         session: &str,
         namespace: &str,
@@ -90,7 +105,12 @@ impl MemoryStore for InMemoryStore {
         Ok(())
     }
 
-    fn remove(&self, session: &str, namespace: &str, key: &str) -> Result<bool, MemoryError> {
+    async fn remove(
+        &self,
+        session: &str,
+        namespace: &str,
+        key: &str,
+    ) -> Result<bool, MemoryError> {
         validate_address(session, namespace, key)?;
         let mut sessions = self.write();
         let Some(entries) = sessions.get_mut(session) else { return Ok(false) };
@@ -101,7 +121,7 @@ impl MemoryStore for InMemoryStore {
         Ok(removed)
     }
 
-    fn clear(&self, session: &str, namespace: Option<&str>) -> Result<(), MemoryError> {
+    async fn clear(&self, session: &str, namespace: Option<&str>) -> Result<(), MemoryError> {
         validate_name("session id", session)?;
         let mut sessions = self.write();
         match namespace {
@@ -121,7 +141,7 @@ impl MemoryStore for InMemoryStore {
         Ok(())
     }
 
-    fn entries(&self, session: &str) -> Result<SessionEntries, MemoryError> {
+    async fn entries(&self, session: &str) -> Result<SessionEntries, MemoryError> {
         validate_name("session id", session)?;
         Ok(self.read().get(session).cloned().unwrap_or_default())
     }

@@ -18,16 +18,16 @@ fn sessions_are_isolated_in_both_stores() {
     with_each_store(|store| {
         let a = session(&store, "a");
         let b = session(&store, "b");
-        a.set("notes", "k", "from a").unwrap();
-        b.set("notes", "k", "from b").unwrap();
-        assert_eq!(a.get::<String>("notes", "k").unwrap().as_deref(), Some("from a"));
-        assert_eq!(b.get::<String>("notes", "k").unwrap().as_deref(), Some("from b"));
+        a.set("notes", "k", "from a").await.unwrap();
+        b.set("notes", "k", "from b").await.unwrap();
+        assert_eq!(a.get::<String>("notes", "k").await.unwrap().as_deref(), Some("from a"));
+        assert_eq!(b.get::<String>("notes", "k").await.unwrap().as_deref(), Some("from b"));
 
-        a.clear(None).unwrap();
-        assert_eq!(a.get::<String>("notes", "k").unwrap(), None);
-        assert_eq!(b.get::<String>("notes", "k").unwrap().as_deref(), Some("from b"));
-        assert!(!b.remove("other", "k").unwrap());
-        assert!(a.snapshot().unwrap().is_empty());
+        a.clear(None).await.unwrap();
+        assert_eq!(a.get::<String>("notes", "k").await.unwrap(), None);
+        assert_eq!(b.get::<String>("notes", "k").await.unwrap().as_deref(), Some("from b"));
+        assert!(!b.remove("other", "k").await.unwrap());
+        assert!(a.snapshot().await.unwrap().is_empty());
     });
 }
 
@@ -35,13 +35,13 @@ fn sessions_are_isolated_in_both_stores() {
 fn namespaces_are_isolated_in_both_stores() {
     with_each_store(|store| {
         let memory = session(&store, "s");
-        memory.set("one", "k", 1).unwrap();
-        memory.set("two", "k", 2).unwrap();
-        assert_eq!(memory.get::<i32>("one", "k").unwrap(), Some(1));
-        assert_eq!(memory.get::<i32>("two", "k").unwrap(), Some(2));
-        assert!(memory.remove("one", "k").unwrap());
-        assert_eq!(memory.get::<i32>("one", "k").unwrap(), None);
-        assert_eq!(memory.get::<i32>("two", "k").unwrap(), Some(2));
+        memory.set("one", "k", 1).await.unwrap();
+        memory.set("two", "k", 2).await.unwrap();
+        assert_eq!(memory.get::<i32>("one", "k").await.unwrap(), Some(1));
+        assert_eq!(memory.get::<i32>("two", "k").await.unwrap(), Some(2));
+        assert!(memory.remove("one", "k").await.unwrap());
+        assert_eq!(memory.get::<i32>("one", "k").await.unwrap(), None);
+        assert_eq!(memory.get::<i32>("two", "k").await.unwrap(), Some(2));
     });
 }
 
@@ -55,21 +55,21 @@ fn set_get_remove_round_trip_typed_values() {
     with_each_store(|store| {
         let memory = session(&store, "s");
         let plan = Plan { steps: vec!["read".into(), "write".into()], done: false };
-        memory.set("plan", "current", &plan).unwrap();
-        assert_eq!(memory.get::<Plan>("plan", "current").unwrap(), Some(plan));
+        memory.set("plan", "current", &plan).await.unwrap();
+        assert_eq!(memory.get::<Plan>("plan", "current").await.unwrap(), Some(plan));
 
-        memory.set("plan", "current", json!({"steps": [], "done": true})).unwrap();
+        memory.set("plan", "current", json!({"steps": [], "done": true})).await.unwrap();
         assert_eq!(
-            memory.get::<Plan>("plan", "current").unwrap(),
+            memory.get::<Plan>("plan", "current").await.unwrap(),
             Some(Plan { steps: vec![], done: true })
         );
-        assert!(matches!(memory.get::<u8>("plan", "current"), Err(MemoryError::Serde(_))));
+        assert!(matches!(memory.get::<u8>("plan", "current").await, Err(MemoryError::Serde(_))));
 
-        assert!(memory.remove("plan", "current").unwrap());
-        assert!(!memory.remove("plan", "current").unwrap());
-        assert_eq!(memory.get::<Plan>("plan", "current").unwrap(), None);
+        assert!(memory.remove("plan", "current").await.unwrap());
+        assert!(!memory.remove("plan", "current").await.unwrap());
+        assert_eq!(memory.get::<Plan>("plan", "current").await.unwrap(), None);
         // Removing the last key leaves no empty namespace behind.
-        assert!(memory.snapshot().unwrap().entries.is_empty());
+        assert!(memory.snapshot().await.unwrap().entries.is_empty());
     });
 }
 
@@ -77,19 +77,19 @@ fn set_get_remove_round_trip_typed_values() {
 fn clear_one_namespace_then_all() {
     with_each_store(|store| {
         let memory = session(&store, "s");
-        memory.set("a", "x", 1).unwrap();
-        memory.set("a", "y", 2).unwrap();
-        memory.set("b", "x", 3).unwrap();
+        memory.set("a", "x", 1).await.unwrap();
+        memory.set("a", "y", 2).await.unwrap();
+        memory.set("b", "x", 3).await.unwrap();
 
-        memory.clear(Some("a")).unwrap();
-        let entries = memory.snapshot().unwrap().entries;
+        memory.clear(Some("a")).await.unwrap();
+        let entries = memory.snapshot().await.unwrap().entries;
         assert_eq!(entries.keys().collect::<Vec<_>>(), ["b"]);
-        assert_eq!(memory.get::<i32>("b", "x").unwrap(), Some(3));
+        assert_eq!(memory.get::<i32>("b", "x").await.unwrap(), Some(3));
 
-        memory.clear(Some("missing")).unwrap();
-        memory.clear(None).unwrap();
-        assert!(memory.snapshot().unwrap().entries.is_empty());
-        memory.clear(None).unwrap();
+        memory.clear(Some("missing")).await.unwrap();
+        memory.clear(None).await.unwrap();
+        assert!(memory.snapshot().await.unwrap().entries.is_empty());
+        memory.clear(None).await.unwrap();
     });
 }
 
@@ -98,14 +98,14 @@ fn snapshot_renders_exact_block() {
     with_each_store(|store| {
         let memory = session(&store, "s");
         // Written out of order: the block must come out sorted.
-        memory.set("other-namespace", "k", "v").unwrap();
-        memory.set("namespace", "other_key", json!({"a": 1})).unwrap();
-        memory.set("namespace", "key", "value").unwrap();
-        memory.set("namespace", "list", [1, 2]).unwrap();
-        memory.set("namespace", "nothing", ()).unwrap();
-        memory.set("namespace", "quoted", json!({"s": "x\ny"})).unwrap();
+        memory.set("other-namespace", "k", "v").await.unwrap();
+        memory.set("namespace", "other_key", json!({"a": 1})).await.unwrap();
+        memory.set("namespace", "key", "value").await.unwrap();
+        memory.set("namespace", "list", [1, 2]).await.unwrap();
+        memory.set("namespace", "nothing", ()).await.unwrap();
+        memory.set("namespace", "quoted", json!({"s": "x\ny"})).await.unwrap();
         assert_eq!(
-            memory.snapshot().unwrap().render(),
+            memory.snapshot().await.unwrap().render(),
             "<session-context>\n\
              [namespace]\n\
              key: value\n\
@@ -124,7 +124,7 @@ fn snapshot_renders_exact_block() {
 #[test]
 fn empty_snapshot_renders_nothing() {
     let memory = SessionMemory::in_memory("s").unwrap();
-    assert_eq!(memory.snapshot().unwrap().render(), "");
+    assert_eq!(memory.snapshot().await.unwrap().render(), "");
     let hollow = MemorySnapshot {
         session_id: "s".into(),
         entries: [("ns".to_owned(), BTreeMap::new())].into(),
@@ -136,9 +136,9 @@ fn empty_snapshot_renders_nothing() {
 #[test]
 fn render_keeps_every_entry_on_one_line() {
     let memory = SessionMemory::in_memory("s").unwrap();
-    memory.set("ns", "multi\nline key", "a\nb\r\n[fake]\tc\u{7}\u{2028}").unwrap();
+    memory.set("ns", "multi\nline key", "a\nb\r\n[fake]\tc\u{7}\u{2028}").await.unwrap();
     assert_eq!(
-        memory.snapshot().unwrap().render(),
+        memory.snapshot().await.unwrap().render(),
         "<session-context>\n\
          [ns]\n\
          multi\\nline key: a\\nb\\r\\n[fake]\\tc\\u0007\\u2028\n\
@@ -151,23 +151,23 @@ fn restore_into_bridges_two_sessions() {
     let dir = tempfile::tempdir().unwrap();
     let file_store: Arc<dyn MemoryStore> = Arc::new(FileMemoryStore::new(dir.path()).unwrap());
     let source = session(&file_store, "source");
-    source.set("facts", "city", "Lyon").unwrap();
-    source.set("facts", "year", 2024).unwrap();
-    source.set("prefs", "tone", "terse").unwrap();
+    source.set("facts", "city", "Lyon").await.unwrap();
+    source.set("facts", "year", 2024).await.unwrap();
+    source.set("prefs", "tone", "terse").await.unwrap();
 
     let target = SessionMemory::in_memory("target").unwrap();
-    target.set("facts", "city", "Paris").unwrap();
-    target.set("own", "kept", true).unwrap();
+    target.set("facts", "city", "Paris").await.unwrap();
+    target.set("own", "kept", true).await.unwrap();
 
-    let snapshot = source.snapshot().unwrap();
+    let snapshot = source.snapshot().await.unwrap();
     assert_eq!(snapshot.session_id, "source");
-    snapshot.restore_into(&target).unwrap();
+    snapshot.restore_into(&target).await.unwrap();
 
-    assert_eq!(target.get::<String>("facts", "city").unwrap().as_deref(), Some("Lyon"));
-    assert_eq!(target.get::<i32>("facts", "year").unwrap(), Some(2024));
-    assert_eq!(target.get::<String>("prefs", "tone").unwrap().as_deref(), Some("terse"));
-    assert_eq!(target.get::<bool>("own", "kept").unwrap(), Some(true));
-    assert_eq!(target.snapshot().unwrap().render(), {
+    assert_eq!(target.get::<String>("facts", "city").await.unwrap().as_deref(), Some("Lyon"));
+    assert_eq!(target.get::<i32>("facts", "year").await.unwrap(), Some(2024));
+    assert_eq!(target.get::<String>("prefs", "tone").await.unwrap().as_deref(), Some("terse"));
+    assert_eq!(target.get::<bool>("own", "kept").await.unwrap(), Some(true));
+    assert_eq!(target.snapshot().await.unwrap().render(), {
         let mut expected = snapshot.clone();
         expected.entries.insert("own".into(), [("kept".to_owned(), json!(true))].into());
         expected.render()
@@ -175,16 +175,16 @@ fn restore_into_bridges_two_sessions() {
 
     // Into another session of the same file store, and unchanged at its source.
     let sibling = session(&file_store, "sibling");
-    snapshot.restore_into(&sibling).unwrap();
-    assert_eq!(sibling.snapshot().unwrap().entries, snapshot.entries);
-    assert_eq!(source.snapshot().unwrap(), snapshot);
+    snapshot.restore_into(&sibling).await.unwrap();
+    assert_eq!(sibling.snapshot().await.unwrap().entries, snapshot.entries);
+    assert_eq!(source.snapshot().await.unwrap(), snapshot);
 }
 
 #[test]
 fn snapshot_round_trips_through_json_and_is_checked_on_restore() {
     let memory = SessionMemory::in_memory("s").unwrap();
-    memory.set("ns", "k", json!({"deep": [1, "two"]})).unwrap();
-    let snapshot = memory.snapshot().unwrap();
+    memory.set("ns", "k", json!({"deep": [1, "two"]})).await.unwrap();
+    let snapshot = memory.snapshot().await.unwrap();
     let text = serde_json::to_string(&snapshot).unwrap();
     assert_eq!(text, r#"{"session_id":"s","entries":{"ns":{"k":{"deep":[1,"two"]}}}}"#);
     assert_eq!(serde_json::from_str::<MemorySnapshot>(&text).unwrap(), snapshot);
@@ -194,11 +194,11 @@ fn snapshot_round_trips_through_json_and_is_checked_on_restore() {
             .unwrap();
     let target = SessionMemory::in_memory("t").unwrap();
     assert!(matches!(
-        forged.restore_into(&target),
+        forged.restore_into(&target).await,
         Err(MemoryError::InvalidName { what: "namespace", .. })
     ));
     // Checked before anything was written.
-    assert!(target.snapshot().unwrap().is_empty());
+    assert!(target.snapshot().await.unwrap().is_empty());
 }
 
 #[test]
@@ -207,23 +207,23 @@ fn file_store_persists_across_instances() {
     {
         let store = FileMemoryStore::new(dir.path()).unwrap();
         let memory = SessionMemory::new("s-1", Arc::new(store)).unwrap();
-        memory.set("ns", "k", "kept").unwrap();
+        memory.set("ns", "k", "kept").await.unwrap();
     }
     assert!(dir.path().join("s-1.json").is_file());
 
     let open = || SessionMemory::new("s-1", Arc::new(FileMemoryStore::new(dir.path()).unwrap()));
     let reopened = open().unwrap();
-    assert_eq!(reopened.get::<String>("ns", "k").unwrap().as_deref(), Some("kept"));
+    assert_eq!(reopened.get::<String>("ns", "k").await.unwrap().as_deref(), Some("kept"));
 
     // Two live stores on one directory see each other's writes at once.
     let other = open().unwrap();
-    other.set("ns", "k2", 2).unwrap();
-    assert_eq!(reopened.get::<i32>("ns", "k2").unwrap(), Some(2));
-    reopened.remove("ns", "k").unwrap();
-    assert_eq!(other.get::<String>("ns", "k").unwrap(), None);
+    other.set("ns", "k2", 2).await.unwrap();
+    assert_eq!(reopened.get::<i32>("ns", "k2").await.unwrap(), Some(2));
+    reopened.remove("ns", "k").await.unwrap();
+    assert_eq!(other.get::<String>("ns", "k").await.unwrap(), None);
 
     // An emptied session leaves no file behind.
-    other.clear(Some("ns")).unwrap();
+    other.clear(Some("ns")).await.unwrap();
     assert!(!dir.path().join("s-1.json").exists());
     assert_eq!(json_files(dir.path()), Vec::<String>::new());
 }
@@ -235,12 +235,12 @@ fn a_secret_in_session_memory_is_never_written_to_disk() {
     let dir = tempfile::tempdir().unwrap();
     let memory =
         SessionMemory::new("s-2", Arc::new(FileMemoryStore::new(dir.path()).unwrap())).unwrap();
-    memory.set("ns", "token", format!("Bearer {secret}")).unwrap();
-    memory.set("ns", "nested", json!({ "inner": [secret] })).unwrap();
+    memory.set("ns", "token", format!("Bearer {secret}")).await.unwrap();
+    memory.set("ns", "nested", json!({ "inner": [secret] })).await.unwrap();
     let written = std::fs::read_to_string(dir.path().join("s-2.json")).unwrap();
     assert!(written.contains("Bearer [REDACTED]"), "{written}");
     assert!(!written.contains("9Wq"), "{written}");
-    assert_eq!(memory.get::<String>("ns", "token").unwrap().as_deref(), Some("Bearer [REDACTED]"));
+    assert_eq!(memory.get::<String>("ns", "token").await.unwrap().as_deref(), Some("Bearer [REDACTED]"));
 }
 
 #[test]
@@ -252,13 +252,13 @@ fn file_stores_on_one_dir_lose_no_concurrent_writes() {
             scope.spawn(move || {
                 let memory = SessionMemory::new("shared", Arc::new(store)).unwrap();
                 for i in 0..25 {
-                    memory.set(&format!("w{writer}"), &format!("k{i:02}"), i).unwrap();
+                    memory.set(&format!("w{writer}"), &format!("k{i:02}"), i).await.unwrap();
                 }
             });
         }
     });
     let store = FileMemoryStore::new(dir.path()).unwrap();
-    let entries = store.entries("shared").unwrap();
+    let entries = store.entries("shared").await.unwrap();
     assert_eq!(entries.len(), 4);
     assert!(entries.values().all(|keys| keys.len() == 25));
     assert_eq!(json_files(dir.path()), ["shared.json"]);
@@ -270,7 +270,7 @@ fn corrupt_file_is_reported_and_recoverable() {
     let store: Arc<dyn MemoryStore> = Arc::new(FileMemoryStore::new(dir.path()).unwrap());
     let broken = session(&store, "broken");
     let healthy = session(&store, "healthy");
-    healthy.set("ns", "k", 1).unwrap();
+    healthy.set("ns", "k", 1).await.unwrap();
 
     let path = dir.path().join("broken.json");
     for (content, reason) in [
@@ -280,10 +280,10 @@ fn corrupt_file_is_reported_and_recoverable() {
     ] {
         std::fs::write(&path, content).unwrap();
         for result in [
-            broken.get::<i32>("ns", "k").map(drop),
-            broken.set("ns", "k", 2),
-            broken.clear(Some("ns")),
-            broken.snapshot().map(drop),
+            broken.get::<i32>("ns", "k").await.map(drop),
+            broken.set("ns", "k", 2).await,
+            broken.clear(Some("ns")).await,
+            broken.snapshot().await.map(drop),
         ] {
             match result {
                 Err(MemoryError::Corrupt { path: p, reason: r }) => {
@@ -296,14 +296,14 @@ fn corrupt_file_is_reported_and_recoverable() {
         // The damage was not overwritten by the refused writes.
         assert_eq!(std::fs::read_to_string(&path).unwrap(), content);
     }
-    let message = broken.get::<i32>("ns", "k").unwrap_err().to_string();
+    let message = broken.get::<i32>("ns", "k").await.unwrap_err().to_string();
     assert!(message.starts_with("corrupt memory file ") && message.contains("broken.json"));
 
     // Other sessions are unaffected, and clearing the session recovers it.
-    assert_eq!(healthy.get::<i32>("ns", "k").unwrap(), Some(1));
-    broken.clear(None).unwrap();
-    broken.set("ns", "k", 3).unwrap();
-    assert_eq!(broken.get::<i32>("ns", "k").unwrap(), Some(3));
+    assert_eq!(healthy.get::<i32>("ns", "k").await.unwrap(), Some(1));
+    broken.clear(None).await.unwrap();
+    broken.set("ns", "k", 3).await.unwrap();
+    assert_eq!(broken.get::<i32>("ns", "k").await.unwrap(), Some(3));
 }
 
 #[test]
@@ -327,27 +327,27 @@ fn invalid_names_are_rejected() {
             let invalid = |r: Result<(), MemoryError>| {
                 matches!(r, Err(MemoryError::InvalidName { what: "namespace", .. }))
             };
-            assert!(invalid(memory.set(bad, "k", 1)), "namespace {bad:?} accepted");
-            assert!(invalid(memory.get::<i32>(bad, "k").map(drop)));
-            assert!(invalid(memory.remove(bad, "k").map(drop)));
-            assert!(invalid(memory.clear(Some(bad))));
+            assert!(invalid(memory.set(bad, "k", 1).await), "namespace {bad:?} accepted");
+            assert!(invalid(memory.get::<i32>(bad, "k").await.map(drop)));
+            assert!(invalid(memory.remove(bad, "k").await.map(drop)));
+            assert!(invalid(memory.clear(Some(bad)).await));
             // The store checks too, not only the handle.
             assert!(matches!(
-                store.entries(bad),
+                store.entries(bad).await,
                 Err(MemoryError::InvalidName { what: "session id", .. })
             ));
-            assert!(store.set(bad, "ns", "k", json!(1)).is_err());
+            assert!(store.set(bad, "ns", "k", json!(1)).await.is_err());
         }
         assert!(matches!(
-            memory.set("ns", "", 1),
+            memory.set("ns", "", 1).await,
             Err(MemoryError::InvalidName { what: "key", .. })
         ));
-        assert!(memory.snapshot().unwrap().is_empty());
+        assert!(memory.snapshot().await.unwrap().is_empty());
     });
     // Nothing escapes the store's directory.
     let dir = tempfile::tempdir().unwrap();
     let store = FileMemoryStore::new(dir.path().join("mem")).unwrap();
-    assert!(store.set("../x", "ns", "k", json!(1)).is_err());
+    assert!(store.set("../x", "ns", "k", json!(1)).await.is_err());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
 

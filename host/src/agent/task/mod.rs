@@ -67,30 +67,30 @@ impl TaskAgent {
     }
 
     /// Asks the model for a plan for `goal` and parses it (autonomous mode).
-    pub fn plan(&mut self, goal: &str) -> Result<Plan, AgentError> {
+    pub async fn plan(&mut self, goal: &str) -> Result<Plan, AgentError> {
         self.session.set_task(goal);
         let prompt = format!("Make a plan for this goal: {goal}\n{}", self.parser.format_hint());
-        let answer = self.session.submit_turn(&prompt)?;
-        self.parser.parse(&answer.text, goal)
+        let answer = self.session.submit_turn(&prompt).await?;
+        self.parser.parse(&answer.text, goal).await
     }
 
     /// Plans, then executes. `on_progress` sees the plan after every change.
-    pub fn run(
+    pub async fn run(
         &mut self,
         goal: &str,
-        on_progress: impl FnMut(&Plan),
+        on_progress: impl FnMut(&Plan) + Send,
     ) -> Result<TaskOutcome, AgentError> {
-        let plan = self.plan(goal)?;
-        self.execute_plan(plan, on_progress)
+        let plan = self.plan(goal).await?;
+        self.execute_plan(plan, on_progress).await
     }
 
     /// Executes a given plan (external mode): each step is one turn of the
     /// session; `OnPlanStepComplete` fires after each step that ran, with
     /// its index; the plan is mirrored into the trace's goal tree.
-    pub fn execute_plan(
+    pub async fn execute_plan(
         &mut self,
         mut plan: Plan,
-        mut on_progress: impl FnMut(&Plan),
+        mut on_progress: impl FnMut(&Plan) + Send,
     ) -> Result<TaskOutcome, AgentError> {
         let total = plan.steps.len();
         self.session.set_task(plan.goal.clone());
@@ -112,19 +112,20 @@ impl TaskAgent {
                 plan.goal
             );
             let description = step.description.clone();
-            let result = self.run_step(&prompt, &description, parent_goal, &mut goal_ids[i]);
+            let result =
+                self.run_step(&prompt, &description, parent_goal, &mut goal_ids[i]).await;
             let step = &mut plan.steps[i];
             let transition = match &result {
                 Ok(response) => step.complete(response.clone()),
                 Err(e) => step.fail(e.to_string()),
             };
             transition.map_err(|e| AgentError::Other(e.to_string()))?;
-            self.mirror(goal_ids[i].as_deref(), step.status())?;
+            self.mirror(goal_ids[i].as_deref(), step.status()).await?;
             let mut event = HookEvent::at(HookPoint::OnPlanStepComplete);
             event.step_index = Some(i);
             event.trace_id = self.session.trace_id().map(str::to_owned);
             event.error = result.as_ref().err().map(ToString::to_string);
-            self.session.bundle().hooks().fire(&event)?;
+            self.session.bundle().hooks().fire(&event).await?;
             on_progress(&plan);
             if result.is_err() {
                 match self.policy {
@@ -156,46 +157,57 @@ impl TaskAgent {
                 } else {
                     tree.abandon(&format!("{completed} of {total} steps completed"))
                 }
-            })?;
+            })
+            .await?;
         }
         Ok(TaskOutcome { plan, trace_id: self.session.trace_id().map(str::to_owned), succeeded })
     }
 
     /// Runs one step's turn, creating its goal once the trace exists.
-    fn run_step(
+    async fn run_step(
         &mut self,
         prompt: &str,
         description: &str,
         parent_goal: Option<String>,
         goal_id: &mut Option<String>,
     ) -> Result<String, AgentError> {
-        let mut add_goal = |agent: &mut Self| -> Result<(), AgentError> {
-            let id = agent.edit_goals(|tree| {
-                let parent = match &parent_goal {
-                    Some(parent) => parent.clone(),
-                    None => tree.ensure_root(description)?,
-                };
-                let id = tree.under(&parent, description)?;
-                tree.focus(&id)?;
-                Ok(id)
-            })?;
-            *goal_id = Some(id);
-            Ok(())
-        };
         // The step's messages carry its goal when the trace already exists;
         // a first turn creates the trace, and its goal follows.
         let existed = self.session.trace_id().is_some();
         if existed {
-            add_goal(self)?;
+            *goal_id = Some(self.add_goal(description, parent_goal.as_deref()).await?);
         }
-        let result = self.session.submit_turn(prompt).map(|turn| turn.text);
+        let result = self.session.submit_turn(prompt).await.map(|turn| turn.text);
         if !existed && self.session.trace_id().is_some() {
-            add_goal(self)?;
+            *goal_id = Some(self.add_goal(description, parent_goal.as_deref()).await?);
         }
         result
     }
 
-    fn mirror(&mut self, goal_id: Option<&str>, status: &StepStatus) -> Result<(), AgentError> {
+    /// Adds a step's goal under `parent_goal` (under the root when none)
+    /// and focuses it; returns its id.
+    async fn add_goal(
+        &mut self,
+        description: &str,
+        parent_goal: Option<&str>,
+    ) -> Result<String, AgentError> {
+        self.edit_goals(|tree| {
+            let parent = match parent_goal {
+                Some(parent) => parent.to_owned(),
+                None => tree.ensure_root(description)?,
+            };
+            let id = tree.under(&parent, description)?;
+            tree.focus(&id)?;
+            Ok(id)
+        })
+        .await
+    }
+
+    async fn mirror(
+        &mut self,
+        goal_id: Option<&str>,
+        status: &StepStatus,
+    ) -> Result<(), AgentError> {
         let Some(goal_id) = goal_id else { return Ok(()) };
         self.edit_goals(|tree| {
             tree.focus(goal_id)?;
@@ -205,18 +217,19 @@ impl TaskAgent {
                 _ => Ok(()),
             }
         })
+        .await
     }
 
-    fn edit_goals<T>(
+    async fn edit_goals<T>(
         &mut self,
         edit: impl FnOnce(&mut GoalTree) -> Result<T, crate::trace::GoalError>,
     ) -> Result<T, AgentError> {
         let trace_id =
             self.session.trace_id().ok_or_else(|| AgentError::Other("no trace yet".into()))?;
         let store = self.session.bundle().store().clone();
-        let mut tree = store.goals(trace_id)?;
+        let mut tree = store.get_goals(trace_id).await?;
         let out = edit(&mut tree).map_err(|e| AgentError::Other(e.to_string()))?;
-        store.save_goals(trace_id, &tree)?;
+        store.save_goals(trace_id, &tree).await?;
         Ok(out)
     }
 }

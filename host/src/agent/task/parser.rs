@@ -5,15 +5,17 @@ use super::plan::{Plan, Step};
 use crate::agent::AgentError;
 use crate::contract::bindings::plan_parser::exports::reson::plugin::plan_parser as wit;
 use crate::plugin::Runtime;
+use async_trait::async_trait;
 
 /// Something that parses plans.
+#[async_trait]
 pub trait PlanParser: Send + Sync {
     /// The parser's name (its plugin).
     fn name(&self) -> &str;
     /// How the model should write the plan, for the planning prompt.
     fn format_hint(&self) -> String;
     /// Parses the model's answer for `goal`.
-    fn parse(&self, raw: &str, goal: &str) -> Result<Plan, AgentError>;
+    async fn parse(&self, raw: &str, goal: &str) -> Result<Plan, AgentError>;
 }
 
 /// A plan parser served by a plan-parser plugin.
@@ -30,6 +32,7 @@ impl PluginPlanParser {
     }
 }
 
+#[async_trait]
 impl PlanParser for PluginPlanParser {
     fn name(&self) -> &str {
         &self.plugin
@@ -49,8 +52,8 @@ impl PlanParser for PluginPlanParser {
         }
     }
 
-    fn parse(&self, raw: &str, goal: &str) -> Result<Plan, AgentError> {
-        let parsed = self.runtime.parse_plan(&self.plugin, raw, goal)?;
+    async fn parse(&self, raw: &str, goal: &str) -> Result<Plan, AgentError> {
+        let parsed = self.runtime.parse_plan(&self.plugin, raw, goal).await?;
         let plan = parsed.map_err(|e| {
             let why = match e {
                 wit::ParseError::NoPlan(m) | wit::ParseError::Syntax(m) => m,
