@@ -35,17 +35,18 @@ impl Setup {
         dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
         let script = dir.path().join("script.json");
         std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-        let runtime = dir.open(&format!(
-            r#"
+        let runtime = dir
+            .open(&format!(
+                r#"
             [plugins.scripted]
             dirs = [{{ path = ".", access = "read" }}]
             config = {{ script = "{}" }}
             [plugins.hostile]
             dirs = [{{ path = "workspace", access = "read-write" }}]
             "#,
-            script.display()
-        ))
-        .await;
+                script.display()
+            ))
+            .await;
         // The hostile guest comes after the bundled echo, which keeps `echo`.
         dir.install(support::test_plugins(), "hostile");
         runtime.rescan().await.unwrap();
@@ -70,7 +71,11 @@ impl Setup {
 
     async fn tool_results(&self, trace_id: &str) -> Vec<Message> {
         let trace = self.store.get_trace(trace_id).await.unwrap().unwrap();
-        let path = self.store.get_main_path_messages(trace_id, trace.head_sequence.unwrap()).await.unwrap();
+        let path = self
+            .store
+            .get_main_path_messages(trace_id, trace.head_sequence.unwrap())
+            .await
+            .unwrap();
         path.into_iter().filter(|m| m.role == Role::Tool).collect()
     }
 }
@@ -133,7 +138,8 @@ async fn an_invented_tool_gets_an_error_at_once_and_is_never_asked_about() {
             call("echo\u{0}", json!({ "text": "nul" })),
         ] },
         { "text": "I see." }
-    ])).await;
+    ]))
+    .await;
     // `ask` by default, and no one to answer: any request would wait 30 s.
     let approvals = PendingApprovals::new(Duration::from_secs(30));
     let tools = ToolRegistry::new(s.runtime.clone()).only(vec![
@@ -185,10 +191,12 @@ async fn without_permissions_an_invented_tool_is_still_unknown() {
     let s = Setup::new(json!([
         { "tool_calls": [call("rm_rf", json!({})), call("echo", json!({ "text": "real" }))] },
         { "text": "ok" }
-    ])).await;
+    ]))
+    .await;
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()).only(vec!["echo".into()]));
     let outcome = runner.run(user("go"), RunConfig::default()).await.unwrap().wait().await.unwrap();
-    let texts: Vec<String> = s.tool_results(&outcome.trace_id).await.iter().map(Message::text).collect();
+    let texts: Vec<String> =
+        s.tool_results(&outcome.trace_id).await.iter().map(Message::text).collect();
     assert_eq!(
         texts,
         [
@@ -211,7 +219,8 @@ async fn denied_goal_unknown_and_parallel_plugin_calls_stay_in_call_order() {
             call("nap", json!({ "ms": 200 })),
         ] },
         { "text": "rested" }
-    ])).await;
+    ]))
+    .await;
     let approvals = PendingApprovals::new(Duration::from_secs(30));
     let runner = s.runner(ToolRegistry::new(s.runtime.clone())).with_permissions(Permissions::new(
         rules(&[(Decision::Ask, "echo")], Decision::Allow),
@@ -292,7 +301,13 @@ fn planning_turns() -> Value {
 async fn each_branch_has_its_own_goal_tree() {
     let s = Setup::new(planning_turns()).await;
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()));
-    let first = runner.run(user("write a draft"), RunConfig::default()).await.unwrap().wait().await.unwrap();
+    let first = runner
+        .run(user("write a draft"), RunConfig::default())
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     let id = first.trace_id;
     let tree = goals_of(&s.store, &id).await;
     assert_eq!(tree.get("g2").unwrap().status, GoalStatus::Completed);
@@ -352,8 +367,14 @@ async fn each_branch_has_its_own_goal_tree() {
 async fn goal_results_stored_without_snapshots_are_replayed() {
     let s = Setup::new(planning_turns()).await;
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()));
-    let id =
-        runner.run(user("write a draft"), RunConfig::default()).await.unwrap().wait().await.unwrap().trace_id;
+    let id = runner
+        .run(user("write a draft"), RunConfig::default())
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap()
+        .trace_id;
     // As an older host stored them: no snapshot in any message, and a
     // goal call that failed (its arguments would change the tree if replayed).
     let messages = s.dir.path().join("traces").join(&id).join("messages");

@@ -5,6 +5,12 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+/// When `path` was last written, if it exists.
+fn modified(path: &Path) -> Option<SystemTime> {
+    path.metadata().and_then(|m| m.modified()).ok()
+}
 
 /// Runs example `name` and fails with its output unless it exits 0.
 fn run_example(name: &str) {
@@ -19,9 +25,12 @@ fn run_example(name: &str) {
     let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile dir>/deps");
     let binary =
         profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    // `cargo test` builds the examples before it runs any test; only a
-    // run of this test alone (`--test examples`) finds them missing.
-    if !*built && !binary.exists() {
+    // `cargo test` builds the examples before it runs any test; a run of
+    // this test alone (`--test examples`) finds them missing, or older than
+    // this binary, which cargo rebuilt for a change to the library they
+    // were not rebuilt for: running those would test the old library.
+    let stale = modified(&binary).is_none_or(|example| modified(&exe).is_some_and(|t| example < t));
+    if !*built && stale {
         let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => "dev",
             Some(name) => name,

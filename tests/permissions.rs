@@ -51,8 +51,9 @@ impl Setup {
         }
         let script = dir.path().join("script.json");
         std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-        let runtime = dir.open(&format!(
-            r#"
+        let runtime = dir
+            .open(&format!(
+                r#"
             [plugins.scripted]
             dirs = [{{ path = ".", access = "read" }}]
             config = {{ script = "{}" }}
@@ -64,9 +65,9 @@ impl Setup {
             [plugins.fs]
             dirs = [{{ path = "workspace", access = "read-write" }}]
             "#,
-            script.display()
-        ))
-        .await;
+                script.display()
+            ))
+            .await;
         // The hostile guest comes after the bundled plugins, so the names it
         // shares with them (read, write) stay theirs.
         dir.install(support::test_plugins(), "hostile");
@@ -160,13 +161,15 @@ async fn drive(
 async fn approve_once_then_always_then_remembered() {
     let s = Setup::new(
         json!([shell("echo one"), shell("echo two"), shell("echo three"), { "text": "done" }]),
-    ).await;
+    )
+    .await;
     let approvals = PendingApprovals::new(Duration::from_secs(30));
     let runner = s.runner(
         rules(&[(Decision::Ask, "shell", Some("echo *"))], Decision::Deny),
         approvals.clone(),
     );
-    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+    let handle =
+        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
     let (id, asked) = drive(handle, &approvals, &[Some(Answer::Once), Some(Answer::Always)]).await;
     assert_eq!(asked, 2, "the third call matched an `always` answer and was not asked");
     assert_eq!(s.decisions(&id).await, ["ask-once", "ask-always", "ask-remembered"]);
@@ -178,11 +181,13 @@ async fn approve_once_then_always_then_remembered() {
 async fn a_denied_or_unanswered_ask_does_not_run() {
     let s = Setup::new(
         json!([shell("touch marker-denied"), shell("touch marker-timeout"), { "text": "done" }]),
-    ).await;
+    )
+    .await;
     let approvals = PendingApprovals::new(Duration::from_millis(300));
     let runner =
         s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
-    let handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+    let handle =
+        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
     let (id, asked) = drive(handle, &approvals, &[Some(Answer::Deny), None]).await;
     assert_eq!(asked, 2);
     assert_eq!(s.decisions(&id).await, ["ask-denied", "ask-timeout"]);
@@ -195,7 +200,8 @@ async fn a_denied_or_unanswered_ask_does_not_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shell_command_the_rules_deny_never_runs() {
-    let s = Setup::new(json!([shell("touch marker"), shell("echo allowed"), { "text": "done" }])).await;
+    let s =
+        Setup::new(json!([shell("touch marker"), shell("echo allowed"), { "text": "done" }])).await;
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let set = rules(
         &[(Decision::Allow, "shell", None), (Decision::Deny, "shell", Some("touch *"))],
@@ -203,7 +209,8 @@ async fn a_shell_command_the_rules_deny_never_runs() {
     );
     let handle = s
         .runner(set, approvals.clone())
-        .run(vec![Message::new(Role::User, "go")], RunConfig::default()).await
+        .run(vec![Message::new(Role::User, "go")], RunConfig::default())
+        .await
         .unwrap();
     let (id, asked) = drive(handle, &approvals, &[]).await;
     assert_eq!(asked, 0);
@@ -225,13 +232,15 @@ async fn a_preset_without_shell_never_offers_it() {
     let (_, explore) = config.preset("explore").unwrap();
     let handle = s
         .runner(explore, approvals.clone())
-        .run(vec![Message::new(Role::User, "look")], RunConfig::default()).await
+        .run(vec![Message::new(Role::User, "look")], RunConfig::default())
+        .await
         .unwrap();
     drive(handle, &approvals, &[]).await;
     let (_, default) = config.preset("default").unwrap();
     let handle = s
         .runner(default, approvals.clone())
-        .run(vec![Message::new(Role::User, "look")], RunConfig::default()).await
+        .run(vec![Message::new(Role::User, "look")], RunConfig::default())
+        .await
         .unwrap();
     drive(handle, &approvals, &[]).await;
     let requests = s.provider.requests.lock().unwrap();
@@ -255,7 +264,8 @@ async fn invalid_arguments_never_reach_the_plugin() {
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let handle = s
         .runner(rules(&[], Decision::Allow), approvals.clone())
-        .run(vec![Message::new(Role::User, "w")], RunConfig::default()).await
+        .run(vec![Message::new(Role::User, "w")], RunConfig::default())
+        .await
         .unwrap();
     let (id, _) = drive(handle, &approvals, &[]).await;
     let outputs = s.tool_texts(&id).await;
@@ -277,7 +287,8 @@ async fn tool_result_images_reach_the_provider_as_image_parts() {
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let handle = s
         .runner(rules(&[], Decision::Allow), approvals.clone())
-        .run(vec![Message::new(Role::User, "img")], RunConfig::default()).await
+        .run(vec![Message::new(Role::User, "img")], RunConfig::default())
+        .await
         .unwrap();
     drive(handle, &approvals, &[]).await;
     let requests = s.provider.requests.lock().unwrap();
@@ -296,14 +307,17 @@ async fn tool_result_memory_shapes_the_history_sent() {
         remember("FULL-A", Some("mem-A"), false),
         remember("FULL-B", None, true),
         { "text": "done" }
-    ])).await;
+    ]))
+    .await;
     let approvals = PendingApprovals::new(Duration::from_secs(1));
     let handle = s
         .runner(rules(&[], Decision::Allow), approvals.clone())
-        .run(vec![Message::new(Role::User, "r")], RunConfig::default()).await
+        .run(vec![Message::new(Role::User, "r")], RunConfig::default())
+        .await
         .unwrap();
     drive(handle, &approvals, &[]).await;
-    let requests = s.provider.requests.lock().unwrap();
+    // A copy: the guard must not be held across the store calls below.
+    let requests = s.provider.requests.lock().unwrap().clone();
     let sent =
         |i: usize| requests[i].messages.iter().map(Message::text).collect::<Vec<_>>().join("|");
     assert!(sent(1).contains("FULL-A"), "the newest result goes in full: {}", sent(1));
@@ -348,7 +362,8 @@ async fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
     let rt = dir.open(&format!("[plugins.webfetch]\nhttp = [\"{addr}\"]\n")).await;
     let ctx = CallContext::default();
     let page = rt
-        .call_tool("webfetch", &json!({ "url": format!("http://{addr}/") }).to_string(), &ctx).await
+        .call_tool("webfetch", &json!({ "url": format!("http://{addr}/") }).to_string(), &ctx)
+        .await
         .unwrap();
     assert!(
         page.text.contains("# Hello") && page.text.contains("Readable **text**."),
@@ -361,12 +376,14 @@ async fn webfetch_reaches_only_granted_hosts_and_returns_readable_text() {
             "webfetch",
             &json!({ "url": format!("http://{addr}/"), "format": "text" }).to_string(),
             &ctx,
-        ).await
+        )
+        .await
         .unwrap();
     assert!(text.text.contains("Hello") && !text.text.contains("**"), "{}", text.text);
 
     let refused = rt
-        .call_tool("webfetch", &json!({ "url": "http://127.0.0.1:9/" }).to_string(), &ctx).await
+        .call_tool("webfetch", &json!({ "url": "http://127.0.0.1:9/" }).to_string(), &ctx)
+        .await
         .unwrap_err();
     match refused {
         CallError::Tool { failure: ToolFailure::Denied(message), .. } => {
@@ -386,7 +403,8 @@ async fn a_stop_during_an_approval_asks_nothing_more_and_runs_nothing_more() {
     let approvals = PendingApprovals::new(Duration::from_secs(3));
     let runner =
         s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
-    let mut handle = runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+    let mut handle =
+        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
     let started = Instant::now();
     let mut asked = 0;
@@ -439,7 +457,10 @@ async fn a_stop_while_an_approval_waits_ends_the_run_at_once() {
     let stopped = stopped.expect("the call was put up for approval");
     let outcome = handle.wait().await.unwrap();
     let took = stopped.elapsed();
-    assert!(took < Duration::from_secs(2), "the run waited {took:?} for the approval after the stop");
+    assert!(
+        took < Duration::from_secs(2),
+        "the run waited {took:?} for the approval after the stop"
+    );
     assert_eq!(outcome.status, reson::trace::TraceStatus::Stopped);
     assert!(
         matches!(

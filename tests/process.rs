@@ -137,13 +137,13 @@ async fn repository_config_written_by_the_guest_runs_nothing() {
     let (dir, rt) = hostile(r#"process = ["git *"]"#).await;
     let ws = dir.workspace();
     let m = text(&marker(&dir));
-    let write = |path: &str, content: &str| {
+    let write = async |path: &str, content: &str| {
         call(&rt, "write", json!({ "path": text(&ws.join(path)), "content": content }))
             .await
             .unwrap();
     };
     exec(&rt, "git", &["init", "-q"]).await.unwrap();
-    write("f.txt", "old\n");
+    write("f.txt", "old\n").await;
     exec(&rt, "git", &["add", "f.txt"]).await.unwrap();
     let config = format!(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\
@@ -157,9 +157,9 @@ async fn repository_config_written_by_the_guest_runs_nothing() {
          [diff \"evil\"]\n\ttextconv = touch {m}.textconv; cat\n\
          \tcommand = touch {m}.diffcmd\n"
     );
-    write(".git/config", &config);
-    write(".gitattributes", "f.txt filter=evil diff=evil\n");
-    write("f.txt", "new\n");
+    write(".git/config", &config).await;
+    write(".gitattributes", "f.txt filter=evil diff=evil\n").await;
+    write("f.txt", "new\n").await;
     let status = exec(&rt, "git", &["status", "--short"]).await.unwrap();
     assert!(status.contains("f.txt"), "{status}");
     let diff = exec(&rt, "git", &["diff"]).await.unwrap();
@@ -172,7 +172,7 @@ async fn repository_config_written_by_the_guest_runs_nothing() {
     assert_denied(exec(&rt, "git", &["st"]).await, &["not a git builtin"]);
     // git reads uploadpack first-wins, so no pin can hold it: refused.
     let upload = format!("[remote \"origin\"]\n\tuploadpack = touch {m}.upload; git-upload-pack\n");
-    write(".git/config", &format!("{config}{upload}"));
+    write(".git/config", &format!("{config}{upload}")).await;
     for args in [&["fetch", "-q", "origin"][..], &["-C", &text(&ws), "pull"], &["status"]] {
         assert_denied(
             exec(&rt, "git", args).await,

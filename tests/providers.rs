@@ -512,7 +512,8 @@ async fn tool_round_trip<P: Protocol>(stream: bool) {
         if stream { P::streamed_text("all done now") } else { P::text("all done now", 50, 4) };
     let server = LlmServer::start(vec![first, last]);
     let s = Setup::new::<P>(&server, "").await;
-    let mut handle = s.runner::<P>(Hooks::none()).run(user("echo something"), config(stream)).await.unwrap();
+    let mut handle =
+        s.runner::<P>(Hooks::none()).run(user("echo something"), config(stream)).await.unwrap();
     let mut deltas = 0;
     while let Some(event) = handle.next_event().await {
         if matches!(event, AgentEvent::TextDelta { .. }) {
@@ -550,7 +551,8 @@ async fn retries_then_succeeds<P: Protocol>() {
         counter.fetch_add(1, Ordering::SeqCst);
         HookDecision::Continue
     });
-    let outcome = s.runner::<P>(hooks).run(user("hi"), config(false)).await.unwrap().wait().await.unwrap();
+    let outcome =
+        s.runner::<P>(hooks).run(user("hi"), config(false)).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("finally"));
     assert_eq!(server.requests().len(), 3);
     assert_eq!(retries.load(Ordering::SeqCst), 2);
@@ -559,8 +561,14 @@ async fn retries_then_succeeds<P: Protocol>() {
 async fn failure<P: Protocol>(replies: Vec<Reply>, stream: bool) -> (AgentError, usize, Setup) {
     let server = LlmServer::start(replies);
     let s = Setup::new::<P>(&server, "[plugins.echo]\n").await;
-    let err =
-        s.runner::<P>(Hooks::none()).run(user("hi"), config(stream)).await.unwrap().wait().await.unwrap_err();
+    let err = s
+        .runner::<P>(Hooks::none())
+        .run(user("hi"), config(stream))
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap_err();
     let count = server.requests().len();
     (err, count, s)
 }
@@ -632,8 +640,14 @@ async fn cut_streams_are_retried<P: Protocol>() {
 async fn a_whole_answer_to_a_streamed_request_is_taken<P: Protocol>() {
     let server = LlmServer::start(vec![P::text("whole anyway", 5, 2), P::text("again", 1, 1)]);
     let s = Setup::new::<P>(&server, "").await;
-    let outcome =
-        s.runner::<P>(Hooks::none()).run(user("hi"), config(true)).await.unwrap().wait().await.unwrap();
+    let outcome = s
+        .runner::<P>(Hooks::none())
+        .run(user("hi"), config(true))
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("whole anyway"));
     assert_eq!((server.requests().len(), outcome.requests), (1, 1));
 }
@@ -649,7 +663,9 @@ async fn filtered_answers_are_typed_errors<P: Protocol>() {
     assert_eq!(trace.status, reson::trace::TraceStatus::Failed);
     assert_eq!(trace.error_message.as_deref(), Some(text.as_str()));
     assert_eq!(trace.totals.requests, 1);
-    assert!(s.store.get_messages(&trace.id).await.unwrap().iter().all(|m| m.role != Role::Assistant));
+    assert!(
+        s.store.get_messages(&trace.id).await.unwrap().iter().all(|m| m.role != Role::Assistant)
+    );
 }
 
 /// Two calls of one tool, the first slower: results are stored and sent in
@@ -720,9 +736,11 @@ async fn a_slow_stream_meets_the_deadline<P: Protocol>() {
     );
     let started = std::time::Instant::now();
     let err = runner
-        .run(user("hi"), RunConfig { max_retries: 0, ..config(true) }).await
+        .run(user("hi"), RunConfig { max_retries: 0, ..config(true) })
+        .await
         .unwrap()
-        .wait().await
+        .wait()
+        .await
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
     let text = err.to_string();
@@ -822,9 +840,11 @@ async fn a_trace_moves_from_openai_to_anthropic_to_gemini() {
     let first = Setup::new::<OpenAi>(&openai, "").await;
     let outcome = first
         .runner::<OpenAi>(Hooks::none())
-        .run(user("start"), config(false)).await
+        .run(user("start"), config(false))
+        .await
         .unwrap()
-        .wait().await
+        .wait()
+        .await
         .unwrap();
 
     let anthropic = LlmServer::start(vec![Anthropic::text("continued", 5, 1)]);
@@ -951,8 +971,14 @@ async fn gemini_blocked_prompts_and_streams_are_typed_errors_not_retried() {
     );
     let server = LlmServer::start(vec![cut_short]);
     let s = Setup::new::<Gemini>(&server, "").await;
-    let outcome =
-        s.runner::<Gemini>(Hooks::none()).run(user("hi"), config(false)).await.unwrap().wait().await.unwrap();
+    let outcome = s
+        .runner::<Gemini>(Hooks::none())
+        .run(user("hi"), config(false))
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("Here is"));
 }
 

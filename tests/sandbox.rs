@@ -389,3 +389,48 @@ async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
     assert!(peak <= 64, "{peak} OS threads at the peak");
     assert_alive(&rt).await;
 }
+
+/// A guest that never stops computing gives its worker back at every epoch
+/// tick: on a single-threaded runtime another call runs to its end while
+/// the spin is still going.
+#[tokio::test]
+async fn a_spinning_guest_yields_its_worker_to_other_calls() {
+    let (_dir, rt) = hostile("").await;
+    assert_alive(&rt).await;
+    let start = Instant::now();
+    let spin = tokio::spawn({
+        let rt = rt.clone();
+        async move { call(&rt, "spin", json!({})).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(call(&rt, "echo", json!({"text": "meanwhile"})).await.unwrap(), "meanwhile");
+    let echoed = start.elapsed();
+    assert!(!spin.is_finished(), "the spin ended before the echo: {echoed:?}");
+    assert!(echoed < Duration::from_millis(TIMEOUT_MS / 2), "the echo waited: {echoed:?}");
+    assert_eq!(limit_of(spin.await.unwrap().unwrap_err()), Limit::Timeout { ms: TIMEOUT_MS });
+}
+
+/// A call waiting for an instance slot is cancelled at once, without
+/// waiting for the slot, and the call holding the slot is not disturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_a_slot_can_be_cancelled() {
+    let (_dir, rt) = hostile("[sandbox]\nmax_instances = 1").await;
+    let holder = tokio::spawn({
+        let rt = rt.clone();
+        async move { call(&rt, "nap", json!({"ms": 800})).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cancel = CancellationToken::new();
+    let context = CallContext { cancel: Some(cancel.clone()), ..CallContext::default() };
+    let start = Instant::now();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cancel.cancel();
+    });
+    let err = rt.call_tool("echo", r#"{"text":"x"}"#, &context).await.unwrap_err();
+    assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_millis(400), "{:?}", start.elapsed());
+    assert!(!holder.is_finished(), "the slot was free after all");
+    assert_eq!(holder.await.unwrap().unwrap(), "slept 800 ms");
+    assert_alive(&rt).await;
+}

@@ -99,7 +99,9 @@ async fn json_plan_errors_say_which() {
     let s = Setup::new(json!({ "turns": [] })).await;
     let p = s.parser("json-plan");
     assert!(
-        parse_err(&p, r#"{"steps": [{"description": "a"},]}"#).await.contains("invalid JSON at line 1")
+        parse_err(&p, r#"{"steps": [{"description": "a"},]}"#)
+            .await
+            .contains("invalid JSON at line 1")
     );
     assert_eq!(parse_err(&p, r#"{"todo": []}"#).await, "json-plan: missing field `steps`");
     assert_eq!(parse_err(&p, r#"{"steps": []}"#).await, "json-plan: the plan has no steps");
@@ -133,7 +135,8 @@ async fn markdown_plan_reads_lists_and_nesting() {
         [("first".into(), None), ("second".into(), None)]
     );
     assert!(
-        parse_err(&p, "No list here, just prose.").await
+        parse_err(&p, "No list here, just prose.")
+            .await
             .contains("no numbered, bulleted or checkbox list found")
     );
     assert_eq!(parse_err(&p, "1. one\n2.\n").await, "markdown-plan: step 1 has no description");
@@ -166,7 +169,8 @@ async fn a_task_is_planned_executed_and_mirrored_into_the_goal_tree() {
             statuses.push(
                 plan.steps.iter().map(|st| st.status().to_string()).collect::<Vec<_>>().join(","),
             )
-        }).await
+        })
+        .await
         .unwrap();
     assert!(outcome.succeeded);
     assert_eq!(*fired.lock().unwrap(), [0, 1], "the hook fires once per step, with its index");
@@ -238,7 +242,8 @@ async fn failure_policy_stop_skips_the_rest() {
     let s = Setup::new(failing_script()).await;
     let outcome = s
         .task_agent(Hooks::none(), FailurePolicy::Stop)
-        .execute_plan(external_plan(), |_| {}).await
+        .execute_plan(external_plan(), |_| {})
+        .await
         .unwrap();
     assert!(!outcome.succeeded);
     assert_eq!(statuses(&outcome.plan), ["completed", "failed", "skipped"]);
@@ -255,7 +260,8 @@ async fn failure_policy_continue_runs_every_step() {
     let s = Setup::new(failing_script()).await;
     let outcome = s
         .task_agent(Hooks::none(), FailurePolicy::Continue)
-        .execute_plan(external_plan(), |_| {}).await
+        .execute_plan(external_plan(), |_| {})
+        .await
         .unwrap();
     assert_eq!(statuses(&outcome.plan), ["completed", "failed", "failed"]);
 }
@@ -264,7 +270,8 @@ async fn failure_policy_continue_runs_every_step() {
 async fn failure_policy_skip_skips_the_failed_steps_children_only() {
     let s = Setup::new(json!({ "turns": [
         { "error": { "kind": "bad-request", "message": "no" } }
-    ]})).await;
+    ]}))
+    .await;
     let mut plan = Plan::from_descriptions("g", ["parent"]);
     plan.steps.push(reson::agent::Step::new(1, "child", Some(0)));
     plan.steps.push(reson::agent::Step::new(2, "sibling", None));
@@ -286,7 +293,8 @@ async fn a_blocking_step_hook_stops_the_task() {
     });
     let err = s
         .task_agent(hooks, FailurePolicy::Continue)
-        .execute_plan(Plan::from_descriptions("g", ["one", "two"]), |_| {}).await
+        .execute_plan(Plan::from_descriptions("g", ["one", "two"]), |_| {})
+        .await
         .unwrap_err();
     assert!(matches!(err, AgentError::HookBlocked { .. }), "{err:?}");
 }

@@ -31,7 +31,7 @@ fn status_field(name: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().split_whitespace().next()?.parse().ok())
+        .find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
 

@@ -1,19 +1,24 @@
-//! Trace store costs: the durable writes of one agent-loop step, the main
-//! path and rewind point of a 100k-message trace in memory, and the same
-//! main path read from disk.
+//! Trace store costs: the durable writes of one agent-loop step (and the
+//! same step in the in-memory store), the main path and rewind point of a
+//! 100k-message trace in memory, and the same main path read from disk.
 //!
 //! `cargo bench -p reson --bench trace` prints criterion's figures and,
 //! last, one summary line per figure with its target.
+//!
+//! The store is async; each measured call is driven by `block_on` on a
+//! current-thread tokio runtime, which adds well under a microsecond to a
+//! step of hundreds.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use reson::trace::{
-    Durability, EventKind, FileTraceStore, Message, MessageTree, Role, ToolCall, Trace, TraceMode,
-    TraceStore, Usage,
+    Durability, EventKind, FileTraceStore, MemoryTraceStore, Message, MessageTree, Role, ToolCall,
+    Trace, TraceMode, TraceStore, Usage,
 };
 use std::hint::black_box;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
 
 const BIG: u64 = 100_000;
 
@@ -52,8 +57,8 @@ fn tool_result(call: &ToolCall) -> Message {
 
 /// One step of the agent loop as the store sees it: the model's message
 /// with a tool call, the tool's result, and three events.
-fn step(store: &FileTraceStore, trace: &mut Trace, i: u64) {
-    let call = store.add_message(trace, assistant_with_call(i), None).unwrap();
+async fn step(store: &dyn TraceStore, trace: &mut Trace, i: u64) {
+    let call = store.add_message(trace, assistant_with_call(i), None).await.unwrap();
     let tool = &call.tool_calls[0];
     store
         .append_event(
@@ -64,8 +69,9 @@ fn step(store: &FileTraceStore, trace: &mut Trace, i: u64) {
                 arguments: tool.arguments.clone(),
             },
         )
+        .await
         .unwrap();
-    store.add_message(trace, tool_result(tool), None).unwrap();
+    store.add_message(trace, tool_result(tool), None).await.unwrap();
     store
         .append_event(
             trace,
@@ -76,15 +82,20 @@ fn step(store: &FileTraceStore, trace: &mut Trace, i: u64) {
                 summary: "40 lines".into(),
             },
         )
+        .await
         .unwrap();
-    store.append_event(trace, EventKind::MessageAdded { message: call }).unwrap();
+    store.append_event(trace, EventKind::MessageAdded { message: call }).await.unwrap();
 }
 
-fn new_store(dir: &Path, durability: Durability) -> (FileTraceStore, Trace) {
-    let store = FileTraceStore::open(dir, durability).unwrap();
+/// `store` with a new trace in it.
+fn with_trace<S: TraceStore>(rt: &Runtime, store: S) -> (S, Trace) {
     let trace = Trace::new(TraceMode::Agent, "benchmark", "default");
-    store.create(&trace).unwrap();
+    rt.block_on(store.create_trace(&trace)).unwrap();
     (store, trace)
+}
+
+fn new_store(rt: &Runtime, dir: &Path, durability: Durability) -> (FileTraceStore, Trace) {
+    with_trace(rt, FileTraceStore::open(dir, durability).unwrap())
 }
 
 /// A 100k-message trace: a chain of steps (user, assistant with a tool
@@ -119,8 +130,8 @@ fn big_trace(trace_id: &str) -> Vec<Message> {
 /// The same trace written to disk in the store's layout, directly: the
 /// store's own writes would take minutes for 100k messages, and the
 /// measurement is of reading.
-fn write_big_trace(dir: &Path) -> (FileTraceStore, String, u64) {
-    let (store, mut trace) = new_store(dir, Durability::Batched);
+fn write_big_trace(rt: &Runtime, dir: &Path) -> (FileTraceStore, String, u64) {
+    let (store, mut trace) = new_store(rt, dir, Durability::Batched);
     let messages = big_trace(&trace.id);
     let messages_dir = dir.join(&trace.id).join("messages");
     for m in &messages {
@@ -131,7 +142,7 @@ fn write_big_trace(dir: &Path) -> (FileTraceStore, String, u64) {
     let head = messages.last().unwrap().sequence;
     trace.last_sequence = head;
     trace.head_sequence = Some(head);
-    store.update(&trace).unwrap();
+    rt.block_on(store.update_trace(&trace)).unwrap();
     (store, trace.id, head)
 }
 
@@ -152,6 +163,7 @@ fn fsync_cost(dir: &Path) -> Vec<f64> {
 }
 
 fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let work = tempfile::tempdir().unwrap();
 
     let mut steps = c.benchmark_group("loop-step-writes");
@@ -159,7 +171,7 @@ fn bench(c: &mut Criterion) {
         [("batched", Durability::Batched), ("immediate", Durability::Immediate)]
     {
         let dir = work.path().join(name);
-        let (store, mut trace) = new_store(&dir, durability);
+        let (store, mut trace) = new_store(&rt, &dir, durability);
         let mut i = 0;
         if durability == Durability::Immediate {
             steps.sample_size(10);
@@ -167,11 +179,21 @@ fn bench(c: &mut Criterion) {
         steps.bench_function(name, |b| {
             b.iter(|| {
                 i += 1;
-                step(&store, &mut trace, i);
+                rt.block_on(step(&store, &mut trace, i));
             })
         });
-        store.sync().unwrap();
+        rt.block_on(store.sync()).unwrap();
     }
+    let (store, mut trace) = with_trace(&rt, MemoryTraceStore::new());
+    let mut i = 0;
+    steps.sample_size(100);
+    steps.bench_function("memory", |b| {
+        b.iter(|| {
+            i += 1;
+            rt.block_on(step(&store, &mut trace, i));
+        })
+    });
+    drop(store);
     steps.finish();
 
     let messages = big_trace("tr_bench");
@@ -194,26 +216,34 @@ fn bench(c: &mut Criterion) {
     big.finish();
 
     // Summary, measured here so each line has its own median.
-    let per_step = |durability: Durability, sync: bool, rounds: u64| {
-        let dir = tempfile::tempdir_in(work.path()).unwrap();
-        let (store, mut trace) = new_store(dir.path(), durability);
+    let per_step = |store: &dyn TraceStore, trace: &mut Trace, sync: bool, rounds: u64| {
         let samples = (0..rounds)
             .map(|i| {
                 let start = Instant::now();
-                step(&store, &mut trace, i);
-                if sync {
-                    store.sync().unwrap();
-                }
+                rt.block_on(async {
+                    step(store, trace, i).await;
+                    if sync {
+                        store.sync().await.unwrap();
+                    }
+                });
                 start.elapsed().as_nanos() as f64
             })
             .collect();
-        store.sync().unwrap();
+        rt.block_on(store.sync()).unwrap();
         median(samples)
     };
+    let on_disk = |durability: Durability, sync: bool, rounds: u64| {
+        let dir = tempfile::tempdir_in(work.path()).unwrap();
+        let (store, mut trace) = new_store(&rt, dir.path(), durability);
+        per_step(&store, &mut trace, sync, rounds)
+    };
     let fsync = median(fsync_cost(work.path()));
-    let batched = per_step(Durability::Batched, false, 500);
-    let batched_synced = per_step(Durability::Batched, true, 50);
-    let immediate = per_step(Durability::Immediate, false, 50);
+    let batched = on_disk(Durability::Batched, false, 500);
+    let batched_synced = on_disk(Durability::Batched, true, 50);
+    let immediate = on_disk(Durability::Immediate, false, 50);
+    let (store, mut trace) = with_trace(&rt, MemoryTraceStore::new());
+    let memory = per_step(&store, &mut trace, false, 500);
+    drop(store);
     let in_memory = median(
         (0..50)
             .map(|_| {
@@ -235,24 +265,24 @@ fn bench(c: &mut Criterion) {
     drop(messages);
 
     let disk = tempfile::tempdir_in(work.path()).unwrap();
-    let (store, id, head) = write_big_trace(disk.path());
+    let (store, id, head) = write_big_trace(&rt, disk.path());
     let from_disk = median(
         (0..3)
             .map(|_| {
                 let start = Instant::now();
-                let path = store.main_path(&id, head).unwrap();
+                let path = rt.block_on(store.get_main_path_messages(&id, head)).unwrap();
                 let took = start.elapsed().as_nanos() as f64;
                 assert_eq!(path.last().map(|m| m.sequence), Some(head));
                 took
             })
             .collect(),
     );
-    let main_path_len = store.main_path(&id, head).unwrap().len();
+    let main_path_len = rt.block_on(store.get_main_path_messages(&id, head)).unwrap().len();
     let get = median(
         (0..20)
             .map(|_| {
                 let start = Instant::now();
-                black_box(store.get(&id).unwrap());
+                black_box(rt.block_on(store.get_trace(&id)).unwrap());
                 start.elapsed().as_nanos() as f64
             })
             .collect(),
@@ -267,6 +297,7 @@ fn bench(c: &mut Criterion) {
     );
     println!("loop step writes, batched + sync():       {:>9.3} ms median", ms(batched_synced));
     println!("loop step writes, immediate:              {:>9.3} ms median", ms(immediate));
+    println!("loop step writes, in memory:              {:>9.3} ms median", ms(memory));
     println!(
         "100k tree: main path + rewind point:      {:>9.3} ms median  (target <= 50 ms)",
         ms(in_memory)

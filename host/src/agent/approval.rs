@@ -54,11 +54,7 @@ pub trait Approver: Send + Sync {
     /// request on the run's event stream; call it once the approver is
     /// ready to take an answer. A stop of the run drops this future, so an
     /// approver must not rely on running to its end.
-    async fn approve(
-        &self,
-        request: &ApprovalRequest,
-        announce: &Announce,
-    ) -> Option<Answer>;
+    async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer>;
 }
 
 /// Approvals answered through a library call: each request waits, up to a
@@ -99,11 +95,7 @@ impl Drop for Waiting<'_> {
 
 #[async_trait]
 impl Approver for PendingApprovals {
-    async fn approve(
-        &self,
-        request: &ApprovalRequest,
-        announce: &Announce,
-    ) -> Option<Answer> {
+    async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
         let (reply, answer) = oneshot::channel();
         self.waiting.lock().expect("approvals").insert(request.id, reply);
         let _waiting = Waiting { approvals: self, id: request.id };
@@ -222,7 +214,8 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_wait_is_no_longer_waiting() {
         let approvals = PendingApprovals::new(Duration::from_secs(30));
-        let wait = approvals.approve(&request(2), &|_: &ApprovalRequest| {});
+        let (request, announce) = (request(2), |_: &ApprovalRequest| {});
+        let wait = approvals.approve(&request, &announce);
         let cut = tokio::time::timeout(Duration::from_millis(20), wait).await;
         assert!(cut.is_err(), "the wait ended on its own: {cut:?}");
         assert!(!approvals.answer(2, Answer::Once), "a dropped wait still took an answer");

@@ -965,7 +965,9 @@ impl Run {
             return self.store_ready(calls, &mut done, &mut stored).await;
         }
         // The calls are futures of this task, so they end with it; each
-        // gets the run's token, so a stop cuts them.
+        // gets the run's token, so a stop cuts them. While a result is
+        // stored the others are not polled: a store is short next to a
+        // tool call, and their deadlines run on the clock meanwhile.
         let tools = self.inner.tools.clone();
         let (trace_id, cancel) = (&self.trace.id, &self.cancel);
         let mut running: FuturesUnordered<_> = plugin_calls
@@ -1178,7 +1180,7 @@ mod tests {
                 model: "fake".into(),
                 cost: None,
             };
-            Box::pin(futures::stream::iter([Ok(ChatEvent::Done(response))]))
+            Box::pin(futures::stream::iter([Ok(ChatEvent::Done(Box::new(response)))]))
         }
     }
 
@@ -1218,7 +1220,10 @@ mod tests {
         let (runner, _) = runner(Fake::new(vec![Turn::Answer(vec![goal_call("a")])]));
         let handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
         let events: Vec<AgentEvent> = handle.collect().await;
-        assert!(matches!(events.first(), Some(AgentEvent::TraceStarted { mode: RunMode::New, .. })));
+        assert!(matches!(
+            events.first(),
+            Some(AgentEvent::TraceStarted { mode: RunMode::New, .. })
+        ));
         assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolFinished { ok: true, .. })));
         let Some(AgentEvent::Finished { status, error: None }) = events.last() else {
             panic!("{:?}", events.last())
@@ -1277,7 +1282,8 @@ mod tests {
         let trace = store.get_trace(&id).await.unwrap().unwrap();
         assert_eq!(trace.status, TraceStatus::Stopped);
         // A later continue picks the trace up.
-        let handle = runner.run(user("again"), RunConfig { trace_id: Some(id), ..RunConfig::default() });
+        let handle =
+            runner.run(user("again"), RunConfig { trace_id: Some(id), ..RunConfig::default() });
         let outcome = handle.await.unwrap().wait().await.unwrap();
         assert_eq!(outcome.status, TraceStatus::Completed);
         assert_eq!(outcome.final_text.as_deref(), Some("done"));
@@ -1314,7 +1320,10 @@ mod tests {
         until(&mut handle, |e| matches!(e, AgentEvent::ModelRequest { .. }).then_some(())).await;
         let again = RunConfig { trace_id: Some(handle.trace_id().into()), ..RunConfig::default() };
         let Err(err) = runner.run(user("again"), again).await else { panic!("ran twice") };
-        assert_eq!(err.to_string(), format!("configuration error: trace {} is already running", handle.trace_id()));
+        assert_eq!(
+            err.to_string(),
+            format!("configuration error: trace {} is already running", handle.trace_id())
+        );
         handle.stop();
         assert_eq!(handle.wait().await.unwrap().status, TraceStatus::Stopped);
     }

@@ -8,9 +8,9 @@
 use super::HostState;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::HostMonotonicClock;
-use tokio_util::sync::CancellationToken;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 /// The `wasi:clocks` version wasmtime-wasi 48 provides; guests importing

@@ -400,3 +400,103 @@ fn scrubbed(output: Output) -> Output {
         ..output
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{SearchPath, resolve};
+
+    fn sh(script: &str) -> ResolvedCommand {
+        let args = ["-c".to_owned(), script.to_owned()];
+        resolve("sh", &args, &SearchPath::default(), &[]).unwrap()
+    }
+
+    /// Dead, or a zombie waiting for whoever reaps it.
+    fn dead(pid: i32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+        stat.map_or(true, |s| {
+            s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    }
+
+    async fn wait_dead(pid: i32) -> bool {
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            if dead(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// The pids a script wrote to `file`, once it has written `count`.
+    async fn pids_in(file: &Path, count: usize) -> Vec<i32> {
+        loop {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.len() >= count {
+                return pids;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A command whose leader and background child both sleep, each
+    /// writing its pid to `file`.
+    fn sleepers(file: &Path) -> ResolvedCommand {
+        sh(&format!("sleep 30 & echo $! >> {0}; echo $$ >> {0}; sleep 30", file.display()))
+    }
+
+    #[tokio::test]
+    async fn a_cancel_ends_the_command_and_its_group_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pids");
+        let command = sleepers(&file);
+        let cwd = std::env::temp_dir();
+        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin: None };
+        let token = CancellationToken::new();
+        let started = Instant::now();
+        let run = run_capped(spec, Duration::from_secs(30), Some(token.clone()));
+        let (result, pids) = tokio::join!(run, async {
+            let pids = pids_in(&file, 2).await;
+            token.cancel();
+            pids
+        });
+        assert!(matches!(result, Err(ProcessError::Timeout)), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        for pid in pids {
+            assert!(wait_dead(pid).await, "process {pid} survived the cancel");
+        }
+    }
+
+    #[tokio::test]
+    async fn dropping_a_running_command_kills_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pids");
+        let command = sleepers(&file);
+        let cwd = std::env::temp_dir();
+        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin: None };
+        let run = run_capped(spec, Duration::from_secs(30), None);
+        let pids = tokio::select! {
+            result = run => panic!("the command ended on its own: {result:?}"),
+            pids = pids_in(&file, 2) => pids,
+        };
+        for pid in pids {
+            assert!(wait_dead(pid).await, "process {pid} outlived the dropped call");
+        }
+    }
+
+    #[tokio::test]
+    async fn output_and_exit_code_are_captured_and_stdin_is_fed() {
+        let command = sh("cat; echo oops >&2; exit 3");
+        let cwd = std::env::temp_dir();
+        let stdin = Some(b"fed".to_vec());
+        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin };
+        let output = run_capped(spec, Duration::from_secs(10), None).await.unwrap();
+        assert_eq!(output.exit_code, Some(3));
+        assert_eq!(output.stdout, b"fed");
+        assert_eq!(output.stderr, b"oops\n");
+        assert!(!output.truncated);
+    }
+}

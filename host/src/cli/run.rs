@@ -5,8 +5,8 @@ use super::term::{clean, one_line, say, say_err};
 use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
-    AgentEvent, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals, Permissions, RunConfig,
-    Runner,
+    AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals, Permissions,
+    RunConfig, Runner,
 };
 use reson::config::{Access, DirGrant};
 use reson::contract::World;
@@ -241,7 +241,8 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
 
     // Registered at once (unlike `tokio::signal::ctrl_c`, which listens only
     // from its first poll), so no Ctrl-C from here on kills the run uncleanly.
-    let mut interrupts = signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
+    let mut interrupts =
+        signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
     let mut interrupted = false;
     let mut spinner = tokio::time::interval(Duration::from_millis(100));
     spinner.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -336,11 +337,7 @@ impl TerminalApprover {
 
 #[async_trait::async_trait]
 impl Approver for TerminalApprover {
-    async fn approve(
-        &self,
-        request: &ApprovalRequest,
-        announce: &(dyn Fn(&ApprovalRequest) + Send + Sync),
-    ) -> Option<Answer> {
+    async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
         announce(request);
         let rule = request.rule.as_ref().map(|r| format!(" (rule: {r})")).unwrap_or_default();
         eprint!(
@@ -500,7 +497,7 @@ mod tests {
     use super::TerminalApprover;
     use reson::agent::{Answer, ApprovalRequest, Approver};
     use std::io::{BufReader, Read};
-    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex, mpsc};
     use std::time::{Duration, Instant};
 
     fn request(id: u64) -> ApprovalRequest {
@@ -518,8 +515,9 @@ mod tests {
     async fn each_question_takes_the_next_line_and_announces_first() {
         let input = BufReader::new("y\nAlways\nno\n\n".as_bytes());
         let approver = TerminalApprover::reading(input).unwrap();
-        let announced = std::sync::Mutex::new(Vec::new());
-        let announce = |r: &ApprovalRequest| announced.lock().unwrap().push(r.id);
+        let announced = Arc::new(Mutex::new(Vec::new()));
+        let seen = announced.clone();
+        let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id);
         let mut answers = Vec::new();
         for id in 1..=5 {
             answers.push(approver.approve(&request(id), &announce).await);
@@ -549,7 +547,8 @@ mod tests {
         let started = Instant::now();
         // On this single-threaded runtime the timer only fires if the
         // question waits without holding the thread.
-        let question = approver.approve(&request(1), &|_| {});
+        let asked = request(1);
+        let question = approver.approve(&asked, &|_| {});
         let waited = tokio::time::timeout(Duration::from_millis(100), question).await;
         assert!(waited.is_err(), "no answer came, so the question was still waiting: {waited:?}");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());

@@ -97,7 +97,7 @@ pub enum ChatEvent {
     /// A streamed piece of the answer.
     Delta(Delta),
     /// The whole answer; the last item.
-    Done(ChatResponse),
+    Done(Box<ChatResponse>),
 }
 
 /// A chat call in flight: deltas as they arrive, then one
@@ -205,7 +205,7 @@ pub async fn complete(
     while let Some(item) = stream.next().await {
         match item? {
             ChatEvent::Delta(delta) => on_delta(delta),
-            ChatEvent::Done(response) => return Ok(response),
+            ChatEvent::Done(response) => return Ok(*response),
         }
     }
     Err(ProviderError::InvalidResponse(format!(
@@ -251,7 +251,7 @@ impl ChatProvider for PluginProvider {
                 let _ = deltas.send(Ok(ChatEvent::Delta(convert::delta(d))));
             });
             let answer = match runtime.chat(&plugin, &wit_request, Some(sink), Some(call)).await {
-                Ok(Ok(response)) => Ok(ChatEvent::Done(convert::response(response))),
+                Ok(Ok(response)) => Ok(ChatEvent::Done(Box::new(convert::response(response)))),
                 Ok(Err(e)) => Err(e.into()),
                 Err(e) => Err(e.into()),
             };

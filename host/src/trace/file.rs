@@ -384,11 +384,7 @@ impl TraceStore for FileTraceStore {
         Ok(messages)
     }
 
-    async fn append_event(
-        &self,
-        trace: &mut Trace,
-        kind: EventKind,
-    ) -> Result<Event, TraceError> {
+    async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         let dir = self.dir(&trace.id)?;
         let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
         let path = dir.join(EVENTS);

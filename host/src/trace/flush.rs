@@ -76,9 +76,7 @@ impl Flusher {
             flushed: watch::Sender::new(0),
         });
         let worker = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("reson-trace-sync".into())
-            .spawn(move || run(&worker))?;
+        std::thread::Builder::new().name("reson-trace-sync".into()).spawn(move || run(&worker))?;
         Ok(Self { shared })
     }
 

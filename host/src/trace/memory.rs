@@ -252,11 +252,7 @@ impl TraceStore for MemoryTraceStore {
         })
     }
 
-    async fn append_event(
-        &self,
-        trace: &mut Trace,
-        kind: EventKind,
-    ) -> Result<Event, TraceError> {
+    async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         self.with(&trace.id.clone(), |stored| {
             let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
             stored.events.push(redacted(&trace.id, &event)?);

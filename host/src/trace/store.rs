@@ -1,10 +1,10 @@
 //! What a trace store does, whatever keeps the data.
 
-use async_trait::async_trait;
 use super::event::{Event, EventKind};
 use super::goal::GoalTree;
 use super::message::Message;
 use super::model::{Trace, TraceStatus};
+use async_trait::async_trait;
 use std::io;
 use std::path::PathBuf;
 

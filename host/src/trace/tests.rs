@@ -114,7 +114,9 @@ async fn create_get_and_list_with_filters(store: &dyn TraceStore) {
 
 async fn ids_must_be_new_and_safe(store: &dyn TraceStore) {
     let trace = new_trace(store, "mine-1").await;
-    assert!(matches!(store.create_trace(&trace).await, Err(TraceError::AlreadyExists(id)) if id == "mine-1"));
+    assert!(
+        matches!(store.create_trace(&trace).await, Err(TraceError::AlreadyExists(id)) if id == "mine-1")
+    );
     for bad in ["", "../x", ".hidden", "a/b", "é"] {
         assert!(matches!(store.get_trace(bad).await, Err(TraceError::InvalidId(_))), "{bad:?}");
         let mut trace = Trace::new(TraceMode::Agent, "t", "default");
@@ -188,10 +190,14 @@ async fn continue_and_rewind_keep_every_message_and_never_reuse_sequences(store:
     }
     // Continue: after the head.
     store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
-    assert_eq!(texts(&store.get_main_path_messages("t1", 5).await.unwrap()), ["sys", "q1", "a1", "q2", "a2"]);
+    assert_eq!(
+        texts(&store.get_main_path_messages("t1", 5).await.unwrap()),
+        ["sys", "q1", "a1", "q2", "a2"]
+    );
 
     // Rewind to after a1: a new branch, sequence 6.
-    let q2b = store.add_message(&mut trace, Message::new(Role::User, "q2b"), Some(3)).await.unwrap();
+    let q2b =
+        store.add_message(&mut trace, Message::new(Role::User, "q2b"), Some(3)).await.unwrap();
     assert_eq!((q2b.sequence, q2b.parent_sequence), (6, Some(3)));
     store.add_message(&mut trace, Message::new(Role::Assistant, "a2b"), None).await.unwrap();
     assert_eq!(
@@ -202,7 +208,10 @@ async fn continue_and_rewind_keep_every_message_and_never_reuse_sequences(store:
 
     // The old branch is still there, whole.
     assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1, 2, 3, 4, 5, 6, 7]);
-    assert_eq!(texts(&store.get_main_path_messages("t1", 5).await.unwrap()), ["sys", "q1", "a1", "q2", "a2"]);
+    assert_eq!(
+        texts(&store.get_main_path_messages("t1", 5).await.unwrap()),
+        ["sys", "q1", "a1", "q2", "a2"]
+    );
 
     // Switching back to it, then continuing there.
     store.set_head(&mut trace, 5).await.unwrap();
@@ -239,7 +248,8 @@ async fn rewinding_onto_tool_calls_keeps_their_results(store: &dyn TraceStore) {
     let parent = tree.rewind_point(2);
     assert_eq!(parent, 4);
     let retry = store
-        .add_message(&mut trace, Message::new(Role::User, "now only a"), Some(parent)).await
+        .add_message(&mut trace, Message::new(Role::User, "now only a"), Some(parent))
+        .await
         .unwrap();
     tree.insert(&retry);
     let path = store.get_main_path_messages("t1", retry.sequence).await.unwrap();
@@ -351,11 +361,14 @@ fn tree_with(steps: &[&str]) -> GoalTree {
     tree
 }
 
-async fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages(store: &dyn TraceStore) {
+async fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages(
+    store: &dyn TraceStore,
+) {
     let mut with_stats = tree_with(&["step 0", "step 1"]);
     with_stats.record("g2", &GoalStats { messages: 99, ..GoalStats::default() }).unwrap();
     let trace =
-        goal_branch(store, [Some(tree_with(&["step 0"]).snapshot()), Some(with_stats.snapshot())]).await;
+        goal_branch(store, [Some(tree_with(&["step 0"]).snapshot()), Some(with_stats.snapshot())])
+            .await;
     let path = store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap();
     let mut replayed = 0;
     let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| replayed += 1);
@@ -382,7 +395,9 @@ async fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages(
     assert_eq!(tree.get("g1").unwrap().self_stats.messages, 1);
 }
 
-async fn results_without_snapshots_are_replayed_with_their_calls_in_path_order(store: &dyn TraceStore) {
+async fn results_without_snapshots_are_replayed_with_their_calls_in_path_order(
+    store: &dyn TraceStore,
+) {
     let trace = goal_branch(store, [None, Some(tree_with(&["step 0", "step 1"]).snapshot())]).await;
     let path = store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap();
     let mut seen = Vec::new();
@@ -439,8 +454,12 @@ async fn events_get_increasing_ids_and_can_be_read_after_an_id(store: &dyn Trace
     let mut trace = new_trace(store, "t1").await;
     assert!(store.events_after("t1", 0).await.unwrap().is_empty());
     let started = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
-    let message = store.add_message(&mut trace, Message::new(Role::User, "hi"), None).await.unwrap();
-    store.append_event(&mut trace, EventKind::MessageAdded { message: message.clone() }).await.unwrap();
+    let message =
+        store.add_message(&mut trace, Message::new(Role::User, "hi"), None).await.unwrap();
+    store
+        .append_event(&mut trace, EventKind::MessageAdded { message: message.clone() })
+        .await
+        .unwrap();
     let finished = EventKind::TraceFinished { status: TraceStatus::Completed, error: None };
     store.append_event(&mut trace, finished.clone()).await.unwrap();
     assert_eq!(started.id, 1);
@@ -474,7 +493,8 @@ async fn a_stale_update_is_reconciled_with_later_messages_and_events(store: &dyn
     assert_eq!(trace.head_sequence, Some(3), "advanced along 2 and 3, not onto the side branch");
     assert_eq!((trace.totals.messages, trace.totals.cost), (4, 0.5));
     assert_eq!(trace.last_event_id, 1);
-    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
+    let next =
+        store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
     assert_eq!((next.sequence, next.parent_sequence), (5, Some(3)));
     assert_eq!(store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap().id, 2);
 }
@@ -562,7 +582,8 @@ async fn a_torn_event_line_is_ignored_then_cut_off() {
                 name: "read".into(),
                 arguments: "{}".into(),
             },
-        ).await
+        )
+        .await
         .unwrap();
     // A crash in the middle of appending event 3.
     let events = dir.path().join("t1/events.jsonl");
@@ -636,7 +657,8 @@ async fn a_message_written_without_its_meta_update_is_reconciled() {
     assert_eq!(trace.head_sequence, Some(3), "advanced along 2 and 3, not onto the side branch");
     assert_eq!(trace.totals.messages, 4);
     assert_eq!(trace.totals.cost, 0.5);
-    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
+    let next =
+        store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
     assert_eq!((next.sequence, next.parent_sequence), (5, Some(3)));
     assert_eq!(sequences(&store.get_main_path_messages("t1", 5).await.unwrap()), [1, 2, 3, 5]);
 }
@@ -655,7 +677,8 @@ async fn an_empty_message_file_left_by_a_power_loss_counts_as_never_written() {
     let mut trace = store.get_trace("t1").await.unwrap().unwrap();
     assert_eq!((trace.last_sequence, trace.head_sequence), (2, Some(1)));
     assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1]);
-    let next = store.add_message(&mut trace, Message::new(Role::Assistant, "again"), None).await.unwrap();
+    let next =
+        store.add_message(&mut trace, Message::new(Role::Assistant, "again"), None).await.unwrap();
     assert_eq!((next.sequence, next.parent_sequence), (3, Some(1)));
 }
 
@@ -743,9 +766,13 @@ async fn crash_writer_child() {
         let mut calls = Message::new(Role::Assistant, "x".repeat(i % 5000));
         calls.tool_calls = vec![call(&format!("c{i}"))];
         let calls = store.add_message(&mut trace, calls, None).await.unwrap();
-        store.append_event(&mut trace, EventKind::MessageAdded { message: calls.clone() }).await.unwrap();
+        store
+            .append_event(&mut trace, EventKind::MessageAdded { message: calls.clone() })
+            .await
+            .unwrap();
         let result = store
-            .add_message(&mut trace, Message::tool_result(&calls.tool_calls[0], "ok"), None).await
+            .add_message(&mut trace, Message::tool_result(&calls.tool_calls[0], "ok"), None)
+            .await
             .unwrap();
         store.append_event(&mut trace, EventKind::MessageAdded { message: result }).await.unwrap();
         goals.record("g1", &GoalStats { messages: 2, ..GoalStats::default() }).unwrap();
@@ -782,7 +809,11 @@ async fn kill_9_at_any_instant_leaves_a_loadable_trace() {
         );
         assert_eq!(messages.len() as u64, trace.totals.messages);
         let head = trace.head_sequence.unwrap();
-        assert_eq!(store.get_main_path_messages("t1", head).await.unwrap().len() as u64, head, "one chain");
+        assert_eq!(
+            store.get_main_path_messages("t1", head).await.unwrap().len() as u64,
+            head,
+            "one chain"
+        );
         let events = store.events_after("t1", 0).await.unwrap();
         assert!(events.iter().map(|e| e.id).eq(1..=trace.last_event_id));
         store.get_goals("t1").await.unwrap();
@@ -791,7 +822,8 @@ async fn kill_9_at_any_instant_leaves_a_loadable_trace() {
         let tree = MessageTree::from_messages(&messages);
         for (_, orphan) in tree.orphaned_tool_calls(head) {
             store
-                .add_message(&mut trace, Message::tool_result(&orphan, "interrupted"), None).await
+                .add_message(&mut trace, Message::tool_result(&orphan, "interrupted"), None)
+                .await
                 .unwrap();
         }
         let next = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
@@ -800,5 +832,8 @@ async fn kill_9_at_any_instant_leaves_a_loadable_trace() {
         assert!(tree.orphaned_tool_calls(trace.head_sequence.unwrap()).is_empty());
     }
     let store = open(dir.path());
-    assert!(store.get_trace("t1").await.unwrap().unwrap().last_sequence > 0, "the child never wrote");
+    assert!(
+        store.get_trace("t1").await.unwrap().unwrap().last_sequence > 0,
+        "the child never wrote"
+    );
 }

@@ -44,10 +44,11 @@ pub struct FileMemoryStore {
     writers: Arc<Mutex<()>>,
 }
 
-/// The directory lock, released when dropped.
+/// The directory lock, released when dropped: the file first (fields drop
+/// in order), so that the next writer queued here finds it free.
 struct Held<'a> {
-    _writers: MutexGuard<'a, ()>,
     _file: File,
+    _writers: MutexGuard<'a, ()>,
 }
 
 impl FileMemoryStore {
@@ -81,7 +82,7 @@ impl FileMemoryStore {
             .map_err(MemoryError::io(&path))?;
         loop {
             match file.try_lock() {
-                Ok(()) => return Ok(Held { _writers: writers, _file: file }),
+                Ok(()) => return Ok(Held { _file: file, _writers: writers }),
                 Err(TryLockError::WouldBlock) => tokio::time::sleep(LOCK_RETRY).await,
                 Err(TryLockError::Error(e)) => return Err(MemoryError::io(&path)(e)),
             }
@@ -162,12 +163,7 @@ impl MemoryStore for FileMemoryStore {
         Ok(())
     }
 
-    async fn remove(
-        &self,
-        session: &str,
-        namespace: &str,
-        key: &str,
-    ) -> Result<bool, MemoryError> {
+    async fn remove(&self, session: &str, namespace: &str, key: &str) -> Result<bool, MemoryError> {
         validate_address(session, namespace, key)?;
         self.update(session, |entries| take(entries, namespace, key)).await
     }

@@ -31,8 +31,7 @@ pub trait MemoryStore: Send + Sync {
     ) -> Result<(), MemoryError>;
 
     /// Removes `namespace`/`key` of `session`; `true` if it was there.
-    async fn remove(&self, session: &str, namespace: &str, key: &str)
-    -> Result<bool, MemoryError>;
+    async fn remove(&self, session: &str, namespace: &str, key: &str) -> Result<bool, MemoryError>;
 
     /// Removes every entry of `namespace` in `session`, or the whole
     /// session when `None`.
@@ -105,12 +104,7 @@ impl MemoryStore for InMemoryStore {
         Ok(())
     }
 
-    async fn remove(
-        &self,
-        session: &str,
-        namespace: &str,
-        key: &str,
-    ) -> Result<bool, MemoryError> {
+    async fn remove(&self, session: &str, namespace: &str, key: &str) -> Result<bool, MemoryError> {
         validate_address(session, namespace, key)?;
         let mut sessions = self.write();
         let Some(entries) = sessions.get_mut(session) else { return Ok(false) };

@@ -1,21 +1,22 @@
 use super::*;
 use serde_json::json;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Runs `check` against a fresh store of each kind.
-fn with_each_store(check: impl Fn(Arc<dyn MemoryStore>)) {
-    check(Arc::new(InMemoryStore::default()));
+async fn with_each_store(check: impl AsyncFn(Arc<dyn MemoryStore>)) {
+    check(Arc::new(InMemoryStore::default())).await;
     let dir = tempfile::tempdir().unwrap();
-    check(Arc::new(FileMemoryStore::new(dir.path()).unwrap()));
+    check(Arc::new(FileMemoryStore::new(dir.path()).unwrap())).await;
 }
 
 fn session(store: &Arc<dyn MemoryStore>, id: &str) -> SessionMemory {
     SessionMemory::new(id, Arc::clone(store)).unwrap()
 }
 
-#[test]
-fn sessions_are_isolated_in_both_stores() {
-    with_each_store(|store| {
+#[tokio::test]
+async fn sessions_are_isolated_in_both_stores() {
+    with_each_store(async |store| {
         let a = session(&store, "a");
         let b = session(&store, "b");
         a.set("notes", "k", "from a").await.unwrap();
@@ -28,12 +29,13 @@ fn sessions_are_isolated_in_both_stores() {
         assert_eq!(b.get::<String>("notes", "k").await.unwrap().as_deref(), Some("from b"));
         assert!(!b.remove("other", "k").await.unwrap());
         assert!(a.snapshot().await.unwrap().is_empty());
-    });
+    })
+    .await;
 }
 
-#[test]
-fn namespaces_are_isolated_in_both_stores() {
-    with_each_store(|store| {
+#[tokio::test]
+async fn namespaces_are_isolated_in_both_stores() {
+    with_each_store(async |store| {
         let memory = session(&store, "s");
         memory.set("one", "k", 1).await.unwrap();
         memory.set("two", "k", 2).await.unwrap();
@@ -42,17 +44,18 @@ fn namespaces_are_isolated_in_both_stores() {
         assert!(memory.remove("one", "k").await.unwrap());
         assert_eq!(memory.get::<i32>("one", "k").await.unwrap(), None);
         assert_eq!(memory.get::<i32>("two", "k").await.unwrap(), Some(2));
-    });
+    })
+    .await;
 }
 
-#[test]
-fn set_get_remove_round_trip_typed_values() {
+#[tokio::test]
+async fn set_get_remove_round_trip_typed_values() {
     #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
     struct Plan {
         steps: Vec<String>,
         done: bool,
     }
-    with_each_store(|store| {
+    with_each_store(async |store| {
         let memory = session(&store, "s");
         let plan = Plan { steps: vec!["read".into(), "write".into()], done: false };
         memory.set("plan", "current", &plan).await.unwrap();
@@ -70,12 +73,13 @@ fn set_get_remove_round_trip_typed_values() {
         assert_eq!(memory.get::<Plan>("plan", "current").await.unwrap(), None);
         // Removing the last key leaves no empty namespace behind.
         assert!(memory.snapshot().await.unwrap().entries.is_empty());
-    });
+    })
+    .await;
 }
 
-#[test]
-fn clear_one_namespace_then_all() {
-    with_each_store(|store| {
+#[tokio::test]
+async fn clear_one_namespace_then_all() {
+    with_each_store(async |store| {
         let memory = session(&store, "s");
         memory.set("a", "x", 1).await.unwrap();
         memory.set("a", "y", 2).await.unwrap();
@@ -90,12 +94,13 @@ fn clear_one_namespace_then_all() {
         memory.clear(None).await.unwrap();
         assert!(memory.snapshot().await.unwrap().entries.is_empty());
         memory.clear(None).await.unwrap();
-    });
+    })
+    .await;
 }
 
-#[test]
-fn snapshot_renders_exact_block() {
-    with_each_store(|store| {
+#[tokio::test]
+async fn snapshot_renders_exact_block() {
+    with_each_store(async |store| {
         let memory = session(&store, "s");
         // Written out of order: the block must come out sorted.
         memory.set("other-namespace", "k", "v").await.unwrap();
@@ -118,11 +123,12 @@ fn snapshot_renders_exact_block() {
              k: v\n\
              </session-context>"
         );
-    });
+    })
+    .await;
 }
 
-#[test]
-fn empty_snapshot_renders_nothing() {
+#[tokio::test]
+async fn empty_snapshot_renders_nothing() {
     let memory = SessionMemory::in_memory("s").unwrap();
     assert_eq!(memory.snapshot().await.unwrap().render(), "");
     let hollow = MemorySnapshot {
@@ -133,8 +139,8 @@ fn empty_snapshot_renders_nothing() {
     assert_eq!(hollow.render(), "");
 }
 
-#[test]
-fn render_keeps_every_entry_on_one_line() {
+#[tokio::test]
+async fn render_keeps_every_entry_on_one_line() {
     let memory = SessionMemory::in_memory("s").unwrap();
     memory.set("ns", "multi\nline key", "a\nb\r\n[fake]\tc\u{7}\u{2028}").await.unwrap();
     assert_eq!(
@@ -146,8 +152,8 @@ fn render_keeps_every_entry_on_one_line() {
     );
 }
 
-#[test]
-fn restore_into_bridges_two_sessions() {
+#[tokio::test]
+async fn restore_into_bridges_two_sessions() {
     let dir = tempfile::tempdir().unwrap();
     let file_store: Arc<dyn MemoryStore> = Arc::new(FileMemoryStore::new(dir.path()).unwrap());
     let source = session(&file_store, "source");
@@ -180,8 +186,8 @@ fn restore_into_bridges_two_sessions() {
     assert_eq!(source.snapshot().await.unwrap(), snapshot);
 }
 
-#[test]
-fn snapshot_round_trips_through_json_and_is_checked_on_restore() {
+#[tokio::test]
+async fn snapshot_round_trips_through_json_and_is_checked_on_restore() {
     let memory = SessionMemory::in_memory("s").unwrap();
     memory.set("ns", "k", json!({"deep": [1, "two"]})).await.unwrap();
     let snapshot = memory.snapshot().await.unwrap();
@@ -201,8 +207,8 @@ fn snapshot_round_trips_through_json_and_is_checked_on_restore() {
     assert!(target.snapshot().await.unwrap().is_empty());
 }
 
-#[test]
-fn file_store_persists_across_instances() {
+#[tokio::test]
+async fn file_store_persists_across_instances() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = FileMemoryStore::new(dir.path()).unwrap();
@@ -228,8 +234,8 @@ fn file_store_persists_across_instances() {
     assert_eq!(json_files(dir.path()), Vec::<String>::new());
 }
 
-#[test]
-fn a_secret_in_session_memory_is_never_written_to_disk() {
+#[tokio::test]
+async fn a_secret_in_session_memory_is_never_written_to_disk() {
     let secret = "mem-key-9Wq/x\"7";
     crate::redact::register(secret).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -240,23 +246,39 @@ fn a_secret_in_session_memory_is_never_written_to_disk() {
     let written = std::fs::read_to_string(dir.path().join("s-2.json")).unwrap();
     assert!(written.contains("Bearer [REDACTED]"), "{written}");
     assert!(!written.contains("9Wq"), "{written}");
-    assert_eq!(memory.get::<String>("ns", "token").await.unwrap().as_deref(), Some("Bearer [REDACTED]"));
+    assert_eq!(
+        memory.get::<String>("ns", "token").await.unwrap().as_deref(),
+        Some("Bearer [REDACTED]")
+    );
 }
 
-#[test]
-fn file_stores_on_one_dir_lose_no_concurrent_writes() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_stores_on_one_dir_lose_no_concurrent_writes() {
     let dir = tempfile::tempdir().unwrap();
-    std::thread::scope(|scope| {
-        for writer in 0..4 {
-            let store = FileMemoryStore::new(dir.path()).unwrap();
-            scope.spawn(move || {
+    // Separate stores contend through the file lock; clones of one store
+    // (writers 2 and 3 share one) through their in-process queue too.
+    let shared = FileMemoryStore::new(dir.path()).unwrap();
+    let stores = [
+        FileMemoryStore::new(dir.path()).unwrap(),
+        FileMemoryStore::new(dir.path()).unwrap(),
+        shared.clone(),
+        shared,
+    ];
+    let writers: Vec<_> = stores
+        .into_iter()
+        .enumerate()
+        .map(|(writer, store)| {
+            tokio::spawn(async move {
                 let memory = SessionMemory::new("shared", Arc::new(store)).unwrap();
                 for i in 0..25 {
                     memory.set(&format!("w{writer}"), &format!("k{i:02}"), i).await.unwrap();
                 }
-            });
-        }
-    });
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
     let store = FileMemoryStore::new(dir.path()).unwrap();
     let entries = store.entries("shared").await.unwrap();
     assert_eq!(entries.len(), 4);
@@ -264,8 +286,8 @@ fn file_stores_on_one_dir_lose_no_concurrent_writes() {
     assert_eq!(json_files(dir.path()), ["shared.json"]);
 }
 
-#[test]
-fn corrupt_file_is_reported_and_recoverable() {
+#[tokio::test]
+async fn corrupt_file_is_reported_and_recoverable() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn MemoryStore> = Arc::new(FileMemoryStore::new(dir.path()).unwrap());
     let broken = session(&store, "broken");
@@ -306,8 +328,8 @@ fn corrupt_file_is_reported_and_recoverable() {
     assert_eq!(broken.get::<i32>("ns", "k").await.unwrap(), Some(3));
 }
 
-#[test]
-fn invalid_names_are_rejected() {
+#[tokio::test]
+async fn invalid_names_are_rejected() {
     for bad in ["", "a/b", "a\\b", "../x", "with space", "new\nline", "é", &"x".repeat(129)] {
         assert!(
             matches!(
@@ -321,7 +343,7 @@ fn invalid_names_are_rejected() {
         SessionMemory::in_memory(good).unwrap();
     }
 
-    with_each_store(|store| {
+    with_each_store(async |store| {
         let memory = session(&store, "s");
         for bad in ["", "a/b", "../x", "a b"] {
             let invalid = |r: Result<(), MemoryError>| {
@@ -343,7 +365,8 @@ fn invalid_names_are_rejected() {
             Err(MemoryError::InvalidName { what: "key", .. })
         ));
         assert!(memory.snapshot().await.unwrap().is_empty());
-    });
+    })
+    .await;
     // Nothing escapes the store's directory.
     let dir = tempfile::tempdir().unwrap();
     let store = FileMemoryStore::new(dir.path().join("mem")).unwrap();
@@ -359,4 +382,33 @@ fn json_files(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+#[tokio::test]
+async fn a_lock_held_elsewhere_is_awaited_without_blocking_the_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileMemoryStore::new(dir.path()).unwrap();
+    // Another process holding the directory lock, for a second.
+    let holder = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.path().join(".memory.lock"))
+        .unwrap();
+    holder.lock().unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        drop(holder);
+    });
+    let memory = SessionMemory::new("s", Arc::new(store)).unwrap();
+    let writer = tokio::spawn(async move { memory.set("ns", "k", 1).await.map(|()| memory) });
+    // On this single-threaded runtime a writer blocked in the OS would keep
+    // the sleep below from ending until the lock is released.
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(start.elapsed() < Duration::from_millis(800), "the runtime was blocked");
+    assert!(!writer.is_finished(), "wrote through a held lock");
+    let memory = writer.await.unwrap().unwrap();
+    assert_eq!(memory.get::<i32>("ns", "k").await.unwrap(), Some(1));
+    releaser.join().unwrap();
 }

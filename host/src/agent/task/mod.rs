@@ -112,8 +112,7 @@ impl TaskAgent {
                 plan.goal
             );
             let description = step.description.clone();
-            let result =
-                self.run_step(&prompt, &description, parent_goal, &mut goal_ids[i]).await;
+            let result = self.run_step(&prompt, &description, parent_goal, &mut goal_ids[i]).await;
             let step = &mut plan.steps[i];
             let transition = match &result {
                 Ok(response) => step.complete(response.clone()),
