@@ -45,8 +45,14 @@ struct GoalArgs {
     reason: Option<String>,
 }
 
-/// The tool's spec.
+/// The tool's spec. Built once: every model request offers it, and
+/// deriving its schema costs more than the rest of the request.
 pub fn spec() -> ToolSpec {
+    static SPEC: std::sync::OnceLock<ToolSpec> = std::sync::OnceLock::new();
+    SPEC.get_or_init(build_spec).clone()
+}
+
+fn build_spec() -> ToolSpec {
     ToolSpec {
         name: NAME.to_owned(),
         description:
