@@ -281,6 +281,12 @@ pub fn register(value: &str) -> Result<(), WeakSecret> {
     Ok(())
 }
 
+/// Whether any secret is registered: a caller that must first serialise
+/// something to redact it can skip that work while none is.
+pub fn active() -> bool {
+    ANY.load(Ordering::Acquire)
+}
+
 /// `text` with every form of every registered secret replaced by
 /// [`REDACTED`].
 pub fn redact(text: &str) -> Cow<'_, str> {

@@ -17,6 +17,12 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// clock at each tick, so this is their resolution.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 
+/// Freed instance slots decommitted together.
+const DECOMMIT_BATCH: usize = 16;
+
+/// Bytes of each table kept resident, zeroed in place, when its instance ends.
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+
 /// Core instances, tables and memories one component may need (a Rust
 /// guest has a handful of core instances for its shims).
 const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
@@ -106,6 +112,13 @@ impl Sandbox {
             .total_tables(n * CORE_INSTANCES_PER_COMPONENT)
             // Every call runs on a fiber stack of its own.
             .total_stacks(n)
+            // Freed slots are handed back to the OS in batches, with one
+            // `process_madvise` each where the kernel has it: every
+            // madvise is a TLB shootdown on each core running this process.
+            .decommit_batch_size(DECOMMIT_BATCH)
+            // Tables are small: zeroed in place, their pages never fault
+            // (and shoot down TLBs) again when the slot is reused.
+            .table_keep_resident(TABLE_KEEP_RESIDENT)
             .max_memory_size(usize::try_from(settings.max_memory_mb << 20).unwrap_or(usize::MAX));
         let mut config = Config::new();
         config
