@@ -90,10 +90,12 @@ struct BareEcho {
 
 impl BareEcho {
     fn new(wasm: &std::path::Path) -> Self {
+        // The host's pool settings (plugin/engine.rs), so that the ratio
+        // measures what the host adds, not how its pool is tuned.
+        let mut pool = PoolingAllocationConfig::default();
+        pool.decommit_batch_size(16).table_keep_resident(64 << 10);
         let mut config = Config::new();
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(
-            PoolingAllocationConfig::default(),
-        ));
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).unwrap();
         let component = Component::from_file(&engine, wasm).unwrap();
         let mut linker = Linker::new(&engine);
