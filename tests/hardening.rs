@@ -849,3 +849,99 @@ fn plugins_list_shows_every_grant_that_widens_a_command() {
     assert!(out.contains("    env     RUST_LOG"), "{out}");
     assert!(out.contains("    exec    find (may run other programs)"), "{out}");
 }
+
+async fn flood(dir: &TestDir, mib: u32) -> Result<(usize, String), String> {
+    use reson::provider::{ChatRequest, Delta, LlmParams, PluginProvider, complete};
+    use reson::trace::{Message, Role};
+    let runtime = dir.open(&format!("[plugins.flood]\nconfig = {{ mib = \"{mib}\" }}\n")).await;
+    let provider = PluginProvider::new(runtime, "flood");
+    let request = ChatRequest {
+        messages: vec![Message::new(Role::User, "hi")],
+        tools: Vec::new(),
+        params: LlmParams { stream: true, ..LlmParams::default() },
+    };
+    let mut received = 0;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let answer = complete(&provider, request, cancel, |delta| {
+        if let Delta::Text { text } = delta {
+            received += text.len();
+        }
+    })
+    .await;
+    match answer {
+        Ok(response) => Ok((received, response.message.text())),
+        Err(e) => Err(format!("{e} (after {received} bytes of deltas)")),
+    }
+}
+
+/// The host holds each streamed delta until its reader takes it: a provider
+/// streaming without end must not be able to fill the host's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_streaming_without_end_is_stopped_at_its_output_cap() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "flood");
+    let error = flood(&dir, 256).await.expect_err("256 MiB of deltas is over the 1 MiB cap");
+    assert!(error.contains("output limit of 1048576 bytes"), "{error}");
+    let received: usize =
+        error.rsplit("after ").next().and_then(|n| n.split(' ').next()?.parse().ok()).unwrap();
+    assert!(received <= 1 << 20, "{received} bytes of deltas got past the cap");
+
+    // A stream that stays within the cap goes through whole.
+    let (received, text) = flood(&dir, 1).await.expect("1 MiB of deltas is within the cap");
+    assert_eq!((received, text.as_str()), (1 << 20, "done"));
+}
+
+/// Open files and streams are descriptors of the host process, shared by
+/// every call: a guest holding as many as it can get is stopped at a cap,
+/// and the host goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_cannot_hold_the_hosts_descriptors() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    std::fs::write(dir.workspace().join("f.txt"), "x").unwrap();
+    let rt = dir
+        .open(
+            r#"
+        [plugins.hostile]
+        dirs = [{ path = "workspace", access = "read" }]
+        "#,
+        )
+        .await;
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    let hold = json!({"path": "f.txt", "count": 100_000});
+    let (held, echoed) = tokio::join!(call(&rt, "hold_files", hold), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        call(&rt, "echo", json!({"text": "still here"})).await
+    });
+    let error = held.expect_err("100,000 handles are over the cap");
+    assert!(
+        matches!(
+            error,
+            CallError::LimitExceeded { limit: reson::plugin::Limit::Handles { max: 256 }, .. }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("limit of 256 open files, streams and other handles"));
+    assert_eq!(echoed.unwrap(), "still here");
+    // Every handle went with the call.
+    assert!(fds() <= before + 4, "{} descriptors left open", fds() - before);
+}
+
+/// Each refusal is a line in the audit log: a guest asking for what it may
+/// not have, thousands of times in one call, writes only the first ones.
+#[test]
+fn a_guest_asking_again_and_again_cannot_flood_the_audit_log() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let plugins = dir.plugins().to_string_lossy().into_owned();
+    let args = r#"{"url": "http://blocked.example/", "times": 5000}"#;
+    let run = reson(dir.path(), &["--plugins-dir", &plugins, "tool", "call", "knock", args]);
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{out}");
+    assert_eq!(out.trim_end(), "denied 5000 of 5000");
+    let log = String::from_utf8_lossy(&run.stderr);
+    let lines = log.lines().filter(|l| l.contains("denied")).count();
+    assert_eq!(lines, 100, "{} bytes of log", log.len());
+    assert!(log.contains("further refusals in this call are not logged"), "{log}");
+}

@@ -16,7 +16,6 @@ mod streaming;
 
 use crate::contract::bindings::provider::reson::plugin::chat_types::Delta;
 use crate::policy::Grants;
-use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -28,14 +27,9 @@ pub(crate) use secrets::Secrets;
 /// Receives streamed deltas from a provider plugin while it runs.
 pub type DeltaSink = Box<dyn FnMut(Delta) + Send>;
 
-/// A capability request the host refused, for the audit trail.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Denial {
-    /// `http`, `process`, `secret`, ...
-    pub capability: &'static str,
-    /// What was asked for (secrets redacted).
-    pub detail: String,
-}
+/// Refusals written to the audit log per call; a guest asking again and
+/// again for what it may not have would otherwise flood it.
+const MAX_AUDITED_DENIALS: usize = 100;
 
 /// Why the host stopped a guest from inside a host call or a limiter.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +38,8 @@ pub(crate) enum HostTrap {
     Deadline,
     #[error("memory limit of {cap} bytes reached (asked for {requested})")]
     Memory { requested: usize, cap: usize },
+    #[error("streamed {streamed} bytes of deltas; the output cap is {cap}")]
+    Streamed { streamed: u64, cap: u64 },
 }
 
 /// The data of one call's Store.
@@ -55,11 +51,14 @@ pub(crate) struct HostState {
     pub(crate) grants: Arc<Grants>,
     pub(crate) secrets: Arc<Secrets>,
     pub(crate) deadline: Instant,
-    pub(crate) denials: Vec<Denial>,
+    /// Refusals in this call.
+    denied: usize,
     pub(crate) deltas: Option<DeltaSink>,
     /// Set by the caller to cut the call short.
     pub(crate) cancel: Option<CancellationToken>,
     logged: usize,
+    /// Bytes of deltas streamed in this call.
+    streamed: u64,
 }
 
 impl HostState {
@@ -73,16 +72,17 @@ impl HostState {
         let cap = usize::try_from(grants.limits.memory_bytes).unwrap_or(usize::MAX);
         Self {
             wasi,
-            table: ResourceTable::new(),
+            table: guest_resources(),
             limiter: MemoryLimiter { cap, peak: 0 },
             plugin,
             grants,
             secrets,
             deadline,
-            denials: Vec::new(),
+            denied: 0,
             deltas: None,
             cancel: None,
             logged: 0,
+            streamed: 0,
         }
     }
 
@@ -91,8 +91,9 @@ impl HostState {
     pub(crate) fn begin_call(&mut self, deadline: Instant, cancel: Option<CancellationToken>) {
         self.deadline = deadline;
         self.cancel = cancel;
-        self.denials.clear();
+        self.denied = 0;
         self.logged = 0;
+        self.streamed = 0;
     }
 
     /// Whether the caller cancelled the call.
@@ -111,14 +112,39 @@ impl HostState {
         }
     }
 
-    /// Records a refusal and returns the message for the guest.
+    /// Writes a refusal to the audit log and returns the message for the
+    /// guest.
     fn deny(&mut self, capability: &'static str, detail: String) -> String {
         let detail = crate::redact::redact(&detail).into_owned();
-        tracing::warn!(target: "reson::audit", plugin = %self.plugin, capability, %detail, "denied");
-        let message = format!("{capability} denied: {detail}");
-        self.denials.push(Denial { capability, detail });
-        message
+        self.denied += 1;
+        let plugin = &*self.plugin;
+        match self.denied.cmp(&MAX_AUDITED_DENIALS) {
+            std::cmp::Ordering::Less => {
+                tracing::warn!(target: "reson::audit", plugin, capability, %detail, "denied")
+            }
+            std::cmp::Ordering::Equal => tracing::warn!(
+                target: "reson::audit",
+                plugin,
+                capability,
+                %detail,
+                "denied; further refusals in this call are not logged"
+            ),
+            std::cmp::Ordering::Greater => {}
+        }
+        format!("{capability} denied: {detail}")
     }
+}
+
+/// Most resources one call may hold at once: open files and directories,
+/// response streams, pollables. Each open file or stream is a descriptor of
+/// the host process, shared by every call; without a cap, one guest could
+/// take them all and fail every other call and the trace store with them.
+pub(crate) const MAX_GUEST_RESOURCES: usize = 256;
+
+fn guest_resources() -> ResourceTable {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_GUEST_RESOURCES);
+    table
 }
 
 impl WasiView for HostState {

@@ -121,6 +121,11 @@ pub enum Limit {
         /// Fuel granted per call.
         units: u64,
     },
+    /// Open files, streams and other handles held at once.
+    Handles {
+        /// The cap.
+        max: u64,
+    },
     /// The output cap.
     Output {
         /// Bytes the call returned.
@@ -142,6 +147,9 @@ impl fmt::Display for Limit {
             Self::Timeout { ms } => write!(f, "time limit of {ms} ms"),
             Self::Memory { bytes } => write!(f, "memory limit of {} MiB", bytes >> 20),
             Self::Fuel { units } => write!(f, "fuel limit of {units}"),
+            Self::Handles { max } => {
+                write!(f, "limit of {max} open files, streams and other handles held at once")
+            }
             Self::Output { returned, bytes } => {
                 write!(f, "output limit of {bytes} bytes (returned {returned})")
             }

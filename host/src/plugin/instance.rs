@@ -4,13 +4,14 @@
 
 use super::engine::{Sandbox, SlotPermit};
 use super::error::{CallError, Limit, TrapKind};
-use crate::capability::{HostState, HostTrap, Secrets};
+use crate::capability::{HostState, HostTrap, MAX_GUEST_RESOURCES, Secrets};
 use crate::config::Access;
 use crate::policy::Grants;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
+use wasmtime::component::ResourceTableError;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx};
@@ -185,7 +186,13 @@ impl CallStore {
             return match host {
                 HostTrap::Deadline => limit(Limit::timeout(self.timeout)),
                 HostTrap::Memory { .. } => limit(Limit::Memory { bytes: limits.memory_bytes }),
+                HostTrap::Streamed { streamed, cap } => {
+                    limit(Limit::Output { returned: *streamed, bytes: *cap })
+                }
             };
+        }
+        if let Some(ResourceTableError::Full) = find::<ResourceTableError>(err) {
+            return limit(Limit::Handles { max: MAX_GUEST_RESOURCES as u64 });
         }
         match find::<Trap>(err) {
             Some(Trap::Interrupt) => limit(Limit::timeout(self.timeout)),

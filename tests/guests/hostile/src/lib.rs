@@ -370,6 +370,54 @@ fn hoard(args: HoardArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text(format!("hoarding {} bytes", black_box(leaked).len())))
 }
 
+/// Arguments of `knock`.
+#[derive(Deserialize, JsonSchema)]
+struct KnockArgs {
+    /// A URL the plugin may not reach.
+    url: String,
+    /// How many times to ask.
+    times: u32,
+}
+
+/// Attacks the audit log: asks for a URL it may not reach `times` times
+/// in one call, each refusal a line in the host's log.
+fn knock(args: KnockArgs, _: &Context) -> Result<Output, ToolError> {
+    let request = http::Request {
+        method: "GET".to_owned(),
+        url: args.url,
+        headers: Vec::new(),
+        body: None,
+        timeout_ms: None,
+    };
+    let denied = (0..args.times)
+        .filter(|_| matches!(http::send(&request), Err(http::HttpError::Denied(_))))
+        .count();
+    Ok(Output::text(format!("denied {denied} of {}", args.times)))
+}
+
+/// Arguments of `hold_files`.
+#[derive(Deserialize, JsonSchema)]
+struct HoldArgs {
+    /// The file to open, again and again.
+    path: String,
+    /// How many handles to hold at once.
+    count: usize,
+}
+
+/// Attacks the host's file descriptors: opens one file `count` times and
+/// holds every handle, as a guest starving the host of descriptors would.
+fn hold_files(args: HoldArgs, ctx: &Context) -> Result<Output, ToolError> {
+    let path = ctx.resolve(&args.path);
+    let mut held = Vec::new();
+    while held.len() < args.count {
+        match std::fs::File::open(&path) {
+            Ok(file) => held.push(file),
+            Err(e) => return Err(io_error(format!("after {} handles", held.len()), e)),
+        }
+    }
+    Ok(Output::text(format!("holding {} handles", black_box(held).len())))
+}
+
 /// Calls served by this instance so far.
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -448,6 +496,12 @@ fn base_tools() -> Toolbox {
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
         .tool("count", "Counts the calls this instance served.", count)
         .tool("hoard", "Allocates `mb` MiB and never frees them.", hoard)
+        .tool("knock", "Asks `times` times for `url` through the host.", knock)
+        .tool(
+            "hold_files",
+            "Opens the file at `path` `count` times, holding each handle.",
+            hold_files,
+        )
         .tool("remember", "Returns `text` with an optional long-term `memory`.", remember)
         .tool("log", "Writes `message` to the host's log.", log)
         .tool("echo", "Returns the given text unchanged.", echo)
