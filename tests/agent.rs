@@ -857,3 +857,60 @@ async fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace(
     assert_eq!(texts, ["nap", "", "slept 800 ms", "done"], "{all:#?}");
     assert!(all.iter().all(|m| !m.synthetic), "nothing was healed");
 }
+
+/// The process's current number of OS threads.
+fn os_threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap();
+    line.trim().parse().unwrap()
+}
+
+/// Runs are tasks, not threads: 200 runs at once, each with a tool call
+/// that sleeps 100 ms in the guest, share a pool of 16 instances (the
+/// model calls take slots too) and overlap, where one after another they
+/// would take 200 × 100 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_runs_with_sleeping_tool_calls_overlap() {
+    const RUNS: usize = 200;
+    let script = json!({ "turns": [
+        { "tool_calls": [{ "name": "nap", "arguments": { "ms": 100 } }] },
+        { "text": "rested" },
+    ]});
+    let setup = Setup::with_config(script, "[sandbox]\nmax_instances = 16").await;
+    let runner = setup.runner(Hooks::none());
+
+    let peak = Arc::new(std::sync::atomic::AtomicUsize::new(os_threads()));
+    let sampling = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn({
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        async move {
+            while !sampling.is_cancelled() {
+                peak.fetch_max(os_threads(), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut handles = Vec::with_capacity(RUNS);
+    for i in 0..RUNS {
+        let task = Message::new(Role::User, format!("rest {i}"));
+        handles.push(runner.run(vec![task], RunConfig::default()).await.unwrap());
+    }
+    let outcomes = futures::future::join_all(handles.into_iter().map(|h| h.wait())).await;
+    let took = start.elapsed();
+    sampling.cancel();
+    sampler.await.unwrap();
+
+    for outcome in outcomes {
+        let outcome = outcome.unwrap();
+        assert_eq!(outcome.status, TraceStatus::Completed);
+        assert_eq!(outcome.final_text.as_deref(), Some("rested"));
+    }
+    assert!(
+        took >= Duration::from_millis(100 * (RUNS as u64).div_ceil(16)),
+        "more than 16 instances ran at once: {took:?}"
+    );
+    assert!(took < Duration::from_secs(8), "the runs did not overlap: {took:?}");
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 64, "{peak} OS threads at the peak");
+}
