@@ -945,3 +945,27 @@ fn a_guest_asking_again_and_again_cannot_flood_the_audit_log() {
     assert_eq!(lines, 100, "{} bytes of log", log.len());
     assert!(log.contains("further refusals in this call are not logged"), "{log}");
 }
+
+/// A reader that goes away (`reson tool list | head`) ends the command
+/// quietly, with the status SIGPIPE would give, not with a panic.
+#[test]
+fn output_to_a_closed_pipe_ends_the_command_quietly() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_reson"))
+        .current_dir(dir.path())
+        .env_remove("RESON_CONFIG")
+        .env_remove("RESON_PLUGINS_DIR")
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+        .args(["--plugins-dir", &dir.plugins().to_string_lossy(), "tool", "list"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running reson");
+    // Closed before the command writes a byte.
+    drop(child.stdout.take());
+    let run = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(run.status.code(), Some(141), "{err}");
+}

@@ -1268,7 +1268,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropping_the_handle_stops_the_run_and_cuts_the_model_call() {
-        let (runner, store) = runner(Fake::new(vec![Turn::Hang]));
+        let fake = Fake::new(vec![Turn::Hang]);
+        let (runner, store) = runner(fake.clone());
         let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
         let id = handle.trace_id().to_owned();
         until(&mut handle, |e| matches!(e, AgentEvent::ModelRequest { .. }).then_some(())).await;
@@ -1281,6 +1282,9 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), ended).await.expect("the run ended");
         let trace = store.get_trace(&id).await.unwrap().unwrap();
         assert_eq!(trace.status, TraceStatus::Stopped);
+        // The stop may have won before the model was even asked: the hang
+        // was then never played, and must not be played to the continue.
+        fake.turns.lock().unwrap().clear();
         // A later continue picks the trace up.
         let handle =
             runner.run(user("again"), RunConfig { trace_id: Some(id), ..RunConfig::default() });

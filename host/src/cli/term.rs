@@ -19,9 +19,27 @@ pub(crate) fn one_line(text: &str) -> String {
     escape_controls(text, Lines::Escape).into_owned()
 }
 
+/// Exit status of a process whose output reader went away, as if SIGPIPE
+/// had ended it (Rust ignores the signal, so writes fail instead).
+const BROKEN_PIPE_STATUS: i32 = 128 + 13;
+
+/// Writes `text` to stdout at once. A reader that went away (`reson tool
+/// list | head`) ends the process quietly, as it would any Unix tool.
+pub(crate) fn write_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush())
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(BROKEN_PIPE_STATUS);
+    }
+}
+
 /// `println!` through [`clean`].
 macro_rules! say {
-    ($($arg:tt)*) => { println!("{}", $crate::cli::term::clean(&format!($($arg)*))) };
+    ($($arg:tt)*) => {
+        $crate::cli::term::write_out(&($crate::cli::term::clean(&format!($($arg)*)) + "\n"))
+    };
 }
 
 /// `eprintln!` through [`clean`].
@@ -31,7 +49,7 @@ macro_rules! say_err {
 
 /// `print!` through [`clean`].
 macro_rules! say_part {
-    ($($arg:tt)*) => { print!("{}", $crate::cli::term::clean(&format!($($arg)*))) };
+    ($($arg:tt)*) => { $crate::cli::term::write_out(&$crate::cli::term::clean(&format!($($arg)*))) };
 }
 
 pub(crate) use {say, say_err, say_part};

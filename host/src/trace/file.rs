@@ -26,9 +26,8 @@ const META_EVERY: u64 = 32;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Durability {
     /// Calls return once their writes are with the OS, which survives the
-    /// process being killed at any instant; a background thread makes them
-    /// durable a few milliseconds later (group commit: an fsync each, in
-    /// write order, or one `syncfs` for a large batch), and
+    /// process being killed at any instant; a background thread fsyncs them
+    /// in write order a few milliseconds later (group commit), and
     /// [`TraceStore::sync`] awaits it. A power loss before then may lose
     /// the latest writes.
     #[default]

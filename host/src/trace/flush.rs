@@ -165,9 +165,6 @@ fn sync_batch(batch: Vec<Target>) -> Result<(), TraceError> {
     let mut order: Vec<Target> =
         batch.into_iter().rev().filter(|t| seen.insert(t.clone())).collect();
     order.reverse();
-    if order.len() >= SYNCFS_FROM && sync_file_system(&order) {
-        return Ok(());
-    }
     for target in order {
         let (path, result) = match &target {
             Target::File(path) => (path, File::open(path).and_then(|f| f.sync_data())),
@@ -181,33 +178,6 @@ fn sync_batch(batch: Vec<Target>) -> Result<(), TraceError> {
         }
     }
     Ok(())
-}
-
-/// From this many targets on, one `syncfs` is cheaper than an fsync each:
-/// on ext4 every fsync is a journal commit of its own, and many concurrent
-/// runs queue thousands of files per second.
-const SYNCFS_FROM: usize = 4;
-
-/// Syncs the whole file system holding `targets` (all under one store
-/// root) in one call: one journal commit, in which ext4's ordered mode
-/// writes every file's data before the entries naming it, so the batch
-/// reaches the disk as a whole. False when that cannot be done here (the
-/// caller then syncs each target).
-#[cfg(target_os = "linux")]
-fn sync_file_system(targets: &[Target]) -> bool {
-    use std::os::fd::AsRawFd;
-    targets.iter().any(|target| {
-        let (Target::File(path) | Target::Dir(path)) = target;
-        let Ok(file) = File::open(path) else { return false };
-        // SAFETY: syncfs(2) takes an open descriptor, which `file` holds
-        // for the duration of the call.
-        unsafe { libc::syncfs(file.as_raw_fd()) == 0 }
-    })
-}
-
-#[cfg(not(target_os = "linux"))]
-fn sync_file_system(_targets: &[Target]) -> bool {
-    false
 }
 
 /// Makes the entries of `dir` (files created or renamed in it) durable.
