@@ -230,3 +230,31 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_batch_is_synced_whole_and_any_failure_is_the_batchs() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |i: usize| dir.path().join(format!("{i}.json"));
+        let mut batch = Vec::new();
+        for i in 0..64 {
+            std::fs::write(file(i), "{}").unwrap();
+            batch.push(Target::File(file(i)));
+        }
+        batch.push(Target::Dir(dir.path().to_owned()));
+        // Removed since it was written: nothing left to keep.
+        batch.push(Target::File(dir.path().join("gone.json")));
+        sync_batch(batch).unwrap();
+
+        let bad = file(0).join("not-a-directory");
+        let mut batch: Vec<Target> = (1..40).map(|i| Target::File(file(i))).collect();
+        batch.insert(20, Target::File(bad.clone()));
+        match sync_batch(batch) {
+            Err(TraceError::Io { path, .. }) => assert_eq!(path, bad),
+            other => panic!("a failed fsync was not reported: {other:?}"),
+        }
+    }
+}
