@@ -858,13 +858,6 @@ async fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace(
     assert!(all.iter().all(|m| !m.synthetic), "nothing was healed");
 }
 
-/// The process's current number of OS threads.
-fn os_threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap();
-    line.trim().parse().unwrap()
-}
-
 /// Runs are tasks, not threads: 200 runs at once, each with a tool call
 /// that sleeps 100 ms in the guest, share a pool of 16 instances (the
 /// model calls take slots too) and overlap, where one after another they
@@ -879,17 +872,7 @@ async fn two_hundred_runs_with_sleeping_tool_calls_overlap() {
     let setup = Setup::with_config(script, "[sandbox]\nmax_instances = 16").await;
     let runner = setup.runner(Hooks::none());
 
-    let peak = Arc::new(std::sync::atomic::AtomicUsize::new(os_threads()));
-    let sampling = tokio_util::sync::CancellationToken::new();
-    let sampler = tokio::spawn({
-        let (peak, sampling) = (peak.clone(), sampling.clone());
-        async move {
-            while !sampling.is_cancelled() {
-                peak.fetch_max(os_threads(), Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    });
+    let threads = support::ThreadPeak::start();
     let start = Instant::now();
     let mut handles = Vec::with_capacity(RUNS);
     for i in 0..RUNS {
@@ -898,8 +881,7 @@ async fn two_hundred_runs_with_sleeping_tool_calls_overlap() {
     }
     let outcomes = futures::future::join_all(handles.into_iter().map(|h| h.wait())).await;
     let took = start.elapsed();
-    sampling.cancel();
-    sampler.await.unwrap();
+    let peak = threads.stop().await;
 
     for outcome in outcomes {
         let outcome = outcome.unwrap();
@@ -911,6 +893,5 @@ async fn two_hundred_runs_with_sleeping_tool_calls_overlap() {
         "more than 16 instances ran at once: {took:?}"
     );
     assert!(took < Duration::from_secs(8), "the runs did not overlap: {took:?}");
-    let peak = peak.load(Ordering::SeqCst);
     assert!(peak <= 64, "{peak} OS threads at the peak");
 }

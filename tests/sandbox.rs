@@ -334,13 +334,6 @@ async fn many_failures_in_a_row_leave_the_host_healthy() {
     }
 }
 
-/// The process's current number of OS threads.
-fn os_threads() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap();
-    line.trim().parse().unwrap()
-}
-
 /// More calls than instance slots wait their turn rather than fail, and
 /// calls sleeping in the guest overlap on a couple of workers instead of
 /// holding a thread each.
@@ -351,17 +344,7 @@ async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
     let (_dir, rt) = hostile("[sandbox]\nmax_instances = 16").await;
     assert_alive(&rt).await;
 
-    let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(os_threads()));
-    let sampling = CancellationToken::new();
-    let sampler = tokio::spawn({
-        let (peak, sampling) = (peak.clone(), sampling.clone());
-        async move {
-            while !sampling.is_cancelled() {
-                peak.fetch_max(os_threads(), std::sync::atomic::Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    });
+    let threads = support::ThreadPeak::start();
 
     let start = Instant::now();
     let mut calls = tokio::task::JoinSet::new();
@@ -371,13 +354,12 @@ async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
     }
     let mut done = 0;
     while let Some(result) = calls.join_next().await {
-        peak.fetch_max(os_threads(), std::sync::atomic::Ordering::SeqCst);
+        threads.sample();
         assert_eq!(result.unwrap().unwrap(), format!("slept {NAP_MS} ms"));
         done += 1;
     }
     let took = start.elapsed();
-    sampling.cancel();
-    sampler.await.unwrap();
+    let peak = threads.stop().await;
 
     assert_eq!(done, CALLS);
     assert!(
@@ -385,7 +367,6 @@ async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
         "more than 16 calls ran at once: {took:?}"
     );
     assert!(took < Duration::from_secs(5), "the calls did not overlap: {took:?}");
-    let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
     assert!(peak <= 64, "{peak} OS threads at the peak");
     assert_alive(&rt).await;
 }

@@ -114,3 +114,48 @@ impl TestDir {
         Runtime::open(self.options(toml)).await.expect("runtime opens")
     }
 }
+
+/// The process's current number of OS threads.
+pub fn os_threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap();
+    line.trim().parse().unwrap()
+}
+
+/// Samples the process's number of OS threads every 5 ms, on a task of the
+/// test's runtime, until [`ThreadPeak::stop`] gives the peak.
+pub struct ThreadPeak {
+    peak: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    sampling: tokio_util::sync::CancellationToken,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl ThreadPeak {
+    pub fn start() -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let peak = std::sync::Arc::new(AtomicUsize::new(os_threads()));
+        let sampling = tokio_util::sync::CancellationToken::new();
+        let sampler = tokio::spawn({
+            let (peak, sampling) = (peak.clone(), sampling.clone());
+            async move {
+                while !sampling.is_cancelled() {
+                    peak.fetch_max(os_threads(), Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            }
+        });
+        Self { peak, sampling, sampler }
+    }
+
+    /// Takes one more sample.
+    pub fn sample(&self) {
+        self.peak.fetch_max(os_threads(), std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Stops sampling; the most threads seen.
+    pub async fn stop(self) -> usize {
+        self.sampling.cancel();
+        self.sampler.await.unwrap();
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
