@@ -1,4 +1,5 @@
-//! The file store's fsyncs, on a thread of their own: group commit for
+//! The file store's fsyncs, on a thread of their own (and a few more for a
+//! large batch): group commit for
 //! [`Durability::Batched`](super::Durability::Batched), and the awaited
 //! syncs of [`Durability::Immediate`](super::Durability::Immediate). An
 //! fsync can take milliseconds on a busy disk; done on a tokio worker it

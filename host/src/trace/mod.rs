@@ -86,8 +86,9 @@
 //! each event before `append_event` returns, so a call that returned
 //! survives a power loss.
 //!
-//! Either way the fsyncs run on the store's own thread, never on a tokio
-//! worker: an `Immediate` call awaits them. The writes themselves are a few
+//! Either way the fsyncs run on the store's own thread (a large group
+//! commit on a few more), never on a tokio worker: an `Immediate` call
+//! awaits them. The writes themselves are a few
 //! small syscalls each, done inline: cheaper than a hop to a blocking thread.
 
 mod event;
