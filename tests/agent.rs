@@ -10,7 +10,7 @@ use futures::future::ready;
 use reson::agent::memory::SessionMemory;
 use reson::agent::{
     AgentBuilder, AgentError, AgentEvent, AgentSession, BasicAgent, HookDecision, HookEvent,
-    HookPoint, Hooks, INTERRUPTED, RunConfig, Runner,
+    HookPoint, Hooks, INTERRUPTED, RunConfig, RunOutcome, Runner,
 };
 use reson::plugin::Runtime;
 use reson::provider::{LlmParams, PluginProvider};
@@ -68,6 +68,15 @@ impl Setup {
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         Self { dir, runtime, store }
+    }
+
+    /// Runs `messages` to the end on a runner without hooks.
+    async fn run_to_end(
+        &self,
+        messages: Vec<Message>,
+        config: RunConfig,
+    ) -> Result<RunOutcome, AgentError> {
+        self.runner(Hooks::none()).run(messages, config).await.unwrap().wait().await
     }
 
     fn set_script(&self, script: serde_json::Value) {
@@ -215,14 +224,7 @@ async fn a_doom_loop_ends_the_run_with_a_clear_error() {
     let s = Setup::new(
         json!({ "turns": [echo_turn("same"), echo_turn("same"), echo_turn("same"), text_turn("never")] }),
     ).await;
-    let err = s
-        .runner(Hooks::none())
-        .run(user("loop"), RunConfig::default())
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap_err();
+    let err = s.run_to_end(user("loop"), RunConfig::default()).await.unwrap_err();
     assert!(matches!(err, AgentError::LimitExceeded(_)), "{err:?}");
     assert!(err.to_string().contains("doom loop: the same tool call echo"), "{err}");
     let trace = s.store.list_traces(&Default::default()).await.unwrap().remove(0);
@@ -256,14 +258,7 @@ async fn model_mistakes_go_back_to_the_model() {
         text_turn("recovered")
     ]}))
     .await;
-    let outcome = s
-        .runner(Hooks::none())
-        .run(user("go"), RunConfig::default())
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
+    let outcome = s.run_to_end(user("go"), RunConfig::default()).await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
     let path = s.main_path(&outcome.trace_id).await;
     let results: Vec<String> =
@@ -287,14 +282,7 @@ async fn tool_calls_of_one_message_run_concurrently() {
         "[plugins.hostile]\nprocess = [\"sleep *\"]\nlimits = { timeout_ms = 5000 }\n",
     ).await;
     let start = Instant::now();
-    let outcome = s
-        .runner(Hooks::none())
-        .run(user("sleep"), RunConfig::default())
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
+    let outcome = s.run_to_end(user("sleep"), RunConfig::default()).await.unwrap();
     let took = start.elapsed();
     assert_eq!(outcome.status, TraceStatus::Completed);
     let path = s.main_path(&outcome.trace_id).await;
@@ -311,14 +299,7 @@ async fn accounting_sums_every_token_kind_and_cost() {
         { "tool_calls": [{ "name": "echo", "arguments": { "text": "x" } }], "usage": usage(100, 10), "cost": 0.25 },
         { "text": "ok", "usage": usage(200, 20), "cost": 0.5 }
     ]})).await;
-    let outcome = s
-        .runner(Hooks::none())
-        .run(user("count"), RunConfig::default())
-        .await
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
+    let outcome = s.run_to_end(user("count"), RunConfig::default()).await.unwrap();
     assert_eq!(outcome.usage.prompt_tokens, 300);
     assert!((outcome.cost - 0.75).abs() < 1e-9);
     let trace = s.store.get_trace(&outcome.trace_id).await.unwrap().unwrap();

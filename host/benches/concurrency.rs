@@ -17,7 +17,6 @@ use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, MemoryTraceStore, TraceStore};
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 // The `reson` binary's allocator: the system one spends a quarter of this
@@ -51,36 +50,6 @@ fn cpu_time() -> Duration {
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// Samples the process's thread count until dropped; keeps the peak.
-struct ThreadPeak {
-    peak: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-}
-
-impl ThreadPeak {
-    fn start() -> Self {
-        let (peak, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
-        let (p, s) = (peak.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                p.fetch_max(status_field("Threads:"), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-        Self { peak, stop }
-    }
-
-    fn peak(&self) -> u64 {
-        self.peak.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for ThreadPeak {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 fn bundle(runtime: &Runtime, store: Arc<dyn TraceStore>) -> RuntimeBundle {
@@ -121,16 +90,19 @@ async fn wave(bundle: &RuntimeBundle, sessions: usize) -> Duration {
 
 struct Figures {
     wall: Duration,
-    threads: u64,
+    threads: usize,
     cpu_per_iteration: Duration,
 }
 
 fn measured(tokio: &tokio::runtime::Runtime, bundle: &RuntimeBundle) -> Figures {
-    let threads = ThreadPeak::start();
     let cpu = cpu_time();
-    let wall = tokio.block_on(wave(bundle, SESSIONS));
+    let (wall, threads) = tokio.block_on(async {
+        let threads = support::ThreadPeak::start();
+        let wall = wave(bundle, SESSIONS).await;
+        (wall, threads.stop().await)
+    });
     let iterations = (SESSIONS * TURNS * ITERATIONS_PER_TURN) as u32;
-    Figures { wall, threads: threads.peak(), cpu_per_iteration: (cpu_time() - cpu) / iterations }
+    Figures { wall, threads, cpu_per_iteration: (cpu_time() - cpu) / iterations }
 }
 
 fn bench(c: &mut Criterion) {

@@ -251,13 +251,7 @@ fn connect(args: ConnectArgs, _: &Context) -> Result<Output, ToolError> {
 /// let through (status, response headers if asked, body), so a test can look for a
 /// secret a server echoed back.
 fn http_get(args: HttpArgs, _: &Context) -> Result<Output, ToolError> {
-    let request = http::Request {
-        method: "GET".to_owned(),
-        url: args.url,
-        headers: args.headers.into_iter().collect(),
-        body: None,
-        timeout_ms: None,
-    };
+    let request = get(args.url, args.headers.into_iter().collect());
     let (status, headers, body) = if args.stream {
         let response = http::send_streaming(&request).map_err(http_error)?;
         let mut body = Vec::new();
@@ -282,6 +276,11 @@ fn http_get(args: HttpArgs, _: &Context) -> Result<Output, ToolError> {
         text.push_str(&String::from_utf8_lossy(&body));
     }
     Ok(Output::text(text))
+}
+
+/// A GET of `url` with `headers`, the host's own timeout.
+fn get(url: String, headers: Vec<(String, String)>) -> http::Request {
+    http::Request { method: "GET".to_owned(), url, headers, body: None, timeout_ms: None }
 }
 
 fn http_error(err: http::HttpError) -> ToolError {
@@ -382,13 +381,7 @@ struct KnockArgs {
 /// Attacks the audit log: asks for a URL it may not reach `times` times
 /// in one call, each refusal a line in the host's log.
 fn knock(args: KnockArgs, _: &Context) -> Result<Output, ToolError> {
-    let request = http::Request {
-        method: "GET".to_owned(),
-        url: args.url,
-        headers: Vec::new(),
-        body: None,
-        timeout_ms: None,
-    };
+    let request = get(args.url, Vec::new());
     let denied = (0..args.times)
         .filter(|_| matches!(http::send(&request), Err(http::HttpError::Denied(_))))
         .count();
