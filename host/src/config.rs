@@ -62,6 +62,9 @@ pub struct Config {
     /// Environment variables of the same name take precedence over values.
     #[serde(default, skip_serializing)]
     pub secrets: BTreeMap<String, SecretConfig>,
+    /// `reson serve`: where it listens and what it accepts.
+    #[serde(default)]
+    pub server: ServerSettings,
     #[serde(skip)]
     base_dir: PathBuf,
 }
@@ -199,6 +202,41 @@ impl PermissionsConfig {
         Ok(RuleSet::compile(&self.rules)?
             .with_default(self.default)
             .with_exec_vectors(self.exec_vectors.clone()))
+    }
+}
+
+/// `[server]`: the HTTP API of `reson serve`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSettings {
+    /// Where to listen. Anything but a loopback address needs a token.
+    pub addr: std::net::SocketAddr,
+    /// The bearer token every `/api` request must carry; none by default.
+    /// `RESON_SERVER_TOKEN` or `--token` set it too.
+    #[serde(skip_serializing)]
+    pub token: Option<String>,
+    /// Origins allowed to call the API from a browser (CORS); `"*"` for
+    /// any. None by default: only the page the server serves may.
+    pub cors_origins: Vec<String>,
+    /// The largest request body.
+    pub max_body_bytes: usize,
+    /// The largest message a WebSocket client may send.
+    pub max_ws_message_bytes: usize,
+    /// How long an approval waits for an answer over HTTP before the call
+    /// is denied [default: `[permissions] approval_timeout_ms`].
+    pub approval_timeout_ms: Option<u64>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8000)),
+            token: None,
+            cors_origins: Vec::new(),
+            max_body_bytes: 1 << 20,
+            max_ws_message_bytes: 64 << 10,
+            approval_timeout_ms: None,
+        }
     }
 }
 
@@ -449,6 +487,30 @@ mod tests {
         let elsewhere = format!("[sandbox]\ncommand_path = [\"/nonexistent\"]\n{rules}");
         let (_, set) = Config::parse(&elsewhere).unwrap().preset("default").unwrap();
         assert_ne!(set.decide("shell", &rm).decision, Decision::Deny);
+    }
+
+    #[test]
+    fn the_server_table_has_safe_defaults() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(config.server.addr.to_string(), "127.0.0.1:8000");
+        assert_eq!(
+            (config.server.max_body_bytes, config.server.max_ws_message_bytes),
+            (1 << 20, 1 << 16)
+        );
+        assert!(config.server.token.is_none() && config.server.cors_origins.is_empty());
+        let config = Config::parse(
+            "[server]\naddr = \"0.0.0.0:9000\"\ntoken = \"t0ken-abc\"\ncors_origins = [\"http://localhost:3000\"]\napproval_timeout_ms = 500\n",
+        )
+        .unwrap();
+        assert_eq!(config.server.addr.port(), 9000);
+        assert_eq!(config.server.token.as_deref(), Some("t0ken-abc"));
+        assert_eq!(config.server.approval_timeout_ms, Some(500));
+        let err = Config::parse("[server]\naddr = \"localhost\"\n").unwrap_err();
+        assert!(err.contains("addr") || err.contains("socket"), "{err}");
+        assert!(
+            !toml::to_string(&config).unwrap().contains("t0ken-abc"),
+            "the token is never written"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@
 //! as a stream.
 
 pub mod agent;
+pub mod api;
 pub mod capability;
 pub mod config;
 pub mod contract;

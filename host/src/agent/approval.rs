@@ -4,7 +4,7 @@
 
 use crate::policy::{Decision, RuleSet};
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// A call waiting for someone's approval.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ApprovalRequest {
     /// Answer with this id.
     pub id: u64,
@@ -29,7 +29,7 @@ pub struct ApprovalRequest {
 }
 
 /// An answer to an [`ApprovalRequest`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
     /// Run this call.
@@ -58,10 +58,11 @@ pub trait Approver: Send + Sync {
 }
 
 /// Approvals answered through a library call: each request waits, up to a
-/// timeout, for [`PendingApprovals::answer`].
+/// timeout, for [`PendingApprovals::answer`]. One set may serve many runs
+/// at once: request ids are unique in the process.
 pub struct PendingApprovals {
     timeout: Duration,
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    waiting: Mutex<HashMap<u64, (ApprovalRequest, oneshot::Sender<Answer>)>>,
 }
 
 impl PendingApprovals {
@@ -74,9 +75,17 @@ impl PendingApprovals {
     /// out, or unknown).
     pub fn answer(&self, id: u64, answer: Answer) -> bool {
         match self.waiting.lock().expect("approvals").remove(&id) {
-            Some(reply) => reply.send(answer).is_ok(),
+            Some((_, reply)) => reply.send(answer).is_ok(),
             None => false,
         }
+    }
+
+    /// The requests waiting for an answer, oldest first.
+    pub fn pending(&self) -> Vec<ApprovalRequest> {
+        let mut pending: Vec<ApprovalRequest> =
+            self.waiting.lock().expect("approvals").values().map(|(r, _)| r.clone()).collect();
+        pending.sort_by_key(|r| r.id);
+        pending
     }
 }
 
@@ -97,7 +106,7 @@ impl Drop for Waiting<'_> {
 impl Approver for PendingApprovals {
     async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
         let (reply, answer) = oneshot::channel();
-        self.waiting.lock().expect("approvals").insert(request.id, reply);
+        self.waiting.lock().expect("approvals").insert(request.id, (request.clone(), reply));
         let _waiting = Waiting { approvals: self, id: request.id };
         announce(request);
         tokio::time::timeout(self.timeout, answer).await.ok()?.ok()
@@ -114,18 +123,21 @@ pub(crate) struct Ruling {
     pub(crate) rule: Option<String>,
 }
 
+/// Approval request ids, unique in the process so that runs sharing one
+/// approver (a server's [`PendingApprovals`]) never collide.
+static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
+
 /// The rules and the approver of a run.
 pub struct Permissions {
     rules: RuleSet,
     approver: Arc<dyn Approver>,
     always: Mutex<HashSet<String>>,
-    next_id: AtomicU64,
 }
 
 impl Permissions {
     /// Decides with `rules`; `ask` goes to `approver`.
     pub fn new(rules: RuleSet, approver: Arc<dyn Approver>) -> Self {
-        Self { rules, approver, always: Mutex::default(), next_id: AtomicU64::new(1) }
+        Self { rules, approver, always: Mutex::default() }
     }
 
     /// Whether `tool` is offered to the model at all.
@@ -156,7 +168,7 @@ impl Permissions {
                     return ruling(true, "ask-remembered");
                 }
                 let request = ApprovalRequest {
-                    id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                    id: NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed),
                     trace_id: trace_id.to_owned(),
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
@@ -202,6 +214,49 @@ mod tests {
         };
         assert_eq!(approvals.approve(&request(7), &announce).await, Some(Answer::Always));
         assert!(!approvals.answer(7, Answer::Once), "a request is answered once");
+    }
+
+    #[tokio::test]
+    async fn pending_lists_the_waiting_requests_until_they_end() {
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let listing = approvals.clone();
+        let announce = move |r: &ApprovalRequest| {
+            let pending = listing.pending();
+            assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), [r.id]);
+            assert_eq!(pending[0].call_id, "c");
+            assert!(listing.answer(r.id, Answer::Deny));
+        };
+        assert_eq!(approvals.approve(&request(9), &announce).await, Some(Answer::Deny));
+        assert!(approvals.pending().is_empty(), "an answered request is no longer pending");
+    }
+
+    #[tokio::test]
+    async fn runs_sharing_an_approver_get_distinct_request_ids() {
+        let rule = crate::policy::Rule {
+            decision: Decision::Ask,
+            tool: "shell".into(),
+            pattern: None,
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        };
+        let rules = RuleSet::compile(&[rule]).unwrap();
+        let approvals = PendingApprovals::new(Duration::from_millis(1));
+        let (a, b) = (
+            Permissions::new(rules.clone(), approvals.clone()),
+            Permissions::new(rules, approvals.clone()),
+        );
+        let call =
+            crate::trace::ToolCall { id: "c".into(), name: "shell".into(), arguments: "{}".into() };
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let seen = ids.clone();
+        let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id);
+        for permissions in [&a, &b, &a, &b] {
+            assert_eq!(permissions.check("t", &call, &announce).await.decision, "ask-timeout");
+        }
+        let mut ids = ids.lock().unwrap().clone();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 4, "ids collided: {ids:?}");
     }
 
     #[tokio::test]

@@ -30,6 +30,22 @@ pub enum AgentError {
     /// A limit was reached: iterations, or a doom loop.
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),
+    /// The trace to continue does not exist.
+    #[error("no trace {0}")]
+    NoSuchTrace(String),
+    /// Another run has the trace: one run writes a trace at a time.
+    #[error("trace {0} is already running")]
+    AlreadyRunning(String),
+    /// The sequence to rewind to is not a message of the trace.
+    #[error("trace {trace_id} has no message {sequence} (last sequence {last})")]
+    NoSuchMessage {
+        /// The trace.
+        trace_id: String,
+        /// The sequence asked for.
+        sequence: u64,
+        /// The trace's highest sequence.
+        last: u64,
+    },
     /// The agent was built or configured wrongly.
     #[error("configuration error: {0}")]
     Config(String),
@@ -48,6 +64,9 @@ impl AgentError {
             Self::PlanParse(_)
             | Self::HookBlocked { .. }
             | Self::LimitExceeded(_)
+            | Self::NoSuchTrace(_)
+            | Self::AlreadyRunning(_)
+            | Self::NoSuchMessage { .. }
             | Self::Config(_)
             | Self::Other(_) => false,
         }

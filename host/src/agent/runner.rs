@@ -57,6 +57,9 @@ pub const STOPPED_BEFORE_CALL: &str =
 pub struct RunConfig {
     /// Continue or rewind this trace; a new trace when `None`.
     pub trace_id: Option<String>,
+    /// A new trace's id, for a caller that must know it before the run is
+    /// prepared (to claim it); a fresh one when `None`.
+    pub new_trace_id: Option<String>,
     /// Rewind: new messages follow this sequence (extended past the tool
     /// results of an assistant message). With no messages: regenerate.
     pub after_sequence: Option<u64>,
@@ -89,6 +92,7 @@ impl Default for RunConfig {
     fn default() -> Self {
         Self {
             trace_id: None,
+            new_trace_id: None,
             after_sequence: None,
             system_prompt: None,
             mode: TraceMode::Agent,
@@ -311,7 +315,7 @@ impl Claim {
     fn take(&mut self, trace_id: &str, cancel: &CancellationToken) -> Result<(), AgentError> {
         let mut running = self.inner.running.lock().expect("running map");
         if running.contains_key(trace_id) {
-            return Err(AgentError::Config(format!("trace {trace_id} is already running")));
+            return Err(AgentError::AlreadyRunning(trace_id.to_owned()));
         }
         running.insert(trace_id.to_owned(), cancel.clone());
         self.trace_id = Some(trace_id.to_owned());
@@ -394,7 +398,7 @@ impl Runner {
         // An existing trace is claimed before it is prepared: preparing
         // writes to it (heals calls, moves the head, adds messages), which
         // must never happen under a run that is still going.
-        if let Some(id) = &config.trace_id {
+        if let Some(id) = config.trace_id.as_ref().or(config.new_trace_id.as_ref()) {
             claim.take(id, &cancel)?;
         }
         let run =
@@ -495,6 +499,9 @@ impl Run {
                         .unwrap_or_default()
                 });
                 let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
+                if let Some(id) = &config.new_trace_id {
+                    trace.id.clone_from(id);
+                }
                 trace.model = Some(config.params.model.clone()).filter(|m| !m.is_empty());
                 trace.provider = Some(inner.provider.name().to_owned());
                 trace.tools = Runner::offered_tools(&inner).into_iter().map(|t| t.name).collect();
@@ -510,7 +517,7 @@ impl Run {
                 let trace = store
                     .get_trace(id)
                     .await?
-                    .ok_or_else(|| AgentError::Config(format!("no trace {id}")))?;
+                    .ok_or_else(|| AgentError::NoSuchTrace(id.clone()))?;
                 let mode = match (config.after_sequence, messages.is_empty()) {
                     (None, _) => RunMode::Continue,
                     (Some(_), false) => RunMode::Rewind,
@@ -547,10 +554,11 @@ impl Run {
         let mut parent = run.trace.head_sequence;
         if let Some(after) = run.config.after_sequence {
             if !all.iter().any(|m| m.sequence == after) {
-                return Err(AgentError::Config(format!(
-                    "trace {} has no message {after} (last sequence {})",
-                    run.trace.id, run.trace.last_sequence
-                )));
+                return Err(AgentError::NoSuchMessage {
+                    trace_id: run.trace.id.clone(),
+                    sequence: after,
+                    last: run.trace.last_sequence,
+                });
             }
             parent = Some(run.tree.rewind_point(after));
         }
@@ -1324,10 +1332,7 @@ mod tests {
         until(&mut handle, |e| matches!(e, AgentEvent::ModelRequest { .. }).then_some(())).await;
         let again = RunConfig { trace_id: Some(handle.trace_id().into()), ..RunConfig::default() };
         let Err(err) = runner.run(user("again"), again).await else { panic!("ran twice") };
-        assert_eq!(
-            err.to_string(),
-            format!("configuration error: trace {} is already running", handle.trace_id())
-        );
+        assert!(matches!(&err, AgentError::AlreadyRunning(id) if id == handle.trace_id()), "{err}");
         handle.stop();
         assert_eq!(handle.wait().await.unwrap().status, TraceStatus::Stopped);
     }

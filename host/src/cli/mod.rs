@@ -4,6 +4,7 @@
 mod author;
 mod plugins;
 mod run;
+mod serve;
 mod task;
 mod term;
 mod tool;
@@ -58,6 +59,8 @@ enum Command {
     /// List traces, or show one with its message and goal trees.
     #[command(subcommand)]
     Traces(traces::Command),
+    /// Serve the HTTP + WebSocket API and the trace viewer page.
+    Serve(serve::ServeArgs),
 }
 
 /// Exit codes, so scripts can tell failures apart.
@@ -112,6 +115,9 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
             task::run(&open(cli, |o| task::prepare_options(o, args)).await?, args).await
         }
         Command::Traces(cmd) => traces::run(&run::traces_dir(&options(cli)?), cmd).await,
+        Command::Serve(args) => {
+            serve::run(&open(cli, |o| serve::prepare_options(o, args)).await?, args).await
+        }
     }
 }
 

@@ -81,7 +81,7 @@ impl ModelArgs {
         Ok(())
     }
 
-    fn provider_name(&self) -> &str {
+    pub(crate) fn provider_name(&self) -> &str {
         self.provider.as_deref().unwrap_or("scripted")
     }
 
@@ -160,7 +160,7 @@ pub(crate) struct RunArgs {
     json: bool,
 }
 
-const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to inspect and change \
+pub(crate) const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to inspect and change \
                              files in the workspace, then answer briefly.";
 
 /// What the command line grants, applied before the runtime loads plugins.
@@ -183,7 +183,10 @@ pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyh
     let script = script.canonicalize().with_context(|| format!("script {}", script.display()))?;
     let dir = script.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
     let grant = options.config.plugins.entry("scripted".into()).or_default();
-    grant.dirs.push(DirGrant { path: dir, access: Access::Read, mount: None });
+    // A config that already grants the directory keeps its one grant.
+    if !grant.dirs.iter().any(|d| d.path == dir && d.access >= Access::Read && d.mount.is_none()) {
+        grant.dirs.push(DirGrant { path: dir, access: Access::Read, mount: None });
+    }
     grant.config.insert("script".into(), script.to_string_lossy().into_owned());
     Ok(())
 }

@@ -1,0 +1,313 @@
+//! The HTTP + WebSocket API of `reson serve`: runs start in the background
+//! and are watched over a WebSocket; approvals are answered over HTTP; a
+//! viewer page is served at `/`.
+//!
+//! ```no_run
+//! use reson::api::{Server, ServerConfig};
+//! use reson::config::Config;
+//! use reson::plugin::{Options, Runtime};
+//! use reson::trace::{Durability, FileTraceStore};
+//! use std::sync::Arc;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::load("reson.toml".as_ref())?;
+//! let server_config = ServerConfig::from_config(&config);
+//! let runtime = Runtime::open(Options::from_config(config)).await?;
+//! let store = Arc::new(FileTraceStore::open(".reson/traces", Durability::Batched)?);
+//! let server = Server::bind(runtime, store, server_config).await?;
+//! println!("listening on http://{}", server.local_addr());
+//! server.serve(async { tokio::signal::ctrl_c().await.unwrap_or_default() }).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every route under `/api` takes the bearer token when one is set; every
+//! error is `{"error":{"code":"...","message":"..."}}`; every body and
+//! frame the server sends passes through [`crate::redact`].
+
+mod auth;
+mod error;
+mod events;
+mod extract;
+mod routes;
+mod runs;
+mod state;
+mod viewer;
+
+pub use error::ApiError;
+
+use crate::agent::PendingApprovals;
+use crate::config::Config;
+use crate::plugin::Runtime;
+use crate::trace::TraceStore;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::{from_fn_with_state, map_response};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use state::{AppState, Runs};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
+
+/// How long a shutdown waits for the stopped runs to end, then for the
+/// watchers to close their sockets.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// What a run started over the API uses when the request does not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDefaults {
+    /// Provider plugin.
+    pub provider: String,
+    /// Model name passed to the provider.
+    pub model: String,
+    /// Permission preset.
+    pub preset: String,
+    /// A new trace's system prompt.
+    pub system_prompt: Option<String>,
+    /// Most model calls in one run (a preset's own cap still holds).
+    pub max_iterations: u32,
+}
+
+impl Default for RunDefaults {
+    fn default() -> Self {
+        Self {
+            provider: "scripted".into(),
+            model: String::new(),
+            preset: "default".into(),
+            system_prompt: None,
+            max_iterations: 50,
+        }
+    }
+}
+
+/// How the server listens and what it accepts.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where to listen; port 0 picks a free one.
+    pub addr: SocketAddr,
+    /// The bearer token of every `/api` request; required off loopback.
+    pub token: Option<String>,
+    /// Origins allowed by CORS (`*` for any); CORS is off when empty.
+    pub cors_origins: Vec<String>,
+    /// The largest request body.
+    pub max_body_bytes: usize,
+    /// The largest message a WebSocket client may send; a larger one
+    /// closes the socket with 1009.
+    pub max_ws_message_bytes: usize,
+    /// How long an approval waits for its answer before the call is denied.
+    pub approval_timeout: Duration,
+    /// For requests that do not say.
+    pub defaults: RunDefaults,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self::from_settings(&crate::config::ServerSettings::default(), 60_000)
+    }
+}
+
+impl ServerConfig {
+    /// The `[server]` table of `config`.
+    pub fn from_config(config: &Config) -> Self {
+        Self::from_settings(&config.server, config.permissions.approval_timeout_ms)
+    }
+
+    fn from_settings(server: &crate::config::ServerSettings, approval_timeout_ms: u64) -> Self {
+        Self {
+            addr: server.addr,
+            token: server.token.clone(),
+            cors_origins: server.cors_origins.clone(),
+            max_body_bytes: server.max_body_bytes,
+            max_ws_message_bytes: server.max_ws_message_bytes,
+            approval_timeout: Duration::from_millis(
+                server.approval_timeout_ms.unwrap_or(approval_timeout_ms),
+            ),
+            defaults: RunDefaults::default(),
+        }
+    }
+
+    /// Refuses what would be unsafe: a token that is empty, a non-loopback
+    /// address without a token. [`Server::bind`] checks it too.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(ApiError::Config("the server token is empty".into()));
+        }
+        if !self.addr.ip().is_loopback() && self.token.is_none() {
+            return Err(ApiError::Config(format!(
+                "{} is not a loopback address: set a token (--token, RESON_SERVER_TOKEN or \
+                 [server] token) so that only its holders can run agents here",
+                self.addr
+            )));
+        }
+        Ok(())
+    }
+
+    /// The CORS layer, when origins are set.
+    fn cors(&self) -> Result<Option<CorsLayer>, ApiError> {
+        if self.cors_origins.is_empty() {
+            return Ok(None);
+        }
+        let origins = if self.cors_origins.iter().any(|o| o == "*") {
+            AllowOrigin::any()
+        } else {
+            let parsed: Result<Vec<HeaderValue>, _> =
+                self.cors_origins.iter().map(|o| HeaderValue::from_str(o)).collect();
+            AllowOrigin::list(parsed.map_err(|e| ApiError::Config(format!("cors_origins: {e}")))?)
+        };
+        Ok(Some(
+            CorsLayer::new()
+                .allow_origin(origins)
+                .allow_methods([Method::GET, Method::POST])
+                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+        ))
+    }
+}
+
+/// A bound server, not yet serving.
+pub struct Server {
+    listener: TcpListener,
+    app: Router,
+    state: AppState,
+    watchers: TaskTracker,
+}
+
+impl Server {
+    /// Binds `config.addr` and prepares the routes: runs on `runtime`'s
+    /// plugins, traces in `store`.
+    pub async fn bind(
+        runtime: Runtime,
+        store: Arc<dyn TraceStore>,
+        config: ServerConfig,
+    ) -> Result<Server, ApiError> {
+        config.validate()?;
+        let cors = config.cors()?;
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| ApiError::Bind { addr: config.addr, source })?;
+        let channels = Arc::new(events::Channels::default());
+        let watchers = TaskTracker::new();
+        let runs = Runs::new();
+        let state = AppState {
+            runtime,
+            store: Arc::new(events::NotifyingStore::new(store, channels.clone(), runs.clone())),
+            approvals: PendingApprovals::new(config.approval_timeout),
+            runs,
+            channels,
+            closing: CancellationToken::new(),
+            watchers: watchers.clone(),
+            config: Arc::new(config),
+        };
+        let (api, openapi) = routes::api(&state).split_for_parts();
+        let document = openapi.to_json().map_err(|e| ApiError::Internal(e.to_string()))?;
+        let document: Arc<str> = document.into();
+        let openapi_route = Router::new()
+            .route(
+                "/api/openapi.json",
+                get(move || async move {
+                    ([(header::CONTENT_TYPE, "application/json")], document.to_string())
+                }),
+            )
+            .route_layer(from_fn_with_state(state.clone(), auth::require_header));
+        let limit = state.config.max_body_bytes;
+        let mut app = Router::new()
+            .merge(api)
+            .merge(openapi_route)
+            .merge(viewer::routes())
+            .fallback(|| async { ApiError::NotFound("no such route".into()).into_response() })
+            .layer(DefaultBodyLimit::disable())
+            .layer(RequestBodyLimitLayer::new(limit))
+            .layer(map_response(move |response| async move { error::json_errors(response, limit) }))
+            .with_state(state.clone());
+        if let Some(cors) = cors {
+            app = app.layer(cors);
+        }
+        Ok(Server { listener, app, state, watchers })
+    }
+
+    /// The address it listens on (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown` resolves, then stops running traces (they
+    /// end `stopped`, and a later run continues them), waits for them, and
+    /// closes the WebSockets.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ApiError> {
+        let Server { listener, app, state, watchers } = self;
+        let closing = state.clone();
+        let graceful = async move {
+            shutdown.await;
+            if !closing.runs.stop_all(SHUTDOWN_WAIT).await {
+                tracing::warn!("some runs had not ended {SHUTDOWN_WAIT:?} after their stop");
+            }
+            closing.closing.cancel();
+        };
+        axum::serve(listener, app)
+            .with_graceful_shutdown(graceful)
+            .await
+            .map_err(|e| ApiError::Internal(format!("serving: {e}")))?;
+        // Upgraded sockets outlive their HTTP connections: wait for them.
+        watchers.close();
+        if tokio::time::timeout(SHUTDOWN_WAIT, watchers.wait()).await.is_err() {
+            tracing::warn!(
+                "some WebSocket clients had not closed {SHUTDOWN_WAIT:?} after shutdown"
+            );
+        }
+        state.store.sync().await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_loopback_with_the_documented_limits() {
+        let config = ServerConfig::default();
+        assert_eq!(config.addr.to_string(), "127.0.0.1:8000");
+        assert_eq!((config.max_body_bytes, config.max_ws_message_bytes), (1 << 20, 64 << 10));
+        assert_eq!(config.approval_timeout, Duration::from_secs(60));
+        assert_eq!(config.defaults.provider, "scripted");
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn off_loopback_a_token_is_required() {
+        let open =
+            ServerConfig { addr: "0.0.0.0:8000".parse().unwrap(), ..ServerConfig::default() };
+        let err = open.validate().unwrap_err();
+        assert!(err.to_string().contains("not a loopback address"), "{err}");
+        let guarded = ServerConfig { token: Some("tok-123".into()), ..open.clone() };
+        assert!(guarded.validate().is_ok());
+        let empty = ServerConfig { token: Some(" ".into()), ..open };
+        assert!(empty.validate().unwrap_err().to_string().contains("empty"));
+        let ipv6 = ServerConfig { addr: "[::1]:0".parse().unwrap(), ..ServerConfig::default() };
+        assert!(ipv6.validate().is_ok());
+    }
+
+    #[test]
+    fn server_settings_come_from_the_config() {
+        let config = Config::parse(
+            "[permissions]\napproval_timeout_ms = 1500\n[server]\nmax_body_bytes = 10\n",
+        )
+        .unwrap();
+        let server = ServerConfig::from_config(&config);
+        assert_eq!(server.approval_timeout, Duration::from_millis(1500));
+        assert_eq!(server.max_body_bytes, 10);
+        assert!(
+            ServerConfig { cors_origins: vec!["bad\norigin".into()], ..server }.cors().is_err()
+        );
+    }
+}

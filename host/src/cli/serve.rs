@@ -1,0 +1,77 @@
+//! `reson serve`: the HTTP + WebSocket API and the trace viewer page.
+
+use super::run::{self, ModelArgs};
+use super::term::{say, say_err};
+use anyhow::Context as _;
+use clap::Args;
+use reson::api::{RunDefaults, Server, ServerConfig};
+use reson::config::Config;
+use reson::plugin::{Options, Runtime};
+use reson::trace::{Durability, FileTraceStore};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (port 0: any free port) [default: [server] addr, else 127.0.0.1:8000]
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+    /// Bearer token every /api request must carry; required off loopback [default: [server] token]
+    #[arg(long, env = "RESON_SERVER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Defaults of runs whose request names no provider, model or preset.
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+/// What the command line grants, applied before the runtime loads plugins;
+/// an unsafe address is refused before then.
+pub(crate) fn prepare_options(options: &mut Options, args: &ServeArgs) -> anyhow::Result<()> {
+    server_config(&options.config, args).validate()?;
+    args.model.grant_vendor(options)?;
+    run::grant_script(options, args.model.script.as_deref())
+}
+
+/// `[server]`, with the command line's address and token over it.
+fn server_config(config: &Config, args: &ServeArgs) -> ServerConfig {
+    let mut server = ServerConfig::from_config(config);
+    if let Some(addr) = args.addr {
+        server.addr = addr;
+    }
+    if let Some(token) = args.token.clone().filter(|t| !t.is_empty()) {
+        server.token = Some(token);
+    }
+    server
+}
+
+pub(crate) async fn run(runtime: &Runtime, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let options = runtime.options();
+    let mut config = server_config(&options.config, args);
+    config.defaults = RunDefaults {
+        provider: args.model.provider_name().to_owned(),
+        model: args.model.model.clone(),
+        preset: args.model.preset.clone(),
+        system_prompt: Some(run::SYSTEM_PROMPT.to_owned()),
+        ..RunDefaults::default()
+    };
+    let store = Arc::new(FileTraceStore::open(run::traces_dir(options), Durability::Batched)?);
+    // Registered before the server answers anything, so that no signal
+    // from then on ends the process without stopping its runs.
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
+    let server = Server::bind(runtime.clone(), store, config).await?;
+    // The first line on stdout: tests and scripts read the port from it.
+    say!("listening on http://{}", server.local_addr());
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        say_err!("shutting down: stopping the running traces");
+    };
+    server.serve(shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
