@@ -20,6 +20,12 @@
 //!
 //! Every field of a turn is optional; unknown fields are an error.
 //!
+//! One file can script several agents (a parent and its sub-agents): an
+//! `agents` list of `{"match": "...", "turns": [...]}` is tried in order,
+//! and the first entry whose `match` occurs in the request's first user
+//! message plays its `turns`; a request no entry matches plays the
+//! top-level `turns`.
+//!
 //! - `text`: the message's one text part (none when absent).
 //! - `reasoning`: the message's reasoning.
 //! - `tool_calls`: `{"name", "arguments", "id"}`. `arguments` is any JSON
@@ -58,7 +64,7 @@ use std::time::Duration;
 fn chat(request: ChatRequest) -> Result<ChatResponse, ProviderError> {
     let script = Script::load(config::get("script")).map_err(ProviderError::Other)?;
     let index = script::turn_index(&request.messages);
-    let turn = script.turn(index).map_err(ProviderError::Other)?;
+    let turn = script.turn(&request.messages, index).map_err(ProviderError::Other)?;
     thread::sleep(Duration::from_millis(turn.delay_ms));
     let response = reply::response(turn, index, &request.params.model)?;
     if request.params.stream {
