@@ -56,6 +56,12 @@ pub struct Config {
     /// User presets by name; they override built-ins of the same name.
     #[serde(default)]
     pub presets: BTreeMap<String, crate::policy::Preset>,
+    /// What a run and all its sub-agents may spend together.
+    #[serde(default)]
+    pub budget: crate::policy::Budget,
+    /// Limits on sub-agents (the `agent` and `evaluate` tools).
+    #[serde(default)]
+    pub sub_agents: SubAgentsConfig,
     /// Secrets by name, for plugins granted those names: a value
     /// (`NAME = "value"`) or a table (`[secrets.NAME] value = "..."`,
     /// `urls = [...]`) that binds the secret to the URLs it may be sent to.
@@ -91,6 +97,8 @@ impl Config {
             }
         }
         config.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
+        config.budget.validate().map_err(|e| format!("[budget]: {e}"))?;
+        config.sub_agents.validate().map_err(|e| format!("[sub_agents]: {e}"))?;
         let global = config.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
         for (name, preset) in &config.presets {
             let preset = crate::policy::Preset { name: name.clone(), ..preset.clone() };
@@ -111,7 +119,7 @@ impl Config {
 
     /// The global rules, matching `shell` commands with programs resolved
     /// on `[sandbox] command_path`.
-    fn rule_set(&self) -> Result<RuleSet, crate::policy::RuleError> {
+    pub(crate) fn rule_set(&self) -> Result<RuleSet, crate::policy::RuleError> {
         let rules = self.permissions.rule_set()?;
         Ok(match self.sandbox.search_path() {
             Ok(path) => rules.with_search_path(path),
@@ -127,6 +135,35 @@ impl Config {
     /// The grant for `plugin`, or the empty grant.
     pub fn grant(&self, plugin: &str) -> PluginGrant {
         self.plugins.get(plugin).cloned().unwrap_or_default()
+    }
+}
+
+/// `[sub_agents]`: how deep and how wide sub-agents may go, and what
+/// each may spend at most.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubAgentsConfig {
+    /// Deepest nesting: a root agent is at depth 0, and an agent at this
+    /// depth may not start sub-agents.
+    pub max_depth: u32,
+    /// Most sub-agents one agent runs at once.
+    pub max_fan_out: usize,
+    /// A cap on each sub-agent's budget, under what its parent has left.
+    pub child_budget: crate::policy::Budget,
+}
+
+impl Default for SubAgentsConfig {
+    fn default() -> Self {
+        Self { max_depth: 3, max_fan_out: 8, child_budget: crate::policy::Budget::default() }
+    }
+}
+
+impl SubAgentsConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.max_fan_out == 0 {
+            return Err("max_fan_out must be at least 1".into());
+        }
+        self.child_budget.validate().map_err(|e| format!("child_budget: {e}"))
     }
 }
 

@@ -116,21 +116,46 @@ pub(crate) struct Ruling {
 
 /// The rules and the approver of a run.
 pub struct Permissions {
-    rules: RuleSet,
+    /// Every set must agree: a call gets the strictest of their decisions.
+    /// One set for a root run; a sub-agent adds its preset's to its
+    /// parent's.
+    rules: Vec<RuleSet>,
     approver: Arc<dyn Approver>,
     always: Mutex<HashSet<String>>,
-    next_id: AtomicU64,
+    /// Shared with the permissions narrowed from these, so that requests to
+    /// the one approver never share an id.
+    next_id: Arc<AtomicU64>,
 }
 
 impl Permissions {
     /// Decides with `rules`; `ask` goes to `approver`.
     pub fn new(rules: RuleSet, approver: Arc<dyn Approver>) -> Self {
-        Self { rules, approver, always: Mutex::default(), next_id: AtomicU64::new(1) }
+        Self {
+            rules: vec![rules],
+            approver,
+            always: Mutex::default(),
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// A sub-agent's permissions: these rules and `rules` too, each call
+    /// getting the stricter decision (deny over ask over allow), so a
+    /// sub-agent can never do more than its parent. `ask` goes to the same
+    /// approver; approvals given "always" to the parent are not inherited.
+    pub(crate) fn narrowed(&self, rules: RuleSet) -> Self {
+        let mut all = self.rules.clone();
+        all.push(rules);
+        Self {
+            rules: all,
+            approver: self.approver.clone(),
+            always: Mutex::default(),
+            next_id: self.next_id.clone(),
+        }
     }
 
     /// Whether `tool` is offered to the model at all.
     pub fn offered(&self, tool: &str) -> bool {
-        self.rules.offered(tool)
+        self.rules.iter().all(|rules| rules.offered(tool))
     }
 
     /// Decides one call; `announce` puts an approval request on the run's
@@ -142,7 +167,17 @@ impl Permissions {
         announce: &Announce,
     ) -> Ruling {
         let args = serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null);
-        let verdict = self.rules.decide(&call.name, &args);
+        let strictness = |d: Decision| match d {
+            Decision::Allow => 0,
+            Decision::Ask => 1,
+            Decision::Deny => 2,
+        };
+        let verdict = self
+            .rules
+            .iter()
+            .map(|rules| rules.decide(&call.name, &args))
+            .reduce(|a, b| if strictness(b.decision) > strictness(a.decision) { b } else { a })
+            .expect("at least one rule set");
         let rule = verdict.rule.clone();
         let ruling = |run, decision| Ruling { run, decision, rule: rule.clone() };
         match verdict.decision {

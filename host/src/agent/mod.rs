@@ -46,6 +46,7 @@ mod hooks;
 pub mod memory;
 mod runner;
 mod session;
+mod subagent;
 mod task;
 
 pub use approval::{Announce, Answer, ApprovalRequest, Approver, PendingApprovals, Permissions};
@@ -53,6 +54,7 @@ pub use error::AgentError;
 pub use hooks::{Hook, HookDecision, HookEvent, HookPoint, Hooks};
 pub use runner::{AgentEvent, INTERRUPTED, RunConfig, RunHandle, RunMode, RunOutcome, Runner};
 pub use session::{Agent, AgentBuilder, AgentSession, BasicAgent, RuntimeBundle, TurnOutcome};
+pub use subagent::SubAgentSettings;
 pub use task::{
     FailurePolicy, Plan, PlanParser, PluginPlanParser, Step, StepStatus, TaskAgent, TaskOutcome,
     TransitionError,

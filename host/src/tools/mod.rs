@@ -1,6 +1,9 @@
 //! One registry for every tool a model can call: plugin tools served by the
-//! plugin runtime, and the host's built-ins (`goal`).
+//! plugin runtime, and the host's built-ins (`goal`; `agent` and `evaluate`
+//! when the runner has sub-agents).
 
+pub mod agent;
+pub mod evaluate;
 pub mod goal;
 
 use crate::plugin::{CallContext, CallError, Image, Runtime, ToolSpec};
@@ -63,7 +66,8 @@ impl ToolRegistry {
         self
     }
 
-    fn offered(&self, name: &str) -> bool {
+    /// Whether `name` passes this registry's `only` list.
+    pub(crate) fn offered(&self, name: &str) -> bool {
         self.allow.as_ref().is_none_or(|names| names.iter().any(|n| n == name))
     }
 
@@ -78,7 +82,7 @@ impl ToolRegistry {
 
     /// Whether `name` is a built-in the runner executes itself.
     pub fn is_builtin(name: &str) -> bool {
-        name == goal::NAME
+        [goal::NAME, agent::NAME, evaluate::NAME].contains(&name)
     }
 
     /// Runs a plugin tool. Every failure becomes a result the model can
@@ -116,7 +120,9 @@ mod tests {
 
     #[test]
     fn every_builtin_name_is_reserved_from_plugins() {
-        assert!(crate::plugin::RESERVED_TOOL_NAMES.contains(&goal::NAME));
-        assert!(ToolRegistry::is_builtin(goal::NAME));
+        for name in [goal::NAME, agent::NAME, evaluate::NAME] {
+            assert!(crate::plugin::RESERVED_TOOL_NAMES.contains(&name));
+            assert!(ToolRegistry::is_builtin(name));
+        }
     }
 }
