@@ -179,18 +179,20 @@ impl Meter {
     /// The budget used up, here or in an ancestor, as a reason that names
     /// it; `None` while every limit holds.
     pub fn exceeded(&self) -> Option<String> {
-        let mut meter = Some(self);
-        while let Some(m) = meter {
-            if let Err(BudgetError::NothingLeft { limit, spent, of }) = m.remaining() {
+        let mut chain = vec![self];
+        while let Some(parent) = chain[chain.len() - 1].parent.as_deref() {
+            chain.push(parent);
+        }
+        // Outermost first: a share carved from a used-up tree is used up
+        // because the tree is, and the tree is what to name.
+        chain.into_iter().rev().find_map(|m| match m.remaining() {
+            Err(BudgetError::NothingLeft { limit, spent, of }) => {
                 let whose =
                     if m.parent.is_some() { "this sub-agent's share" } else { "the trace tree" };
-                return Some(format!(
-                    "budget exhausted: {limit} of {whose} ({spent} spent of {of})"
-                ));
+                Some(format!("budget exhausted: {limit} of {whose} ({spent} spent of {of})"))
             }
-            meter = m.parent.as_deref();
-        }
-        None
+            _ => None,
+        })
     }
 
     /// The earliest deadline of this meter and its ancestors.

@@ -56,9 +56,13 @@ impl Preset {
         };
         match name {
             "default" => Some(preset(
-                "All tools: reading runs freely; writing, editing, commands and fetches ask first.",
+                "All tools: reading and sub-agents run freely; writing, editing, commands and \
+                 fetches ask first.",
                 vec![
                     rule(Decision::Allow, &read_only),
+                    // A sub-agent is held to the caller's tools and rules
+                    // as well as its own, so starting one needs no approval.
+                    rule(Decision::Allow, "{agent,evaluate}"),
                     rule(Decision::Ask, "{write,edit,shell,webfetch}"),
                 ],
             )),
@@ -185,6 +189,7 @@ mod tests {
         let preset = Preset::builtin("default").unwrap();
         assert_eq!(decide(&preset, &[], "read", json!({ "path": "a" })), Decision::Allow);
         assert_eq!(decide(&preset, &[], "goal", json!({})), Decision::Allow);
+        assert_eq!(decide(&preset, &[], "agent", json!({ "task": "x" })), Decision::Allow);
         for tool in ["write", "edit", "shell", "webfetch"] {
             assert_eq!(decide(&preset, &[], tool, json!({})), Decision::Ask, "{tool}");
         }
