@@ -1117,12 +1117,11 @@ impl Run {
         // tool call, and their deadlines run on the clock meanwhile.
         let tools = self.inner.tools.clone();
         let (updates, mut updated) = mpsc::unbounded_channel();
-        let goal_id = self.goals.current().map(|g| g.id.clone());
         let caller = Arc::new(Caller {
             runner: Runner { inner: self.inner.clone() },
             trace_id: self.trace.id.clone(),
             agent_type: self.trace.agent_type.clone(),
-            goal_id: goal_id.clone(),
+            goal_id: self.goals.current().map(|g| g.id.clone()),
             goals: self.goals.clone(),
             config: self.config.clone(),
             meter: self.meter.clone(),
@@ -1161,24 +1160,18 @@ impl Run {
                     done[i] = Some(finished);
                     self.store_ready(calls, &mut done, &mut stored).await?;
                 }
-                Some(update) = updated.recv() => {
-                    self.sub_agent_update(update, goal_id.as_deref()).await?;
-                }
+                Some(update) = updated.recv() => self.sub_agent_update(update).await?,
             }
         }
         while let Ok(update) = updated.try_recv() {
-            self.sub_agent_update(update, goal_id.as_deref()).await?;
+            self.sub_agent_update(update).await?;
         }
         Ok(())
     }
 
     /// Records what a sub-agent call reported in the trace and goal tree.
-    async fn sub_agent_update(
-        &mut self,
-        update: Update,
-        goal_id: Option<&str>,
-    ) -> Result<(), AgentError> {
-        subagent::apply(update, &mut self.trace, &mut self.goals, goal_id);
+    async fn sub_agent_update(&mut self, update: Update) -> Result<(), AgentError> {
+        subagent::apply(update, &mut self.trace, &mut self.goals);
         self.inner.store.update_trace(&self.trace).await?;
         self.goal_changed().await
     }

@@ -97,11 +97,18 @@ pub(crate) struct SubAgents {
 /// A change the calling run records in its trace and goal tree.
 #[derive(Debug)]
 pub(crate) enum Update {
-    /// A sub-agent's trace exists and runs.
-    Started { sub_trace_id: String, task: String, agent_type: String, mode: AgentMode },
-    /// A sub-agent ended; `spent` is what this call cost it (its own
-    /// sub-agents included).
+    /// A sub-agent's trace exists and runs, under `goal_id`.
+    Started {
+        goal_id: String,
+        sub_trace_id: String,
+        task: String,
+        agent_type: String,
+        mode: AgentMode,
+    },
+    /// A sub-agent under `goal_id` ended; `spent` is what this call cost it
+    /// (its own sub-agents included).
     Finished {
+        goal_id: String,
         sub_trace_id: String,
         status: CollaboratorStatus,
         summary: Option<String>,
@@ -204,6 +211,7 @@ async fn agent(caller: &Caller, call: &ToolCall) -> ToolResult {
             continue_from: args.continue_from.clone(),
             agent_type: args.agent_type.clone(),
             skills: args.skills.clone(),
+            goal_id: None,
         };
         match prepare(caller, call, start).await {
             Ok(child) => prepared.push(child),
@@ -246,6 +254,8 @@ async fn evaluate(caller: &Caller, call: &ToolCall) -> ToolResult {
         continue_from: args.continue_from.clone(),
         agent_type: Some(EVALUATOR_PRESET.to_owned()),
         skills: None,
+        // With no goal in focus, the evaluation belongs to the goal judged.
+        goal_id: caller.goal_id.is_none().then(|| target.clone()),
     };
     let child = match prepare(caller, call, start).await {
         Ok(child) => child,
@@ -275,6 +285,8 @@ struct Start {
     continue_from: Option<String>,
     agent_type: Option<String>,
     skills: Option<Vec<String>>,
+    /// The calling goal, when not the caller's current one.
+    goal_id: Option<String>,
 }
 
 /// A sub-agent ready to run.
@@ -284,6 +296,8 @@ struct Prepared {
     config: RunConfig,
     link: Link,
     task: String,
+    /// The calling goal.
+    goal_id: String,
     /// What its trace tree had spent before this call.
     before: GoalStats,
 }
@@ -341,9 +355,9 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
     }
     let max_iterations =
         preset.as_ref().and_then(|(p, _)| p.max_iterations).unwrap_or(caller.config.max_iterations);
-    let parent_goal = caller
+    let parent_goal = start
         .goal_id
-        .clone()
+        .or_else(|| caller.goal_id.clone())
         .or_else(|| caller.goals.goals().first().map(|g| g.id.clone()))
         .unwrap_or_default();
     let config = RunConfig {
@@ -355,7 +369,7 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
         task: Some(start.task.clone()),
         params,
         max_iterations,
-        parent: Some((caller.trace_id.clone(), parent_goal)),
+        parent: Some((caller.trace_id.clone(), parent_goal.clone())),
         budget: Budget::default(),
         ..caller.config.clone()
     };
@@ -372,13 +386,21 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
     let mut messages = start.context;
     messages.push(Message::new(Role::User, start.task.clone()));
     let link = Link { meter, cancel: caller.cancel.child_token(), extra };
-    Ok(Prepared { runner: child_runner, messages, config, link, task: start.task, before })
+    Ok(Prepared {
+        runner: child_runner,
+        messages,
+        config,
+        link,
+        task: start.task,
+        goal_id: parent_goal,
+        before,
+    })
 }
 
 /// Runs a prepared sub-agent to its end, its events going out inside the
 /// caller's, and reports it to the caller's run.
 async fn run(caller: &Caller, call: &ToolCall, child: Prepared, mode: AgentMode) -> SubAgentResult {
-    let Prepared { runner, messages, config, link, task, before } = child;
+    let Prepared { runner, messages, config, link, task, goal_id, before } = child;
     let agent_type = config.agent_type.clone();
     let store = runner.store().clone();
     let mut handle = match runner.start(messages, config.clone(), Some(link)).await {
@@ -397,6 +419,7 @@ async fn run(caller: &Caller, call: &ToolCall, child: Prepared, mode: AgentMode)
     };
     let id = handle.trace_id().to_owned();
     let _ = caller.updates.send(Update::Started {
+        goal_id: goal_id.clone(),
         sub_trace_id: id.clone(),
         task: task.clone(),
         agent_type,
@@ -422,6 +445,7 @@ async fn run(caller: &Caller, call: &ToolCall, child: Prepared, mode: AgentMode)
         _ => CollaboratorStatus::Failed,
     };
     let _ = caller.updates.send(Update::Finished {
+        goal_id,
         sub_trace_id: id,
         status,
         summary: result.summary.clone().or_else(|| result.error.clone()),
@@ -519,20 +543,14 @@ fn minus(after: &GoalStats, before: &GoalStats) -> GoalStats {
 }
 
 /// Records `update` in the calling trace (its collaborators) and goal tree
-/// (the calling goal's sub-traces and cumulative stats). `goal_id` is the
-/// goal the call was made under.
-pub(crate) fn apply(
-    update: Update,
-    trace: &mut Trace,
-    goals: &mut GoalTree,
-    goal_id: Option<&str>,
-) {
+/// (the calling goal's sub-traces and cumulative stats).
+pub(crate) fn apply(update: Update, trace: &mut Trace, goals: &mut GoalTree) {
     let collaborators = &mut trace.context.collaborators;
     match update {
-        Update::Started { sub_trace_id, task, agent_type, mode } => {
-            if let Some(goal_id) = goal_id {
-                let _ = goals.link_sub_trace(goal_id, &sub_trace_id, mode);
-            }
+        Update::Started { goal_id, sub_trace_id, task, agent_type, mode } => {
+            // A goal missing from the tree (a hand-edited file) just
+            // goes unlinked.
+            let _ = goals.link_sub_trace(&goal_id, &sub_trace_id, mode);
             let description: String = task.chars().take(200).collect();
             match collaborators.iter_mut().find(|c| c.trace_id.as_deref() == Some(&sub_trace_id)) {
                 Some(known) => {
@@ -552,10 +570,8 @@ pub(crate) fn apply(
                 }
             }
         }
-        Update::Finished { sub_trace_id, status, summary, spent } => {
-            if let Some(goal_id) = goal_id {
-                let _ = goals.record_descendant(goal_id, &spent);
-            }
+        Update::Finished { goal_id, sub_trace_id, status, summary, spent } => {
+            let _ = goals.record_descendant(&goal_id, &spent);
             if let Some(known) =
                 collaborators.iter_mut().find(|c| c.trace_id.as_deref() == Some(&sub_trace_id))
             {
