@@ -2,9 +2,10 @@
 //! child has one scripted turn (sub-trace created, the child's model call
 //! through the real scripted provider component, result back, the parent's
 //! goal tree and collaborators updated), against the same parent making a
-//! built-in `goal` call instead, on a file trace store (group-committed
-//! fsync) and a two-worker tokio runtime. `cargo bench -p reson --bench
-//! sub_agent`; the last line is the figure, with its target.
+//! built-in `goal` call instead, on a two-worker tokio runtime, with a file
+//! trace store (group-committed fsync) and with the in-memory store.
+//! `cargo bench -p reson --bench sub_agent`; the last two lines are the
+//! figures, with their target.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -13,7 +14,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use reson::agent::{Hooks, RunConfig, Runner, SubAgentSettings};
 use reson::provider::PluginProvider;
 use reson::tools::ToolRegistry;
-use reson::trace::{Durability, FileTraceStore, Message, Role};
+use reson::trace::{Durability, FileTraceStore, MemoryTraceStore, Message, Role, TraceStore};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,16 +46,20 @@ fn bench(c: &mut Criterion) {
         "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n",
         script.display()
     )));
-    let store =
+    let file: Arc<dyn TraceStore> =
         Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
-    let runner = Runner::new(
-        store,
-        Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
-        ToolRegistry::new(runtime),
-        Hooks::none(),
-    )
-    .with_sub_agents(SubAgentSettings::default());
-    let run = |task: &str| {
+    let memory: Arc<dyn TraceStore> = Arc::new(MemoryTraceStore::new());
+    let runner = |store: &Arc<dyn TraceStore>| {
+        Runner::new(
+            store.clone(),
+            Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
+            ToolRegistry::new(runtime.clone()),
+            Hooks::none(),
+        )
+        .with_sub_agents(SubAgentSettings::default())
+    };
+    let (on_file, in_memory) = (runner(&file), runner(&memory));
+    let run = |runner: &Runner, task: &str| {
         rt.block_on(async {
             let start = Instant::now();
             let outcome = runner
@@ -72,29 +77,29 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("sub-agent");
     group.sample_size(20);
     group.bench_function("parent run with one agent call (child: one turn)", |b| {
-        b.iter_custom(|n| (0..n).map(|_| run("parent")).sum::<Duration>())
+        b.iter_custom(|n| (0..n).map(|_| run(&on_file, "parent")).sum::<Duration>())
     });
     group.bench_function("parent run with one goal call instead", |b| {
-        b.iter_custom(|n| (0..n).map(|_| run("baseline")).sum::<Duration>())
+        b.iter_custom(|n| (0..n).map(|_| run(&on_file, "baseline")).sum::<Duration>())
     });
     group.finish();
 
-    // Interleaved, so both sides see the same machine.
-    let (mut with, mut without): (Vec<Duration>, Vec<Duration>) =
-        (0..30).map(|_| (run("parent"), run("baseline"))).unzip();
-    with.sort();
-    without.sort();
-    let overhead = with[15].saturating_sub(without[15]);
     println!("\n== figures ==");
-    println!(
-        "parent run: {:.3} ms with an agent call, {:.3} ms with a goal call (medians)",
-        with[15].as_secs_f64() * 1e3,
-        without[15].as_secs_f64() * 1e3
-    );
-    println!(
-        "sub-agent spawn overhead, median: {:>8.3} ms  (target <= 2 ms)",
-        overhead.as_secs_f64() * 1e3
-    );
+    for (store, runner) in [("file", &on_file), ("memory", &in_memory)] {
+        // Interleaved, so both sides see the same machine.
+        let (mut with, mut without): (Vec<Duration>, Vec<Duration>) =
+            (0..60).map(|_| (run(runner, "parent"), run(runner, "baseline"))).unzip();
+        with.sort();
+        without.sort();
+        let overhead = with[30].saturating_sub(without[30]);
+        println!(
+            "{store} store: parent run {:.3} ms with an agent call, {:.3} ms with a goal call \
+             (medians); sub-agent spawn overhead {:.3} ms  (target <= 2 ms)",
+            with[30].as_secs_f64() * 1e3,
+            without[30].as_secs_f64() * 1e3,
+            overhead.as_secs_f64() * 1e3
+        );
+    }
 }
 
 criterion_group!(benches, bench);

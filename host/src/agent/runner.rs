@@ -486,10 +486,10 @@ impl Runner {
     ) -> Result<RunHandle, AgentError> {
         let (events, receiver) = mpsc::unbounded_channel();
         let (meter, cancel, extra) = match link {
-            Some(Link { meter, cancel, extra }) => (meter, cancel, extra),
+            Some(Link { meter, cancel, extra }) => (meter, cancel, Some(extra)),
             None => {
                 config.budget.validate().map_err(|e| AgentError::Config(e.to_string()))?;
-                (Meter::root(config.budget), CancellationToken::new(), serde_json::Map::new())
+                (Meter::root(config.budget), CancellationToken::new(), None)
             }
         };
         let mut claim = Claim { inner: self.inner.clone(), trace_id: None };
@@ -580,6 +580,8 @@ struct Run {
     meter: Arc<Meter>,
     /// Sub-agents of this run running now.
     active: Arc<AtomicUsize>,
+    /// Whether this run is a sub-agent's (started by a caller's run).
+    sub_agent: bool,
 }
 
 /// One tool call's result, kept until the results of the calls before it
@@ -600,8 +602,9 @@ impl Run {
         messages: Vec<Message>,
         config: RunConfig,
         (events, cancel, meter): (mpsc::UnboundedSender<AgentEvent>, CancellationToken, Arc<Meter>),
-        extra: serde_json::Map<String, serde_json::Value>,
+        extra: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<Self, AgentError> {
+        let sub_agent = extra.is_some();
         let store = inner.store.clone();
         let (trace, mode) = match &config.trace_id {
             None => {
@@ -624,7 +627,7 @@ impl Run {
                     trace.parent_trace_id = Some(parent_trace.clone());
                     trace.parent_goal_id = Some(parent_goal.clone());
                 }
-                trace.context.extra.extend(extra);
+                trace.context.extra.extend(extra.unwrap_or_default());
                 store.create_trace(&trace).await?;
                 (trace, RunMode::New)
             }
@@ -662,6 +665,7 @@ impl Run {
             requests: 0,
             meter,
             active: Arc::default(),
+            sub_agent,
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
@@ -843,7 +847,12 @@ impl Run {
             .store
             .append_event(&mut self.trace, EventKind::TraceFinished { status, error })
             .await?;
-        self.inner.store.sync().await?;
+        // A sub-agent's writes are synced with its root's, at the root's
+        // end: waiting for a disk flush per sub-agent would make fan-out
+        // pay it once per child.
+        if !self.sub_agent {
+            self.inner.store.sync().await?;
+        }
         Ok(())
     }
 

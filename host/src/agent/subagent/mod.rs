@@ -497,18 +497,24 @@ fn status_word(status: TraceStatus) -> &'static str {
 
 /// What the trace `id` and every sub-trace under it spent, summed, and the
 /// same as the stats a result reports (`tool_calls` counts `id`'s own).
+/// Sub-traces are found through the goals that started them, so the cost
+/// follows the size of the tree, not of the store.
 pub(crate) async fn tree_stats(
     store: &dyn TraceStore,
     id: &str,
 ) -> Result<(GoalStats, SubAgentStats), TraceError> {
     let mut total = GoalStats::default();
+    let mut seen = std::collections::HashSet::new();
     let mut pending = vec![id.to_owned()];
     while let Some(next) = pending.pop() {
+        if !seen.insert(next.clone()) {
+            continue;
+        }
         if let Some(trace) = store.get_trace(&next).await? {
             total += &trace.totals;
         }
-        let filter = TraceFilter { parent_trace_id: Some(next), ..TraceFilter::default() };
-        pending.extend(store.list_traces(&filter).await?.into_iter().map(|t| t.id));
+        let goals = store.get_goals(&next).await?;
+        pending.extend(goals.goals().iter().flat_map(|g| g.sub_trace_ids.iter().cloned()));
     }
     let tool_calls = store.get_messages(id).await?.iter().map(|m| m.tool_calls.len() as u64).sum();
     let stats = SubAgentStats {
