@@ -255,4 +255,43 @@ mod tests {
         assert!(cut.is_err(), "the wait ended on its own: {cut:?}");
         assert!(!approvals.answer(2, Answer::Once), "a dropped wait still took an answer");
     }
+
+    #[tokio::test]
+    async fn narrowed_permissions_take_the_stricter_decision_and_share_request_ids() {
+        use crate::policy::Rule;
+        let rule = |decision, tool: &str| Rule {
+            decision,
+            tool: tool.into(),
+            pattern: None,
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        };
+        let parent_rules =
+            RuleSet::compile(&[rule(Decision::Ask, "write"), rule(Decision::Allow, "read")])
+                .unwrap()
+                .with_default(Decision::Allow);
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let parent = Permissions::new(parent_rules, approvals.clone());
+        // The child's own rules would allow everything and deny `read`.
+        let child_rules =
+            RuleSet::compile(&[rule(Decision::Allow, "*"), rule(Decision::Deny, "read")]).unwrap();
+        let child = parent.narrowed(child_rules);
+        assert!(parent.offered("read") && !child.offered("read"));
+        let call = |name: &str| crate::trace::ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: "{}".into(),
+        };
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let (seen, answering) = (ids.clone(), approvals.clone());
+        let announce = move |r: &ApprovalRequest| {
+            seen.lock().unwrap().push(r.id);
+            assert!(answering.answer(r.id, Answer::Once));
+        };
+        assert_eq!(child.check("t", &call("read"), &announce).await.decision, "deny");
+        assert_eq!(child.check("t", &call("write"), &announce).await.decision, "ask-once");
+        assert_eq!(parent.check("t", &call("write"), &announce).await.decision, "ask-once");
+        assert_eq!(child.check("t", &call("list"), &announce).await.decision, "allow");
+        assert_eq!(*ids.lock().unwrap(), vec![1, 2], "one approver, one sequence of ids");
+    }
 }

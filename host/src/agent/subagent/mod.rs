@@ -105,6 +105,8 @@ pub(crate) enum Update {
         agent_type: String,
         mode: AgentMode,
     },
+    /// A sub-agent waits for an approval, or works again after one.
+    Status { sub_trace_id: String, status: CollaboratorStatus },
     /// A sub-agent under `goal_id` ended; `spent` is what this call cost it
     /// (its own sub-agents included).
     Finished {
@@ -425,7 +427,15 @@ async fn run(caller: &Caller, call: &ToolCall, child: Prepared, mode: AgentMode)
         agent_type,
         mode,
     });
+    let mut waiting = false;
     while let Some(event) = handle.next_event().await {
+        let asks = matches!(event, AgentEvent::ApprovalNeeded { .. });
+        if asks != waiting {
+            waiting = asks;
+            let status =
+                if asks { CollaboratorStatus::Waiting } else { CollaboratorStatus::Running };
+            let _ = caller.updates.send(Update::Status { sub_trace_id: id.clone(), status });
+        }
         let _ = caller.events.send(AgentEvent::SubAgent {
             call_id: call.id.clone(),
             sub_trace_id: id.clone(),
@@ -576,6 +586,13 @@ pub(crate) fn apply(update: Update, trace: &mut Trace, goals: &mut GoalTree) {
                 }
             }
         }
+        Update::Status { sub_trace_id, status } => {
+            if let Some(known) =
+                collaborators.iter_mut().find(|c| c.trace_id.as_deref() == Some(&sub_trace_id))
+            {
+                known.status = status;
+            }
+        }
         Update::Finished { goal_id, sub_trace_id, status, summary, spent } => {
             let _ = goals.record_descendant(&goal_id, &spent);
             if let Some(known) =
@@ -673,5 +690,54 @@ struct NobodyToAsk;
 impl Approver for NobodyToAsk {
     async fn approve(&self, _: &ApprovalRequest, _: &Announce) -> Option<Answer> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collaborators_are_kept_current_and_shown_only_when_there_are_some() {
+        let mut trace = Trace::new(TraceMode::Agent, "task", "default");
+        let mut goals = crate::tools::goal::initial("task").unwrap();
+        assert_eq!(collaborators_section(&trace), "");
+        let started = |id: &str| Update::Started {
+            goal_id: "g1".into(),
+            sub_trace_id: id.into(),
+            task: format!("task of {id}"),
+            agent_type: "explore".into(),
+            mode: AgentMode::Explore,
+        };
+        apply(started("tr_a"), &mut trace, &mut goals);
+        apply(started("tr_b"), &mut trace, &mut goals);
+        let waiting =
+            Update::Status { sub_trace_id: "tr_b".into(), status: CollaboratorStatus::Waiting };
+        apply(waiting, &mut trace, &mut goals);
+        let spent = GoalStats { messages: 2, cost: 0.5, ..GoalStats::default() };
+        let finished = Update::Finished {
+            goal_id: "g1".into(),
+            sub_trace_id: "tr_a".into(),
+            status: CollaboratorStatus::Completed,
+            summary: Some("found it".into()),
+            spent,
+        };
+        apply(finished, &mut trace, &mut goals);
+        assert_eq!(
+            collaborators_section(&trace),
+            "\n## Active Collaborators\n\
+             - explore#1 (agent, completed, trace tr_a): task of tr_a — found it\n\
+             - explore#2 (agent, waiting, trace tr_b): task of tr_b\n"
+        );
+        let g1 = goals.get("g1").unwrap();
+        assert_eq!(g1.sub_trace_ids, ["tr_a", "tr_b"]);
+        assert_eq!(g1.agent_mode, Some(AgentMode::Explore));
+        assert_eq!(g1.cumulative_stats, spent);
+        assert_eq!(g1.self_stats, GoalStats::default());
+        // Started again (a continue): the same collaborator, running again.
+        apply(started("tr_a"), &mut trace, &mut goals);
+        assert_eq!(trace.context.collaborators.len(), 2);
+        assert_eq!(trace.context.collaborators[0].status, CollaboratorStatus::Running);
+        assert_eq!(goals.get("g1").unwrap().sub_trace_ids.len(), 2);
     }
 }
