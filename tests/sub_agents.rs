@@ -288,7 +288,11 @@ async fn continue_from_resumes_a_child_where_it_stopped() {
     let texts: Vec<String> = s.messages(&child_id).await.iter().map(Message::text).collect();
     assert_eq!(texts, ["draft the notes", "first half", "now the rest", "second half"]);
     let goals = s.store.get_goals(&first.trace_id).await.unwrap();
-    assert_eq!(goals.get("g1").unwrap().sub_trace_ids, [child_id.clone()], "one child, continued");
+    assert_eq!(
+        goals.get("g1").unwrap().sub_trace_ids,
+        std::slice::from_ref(&child_id),
+        "one child, continued"
+    );
 
     // Only a caller's own sub-agent can be continued.
     s.set_script(json!({ "turns": [
@@ -624,10 +628,10 @@ async fn a_run_killed_while_a_child_runs_heals_and_the_child_resumes() {
         if event["type"] == "sub_agent" && event["event"]["type"] == "model_request" {
             child = event["sub_trace_id"].as_str().map(str::to_owned);
             process.kill().unwrap();
-            process.wait().unwrap();
             break;
         }
     }
+    process.wait().unwrap();
     let (parent, child) = (parent.expect("a parent"), child.expect("a child event"));
     assert_eq!(s.trace(&child).await.status, TraceStatus::Running, "it never finished");
 
