@@ -662,7 +662,11 @@ async fn a_run_killed_while_a_child_runs_heals_and_the_child_resumes() {
     assert_eq!(resumed["results"][0]["status"], "completed");
     assert_eq!(resumed["results"][0]["summary"], "survey done");
     assert_eq!(s.trace(&child).await.status, TraceStatus::Completed);
-    assert_eq!(s.trace(&parent).await.result_summary.as_deref(), Some("survey finished"));
+    let parent_trace = s.trace(&parent).await;
+    assert_eq!(parent_trace.result_summary.as_deref(), Some("survey finished"));
+    let collaborators = &parent_trace.context.collaborators;
+    assert_eq!(collaborators.len(), 1, "one sub-agent, continued: {collaborators:?}");
+    assert_eq!(collaborators[0].status, CollaboratorStatus::Completed);
 
     // `traces show` puts the child under its goal with status and totals.
     let show = Command::new(env!("CARGO_BIN_EXE_reson"))
@@ -680,4 +684,105 @@ async fn a_run_killed_while_a_child_runs_heals_and_the_child_resumes() {
         .unwrap();
     let text = String::from_utf8_lossy(&list.stdout);
     assert!(text.contains(&parent) && !text.contains(&child), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_children_run_stops_them_and_says_how_to_resume() {
+    let slow =
+        |name: &str| json!({ "match": name, "turns": [{ "text": "late", "delay_ms": 60000 }] });
+    let s = Setup::new(
+        json!({
+            "turns": [agent_call(json!({ "task": ["slow one", "slow two"] })), { "text": "unused" }],
+            "agents": [slow("slow one"), slow("slow two")]
+        }),
+        "",
+    )
+    .await;
+    let runner = s.default_runner();
+    let mut handle =
+        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+    let mut asking = 0;
+    while let Some(event) = handle.next_event().await {
+        if let AgentEvent::SubAgent { event, .. } = &event
+            && matches!(**event, AgentEvent::ModelRequest { .. })
+        {
+            asking += 1;
+            if asking == 2 {
+                break;
+            }
+        }
+    }
+    let started = std::time::Instant::now();
+    handle.stop();
+    let outcome = handle.wait().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert_eq!(outcome.status, TraceStatus::Stopped);
+    let result = json_of(&s.results_of(&outcome.trace_id, "agent").await[0]);
+    for child in result["results"].as_array().unwrap() {
+        assert_eq!(child["status"], "stopped");
+        let id = child["sub_trace_id"].as_str().unwrap();
+        assert!(child["resume"].as_str().unwrap().contains(id));
+        assert_eq!(s.trace(id).await.status, TraceStatus::Stopped);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_approver_a_childs_ask_is_denied_never_self_answered() {
+    let s = Setup::new(
+        json!({
+            "turns": [agent_call(json!({ "task": "write it", "agent_type": "default" })), { "text": "done" }],
+            "agents": [{ "match": "write it", "turns": [
+                { "tool_calls": [{ "name": "write", "arguments": { "path": "x.txt", "content": "x" } }] },
+                { "text": "tried" }
+            ]}]
+        }),
+        "",
+    )
+    .await;
+    // A library runner with no permissions at all: the parent may do
+    // anything, but its `default` child asks before writing, and no one
+    // is there to answer.
+    let runner = Runner::new(
+        s.store.clone(),
+        Arc::new(PluginProvider::new(s.runtime.clone(), "scripted")),
+        ToolRegistry::new(s.runtime.clone()),
+        Hooks::none(),
+    )
+    .with_sub_agents(SubAgentSettings::default());
+    let (events, outcome) = run_all(&runner, "parent", RunConfig::default()).await;
+    let parent = outcome.unwrap().trace_id;
+    assert!(!events.iter().any(|e| e.approval_request().is_some()), "nobody was asked");
+    let result = json_of(&s.results_of(&parent, "agent").await[0]);
+    let child = result["results"][0]["sub_trace_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        s.results_of(&child, "write").await[0].text(),
+        "Error: no one approved this call of `write` in time; it was denied."
+    );
+    assert!(!s.dir.workspace().join("x.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_budget_cuts_a_child_mid_call_and_fails_the_tree() {
+    let s = Setup::new(
+        json!({
+            "turns": [agent_call(json!({ "task": "take forever" })), { "text": "unused" }],
+            "agents": [{ "match": "take forever", "turns": [{ "text": "late", "delay_ms": 60000 }] }]
+        }),
+        "",
+    )
+    .await;
+    let config = RunConfig {
+        budget: Budget { max_duration_ms: Some(1500), ..Budget::default() },
+        ..RunConfig::default()
+    };
+    let started = std::time::Instant::now();
+    let (_, outcome) = run_all(&s.default_runner(), "hurry", config).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    let Err(AgentError::LimitExceeded(why)) = outcome else { panic!("{outcome:?}") };
+    assert!(why.starts_with("budget exhausted: max_duration_ms of the trace tree ("), "{why}");
+    assert!(why.ends_with(" spent of 1500 ms)"), "{why}");
+    let roots = s.store.list_traces(&Default::default()).await.unwrap();
+    let child = roots.iter().find(|t| t.parent_trace_id.is_some()).unwrap();
+    assert_eq!(child.status, TraceStatus::Failed);
+    assert!(child.error_message.as_deref().unwrap().contains("max_duration_ms"));
 }

@@ -768,7 +768,8 @@ impl Run {
         let Some(head) = self.trace.head_sequence else { return Ok(()) };
         for (_, call) in self.tree.orphaned_tool_calls(head) {
             let text = if subagent::handles(&call.name) {
-                subagent::healed(&*self.inner.store, &self.trace.id, &call).await
+                let store = self.inner.store.clone();
+                subagent::healed(&*store, &mut self.trace, &call).await
             } else {
                 INTERRUPTED.to_owned()
             };

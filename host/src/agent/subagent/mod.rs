@@ -633,8 +633,30 @@ pub(crate) fn collaborators_section(trace: &Trace) -> String {
 
 /// The synthetic result of an `agent` or `evaluate` call that a crash or
 /// stop cut off: the usual result, each sub-agent as its trace now stands,
-/// with how to resume it.
-pub(crate) async fn healed(store: &dyn TraceStore, trace_id: &str, call: &ToolCall) -> String {
+/// with how to resume it. The calling trace's collaborators say so too.
+pub(crate) async fn healed(store: &dyn TraceStore, trace: &mut Trace, call: &ToolCall) -> String {
+    let text = healed_result(store, &trace.id, call).await;
+    let ids: Vec<String> = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .map(|v| {
+            let results = v.get("results").and_then(|r| r.as_array().cloned()).unwrap_or(vec![v]);
+            results
+                .iter()
+                .filter(|r| r["status"] != "completed")
+                .filter_map(|r| r["sub_trace_id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    for c in &mut trace.context.collaborators {
+        if c.trace_id.as_ref().is_some_and(|id| ids.contains(id)) {
+            c.status = CollaboratorStatus::Failed;
+            c.summary = Some("interrupted: continue it with continue_from".into());
+        }
+    }
+    text
+}
+
+async fn healed_result(store: &dyn TraceStore, trace_id: &str, call: &ToolCall) -> String {
     let filter =
         TraceFilter { parent_trace_id: Some(trace_id.to_owned()), ..TraceFilter::default() };
     let mut children: Vec<Trace> = store
