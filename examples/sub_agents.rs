@@ -32,13 +32,14 @@ fn show(event: &AgentEvent, depth: usize) {
     match event {
         AgentEvent::SubAgent { sub_trace_id, event, .. } => {
             if let AgentEvent::TraceStarted { .. } = **event {
-                println!("{indent}  ┌ sub-agent {sub_trace_id}");
+                println!("{indent}  │ sub-agent {sub_trace_id} started");
             }
             show(event, depth + 1);
         }
         AgentEvent::ToolStarted { name, arguments, .. } => println!("{indent}→ {name} {arguments}"),
         AgentEvent::ToolFinished { name, ok, output, .. } => {
-            let first = output.lines().next().unwrap_or_default();
+            // A sub-agent call's result is JSON: its first line says nothing.
+            let first = output.lines().find(|l| l.trim().len() > 1).unwrap_or_default().trim();
             println!("{indent}{} {name}: {first}", if *ok { "←" } else { "✗" });
         }
         AgentEvent::MessageAdded { message } if message.role == Role::Assistant => {
@@ -98,12 +99,13 @@ async fn main() -> Result<()> {
     let goals = store.get_goals(&parent.id).await?;
     let g1 = goals.get("g1").expect("the root goal");
     println!("{}", goals.render().trim_end());
-    let children = store
+    let mut children = store
         .list_traces(&TraceFilter {
             parent_trace_id: Some(parent.id.clone()),
             ..Default::default()
         })
         .await?;
+    children.sort_by_key(|t| t.created_at_ms);
     let (mut tokens, mut cost) = (parent.totals.usage, parent.totals.cost);
     for child in &children {
         println!(
@@ -118,8 +120,11 @@ async fn main() -> Result<()> {
         tokens += child.totals.usage;
         cost += child.totals.cost;
     }
+    // The goal counts what was spent while it was in focus, its
+    // sub-agents included; the parent's last answers came after it closed.
     println!(
-        "tree: {} tokens, ${cost:.3}; goal g1 cumulative: {} tokens, ${:.3}",
+        "whole tree: {} tokens, ${cost:.3}; goal g1 (while in focus, sub-agents included): {} \
+         tokens, ${:.3}",
         tokens.prompt_tokens + tokens.completion_tokens,
         g1.cumulative_stats.usage.prompt_tokens + g1.cumulative_stats.usage.completion_tokens,
         g1.cumulative_stats.cost

@@ -444,10 +444,13 @@ impl Printer {
         }
     }
 
-    /// A sub-agent's event, indented under the call that started it: its
-    /// start, answers, tool calls and end (streamed text shows whole).
+    /// A sub-agent's event, indented under the call that started it and
+    /// tagged with the end of its trace id: its start, answers, tool calls
+    /// and end (streamed text shows whole).
     fn print_sub(&mut self, depth: usize, sub_trace_id: &str, event: &AgentEvent) {
-        let indent = "  │ ".repeat(depth);
+        // Children of one call run at once, so each line names its own.
+        let tag = sub_trace_id.get(sub_trace_id.len().saturating_sub(4)..).unwrap_or_default();
+        let indent = format!("{}[…{}] ", "  │ ".repeat(depth), clean(tag));
         let line = |text: &str| {
             for l in text.lines() {
                 say!("{indent}{}", clean(l));
