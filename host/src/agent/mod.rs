@@ -7,6 +7,11 @@
 //! Dropping the handle stops the run; many runs share one process and a
 //! few threads.
 //!
+//! [`Runner::with_sub_agents`] adds the `agent` and `evaluate` tools: a
+//! sub-agent is a trace of its own under the calling goal, run with no more
+//! tools, rules or budget than its caller has; its events come out of the
+//! caller's stream as [`AgentEvent::SubAgent`].
+//!
 //! ```no_run
 //! use futures::StreamExt;
 //! use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
