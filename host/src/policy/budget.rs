@@ -40,7 +40,8 @@ pub enum BudgetError {
 
 impl Budget {
     /// Whether no limit is set.
-    pub fn is_unlimited(&self) -> bool {
+    #[cfg(test)]
+    fn is_unlimited(&self) -> bool {
         *self == Self::default()
     }
 
@@ -78,7 +79,7 @@ struct Spent {
 /// against its budget and every ancestor's. Shared by the run and the
 /// meters of its sub-agents.
 #[derive(Debug)]
-pub struct Meter {
+pub(crate) struct Meter {
     limits: Budget,
     started: Instant,
     spent: Mutex<Spent>,
@@ -87,13 +88,13 @@ pub struct Meter {
 
 impl Meter {
     /// The meter of a root run.
-    pub fn root(limits: Budget) -> Arc<Self> {
+    pub(crate) fn root(limits: Budget) -> Arc<Self> {
         Arc::new(Self { limits, started: Instant::now(), spent: Mutex::default(), parent: None })
     }
 
     /// A sub-agent's meter: what this meter and its ancestors have left,
     /// capped by `cap`. Fails when any limit has nothing left.
-    pub fn carve(self: &Arc<Self>, cap: Budget) -> Result<Arc<Meter>, BudgetError> {
+    pub(crate) fn carve(self: &Arc<Self>, cap: Budget) -> Result<Arc<Meter>, BudgetError> {
         cap.validate()?;
         let mut limits = cap;
         let mut meter = Some(self);
@@ -150,12 +151,13 @@ impl Meter {
     }
 
     /// The limits this meter holds its run to (ancestors' apart).
-    pub fn limits(&self) -> Budget {
+    #[cfg(test)]
+    fn limits(&self) -> Budget {
         self.limits
     }
 
     /// Counts `tokens` and `cost` here and in every ancestor.
-    pub fn spend(&self, tokens: u64, cost: f64) {
+    pub(crate) fn spend(&self, tokens: u64, cost: f64) {
         let mut meter = Some(self);
         while let Some(m) = meter {
             let mut spent = m.spent.lock().expect("meter");
@@ -167,7 +169,8 @@ impl Meter {
     }
 
     /// Tokens and cost counted here (this run and its sub-agents).
-    pub fn spent_tokens_and_cost(&self) -> (u64, f64) {
+    #[cfg(test)]
+    fn spent_tokens_and_cost(&self) -> (u64, f64) {
         let spent = self.spent();
         (spent.tokens, spent.cost)
     }
@@ -178,7 +181,7 @@ impl Meter {
 
     /// The budget used up, here or in an ancestor, as a reason that names
     /// it; `None` while every limit holds.
-    pub fn exceeded(&self) -> Option<String> {
+    pub(crate) fn exceeded(&self) -> Option<String> {
         let mut chain = vec![self];
         while let Some(parent) = chain[chain.len() - 1].parent.as_deref() {
             chain.push(parent);
@@ -196,7 +199,7 @@ impl Meter {
     }
 
     /// The earliest deadline of this meter and its ancestors.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         let mut deadline: Option<Instant> = None;
         let mut meter = Some(self);
         while let Some(m) = meter {

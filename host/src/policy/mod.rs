@@ -8,7 +8,8 @@ mod patterns;
 mod presets;
 mod rules;
 
-pub use budget::{Budget, BudgetError, Meter};
+pub(crate) use budget::Meter;
+pub use budget::{Budget, BudgetError};
 pub use command::{
     CommandError, DEFAULT_COMMAND_PATH, ExecVector, GitRepositoryConfig, ResolvedCommand,
     SearchPath, canonical_line, env_allowed, exec_vector, git_probe, git_repository_config,
