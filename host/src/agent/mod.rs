@@ -40,6 +40,7 @@
 //! ```
 
 mod approval;
+pub mod compaction;
 mod doom;
 mod error;
 mod hooks;

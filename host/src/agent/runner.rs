@@ -12,7 +12,10 @@
 //! the model call, the tool calls, the retry wait and an approval wait in
 //! flight all end when it is cancelled.
 
+mod compact;
+
 use super::approval::{ApprovalRequest, Permissions};
+use super::compaction::CompactionConfig;
 use super::doom::DoomLoopDetector;
 use super::error::AgentError;
 use super::hooks::{HookEvent, HookPoint, Hooks};
@@ -83,6 +86,11 @@ pub struct RunConfig {
     pub retry_base_delay: Duration,
     /// For a sub-agent: the calling trace and goal.
     pub parent: Option<(String, String)>,
+    /// A new trace's skills, by name, for its system prompt; every skill
+    /// when `None`. Needs a registry with skills.
+    pub skills: Option<Vec<String>>,
+    /// When and how the history is compacted.
+    pub compaction: CompactionConfig,
 }
 
 impl Default for RunConfig {
@@ -101,6 +109,8 @@ impl Default for RunConfig {
             max_retries: 3,
             retry_base_delay: Duration::from_millis(500),
             parent: None,
+            skills: None,
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -193,6 +203,21 @@ pub enum AgentEvent {
     GoalChanged {
         /// The tree, rendered.
         tree: String,
+    },
+    /// The history was compacted (see [`EventKind::Compacted`]).
+    Compacted {
+        /// 1 or 2.
+        level: u8,
+        /// Closed goals whose messages were left out (level 1).
+        goals: Vec<String>,
+        /// The sequences left out (level 1) or summarised (level 2).
+        sequences: Vec<u64>,
+        /// The summary message (level 2).
+        summary_sequence: Option<u64>,
+        /// Tokens of the request before.
+        tokens_before: u64,
+        /// Tokens of the request after.
+        tokens_after: u64,
     },
     /// The run ended.
     Finished {
@@ -459,6 +484,8 @@ struct Run {
     cost: f64,
     /// Model requests sent by this run, failed attempts included.
     requests: u32,
+    /// Compaction's state in this run.
+    compaction: compact::State,
 }
 
 /// One tool call's result, kept until the results of the calls before it
@@ -476,7 +503,7 @@ struct CallOutcome {
 impl Run {
     async fn prepare(
         inner: Arc<Inner>,
-        messages: Vec<Message>,
+        mut messages: Vec<Message>,
         config: RunConfig,
         events: mpsc::UnboundedSender<AgentEvent>,
         cancel: CancellationToken,
@@ -494,6 +521,7 @@ impl Run {
                         .map(Message::text)
                         .unwrap_or_default()
                 });
+                compact::add_experience(&inner, &config, &mut messages, &task, &cancel).await?;
                 let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
                 trace.model = Some(config.params.model.clone()).filter(|m| !m.is_empty());
                 trace.provider = Some(inner.provider.name().to_owned());
@@ -522,7 +550,15 @@ impl Run {
         let all = store.get_messages(&trace.id).await?;
         let tree = MessageTree::from_messages(&all);
         let goals = store.get_goals(&trace.id).await?;
-        let system_prompt = config.system_prompt.clone().or_else(|| {
+        let system_prompt = match (mode, inner.tools.skills()) {
+            (RunMode::New, Some(skills)) => Some(
+                skills
+                    .system_prompt(config.system_prompt.as_deref(), config.skills.as_deref())
+                    .map_err(|e| AgentError::Config(e.to_string()))?,
+            ),
+            _ => config.system_prompt.clone(),
+        };
+        let system_prompt = system_prompt.or_else(|| {
             trace.context.extra.get(SYSTEM_PROMPT_KEY).and_then(|v| v.as_str()).map(str::to_owned)
         });
         let mut run = Self {
@@ -538,6 +574,7 @@ impl Run {
             usage: Usage::default(),
             cost: 0.0,
             requests: 0,
+            compaction: compact::State::default(),
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
@@ -612,13 +649,27 @@ impl Run {
     }
 
     /// Persists `message` after the head and makes it the head.
-    async fn persist(&mut self, mut message: Message) -> Result<Message, AgentError> {
+    async fn persist(&mut self, message: Message) -> Result<Message, AgentError> {
+        self.persist_after(message, self.trace.head_sequence).await
+    }
+
+    /// Persists `message` after `parent`, a message of the main path, and
+    /// makes it the head: the main path then leaves out what followed
+    /// `parent`.
+    async fn persist_after(
+        &mut self,
+        mut message: Message,
+        parent: Option<u64>,
+    ) -> Result<Message, AgentError> {
         if message.goal_id.is_none() {
             message.goal_id = self.goals.current().map(|g| g.id.clone());
         }
-        let head = self.trace.head_sequence;
-        let stored = self.inner.store.add_message(&mut self.trace, message, head).await?;
+        let stored = self.inner.store.add_message(&mut self.trace, message, parent).await?;
         self.tree.insert(&stored);
+        let kept = parent
+            .and_then(|p| self.path.iter().position(|m| m.sequence == p))
+            .map_or(0, |i| i + 1);
+        self.path.truncate(kept);
         self.path.push(stored.clone());
         // Goal stats are saved with the next goal change or when the run
         // ends, not per message: they can be rebuilt from the messages,
@@ -803,11 +854,11 @@ impl Run {
         &mut self,
         iteration: u32,
     ) -> Result<Option<(ChatResponse, u32)>, AgentError> {
-        let request = ChatRequest {
-            messages: self.history(),
-            tools: Runner::offered_tools(&self.inner),
-            params: self.config.params.clone(),
+        let tools = Runner::offered_tools(&self.inner);
+        let Some(messages) = self.compacted_history(iteration, &tools).await? else {
+            return Ok(None);
         };
+        let request = ChatRequest { messages, tools, params: self.config.params.clone() };
         let provider = self.inner.provider.clone();
         let cancel = self.cancel.clone();
         let mut attempt = 1;
