@@ -215,8 +215,10 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let provider = Arc::new(args.model.provider(runtime));
     let (preset, permissions) = permissions(runtime, &args.model.preset)?;
-    let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none())
-        .with_permissions(permissions);
+    let tools = ToolRegistry::new(runtime.clone())
+        .with_skills(Arc::new(super::learn::skills(runtime.options())?))
+        .with_experiences(Arc::new(super::learn::experiences(runtime)));
+    let runner = Runner::new(store, provider, tools, Hooks::none()).with_permissions(permissions);
 
     let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
     let config = RunConfig {
@@ -234,6 +236,8 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
         },
         max_iterations: preset.max_iterations.unwrap_or(args.max_iterations),
         agent_type: preset.name.clone(),
+        skills: (!preset.skills.is_empty()).then(|| preset.skills.clone()),
+        compaction: runtime.options().config.compaction.clone(),
         ..RunConfig::default()
     };
     let mut handle = runner.run(messages, config).await?;
@@ -454,6 +458,12 @@ impl Printer {
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
+            AgentEvent::Compacted { level, sequences, tokens_before, tokens_after, .. } => {
+                say_err!(
+                    "[compacted at level {level}: {} messages, {tokens_before} → {tokens_after} tokens]",
+                    sequences.len()
+                );
+            }
             AgentEvent::ApprovalNeeded { request } if !self.tty => {
                 say_err!(
                     "approval needed for {}({}); waiting for an answer",

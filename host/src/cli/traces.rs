@@ -26,11 +26,15 @@ pub(crate) enum Command {
         #[arg(long)]
         at: Option<u64>,
     },
+    /// Reflect on a finished trace: the model writes what it learnt into
+    /// experiences.md, on a side branch of the trace (its head stays).
+    Reflect(super::learn::ReflectArgs),
 }
 
 pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
     let store = FileTraceStore::open(dir, reson::trace::Durability::Batched)?;
     match command {
+        Command::Reflect(_) => unreachable!("reflect needs a provider: cli::command runs it"),
         Command::List { json } => {
             let traces = store.list_traces(&TraceFilter::default()).await?;
             if *json {

@@ -42,6 +42,23 @@ pub(crate) fn blocks(text: &str) -> Result<(Vec<&str>, Vec<Block<'_>>), (usize, 
     Ok((preamble, blocks))
 }
 
+/// A file with one front matter: its YAML, the line of its opening fence
+/// and the body (everything after the closing fence, `---` lines
+/// included, as markdown rules).
+pub(crate) fn single(text: &str) -> Result<(String, usize, String), (usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let open = lines.iter().position(|l| !l.trim().is_empty());
+    let Some(open) = open.filter(|&i| is_fence(lines[i])) else {
+        return Err((1, "the file must start with `---` front matter".into()));
+    };
+    let close = lines[open + 1..]
+        .iter()
+        .position(|l| is_fence(l))
+        .ok_or((open + 1, "front matter opened here is never closed by a `---` line".into()))?;
+    let close = open + 1 + close;
+    Ok((lines[open + 1..close].join("\n"), open + 1, lines[close + 1..].join("\n").trim().to_owned()))
+}
+
 /// A body as written: every line that would read as a fence (`---`, or a
 /// fence already escaped) gets one more backslash, so no text can open or
 /// close a block.

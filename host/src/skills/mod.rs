@@ -120,29 +120,19 @@ impl Skill {
         };
         let malformed =
             |line, message: String| SkillError::Malformed { path: path.clone(), line, message };
-        let (preamble, blocks) =
-            front_matter::blocks(text).map_err(|(line, message)| malformed(line, message))?;
-        if preamble.iter().any(|l| !l.trim().is_empty()) || blocks.is_empty() {
-            return Err(malformed(1, "a skill file starts with `---` front matter".into()));
-        }
-        if blocks.len() > 1 {
-            let line = blocks[1].line;
-            return Err(malformed(line, "a `---` line in the instructions: write it as `\\---`".into()));
-        }
-        let block = &blocks[0];
-        let header: Header = serde_yaml_ng::from_str(&block.yaml).map_err(|e| {
-            let line = block.line + e.location().map_or(0, |l| l.line());
-            malformed(line, format!("front matter: {e}"))
+        let (yaml, line, body) =
+            front_matter::single(text).map_err(|(line, message)| malformed(line, message))?;
+        let header: Header = serde_yaml_ng::from_str(&yaml).map_err(|e| {
+            malformed(line + e.location().map_or(0, |l| l.line()), format!("front matter: {e}"))
         })?;
         let name = header.name.trim().to_owned();
         let valid = !name.is_empty()
             && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
         if !valid {
-            return Err(malformed(block.line, format!("name `{name}`: use letters, digits, - and _")));
+            return Err(malformed(line, format!("name `{name}`: use letters, digits, - and _")));
         }
-        let body = front_matter::unescape_body(&block.body);
         if body.is_empty() {
-            return Err(malformed(block.line, format!("skill `{name}` has no instructions")));
+            return Err(malformed(line, format!("skill `{name}` has no instructions")));
         }
         Ok(Self {
             name,
@@ -287,6 +277,9 @@ mod tests {
         assert_eq!(planning.body, "Plan our way.");
         assert_eq!(planning.origin, Origin::File(dir.path().join("planning.md")));
         assert_eq!(skills.get("research").unwrap().origin, Origin::Builtin);
+        // A markdown rule in the instructions is just text.
+        let ruled = "---\nname: ruled\ndescription: d\n---\none\n---\ntwo\n";
+        assert_eq!(Skill::parse(ruled, Origin::Builtin).unwrap().body, "one\n---\ntwo");
     }
 
     #[test]
@@ -300,7 +293,7 @@ mod tests {
             ("---\nname: x\n---\nbody\n", "description"),
             ("---\nname: a b\ndescription: d\n---\nbody\n", "name `a b`"),
             ("---\nname: x\ndescription: d\n---\n\n", "no instructions"),
-            ("---\nname: x\ndescription: d\n---\nbody\n---\nmore\n", "bad.md:5"),
+            ("---\nname: x\ndescription: d\nextra: 1\n---\nbody\n", "unknown field `extra`"),
         ];
         for (text, expected) in cases {
             std::fs::write(&path, text).unwrap();

@@ -3,16 +3,20 @@
 use reson_sdk::provider::{Message, ProviderError, RateLimit, Role, ServerError};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fs;
 
 /// The error for a plugin started without a script.
 pub const NO_SCRIPT: &str = "scripted provider: no `script` setting; pass --script FILE";
 
-/// A whole script: the assistant turns, played in order.
+/// A whole script: the assistant turns, played in order, and scripts of
+/// their own for requests to other models (a utility or summary model).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
     pub turns: Vec<Turn>,
+    #[serde(default)]
+    pub models: BTreeMap<String, Script>,
 }
 
 /// One assistant turn. Unknown fields are refused so that a misspelt field
@@ -167,6 +171,12 @@ impl Script {
         // serde_json's message ends with "at line L column C".
         serde_json::from_str(text)
             .map_err(|e| format!("scripted provider: invalid script {path}: {e}"))
+    }
+
+    /// The script a request to `model` plays: its own under `models`, else
+    /// this one.
+    pub fn for_model(&self, model: &str) -> &Script {
+        self.models.get(model).unwrap_or(self)
     }
 
     /// The turn at 0-based `index`, or why the script cannot answer it.
@@ -347,6 +357,19 @@ mod tests {
             message(Role::User),
         ];
         assert_eq!(turn_index(&history), 2);
+    }
+
+    #[test]
+    fn a_model_with_a_script_of_its_own_plays_it() {
+        let script = Script::parse(
+            "s.json",
+            r#"{"turns": [{"text": "main"}],
+                "models": {"utility": {"turns": [{"text": "tags"}]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(script.for_model("utility").turn(0).unwrap().text.as_deref(), Some("tags"));
+        assert_eq!(script.for_model("gpt-4o").turn(0).unwrap().text.as_deref(), Some("main"));
+        assert_eq!(script.for_model("").turn(0).unwrap().text.as_deref(), Some("main"));
     }
 
     #[test]
