@@ -196,8 +196,29 @@ impl Script {
 /// its history. Counting the history rather than keeping a cursor is what
 /// lets a fresh instance per call, rewinds and regenerations all land on
 /// the right turn.
+///
+/// A host's compaction note (a user message starting `[compacted: N `)
+/// stands for N answers it left out, so a compacted history plays the
+/// turn its full history would.
 pub fn turn_index(messages: &[Message]) -> usize {
-    messages.iter().filter(|m| matches!(m.role, Role::Assistant)).count()
+    messages
+        .iter()
+        .map(|m| match m.role {
+            Role::Assistant => 1,
+            Role::User => compacted_answers(m),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn compacted_answers(message: &Message) -> usize {
+    let Some(reson_sdk::provider::ContentPart::Text(text)) = message.content.first() else {
+        return 0;
+    };
+    text.strip_prefix("[compacted: ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -357,6 +378,9 @@ mod tests {
             message(Role::User),
         ];
         assert_eq!(turn_index(&history), 2);
+        let mut note = message(Role::User);
+        note.content = vec![ContentPart::Text("[compacted: 5 earlier answers ...]".into())];
+        assert_eq!(turn_index(&[message(Role::User), note, message(Role::Assistant)]), 6);
     }
 
     #[test]

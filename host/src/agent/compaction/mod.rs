@@ -78,6 +78,16 @@ pub fn level1(history: &[Message], goals: &GoalTree) -> Level1 {
         })
     };
     let units = units(history);
+    let mut answers: Vec<(&str, usize)> = Vec::new();
+    for range in &units {
+        if let Some(goal) = closed(&history[range.start]) {
+            let n = answers_in(&history[range.clone()]);
+            match answers.iter_mut().find(|(g, _)| *g == goal.id) {
+                Some((_, total)) => *total += n,
+                None => answers.push((&goal.id, n)),
+            }
+        }
+    }
     let mut out = Level1 { messages: Vec::with_capacity(history.len()), goals: Vec::new(), dropped: Vec::new() };
     for (u, range) in units.iter().enumerate() {
         let first = &history[range.start];
@@ -99,10 +109,11 @@ pub fn level1(history: &[Message], goals: &GoalTree) -> Level1 {
                 ),
                 _ => format!("done: {}", goal.summary.as_deref().unwrap_or("no summary given")),
             };
+            let n = answers.iter().find(|(g, _)| *g == goal.id).map_or(0, |(_, n)| *n);
             let mut note = Message::new(
                 Role::User,
                 format!(
-                    "[compacted: the work on goal {} \"{}\" is left out here; {outcome}]",
+                    "{NOTE}{n} answers on goal {} \"{}\" are left out here; {outcome}]",
                     goal.id, goal.description
                 ),
             );
@@ -131,6 +142,29 @@ fn units(history: &[Message]) -> Vec<std::ops::Range<usize>> {
         i = end;
     }
     units
+}
+
+/// How a note that stands for left-out messages starts; the number of
+/// model answers it stands for follows, so a history keeps counting its
+/// turns (the offline `scripted` provider plays turns by that count).
+const NOTE: &str = "[compacted: ";
+
+/// The model answers `messages` hold or stand for: assistant messages,
+/// plus the count each compaction note names.
+pub fn answers_in(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| match m.role {
+            Role::Assistant => 1,
+            Role::User if m.synthetic => m
+                .text()
+                .strip_prefix(NOTE)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// How many messages at the start of `path` a level-2 summary keeps: the
@@ -202,7 +236,8 @@ pub fn summary_message(summary: &str, goals: &GoalTree, range: &[Message]) -> Me
         }
     }
     let mut text = format!(
-        "[compacted: the earlier messages of this run are summarised here]\n\n{}\n\n## Goals\n{}",
+        "{NOTE}{} earlier answers of this run are summarised here]\n\n{}\n\n## Goals\n{}",
+        answers_in(range),
         summary.trim(),
         goals.render()
     );
@@ -289,7 +324,9 @@ mod tests {
         assert_eq!(invalid(&out.messages), None, "{:#?}", out.messages);
         let texts: Vec<String> = out.messages.iter().map(Message::text).collect();
         assert_eq!(texts[0..2], ["sys", "m1"]);
-        assert!(texts[2].contains("goal g2 \"first\"") && texts[2].contains("did the first"));
+        assert!(texts[2].starts_with("[compacted: 1 answers on goal g2 \"first\""), "{}", texts[2]);
+        assert!(texts[2].contains("did the first"));
+        assert_eq!(answers_in(&out.messages), answers_in(&history));
         assert_eq!(texts[3..], ["m5", "m6"]);
     }
 
@@ -318,6 +355,9 @@ mod tests {
         assert!(first.text().contains("- m1"), "{}", first.text());
         let second = summary_message("more", &goals, &[first.clone(), msg(9, Role::User, "g3", &[], None)]);
         let text = second.text();
+        assert!(text.starts_with("[compacted: 0 earlier answers"), "{text}");
+        let answered = [msg(2, Role::Assistant, "g1", &[], None), first];
+        assert_eq!(answers_in(&[summary_message("s", &goals, &answered)]), 1);
         assert!(text.contains("- m1") && text.contains("- m9") && !text.contains("did things"), "{text}");
     }
 
