@@ -332,10 +332,9 @@ fn long_task() -> Value {
         { "name": "goal", "arguments": { "action": "done", "summary": "inputs collected: 2 echoes" } }
     ]}));
     for n in 3..=12 {
-        turns.push(echo(n, 900));
+        turns.push(echo(n, 600));
     }
     turns.push(json!({ "text": "all processed" }));
-    turns.push(json!({ "text": "rewound and answered" }));
     json!({
         "turns": turns,
         "models": { "summarizer": { "turns": [{ "text": "Echoed steps 1-8; inputs collected." }] } }
@@ -418,14 +417,23 @@ async fn a_long_run_compacts_at_level_1_then_2_within_the_window() {
     assert!(summarised.iter().all(|seq| !path.iter().any(|m| m.sequence == *seq)));
     assert!(summarised.iter().all(|seq| all.iter().any(|m| m.sequence == *seq)), "nothing deleted");
 
-    // A rewind to before the compaction sees the full history again.
+    // A rewind to before the compaction sees the full history again (sent
+    // whole here, with compaction off).
     let before = *summarised.last().unwrap();
-    let rewind = RunConfig { trace_id: Some(id.clone()), after_sequence: Some(before), ..config };
+    let sent = s.requests().len();
+    let rewind = RunConfig {
+        trace_id: Some(id.clone()),
+        after_sequence: Some(before),
+        compaction: compaction::CompactionConfig { enabled: false, ..Default::default() },
+        ..config
+    };
     let (rewound, _) = run(&runner, user("one more thing"), rewind).await;
-    assert_eq!(rewound.final_text.as_deref(), Some("rewound and answered"));
+    assert_eq!(rewound.final_text.as_deref(), Some("all processed"));
+    let first = &s.requests()[sent];
+    assert!(summarised.iter().all(|seq| first.messages.iter().any(|m| m.sequence == *seq)));
+    assert!(!first.messages.iter().any(|m| m.sequence == summary));
     let path = s.main_path(id).await;
     assert!(summarised.iter().all(|seq| path.iter().any(|m| m.sequence == *seq)));
-    assert!(!path.iter().any(|m| m.sequence == summary));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,10 +173,15 @@ impl Script {
             .map_err(|e| format!("scripted provider: invalid script {path}: {e}"))
     }
 
-    /// The script a request to `model` plays: its own under `models`, else
-    /// this one.
-    pub fn for_model(&self, model: &str) -> &Script {
-        self.models.get(model).unwrap_or(self)
+    /// The script a request to `model` plays and its turn there, for a
+    /// request `index` would play here: a model's own script (under
+    /// `models`) plays that turn or, past its end, its last; any other
+    /// model plays this script.
+    pub fn for_model(&self, model: &str, index: usize) -> (&Script, usize) {
+        match self.models.get(model) {
+            Some(own) => (own, index.min(own.turns.len().saturating_sub(1))),
+            None => (self, index),
+        }
     }
 
     /// The turn at 0-based `index`, or why the script cannot answer it.
@@ -391,9 +396,14 @@ mod tests {
                 "models": {"utility": {"turns": [{"text": "tags"}]}}}"#,
         )
         .unwrap();
-        assert_eq!(script.for_model("utility").turn(0).unwrap().text.as_deref(), Some("tags"));
-        assert_eq!(script.for_model("gpt-4o").turn(0).unwrap().text.as_deref(), Some("main"));
-        assert_eq!(script.for_model("").turn(0).unwrap().text.as_deref(), Some("main"));
+        let play = |model: &str, index: usize| {
+            let (script, index) = script.for_model(model, index);
+            script.turn(index).map(|t| t.text.clone().unwrap_or_default())
+        };
+        assert_eq!(play("utility", 0).unwrap(), "tags");
+        assert_eq!(play("utility", 7).unwrap(), "tags", "past its end: its last turn");
+        assert_eq!(play("gpt-4o", 0).unwrap(), "main");
+        assert!(play("", 1).is_err());
     }
 
     #[test]
