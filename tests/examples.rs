@@ -86,3 +86,8 @@ fn streaming_events() {
 fn rewind() {
     run_example("rewind");
 }
+
+#[test]
+fn learning() {
+    run_example("learning");
+}

@@ -78,9 +78,19 @@ pub fn level1(history: &[Message], goals: &GoalTree) -> Level1 {
         })
     };
     let units = units(history);
+    // The goal a unit is left out for: none for system and user messages
+    // and for the newest unit.
+    let dropped_for = |u: usize| {
+        let first = &history[units[u].start];
+        match first.role {
+            Role::System | Role::User => None,
+            _ if u + 1 == units.len() => None,
+            _ => closed(first),
+        }
+    };
     let mut answers: Vec<(&str, usize)> = Vec::new();
-    for range in &units {
-        if let Some(goal) = closed(&history[range.start]) {
+    for (u, range) in units.iter().enumerate() {
+        if let Some(goal) = dropped_for(u) {
             let n = answers_in(&history[range.clone()]);
             match answers.iter_mut().find(|(g, _)| *g == goal.id) {
                 Some((_, total)) => *total += n,
@@ -90,13 +100,7 @@ pub fn level1(history: &[Message], goals: &GoalTree) -> Level1 {
     }
     let mut out = Level1 { messages: Vec::with_capacity(history.len()), goals: Vec::new(), dropped: Vec::new() };
     for (u, range) in units.iter().enumerate() {
-        let first = &history[range.start];
-        let goal = match first.role {
-            Role::System | Role::User => None,
-            _ if u + 1 == units.len() => None,
-            _ => closed(first),
-        };
-        let Some(goal) = goal else {
+        let Some(goal) = dropped_for(u) else {
             out.messages.extend(history[range.clone()].iter().cloned());
             continue;
         };
@@ -338,6 +342,12 @@ mod tests {
             msg(3, Role::Tool, "g2", &[], Some("a")),
         ];
         assert_eq!(level1(&history, &tree()).messages, history);
+        let mut longer = history.clone();
+        longer.push(msg(4, Role::Assistant, "g2", &["b"], None));
+        longer.push(msg(5, Role::Tool, "g2", &[], Some("b")));
+        let out = level1(&longer, &tree());
+        assert!(out.messages[1].text().starts_with("[compacted: 1 answers"), "{:?}", out.messages[1]);
+        assert_eq!(answers_in(&out.messages), answers_in(&longer));
     }
 
     #[test]

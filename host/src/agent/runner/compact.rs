@@ -84,6 +84,17 @@ impl Run {
             }
             return Ok(Some(level1.messages));
         }
+        // What no compaction can shrink: the system prompt, the task and
+        // the tools. When that alone nearly fills the budget, a summary
+        // would not make room, only cost a call each turn.
+        let fixed = usize::from(self.system_prompt.is_some()) + compaction::kept_prefix(&self.path);
+        if counter.request(&history[..fixed.min(history.len())], tools) >= budget * 9 / 10 {
+            tracing::warn!(
+                "the system prompt, task and tools alone nearly fill the {budget}-token budget; \
+                 not summarising"
+            );
+            return Ok(Some(level1.messages));
+        }
         if !self.summarise(iteration, tools, before, budget).await? {
             return Ok(None);
         }
