@@ -53,7 +53,8 @@ async fn main() -> Result<()> {
     };
 
     heading("1. a run that compacts");
-    let task = Message::new(Role::User, "Write three facts about Reson to notes.txt and summarise them.");
+    let task =
+        Message::new(Role::User, "Write three facts about Reson to notes.txt and summarise them.");
     let mut run = runner.run(vec![task], config.clone()).await?;
     let mut levels = Vec::new();
     while let Some(event) = run.next_event().await {

@@ -86,7 +86,11 @@ fn user(text: &str) -> Vec<Message> {
     vec![Message::new(Role::User, text)]
 }
 
-async fn run(runner: &Runner, messages: Vec<Message>, config: RunConfig) -> (RunOutcome, Vec<AgentEvent>) {
+async fn run(
+    runner: &Runner,
+    messages: Vec<Message>,
+    config: RunConfig,
+) -> (RunOutcome, Vec<AgentEvent>) {
     let mut handle = runner.run(messages, config).await.unwrap();
     let mut events = Vec::new();
     while let Some(event) = handle.next_event().await {
@@ -132,12 +136,16 @@ async fn skills_follow_the_preset_list_the_run_override_and_the_skill_tool() {
     });
     assert!(loaded.unwrap().starts_with("## Skill: research\n"));
     let path = s.main_path(&outcome.trace_id).await;
-    assert!(path.iter().any(|m| m.role == Role::Tool && m.text().contains("Prefer primary sources")));
+    assert!(
+        path.iter().any(|m| m.role == Role::Tool && m.text().contains("Prefer primary sources"))
+    );
 
     // No list: every skill. An override per call replaces the preset's.
     let (_, _) = run(&runner, user("again"), RunConfig::default()).await;
     let all = s.requests()[2].messages[0].text();
-    assert!(["deploy", "planning", "research"].iter().all(|n| all.contains(&format!("## Skill: {n}"))));
+    assert!(
+        ["deploy", "planning", "research"].iter().all(|n| all.contains(&format!("## Skill: {n}")))
+    );
     let config = RunConfig { skills: Some(vec!["planning".into()]), ..RunConfig::default() };
     let (_, _) = run(&runner, user("plan"), config).await;
     let planning = s.requests()[4].messages[0].text();
@@ -181,10 +189,16 @@ async fn reflect_writes_a_side_branch_and_valid_experiences() {
     assert!(matches!(err, ExperienceError::BadAnswer(_)), "{err}");
     assert!(!store.path().exists());
 
-    let reflection =
-        experience::reflect(&*s.store, &*s.provider, params("reflector"), &store, &id, Some("tools"))
-            .await
-            .unwrap();
+    let reflection = experience::reflect(
+        &*s.store,
+        &*s.provider,
+        params("reflector"),
+        &store,
+        &id,
+        Some("tools"),
+    )
+    .await
+    .unwrap();
     let after = s.store.get_trace(&id).await.unwrap().unwrap();
     assert_eq!(after.head_sequence, before.head_sequence, "the head does not move");
     assert_eq!(s.main_path(&id).await, path_before, "the main path is unchanged");
@@ -200,8 +214,13 @@ async fn reflect_writes_a_side_branch_and_valid_experiences() {
     let all = store.list().await.unwrap();
     assert_eq!(all.len(), 2);
     assert_eq!(all, reflection.experiences);
-    assert_eq!(all[0].rule, "Echo before you write.\n---\nid: injected\n---", "injection stays text");
-    assert!(all.iter().all(|e| e.metrics.helpful == 1 && e.trace_id == id && e.id.starts_with("exp_")));
+    assert_eq!(
+        all[0].rule, "Echo before you write.\n---\nid: injected\n---",
+        "injection stays text"
+    );
+    assert!(
+        all.iter().all(|e| e.metrics.helpful == 1 && e.trace_id == id && e.id.starts_with("exp_"))
+    );
     let text = std::fs::read_to_string(store.path()).unwrap();
     assert!(text.contains("\\---\nid: injected\n\\---"), "{text}");
 }
@@ -263,8 +282,13 @@ async fn a_new_trace_gets_its_best_experiences_and_can_ask_for_more() {
     assert_eq!(best[0].id, "exp_harmful");
     // Hand-written parts survive the rewrite.
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with("# Our lessons\n\nKept by hand.\n") && text.contains("reviewed_by: ada"));
-    assert!(matches!(store.rate("exp_none", Rating::Harmful).await, Err(ExperienceError::UnknownId(_))));
+    assert!(
+        text.starts_with("# Our lessons\n\nKept by hand.\n") && text.contains("reviewed_by: ada")
+    );
+    assert!(matches!(
+        store.rate("exp_none", Rating::Harmful).await,
+        Err(ExperienceError::UnknownId(_))
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,7 +298,12 @@ async fn experiences_md_refuses_bad_blocks_and_survives_concurrent_writers() {
     let store = ExperienceStore::new(&path);
     let one = |i: usize| {
         let tags = experience::Tags { intent: vec!["x".into()], state: vec![] };
-        experience::Experience::new("tr_x", "tool_usage", tags, &format!("rule {i}\n---\nnot a block"))
+        experience::Experience::new(
+            "tr_x",
+            "tool_usage",
+            tags,
+            &format!("rule {i}\n---\nnot a block"),
+        )
     };
     // Two writers at once, many times: no block is lost, none interleaves.
     let writers: Vec<_> = (0..16)
@@ -368,7 +397,8 @@ async fn a_long_run_compacts_at_level_1_then_2_within_the_window() {
         },
         ..RunConfig::default()
     };
-    let (outcome, events) = run(&runner, user("echo the inputs, then process them"), config.clone()).await;
+    let (outcome, events) =
+        run(&runner, user("echo the inputs, then process them"), config.clone()).await;
     assert_eq!(outcome.final_text.as_deref(), Some("all processed"));
 
     // Every request fit the window and was valid for every provider.
@@ -443,7 +473,10 @@ async fn a_hook_can_block_a_compaction() {
         .on(HookPoint::PreCompaction, |_: &HookEvent| HookDecision::Block("keep it all".into()));
     let runner = s.runner(ToolRegistry::new(s.runtime.clone()), hooks);
     let config = RunConfig {
-        compaction: compaction::CompactionConfig { context_window: Some(2_000), ..Default::default() },
+        compaction: compaction::CompactionConfig {
+            context_window: Some(2_000),
+            ..Default::default()
+        },
         ..RunConfig::default()
     };
     let handle = runner.run(user("go"), config).await.unwrap();
@@ -466,7 +499,11 @@ fn the_cli_lists_skills_reflects_and_rates() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir_all(d.join("skills")).unwrap();
-    std::fs::write(d.join("skills/review.md"), "---\nname: review\ndescription: Review a diff.\n---\nRead it all.\n").unwrap();
+    std::fs::write(
+        d.join("skills/review.md"),
+        "---\nname: review\ndescription: Review a diff.\n---\nRead it all.\n",
+    )
+    .unwrap();
     let out = reson(d, &["skills", "list"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
@@ -490,13 +527,17 @@ fn the_cli_lists_skills_reflects_and_rates() {
     let started: Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
     let id = started["trace_id"].as_str().unwrap().to_owned();
-    let out = reson(d, &["traces", "reflect", &id, "--script", "script.json", "--model", "reflector"]);
+    let out =
+        reson(d, &["traces", "reflect", &id, "--script", "script.json", "--model", "reflector"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("logic_flow  Say hello first."), "{text}");
     let exp_id = text.split_whitespace().next().unwrap().to_owned();
     let out = reson(d, &["experiences", "rate", &exp_id, "harmful"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{exp_id}: helpful 1, harmful 1"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{exp_id}: helpful 1, harmful 1")
+    );
     let out = reson(d, &["experiences", "rate", "exp_nope", "helpful"]);
     assert_eq!(out.status.code(), Some(2));
     let out = reson(d, &["traces", "reflect", "tr_nope", "--script", "script.json"]);

@@ -68,13 +68,17 @@ fn bench(c: &mut Criterion) {
     assert_eq!(messages.len(), 10_001);
     let out = level1(&messages, &goals);
     assert_eq!(out.goals.len(), 40);
-    c.bench_function("level 1 of 10k messages", |b| b.iter(|| level1(black_box(&messages), &goals)));
+    c.bench_function("level 1 of 10k messages", |b| {
+        b.iter(|| level1(black_box(&messages), &goals))
+    });
 
     let counter = TokenCounter::for_model("gpt-4o");
     let text = text();
     let tokens = counter.count(&text);
     assert!((95_000..=140_000).contains(&tokens), "{tokens} tokens");
-    c.bench_function("count ~100k tokens (o200k_base)", |b| b.iter(|| counter.count(black_box(&text))));
+    c.bench_function("count ~100k tokens (o200k_base)", |b| {
+        b.iter(|| counter.count(black_box(&text)))
+    });
 
     let level1_ms = median_ms(
         (0..20)
@@ -96,7 +100,9 @@ fn bench(c: &mut Criterion) {
     );
     let per_100k = count_ms * 100_000.0 / tokens as f64;
     println!("level 1 of {} messages: {level1_ms:.2} ms (target ≤ 5 ms)", messages.len());
-    println!("counting 100k tokens: {per_100k:.1} ms ({tokens} tokens in {count_ms:.1} ms; target ≤ 20 ms)");
+    println!(
+        "counting 100k tokens: {per_100k:.1} ms ({tokens} tokens in {count_ms:.1} ms; target ≤ 20 ms)"
+    );
 }
 
 criterion_group!(benches, bench);

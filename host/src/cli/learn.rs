@@ -69,12 +69,21 @@ pub(crate) fn experiences(runtime: &Runtime) -> Experiences {
     experiences
 }
 
-pub(crate) fn skills_command(options: &Options, command: &SkillsCommand) -> anyhow::Result<ExitCode> {
+pub(crate) fn skills_command(
+    options: &Options,
+    command: &SkillsCommand,
+) -> anyhow::Result<ExitCode> {
     match command {
         SkillsCommand::List => {
             for skill in skills(options)?.all() {
                 let category = if skill.category.is_empty() { "-" } else { &skill.category };
-                say!("{:<16} {:<12} {:<40} {}", skill.name, category, skill.origin, skill.description);
+                say!(
+                    "{:<16} {:<12} {:<40} {}",
+                    skill.name,
+                    category,
+                    skill.origin,
+                    skill.description
+                );
             }
         }
     }
@@ -134,7 +143,10 @@ pub(crate) async fn reflect(runtime: &Runtime, args: &ReflectArgs) -> anyhow::Re
             .await;
     let reflection = match reflection {
         Ok(r) => r,
-        Err(e @ (experience::ExperienceError::NoTrace(_) | experience::ExperienceError::NotReady { .. })) => {
+        Err(
+            e @ (experience::ExperienceError::NoTrace(_)
+            | experience::ExperienceError::NotReady { .. }),
+        ) => {
             say_err!("error: {e}");
             return Ok(ExitCode::from(exit::USAGE));
         }

@@ -166,8 +166,7 @@ impl Experience {
             category: category.to_owned(),
             tags,
             metrics: Metrics { helpful: 1, harmful: 0 },
-            created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-                .to_string(),
+            created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             extra: BTreeMap::new(),
             rule: rule.trim().to_owned(),
         }
@@ -196,7 +195,7 @@ pub fn rank<'a>(
         .map(|e| ((shared(&e.tags.intent, intent), shared(&e.tags.state, state), e.net()), e))
         .filter(|((i, s, _), _)| i + s > 0)
         .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
     scored.into_iter().take(k).map(|(_, e)| e).collect()
 }
 
@@ -284,8 +283,7 @@ impl Experiences {
         }
         let tags = self.tags(provider, params, task, cancel).await?;
         let found = rank(&all, &tags.intent, &tags.state, self.top_k);
-        Ok((!found.is_empty())
-            .then(|| format!("## Relevant experience\n{}", render_list(&found))))
+        Ok((!found.is_empty()).then(|| format!("## Relevant experience\n{}", render_list(&found))))
     }
 }
 
@@ -298,7 +296,13 @@ with only a JSON object: {\"intent\": [...], \"state\": [...]}. intent: what the
 mod tests {
     use super::*;
 
-    fn experience(id: &str, intent: &[&str], state: &[&str], helpful: u64, harmful: u64) -> Experience {
+    fn experience(
+        id: &str,
+        intent: &[&str],
+        state: &[&str],
+        helpful: u64,
+        harmful: u64,
+    ) -> Experience {
         let tags = Tags {
             intent: intent.iter().map(|s| s.to_string()).collect(),
             state: state.iter().map(|s| s.to_string()).collect(),

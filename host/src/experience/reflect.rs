@@ -51,8 +51,10 @@ pub async fn reflect(
     trace_id: &str,
     focus: Option<&str>,
 ) -> Result<Reflection, ExperienceError> {
-    let mut trace =
-        store.get_trace(trace_id).await?.ok_or_else(|| ExperienceError::NoTrace(trace_id.into()))?;
+    let mut trace = store
+        .get_trace(trace_id)
+        .await?
+        .ok_or_else(|| ExperienceError::NoTrace(trace_id.into()))?;
     let not_ready = |reason: &str| ExperienceError::NotReady {
         trace_id: trace_id.to_owned(),
         reason: reason.to_owned(),
@@ -82,8 +84,11 @@ pub async fn reflect(
     let prompt = store.add_message(&mut trace, prompt, Some(head)).await?;
     store.set_head(&mut trace, head).await?;
     history.push(prompt.clone());
-    let request =
-        ChatRequest { messages: history, tools: Vec::new(), params: LlmParams { stream: false, ..params } };
+    let request = ChatRequest {
+        messages: history,
+        tools: Vec::new(),
+        params: LlmParams { stream: false, ..params },
+    };
     let response = provider::complete(provider, request, CancellationToken::new(), |_| {}).await?;
     let mut message = response.message;
     message.tool_calls.clear();
@@ -92,7 +97,10 @@ pub async fn reflect(
     store.set_head(&mut trace, head).await?;
     store.sync().await?;
     let bad = |why: String| {
-        ExperienceError::BadAnswer(format!("{why} (the answer is message {} of {trace_id})", answer.sequence))
+        ExperienceError::BadAnswer(format!(
+            "{why} (the answer is message {} of {trace_id})",
+            answer.sequence
+        ))
     };
     let parsed: Answer = json_object(&text).map_err(bad)?;
     let mut learnt = Vec::with_capacity(parsed.experiences.len());

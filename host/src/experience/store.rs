@@ -117,7 +117,9 @@ fn lock(path: &Path) -> Result<File, ExperienceError> {
 fn read(path: &Path) -> Result<(String, Vec<Experience>), ExperienceError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), Vec::new())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((String::new(), Vec::new()));
+        }
         Err(e) => return Err(io(path)(e)),
     };
     parse(&text).map_err(|(line, message)| ExperienceError::Malformed {

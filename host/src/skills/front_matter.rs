@@ -18,10 +18,16 @@ fn is_fence(line: &str) -> bool {
     line.trim_end() == "---"
 }
 
+/// A parse failure: the 1-based line and what is wrong.
+pub(crate) type Failure = (usize, String);
+
+/// The text before the first fence, and the blocks.
+pub(crate) type Blocks<'a> = (Vec<&'a str>, Vec<Block<'a>>);
+
 /// Splits `text` into the text before the first fence and the blocks
 /// after it. A block whose closing fence is missing is an error naming the
 /// line of its opening one.
-pub(crate) fn blocks(text: &str) -> Result<(Vec<&str>, Vec<Block<'_>>), (usize, String)> {
+pub(crate) fn blocks(text: &str) -> Result<Blocks<'_>, Failure> {
     let lines: Vec<&str> = text.lines().collect();
     let first = lines.iter().position(|l| is_fence(l)).unwrap_or(lines.len());
     let preamble = lines[..first].to_vec();
@@ -31,11 +37,16 @@ pub(crate) fn blocks(text: &str) -> Result<(Vec<&str>, Vec<Block<'_>>), (usize, 
         let open = at;
         let Some(close) = lines[open + 1..].iter().position(|l| is_fence(l)).map(|i| open + 1 + i)
         else {
-            return Err((open + 1, "front matter opened here is never closed by a `---` line".into()));
+            return Err((
+                open + 1,
+                "front matter opened here is never closed by a `---` line".into(),
+            ));
         };
         let yaml = lines[open + 1..close].join("\n");
-        let end =
-            lines[close + 1..].iter().position(|l| is_fence(l)).map_or(lines.len(), |i| close + 1 + i);
+        let end = lines[close + 1..]
+            .iter()
+            .position(|l| is_fence(l))
+            .map_or(lines.len(), |i| close + 1 + i);
         blocks.push(Block { line: open + 1, yaml, body: lines[close + 1..end].to_vec() });
         at = end;
     }
@@ -45,7 +56,7 @@ pub(crate) fn blocks(text: &str) -> Result<(Vec<&str>, Vec<Block<'_>>), (usize, 
 /// A file with one front matter: its YAML, the line of its opening fence
 /// and the body (everything after the closing fence, `---` lines
 /// included, as markdown rules).
-pub(crate) fn single(text: &str) -> Result<(String, usize, String), (usize, String)> {
+pub(crate) fn single(text: &str) -> Result<(String, usize, String), Failure> {
     let lines: Vec<&str> = text.lines().collect();
     let open = lines.iter().position(|l| !l.trim().is_empty());
     let Some(open) = open.filter(|&i| is_fence(lines[i])) else {
@@ -56,7 +67,11 @@ pub(crate) fn single(text: &str) -> Result<(String, usize, String), (usize, Stri
         .position(|l| is_fence(l))
         .ok_or((open + 1, "front matter opened here is never closed by a `---` line".into()))?;
     let close = open + 1 + close;
-    Ok((lines[open + 1..close].join("\n"), open + 1, lines[close + 1..].join("\n").trim().to_owned()))
+    Ok((
+        lines[open + 1..close].join("\n"),
+        open + 1,
+        lines[close + 1..].join("\n").trim().to_owned(),
+    ))
 }
 
 /// A body as written: every line that would read as a fence (`---`, or a
@@ -93,9 +108,12 @@ mod tests {
         assert_eq!(found.len(), 2);
         assert_eq!((found[0].line, found[0].yaml.as_str()), (2, "a: 1"));
         assert_eq!(unescape_body(&found[1].body), "body two\nmore");
-        assert_eq!(blocks(text.trim_end_matches("more\n").replace("body two", "---").as_str())
-            .unwrap_err()
-            .0, 9);
+        assert_eq!(
+            blocks(text.trim_end_matches("more\n").replace("body two", "---").as_str())
+                .unwrap_err()
+                .0,
+            9
+        );
     }
 
     #[test]

@@ -169,7 +169,11 @@ impl Skills {
                     Some(old) if old.origin == Origin::Builtin => *old = skill,
                     Some(old) => {
                         let first = PathBuf::from(old.origin.to_string());
-                        return Err(SkillError::Duplicate { name: skill.name, first, second: path });
+                        return Err(SkillError::Duplicate {
+                            name: skill.name,
+                            first,
+                            second: path,
+                        });
                     }
                     None => skills.push(skill),
                 }
@@ -248,7 +252,8 @@ fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>, SkillError> {
     };
     let mut files = Vec::new();
     for entry in entries {
-        let path = entry.map_err(|source| SkillError::Read { path: dir.to_path_buf(), source })?.path();
+        let path =
+            entry.map_err(|source| SkillError::Read { path: dir.to_path_buf(), source })?.path();
         if path.extension().is_some_and(|e| e == "md") && path.is_file() {
             files.push(path);
         }

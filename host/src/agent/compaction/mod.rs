@@ -73,9 +73,10 @@ pub struct Level1 {
 /// results always stay.
 pub fn level1(history: &[Message], goals: &GoalTree) -> Level1 {
     let closed = |m: &Message| {
-        m.goal_id.as_deref().and_then(|g| goals.get(g)).filter(|g| {
-            matches!(g.status, GoalStatus::Completed | GoalStatus::Abandoned)
-        })
+        m.goal_id
+            .as_deref()
+            .and_then(|g| goals.get(g))
+            .filter(|g| matches!(g.status, GoalStatus::Completed | GoalStatus::Abandoned))
     };
     let units = units(history);
     // The goal a unit is left out for: none for system and user messages
@@ -98,7 +99,11 @@ pub fn level1(history: &[Message], goals: &GoalTree) -> Level1 {
             }
         }
     }
-    let mut out = Level1 { messages: Vec::with_capacity(history.len()), goals: Vec::new(), dropped: Vec::new() };
+    let mut out = Level1 {
+        messages: Vec::with_capacity(history.len()),
+        goals: Vec::new(),
+        dropped: Vec::new(),
+    };
     for (u, range) in units.iter().enumerate() {
         let Some(goal) = dropped_for(u) else {
             out.messages.extend(history[range.clone()].iter().cloned());
@@ -184,9 +189,14 @@ const USER_WORDS: &str = "## The user's messages, verbatim";
 /// The text the summary call gets: the goal tree, then `range` as a
 /// transcript, oldest messages cut first (each message at most 2,000
 /// characters) until it counts at most `budget` tokens.
-pub fn transcript(range: &[Message], goals: &GoalTree, counter: &TokenCounter, budget: u64) -> String {
+pub fn transcript(
+    range: &[Message],
+    goals: &GoalTree,
+    counter: &TokenCounter,
+    budget: u64,
+) -> String {
     let head = format!("# Goals\n{}\n# Transcript\n", goals.render());
-    let lines: Vec<String> = range.iter().map(|m| line(m)).collect();
+    let lines: Vec<String> = range.iter().map(line).collect();
     let mut total = counter.count(&head);
     let mut start = lines.len();
     while start > 0 {
@@ -197,7 +207,8 @@ pub fn transcript(range: &[Message], goals: &GoalTree, counter: &TokenCounter, b
         total += n;
         start -= 1;
     }
-    let cut = if start > 0 { format!("[{start} older messages left out]\n") } else { String::new() };
+    let cut =
+        if start > 0 { format!("[{start} older messages left out]\n") } else { String::new() };
     format!("{head}{cut}{}", lines[start..].join("\n"))
 }
 
@@ -257,7 +268,10 @@ pub fn summary_message(summary: &str, goals: &GoalTree, range: &[Message]) -> Me
 pub fn invalid(history: &[Message]) -> Option<String> {
     let first = history.iter().position(|m| m.role != Role::System)?;
     if history[first].role != Role::User {
-        return Some(format!("message {first} starts the conversation as {:?}", history[first].role));
+        return Some(format!(
+            "message {first} starts the conversation as {:?}",
+            history[first].role
+        ));
     }
     if let Some(i) = history[first..].iter().position(|m| m.role == Role::System) {
         return Some(format!("a system message at {} after the conversation started", first + i));
@@ -346,15 +360,21 @@ mod tests {
         longer.push(msg(4, Role::Assistant, "g2", &["b"], None));
         longer.push(msg(5, Role::Tool, "g2", &[], Some("b")));
         let out = level1(&longer, &tree());
-        assert!(out.messages[1].text().starts_with("[compacted: 1 answers"), "{:?}", out.messages[1]);
+        assert!(
+            out.messages[1].text().starts_with("[compacted: 1 answers"),
+            "{:?}",
+            out.messages[1]
+        );
         assert_eq!(answers_in(&out.messages), answers_in(&longer));
     }
 
     #[test]
     fn invalid_histories_are_named() {
-        let split = vec![msg(1, Role::User, "g1", &[], None), msg(2, Role::Assistant, "g1", &["a"], None)];
+        let split =
+            vec![msg(1, Role::User, "g1", &[], None), msg(2, Role::Assistant, "g1", &["a"], None)];
         assert!(invalid(&split).unwrap().contains("never answered"));
-        let orphan = vec![msg(1, Role::User, "g1", &[], None), msg(2, Role::Tool, "g1", &[], Some("x"))];
+        let orphan =
+            vec![msg(1, Role::User, "g1", &[], None), msg(2, Role::Tool, "g1", &[], Some("x"))];
         assert!(invalid(&orphan).unwrap().contains("answers no call"));
     }
 
@@ -363,12 +383,16 @@ mod tests {
         let goals = tree();
         let first = summary_message("did things", &goals, &[msg(1, Role::User, "g1", &[], None)]);
         assert!(first.text().contains("- m1"), "{}", first.text());
-        let second = summary_message("more", &goals, &[first.clone(), msg(9, Role::User, "g3", &[], None)]);
+        let second =
+            summary_message("more", &goals, &[first.clone(), msg(9, Role::User, "g3", &[], None)]);
         let text = second.text();
         assert!(text.starts_with("[compacted: 0 earlier answers"), "{text}");
         let answered = [msg(2, Role::Assistant, "g1", &[], None), first];
         assert_eq!(answers_in(&[summary_message("s", &goals, &answered)]), 1);
-        assert!(text.contains("- m1") && text.contains("- m9") && !text.contains("did things"), "{text}");
+        assert!(
+            text.contains("- m1") && text.contains("- m9") && !text.contains("did things"),
+            "{text}"
+        );
     }
 
     #[test]

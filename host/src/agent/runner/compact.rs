@@ -78,7 +78,8 @@ impl Run {
         if after <= budget {
             if level1.goals != self.compaction.goals {
                 self.compaction_hook(HookPoint::PreCompaction, iteration, 1).await?;
-                self.compacted(1, level1.goals.clone(), level1.dropped, None, before, after).await?;
+                self.compacted(1, level1.goals.clone(), level1.dropped, None, before, after)
+                    .await?;
                 self.compaction.goals = level1.goals;
                 self.compaction_hook(HookPoint::PostCompaction, iteration, 1).await?;
             }
