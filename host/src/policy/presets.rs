@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(
             verdict.rule.as_deref(),
             Some(concat!(
-                "deny every tool but read, glob, grep, list, goal ",
+                "deny every tool but read, glob, grep, list, goal, skill, get_experience ",
                 "(allowed_tools of preset `explore`)"
             ))
         );
