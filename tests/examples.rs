@@ -91,3 +91,8 @@ fn rewind() {
 fn sub_agents() {
     run_example("sub_agents");
 }
+
+#[test]
+fn learning() {
+    run_example("learning");
+}

@@ -68,6 +68,15 @@ pub struct Config {
     /// Environment variables of the same name take precedence over values.
     #[serde(default, skip_serializing)]
     pub secrets: BTreeMap<String, SecretConfig>,
+    /// Where project skills live.
+    #[serde(default)]
+    pub skills: SkillsConfig,
+    /// The experiences file and how runs use it.
+    #[serde(default)]
+    pub experiences: ExperiencesConfig,
+    /// When and how a run's history is compacted.
+    #[serde(default)]
+    pub compaction: crate::agent::compaction::CompactionConfig,
     #[serde(skip)]
     base_dir: PathBuf,
 }
@@ -164,6 +173,45 @@ impl SubAgentsConfig {
             return Err("max_fan_out must be at least 1".into());
         }
         self.child_budget.validate().map_err(|e| format!("child_budget: {e}"))
+    }
+}
+
+/// `[skills]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SkillsConfig {
+    /// Directories of project skills (`*.md`), relative to the config file.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        Self { dirs: vec![PathBuf::from("skills")] }
+    }
+}
+
+/// `[experiences]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExperiencesConfig {
+    /// The file, relative to the config file.
+    pub path: PathBuf,
+    /// Most experiences put into a new trace's first message (0: none).
+    pub top_k: usize,
+    /// Provider plugin of the tagging call; the run's when unset.
+    pub utility_provider: Option<String>,
+    /// Model of the tagging call; the run's when unset.
+    pub utility_model: Option<String>,
+}
+
+impl Default for ExperiencesConfig {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from(".reson/experiences.md"),
+            top_k: 3,
+            utility_provider: None,
+            utility_model: None,
+        }
     }
 }
 
@@ -486,6 +534,22 @@ mod tests {
         let elsewhere = format!("[sandbox]\ncommand_path = [\"/nonexistent\"]\n{rules}");
         let (_, set) = Config::parse(&elsewhere).unwrap().preset("default").unwrap();
         assert_ne!(set.decide("shell", &rm).decision, Decision::Deny);
+    }
+
+    #[test]
+    fn learning_sections_have_defaults_and_parse() {
+        let config = Config::default();
+        assert_eq!(config.skills.dirs, [PathBuf::from("skills")]);
+        assert_eq!(config.experiences.path, PathBuf::from(".reson/experiences.md"));
+        assert_eq!(config.compaction.threshold, 0.8);
+        let config = Config::parse(
+            "[skills]\ndirs = [\"a\"]\n[experiences]\ntop_k = 1\nutility_model = \"small\"\n\
+             [compaction]\ncontext_window = 2000\nmodel = \"summarizer\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.experiences.top_k, 1);
+        assert_eq!(config.compaction.context_window, Some(2000));
+        assert!(Config::parse("[compaction]\nwindow = 1\n").is_err());
     }
 
     #[test]

@@ -45,6 +45,7 @@
 //! ```
 
 mod approval;
+pub mod compaction;
 mod doom;
 mod error;
 mod hooks;

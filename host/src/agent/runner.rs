@@ -12,7 +12,10 @@
 //! the model call, the tool calls, the retry wait and an approval wait in
 //! flight all end when it is cancelled.
 
+mod compact;
+
 use super::approval::{ApprovalRequest, Permissions};
+use super::compaction::CompactionConfig;
 use super::doom::DoomLoopDetector;
 use super::error::AgentError;
 use super::hooks::{HookEvent, HookPoint, Hooks};
@@ -89,6 +92,11 @@ pub struct RunConfig {
     /// What this run and all its sub-agents may spend together. (A
     /// sub-agent's budget is carved from its caller's, whatever this says.)
     pub budget: Budget,
+    /// A new trace's skills, by name, for its system prompt; every skill
+    /// when `None`. Needs a registry with skills.
+    pub skills: Option<Vec<String>>,
+    /// When and how the history is compacted.
+    pub compaction: CompactionConfig,
 }
 
 impl Default for RunConfig {
@@ -108,6 +116,8 @@ impl Default for RunConfig {
             retry_base_delay: Duration::from_millis(500),
             parent: None,
             budget: Budget::default(),
+            skills: None,
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -200,6 +210,21 @@ pub enum AgentEvent {
     GoalChanged {
         /// The tree, rendered.
         tree: String,
+    },
+    /// The history was compacted (see [`EventKind::Compacted`]).
+    Compacted {
+        /// 1 or 2.
+        level: u8,
+        /// Closed goals whose messages were left out (level 1).
+        goals: Vec<String>,
+        /// The sequences left out (level 1) or summarised (level 2).
+        sequences: Vec<u64>,
+        /// The summary message (level 2).
+        summary_sequence: Option<u64>,
+        /// Tokens of the request before.
+        tokens_before: u64,
+        /// Tokens of the request after.
+        tokens_after: u64,
     },
     /// The run ended.
     Finished {
@@ -582,6 +607,8 @@ struct Run {
     active: Arc<AtomicUsize>,
     /// Whether this run is a sub-agent's (started by a caller's run).
     sub_agent: bool,
+    /// Compaction's state in this run.
+    compaction: compact::State,
 }
 
 /// One tool call's result, kept until the results of the calls before it
@@ -599,7 +626,7 @@ struct CallOutcome {
 impl Run {
     async fn prepare(
         inner: Arc<Inner>,
-        messages: Vec<Message>,
+        mut messages: Vec<Message>,
         config: RunConfig,
         (events, cancel, meter): (mpsc::UnboundedSender<AgentEvent>, CancellationToken, Arc<Meter>),
         extra: Option<serde_json::Map<String, serde_json::Value>>,
@@ -618,6 +645,7 @@ impl Run {
                         .map(Message::text)
                         .unwrap_or_default()
                 });
+                compact::add_experience(&inner, &config, &mut messages, &task, &cancel).await?;
                 let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
                 trace.model = Some(config.params.model.clone()).filter(|m| !m.is_empty());
                 trace.provider = Some(inner.provider.name().to_owned());
@@ -647,7 +675,15 @@ impl Run {
         let all = store.get_messages(&trace.id).await?;
         let tree = MessageTree::from_messages(&all);
         let goals = store.get_goals(&trace.id).await?;
-        let system_prompt = config.system_prompt.clone().or_else(|| {
+        let system_prompt = match (mode, inner.tools.skills()) {
+            (RunMode::New, Some(skills)) => Some(
+                skills
+                    .system_prompt(config.system_prompt.as_deref(), config.skills.as_deref())
+                    .map_err(|e| AgentError::Config(e.to_string()))?,
+            ),
+            _ => config.system_prompt.clone(),
+        };
+        let system_prompt = system_prompt.or_else(|| {
             trace.context.extra.get(SYSTEM_PROMPT_KEY).and_then(|v| v.as_str()).map(str::to_owned)
         });
         let mut run = Self {
@@ -666,6 +702,7 @@ impl Run {
             meter,
             active: Arc::default(),
             sub_agent,
+            compaction: compact::State::default(),
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
@@ -740,13 +777,27 @@ impl Run {
     }
 
     /// Persists `message` after the head and makes it the head.
-    async fn persist(&mut self, mut message: Message) -> Result<Message, AgentError> {
+    async fn persist(&mut self, message: Message) -> Result<Message, AgentError> {
+        self.persist_after(message, self.trace.head_sequence).await
+    }
+
+    /// Persists `message` after `parent`, a message of the main path, and
+    /// makes it the head: the main path then leaves out what followed
+    /// `parent`.
+    async fn persist_after(
+        &mut self,
+        mut message: Message,
+        parent: Option<u64>,
+    ) -> Result<Message, AgentError> {
         if message.goal_id.is_none() {
             message.goal_id = self.goals.current().map(|g| g.id.clone());
         }
-        let head = self.trace.head_sequence;
-        let stored = self.inner.store.add_message(&mut self.trace, message, head).await?;
+        let stored = self.inner.store.add_message(&mut self.trace, message, parent).await?;
         self.tree.insert(&stored);
+        let kept = parent
+            .and_then(|p| self.path.iter().position(|m| m.sequence == p))
+            .map_or(0, |i| i + 1);
+        self.path.truncate(kept);
         self.path.push(stored.clone());
         // Goal stats are saved with the next goal change or when the run
         // ends, not per message: they can be rebuilt from the messages,
@@ -956,11 +1007,11 @@ impl Run {
         &mut self,
         iteration: u32,
     ) -> Result<Option<(ChatResponse, u32)>, AgentError> {
-        let request = ChatRequest {
-            messages: self.history(),
-            tools: Runner::offered_tools(&self.inner),
-            params: self.config.params.clone(),
+        let tools = Runner::offered_tools(&self.inner);
+        let Some(messages) = self.compacted_history(iteration, &tools).await? else {
+            return Ok(None);
         };
+        let request = ChatRequest { messages, tools, params: self.config.params.clone() };
         let provider = self.inner.provider.clone();
         let cancel = self.cancel.clone();
         let mut attempt = 1;

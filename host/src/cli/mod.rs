@@ -2,6 +2,7 @@
 //! codes here, at the edge.
 
 mod author;
+mod learn;
 mod plugins;
 mod run;
 mod task;
@@ -55,9 +56,15 @@ enum Command {
         #[arg(default_value = "wit")]
         dir: PathBuf,
     },
-    /// List traces, or show one with its message and goal trees.
+    /// List traces, show one with its message and goal trees, or reflect on one.
     #[command(subcommand)]
     Traces(traces::Command),
+    /// The skills an agent can use: built-in and the project's.
+    #[command(subcommand)]
+    Skills(learn::SkillsCommand),
+    /// Lessons learnt from past runs (experiences.md).
+    #[command(subcommand)]
+    Experiences(learn::ExperiencesCommand),
 }
 
 /// Exit codes, so scripts can tell failures apart.
@@ -111,7 +118,12 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Task(args) => {
             task::run(&open(cli, |o| task::prepare_options(o, args)).await?, args).await
         }
+        Command::Traces(traces::Command::Reflect(args)) => {
+            learn::reflect(&open(cli, |o| learn::prepare_reflect(o, args)).await?, args).await
+        }
         Command::Traces(cmd) => traces::run(&run::traces_dir(&options(cli)?), cmd).await,
+        Command::Skills(cmd) => learn::skills_command(&options(cli)?, cmd),
+        Command::Experiences(cmd) => learn::experiences_command(&options(cli)?, cmd).await,
     }
 }
 

@@ -246,7 +246,10 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
     let config = &runtime.options().config;
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
-    let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none())
+    let tools = ToolRegistry::new(runtime.clone())
+        .with_skills(Arc::new(super::learn::skills(runtime.options())?))
+        .with_experiences(Arc::new(super::learn::experiences(runtime)));
+    let runner = Runner::new(store, provider, tools, Hooks::none())
         .with_permissions(permissions)
         .with_sub_agents(sub_agents);
 
@@ -267,6 +270,8 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
         max_iterations: preset.max_iterations.unwrap_or(args.max_iterations),
         agent_type: preset.name.clone(),
         budget,
+        skills: (!preset.skills.is_empty()).then(|| preset.skills.clone()),
+        compaction: config.compaction.clone(),
         ..RunConfig::default()
     };
     let mut handle = runner.run(messages, config).await?;
@@ -540,6 +545,12 @@ impl Printer {
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
+            AgentEvent::Compacted { level, sequences, tokens_before, tokens_after, .. } => {
+                say_err!(
+                    "[compacted at level {level}: {} messages, {tokens_before} → {tokens_after} tokens]",
+                    sequences.len()
+                );
+            }
             AgentEvent::ApprovalNeeded { request } if !self.tty => {
                 say_err!(
                     "approval needed for {}({}); waiting for an answer",

@@ -29,11 +29,15 @@ pub(crate) enum Command {
         #[arg(long)]
         at: Option<u64>,
     },
+    /// Reflect on a finished trace: the model writes what it learnt into
+    /// experiences.md, on a side branch of the trace (its head stays).
+    Reflect(super::learn::ReflectArgs),
 }
 
 pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
     let store = FileTraceStore::open(dir, reson::trace::Durability::Batched)?;
     match command {
+        Command::Reflect(_) => unreachable!("reflect needs a provider: cli::command runs it"),
         Command::List { json, roots } => {
             let filter = TraceFilter { roots_only: *roots, ..TraceFilter::default() };
             let traces = store.list_traces(&filter).await?;

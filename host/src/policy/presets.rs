@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 /// The built-in presets, sorted.
 const BUILTINS: [&str; 3] = ["analyst", "default", "explore"];
 
-/// Tools that only read, plus the goal tool, which only plans.
-const READ_ONLY: [&str; 5] = ["read", "glob", "grep", "list", "goal"];
+/// Tools that only read, plus the goal tool, which only plans, and the
+/// skill and experience look-ups.
+const READ_ONLY: [&str; 7] = ["read", "glob", "grep", "list", "goal", "skill", "get_experience"];
 
 /// A named way to run an agent.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -211,7 +212,7 @@ mod tests {
         assert_eq!(
             verdict.rule.as_deref(),
             Some(concat!(
-                "deny every tool but read, glob, grep, list, goal ",
+                "deny every tool but read, glob, grep, list, goal, skill, get_experience ",
                 "(allowed_tools of preset `explore`)"
             ))
         );

@@ -1,13 +1,19 @@
 //! One registry for every tool a model can call: plugin tools served by the
 //! plugin runtime, and the host's built-ins (`goal`; `agent` and `evaluate`
-//! when the runner has sub-agents).
+//! when the runner has sub-agents; `skill` with skills, `get_experience`
+//! with experiences).
 
 pub mod agent;
 pub mod evaluate;
+pub mod experience;
 pub mod goal;
+pub mod skill;
 
+use crate::experience::Experiences;
 use crate::plugin::{CallContext, CallError, Image, Runtime, ToolSpec};
+use crate::skills::Skills;
 use crate::trace::ToolCall;
+use std::sync::Arc;
 
 /// The result of one tool call, as it goes back to the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,12 +53,14 @@ impl ToolResult {
 pub struct ToolRegistry {
     runtime: Option<Runtime>,
     allow: Option<Vec<String>>,
+    skills: Option<Arc<Skills>>,
+    experiences: Option<Arc<Experiences>>,
 }
 
 impl ToolRegistry {
     /// The plugin tools of `runtime` plus the built-ins.
     pub fn new(runtime: Runtime) -> Self {
-        Self { runtime: Some(runtime), allow: None }
+        Self { runtime: Some(runtime), ..Self::default() }
     }
 
     /// Only the built-ins.
@@ -66,6 +74,30 @@ impl ToolRegistry {
         self
     }
 
+    /// Offers `skills`: their prompt goes into new traces' system prompts
+    /// and the `skill` tool loads them.
+    pub fn with_skills(mut self, skills: Arc<Skills>) -> Self {
+        self.skills = Some(skills);
+        self
+    }
+
+    /// Offers `experiences`: new traces get the relevant ones and the
+    /// `get_experience` tool searches them.
+    pub fn with_experiences(mut self, experiences: Arc<Experiences>) -> Self {
+        self.experiences = Some(experiences);
+        self
+    }
+
+    /// The skills on offer.
+    pub fn skills(&self) -> Option<&Arc<Skills>> {
+        self.skills.as_ref()
+    }
+
+    /// The experiences on offer.
+    pub fn experiences(&self) -> Option<&Arc<Experiences>> {
+        self.experiences.as_ref()
+    }
+
     /// Whether `name` passes this registry's `only` list.
     pub(crate) fn offered(&self, name: &str) -> bool {
         self.allow.as_ref().is_none_or(|names| names.iter().any(|n| n == name))
@@ -74,7 +106,11 @@ impl ToolRegistry {
     /// Specs of every tool on offer, built-ins first.
     pub fn specs(&self) -> Vec<ToolSpec> {
         let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
+        let skill = self.skills.as_deref().map(skill::spec);
+        let experience = self.experiences.as_ref().map(|_| experience::spec());
         std::iter::once(goal::spec())
+            .chain(skill)
+            .chain(experience)
             .chain(plugin_tools)
             .filter(|t| self.offered(&t.name))
             .collect()
@@ -85,8 +121,9 @@ impl ToolRegistry {
         [goal::NAME, agent::NAME, evaluate::NAME].contains(&name)
     }
 
-    /// Runs a plugin tool. Every failure becomes a result the model can
-    /// read and act on; none ends the run.
+    /// Runs a plugin tool, or the `skill` or `get_experience` built-in.
+    /// Every failure becomes a result the model can read and act on; none
+    /// ends the run.
     pub async fn call(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
         let unknown = || {
             let names: Vec<String> = self.specs().into_iter().map(|t| t.name).collect();
@@ -98,6 +135,16 @@ impl ToolRegistry {
         };
         if !self.offered(&call.name) {
             return unknown();
+        }
+        let builtin = match (call.name.as_str(), &self.skills, &self.experiences) {
+            (skill::NAME, Some(skills), _) => Some(skill::call(skills, &call.arguments)),
+            (experience::NAME, _, Some(found)) => {
+                Some(experience::call(found, &call.arguments).await)
+            }
+            _ => None,
+        };
+        if let Some(result) = builtin {
+            return result.map_or_else(ToolResult::error, ToolResult::text);
         }
         let Some(runtime) = &self.runtime else { return unknown() };
         match runtime.call_tool(&call.name, &call.arguments, context).await {
@@ -120,8 +167,10 @@ mod tests {
 
     #[test]
     fn every_builtin_name_is_reserved_from_plugins() {
+        for name in [goal::NAME, agent::NAME, evaluate::NAME, skill::NAME, experience::NAME] {
+            assert!(crate::plugin::RESERVED_TOOL_NAMES.contains(&name), "{name}");
+        }
         for name in [goal::NAME, agent::NAME, evaluate::NAME] {
-            assert!(crate::plugin::RESERVED_TOOL_NAMES.contains(&name));
             assert!(ToolRegistry::is_builtin(name));
         }
     }

@@ -26,6 +26,11 @@
 //! message plays its `turns`; a request no entry matches plays the
 //! top-level `turns`.
 //!
+//! `"models": {"NAME": {"turns": [...]}}` gives requests whose model is
+//! NAME a script of their own (a utility or summary model beside the
+//! agent's), whose last turn answers every request past its end; every
+//! other request plays the top-level `turns`.
+//!
 //! - `text`: the message's one text part (none when absent).
 //! - `reasoning`: the message's reasoning.
 //! - `tool_calls`: `{"name", "arguments", "id"}`. `arguments` is any JSON
@@ -63,7 +68,8 @@ use std::time::Duration;
 
 fn chat(request: ChatRequest) -> Result<ChatResponse, ProviderError> {
     let script = Script::load(config::get("script")).map_err(ProviderError::Other)?;
-    let index = script::turn_index(&request.messages);
+    let (script, index) =
+        script.for_model(&request.params.model, script::turn_index(&request.messages));
     let turn = script.turn(&request.messages, index).map_err(ProviderError::Other)?;
     thread::sleep(Duration::from_millis(turn.delay_ms));
     let response = reply::response(turn, index, &request.params.model)?;

@@ -3,13 +3,15 @@
 use reson_sdk::provider::{Message, ProviderError, RateLimit, Role, ServerError};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fs;
 
 /// The error for a plugin started without a script.
 pub const NO_SCRIPT: &str = "scripted provider: no `script` setting; pass --script FILE";
 
 /// A whole script: the assistant turns, played in order, and optionally
-/// the scripts of other agents (sub-agents) sharing the file.
+/// the scripts of other agents (sub-agents) sharing the file, and scripts
+/// of their own for requests to other models (a utility or summary model).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
@@ -18,6 +20,9 @@ pub struct Script {
     /// user message plays instead of `turns`.
     #[serde(default)]
     pub agents: Vec<AgentScript>,
+    /// Requests whose model is a key here play that script instead.
+    #[serde(default)]
+    pub models: BTreeMap<String, Script>,
 }
 
 /// The turns of one agent, chosen by its first user message (a sub-agent's
@@ -192,6 +197,17 @@ impl Script {
         Ok(script)
     }
 
+    /// The script a request to `model` plays and its turn there, for a
+    /// request `index` would play here: a model's own script (under
+    /// `models`) plays that turn or, past its end, its last; any other
+    /// model plays this script.
+    pub fn for_model(&self, model: &str, index: usize) -> (&Script, usize) {
+        match self.models.get(model) {
+            Some(own) => (own, index.min(own.turns.len().saturating_sub(1))),
+            None => (self, index),
+        }
+    }
+
     /// The turns that answer `messages`: those of the first agent whose
     /// `match` is in the first user message, else the top-level ones, with
     /// the name used in errors.
@@ -236,8 +252,29 @@ fn text_of(message: &Message) -> String {
 /// its history. Counting the history rather than keeping a cursor is what
 /// lets a fresh instance per call, rewinds and regenerations all land on
 /// the right turn.
+///
+/// A host's compaction note (a user message starting `[compacted: N `)
+/// stands for N answers it left out, so a compacted history plays the
+/// turn its full history would.
 pub fn turn_index(messages: &[Message]) -> usize {
-    messages.iter().filter(|m| matches!(m.role, Role::Assistant)).count()
+    messages
+        .iter()
+        .map(|m| match m.role {
+            Role::Assistant => 1,
+            Role::User => compacted_answers(m),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn compacted_answers(message: &Message) -> usize {
+    let Some(reson_sdk::provider::ContentPart::Text(text)) = message.content.first() else {
+        return 0;
+    };
+    text.strip_prefix("[compacted: ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -397,6 +434,27 @@ mod tests {
             message(Role::User),
         ];
         assert_eq!(turn_index(&history), 2);
+        let mut note = message(Role::User);
+        note.content = vec![ContentPart::Text("[compacted: 5 earlier answers ...]".into())];
+        assert_eq!(turn_index(&[message(Role::User), note, message(Role::Assistant)]), 6);
+    }
+
+    #[test]
+    fn a_model_with_a_script_of_its_own_plays_it() {
+        let script = Script::parse(
+            "s.json",
+            r#"{"turns": [{"text": "main"}],
+                "models": {"utility": {"turns": [{"text": "tags"}]}}}"#,
+        )
+        .unwrap();
+        let play = |model: &str, index: usize| {
+            let (script, index) = script.for_model(model, index);
+            script.turn(&[], index).map(|t| t.text.clone().unwrap_or_default())
+        };
+        assert_eq!(play("utility", 0).unwrap(), "tags");
+        assert_eq!(play("utility", 7).unwrap(), "tags", "past its end: its last turn");
+        assert_eq!(play("gpt-4o", 0).unwrap(), "main");
+        assert!(play("", 1).is_err());
     }
 
     #[test]

@@ -362,6 +362,10 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
         .or_else(|| caller.goal_id.clone())
         .or_else(|| caller.goals.goals().first().map(|g| g.id.clone()))
         .unwrap_or_default();
+    let skills = start
+        .skills
+        .or_else(|| preset.as_ref().map(|(p, _)| p.skills.clone()))
+        .filter(|s| !s.is_empty());
     let config = RunConfig {
         trace_id: start.continue_from.clone(),
         after_sequence: None,
@@ -373,12 +377,12 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
         max_iterations,
         parent: Some((caller.trace_id.clone(), parent_goal.clone())),
         budget: Budget::default(),
+        skills: skills.clone().or_else(|| caller.config.skills.clone()),
         ..caller.config.clone()
     };
     let mut extra = serde_json::Map::new();
     extra.insert(PARENT_CALL_KEY.into(), call.id.clone().into());
-    let skills = start.skills.or_else(|| preset.as_ref().map(|(p, _)| p.skills.clone()));
-    if let Some(skills) = skills.filter(|s| !s.is_empty()) {
+    if let Some(skills) = skills {
         extra.insert(SKILLS_KEY.into(), skills.into());
     }
     let before = match &continued {
