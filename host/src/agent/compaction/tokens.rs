@@ -1,6 +1,6 @@
-//! Counting tokens: OpenAI's own BPE (tiktoken's `o200k_base`,
-//! `cl100k_base`, ... through `tiktoken-rs`) for the OpenAI models it
-//! knows; an estimate of one token per four bytes for every other model
+//! Counting tokens: OpenAI's own BPE (tiktoken's `o200k_base` and
+//! `cl100k_base`, through `tiktoken-rs`) for the OpenAI models that use
+//! them (GPT-3.5 and later); an estimate of one token per four bytes for every other model
 //! (Anthropic and Google publish no offline tokenizer), plus a fixed
 //! overhead per message and per image.
 
@@ -31,17 +31,14 @@ impl TokenCounter {
     /// The model's own tokenizer when there is one here, else the estimate.
     /// The first use of a tokenizer loads it (a few hundred milliseconds).
     pub fn for_model(model: &str) -> Self {
-        use tiktoken_rs::{
-            cl100k_base_singleton, o200k_base_singleton, o200k_harmony_singleton,
-            p50k_base_singleton, p50k_edit_singleton, r50k_base_singleton,
-        };
-        let bpe = tiktoken_rs::tokenizer::get_tokenizer(model).map(|t| match t {
-            Tokenizer::O200kHarmony => o200k_harmony_singleton(),
-            Tokenizer::O200kBase => o200k_base_singleton(),
-            Tokenizer::Cl100kBase => cl100k_base_singleton(),
-            Tokenizer::P50kBase => p50k_base_singleton(),
-            Tokenizer::P50kEdit => p50k_edit_singleton(),
-            Tokenizer::R50kBase | Tokenizer::Gpt2 => r50k_base_singleton(),
+        use tiktoken_rs::{cl100k_base_singleton, o200k_base_singleton, o200k_harmony_singleton};
+        // Only the encodings of current models: each one linked in adds its
+        // table (1.7–3.6 MB) to the binary.
+        let bpe = tiktoken_rs::tokenizer::get_tokenizer(model).and_then(|t| match t {
+            Tokenizer::O200kHarmony => Some(o200k_harmony_singleton()),
+            Tokenizer::O200kBase => Some(o200k_base_singleton()),
+            Tokenizer::Cl100kBase => Some(cl100k_base_singleton()),
+            _ => None,
         });
         Self { bpe }
     }
