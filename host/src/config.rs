@@ -62,6 +62,9 @@ pub struct Config {
     /// Environment variables of the same name take precedence over values.
     #[serde(default, skip_serializing)]
     pub secrets: BTreeMap<String, SecretConfig>,
+    /// MCP servers whose tools runs may call, by name (`[mcp.NAME]`).
+    #[serde(default)]
+    pub mcp: BTreeMap<String, crate::mcp::client::ServerConfig>,
     #[serde(skip)]
     base_dir: PathBuf,
 }
@@ -91,6 +94,9 @@ impl Config {
             }
         }
         config.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
+        for (name, server) in &config.mcp {
+            server.check(name)?;
+        }
         let global = config.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
         for (name, preset) in &config.presets {
             let preset = crate::policy::Preset { name: name.clone(), ..preset.clone() };

@@ -30,6 +30,7 @@ pub mod agent;
 pub mod capability;
 pub mod config;
 pub mod contract;
+pub mod mcp;
 pub mod plugin;
 pub mod policy;
 pub mod provider;

@@ -2,6 +2,7 @@
 //! codes here, at the edge.
 
 mod author;
+mod mcp;
 mod plugins;
 mod run;
 mod task;
@@ -58,6 +59,9 @@ enum Command {
     /// List traces, or show one with its message and goal trees.
     #[command(subcommand)]
     Traces(traces::Command),
+    /// Serve Reson's tools over MCP, or list the MCP servers Reson uses.
+    #[command(subcommand)]
+    Mcp(mcp::Command),
 }
 
 /// Exit codes, so scripts can tell failures apart.
@@ -112,6 +116,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
             task::run(&open(cli, |o| task::prepare_options(o, args)).await?, args).await
         }
         Command::Traces(cmd) => traces::run(&run::traces_dir(&options(cli)?), cmd).await,
+        Command::Mcp(cmd) => mcp::run(&open(cli, |_| Ok(())).await?, cmd).await,
     }
 }
 

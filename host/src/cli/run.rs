@@ -13,7 +13,6 @@ use reson::contract::World;
 use reson::plugin::{Options, PluginStatus, Runtime};
 use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
-use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -215,7 +214,7 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let provider = Arc::new(args.model.provider(runtime));
     let (preset, permissions) = permissions(runtime, &args.model.preset)?;
-    let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none())
+    let runner = Runner::new(store, provider, super::mcp::tools(runtime).await, Hooks::none())
         .with_permissions(permissions);
 
     let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
