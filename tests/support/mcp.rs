@@ -21,8 +21,8 @@ pub fn python() -> &'static Path {
     BIN.get_or_init(install_python)
 }
 
-/// The inspector CLI's package directory (run `build/cli.js` from there:
-/// it finds its own package.json relative to the working directory).
+/// The inspector CLI's package directory (run `cli.js` from its `build/`:
+/// it reads `../package.json` relative to the working directory).
 pub fn inspector() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(install_inspector)

@@ -4,6 +4,8 @@ use serde::{Deserialize, Serialize};
 
 /// Default deadline of one call to an MCP server's tool.
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Default time a server has to start and list its tools.
+pub const DEFAULT_START_TIMEOUT_MS: u64 = 30_000;
 /// Default cap on the text one call may return.
 pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
 
@@ -23,6 +25,8 @@ pub struct ServerConfig {
     pub env: Vec<String>,
     /// Deadline of one call, in milliseconds.
     pub timeout_ms: Option<u64>,
+    /// Time the server has to start and list its tools, in milliseconds.
+    pub start_timeout_ms: Option<u64>,
     /// Cap on the bytes of text one call may return.
     pub output_bytes: Option<u64>,
     /// Set to false to keep the server stopped.
@@ -65,6 +69,11 @@ impl ServerConfig {
     /// The deadline of one call.
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS))
+    }
+
+    /// The time the server has to start and list its tools.
+    pub fn start_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS))
     }
 
     /// The output cap of one call.

@@ -33,8 +33,6 @@ const MAX_DESCRIPTION_BYTES: usize = 8 << 10;
 const MAX_SCHEMA_BYTES: usize = 64 << 10;
 /// Most tools taken from one server.
 const MAX_TOOLS: usize = 256;
-/// The longest a server may take to start and list its tools.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// First and longest wait before a restart.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(30));
 /// A server up this long has its backoff reset when it next dies.
@@ -413,10 +411,13 @@ async fn run_once(
         let listed = running.peer().list_all_tools().await.map_err(|e| format!("tools/list: {e}"))?;
         Ok::<_, String>((running, listed))
     };
-    let (running, listed) = match tokio::time::timeout(START_TIMEOUT, starting).await {
+    let limit = server.config.start_timeout();
+    let (running, listed) = match tokio::time::timeout(limit, starting).await {
         Ok(Ok(up)) => up,
         Ok(Err(e)) => return e,
-        Err(_) => return format!("did not start and list its tools within {START_TIMEOUT:?}"),
+        Err(_) => {
+            return format!("did not start and list its tools within {} ms", limit.as_millis());
+        }
     };
     let peer = running.peer().clone();
     let take = |listed: Vec<Tool>| {

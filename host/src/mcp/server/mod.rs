@@ -84,6 +84,7 @@ impl McpServer {
 }
 
 /// One client's connection.
+#[derive(Clone)]
 struct Session {
     shared: Arc<Shared>,
     permissions: Arc<Permissions>,
@@ -118,11 +119,7 @@ impl Session {
         if changes.is_empty() {
             return;
         }
-        let session = Session {
-            shared: self.shared.clone(),
-            permissions: self.permissions.clone(),
-            approver: self.approver.clone(),
-        };
+        let session = self.clone();
         tokio::spawn(async move {
             let mut listed = session.tools();
             loop {
