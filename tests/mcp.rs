@@ -164,7 +164,10 @@ fn serves_through_the_rules(client: &mut PyClient, dir: &TestDir) {
     assert!(started.elapsed() < Duration::from_secs(5));
 
     replace_echo(dir);
-    assert_eq!(client.send(json!({ "op": "wait_list_changed", "secs": 20 })), json!({ "changed": true }));
+    assert_eq!(
+        client.send(json!({ "op": "wait_list_changed", "secs": 20 })),
+        json!({ "changed": true })
+    );
     let tools = client.list();
     assert_eq!(tools[1]["description"], "Returns the given text prefixed with `v2:`.");
     assert_eq!(client.call("echo", json!({ "text": "hi" }))["text"], "v2:hi");
@@ -191,7 +194,10 @@ fn an_ask_without_elicitation_is_denied_and_says_why() {
 fn an_ask_becomes_an_elicitation() {
     let dir = served_dir();
     let mut yes = PyClient::stdio(&dir, "accept");
-    assert_eq!(yes.call("count", json!({})), json!({ "isError": false, "text": "1", "structured": null }));
+    assert_eq!(
+        yes.call("count", json!({})),
+        json!({ "isError": false, "text": "1", "structured": null })
+    );
     let mut no = PyClient::stdio(&dir, "decline");
     let denied = no.call("count", json!({}));
     assert_eq!(denied["isError"], true);
@@ -294,7 +300,8 @@ fn the_inspector_cli_lists_and_calls_resons_tools() {
     let names: Vec<&str> =
         listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["count", "echo", "spin"]);
-    let called = run(&["--method", "tools/call", "--tool-name", "echo", "--tool-arg", "text=hello"]);
+    let called =
+        run(&["--method", "tools/call", "--tool-name", "echo", "--tool-arg", "text=hello"]);
     assert_eq!(called["content"][0]["text"], "hello");
     assert_ne!(called["isError"], true);
 }
@@ -378,7 +385,11 @@ async fn huge_output_from_an_mcp_server_hits_the_output_cap() {
     let mcp = started(&hostile_config(&dir, &[], "output_bytes = 100000")).await;
     let out = call(&mcp, "hostile__huge", json!({ "size": 4_000_000 })).await;
     assert!(!out.ok);
-    assert!(out.text.contains("output limit of 100000 bytes"), "{}", &out.text[..200.min(out.text.len())]);
+    assert!(
+        out.text.contains("output limit of 100000 bytes"),
+        "{}",
+        &out.text[..200.min(out.text.len())]
+    );
     assert_eq!(call(&mcp, "hostile__huge", json!({ "size": 10 })).await.text, "xxxxxxxxxx");
 }
 
@@ -390,7 +401,10 @@ async fn a_hanging_mcp_tool_times_out_and_the_server_keeps_serving() {
     let out = call(&mcp, "hostile__hang", json!({})).await;
     assert!(out.text.contains("time limit of 1000 ms"), "{}", out.text);
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(call(&mcp, "hostile__echo", json!({ "text": "still here" })).await.text, "still here");
+    assert_eq!(
+        call(&mcp, "hostile__echo", json!({ "text": "still here" })).await.text,
+        "still here"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -509,7 +523,8 @@ command = {}
     assert!(wipe.description.starts_with("[from MCP server `hostile`] "), "{}", wipe.description);
     assert!(!wipe.description.contains('\u{1b}'), "escapes are escaped: {}", wipe.description);
 
-    let store = Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
+    let store =
+        Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
     let (_, rules) = config.preset("default").unwrap();
     // No one answers: an `ask` is denied when the wait ends.
     let approvals = PendingApprovals::new(Duration::from_millis(200));
@@ -520,10 +535,8 @@ command = {}
         Hooks::none(),
     )
     .with_permissions(Permissions::new(rules, approvals));
-    let mut handle = runner
-        .run(vec![Message::new(Role::User, "go")], RunConfig::default())
-        .await
-        .unwrap();
+    let mut handle =
+        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
     let mut finished = Vec::new();
     while let Some(event) = handle.next_event().await {
         if let AgentEvent::ToolFinished { name, ok, output, .. } = event {
@@ -568,7 +581,10 @@ fn reson_mcp_list_shows_servers_status_and_tools() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("hostile  ") && stdout.contains("[ready]"), "{stdout}");
-    assert!(stdout.contains("  hostile__echo\n") && stdout.contains("  hostile__wipe\n"), "{stdout}");
+    assert!(
+        stdout.contains("  hostile__echo\n") && stdout.contains("  hostile__wipe\n"),
+        "{stdout}"
+    );
     assert!(stdout.contains("not served: hostile__bad name\\u{1b}[31m"), "{stdout}");
     assert!(stdout.contains("off  true  [disabled]"), "{stdout}");
 }

@@ -78,7 +78,8 @@ fn bench(c: &mut Criterion) {
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (dir, config) = setup();
     let runtime = rt.block_on(async {
-        let options = reson::plugin::Options::from_config(reson::config::Config::load(&config).unwrap());
+        let options =
+            reson::plugin::Options::from_config(reson::config::Config::load(&config).unwrap());
         Runtime::open(options).await.unwrap()
     });
     let client = rt.block_on(mcp_client(&config));
@@ -106,7 +107,11 @@ fn bench(c: &mut Criterion) {
     println!("\n== figures ==");
     println!("echo over MCP stdio:         {:>9.1} µs", mcp / 1e3);
     println!("echo direct call_tool:       {:>9.1} µs", local / 1e3);
-    println!("MCP / direct:                {:>9.2}x  (+{:.1} µs per call)", mcp / local, (mcp - local) / 1e3);
+    println!(
+        "MCP / direct:                {:>9.2}x  (+{:.1} µs per call)",
+        mcp / local,
+        (mcp - local) / 1e3
+    );
     drop(dir);
 }
 

@@ -86,9 +86,9 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
             for server in &mut servers {
                 server.tools.retain(|t| !shadowed.contains_key(t));
                 let prefix = format!("{}{}", server.name, reson::mcp::client::SEPARATOR);
-                server.refused.extend(
-                    shadowed.values().filter(|r| r.name.starts_with(&prefix)).cloned(),
-                );
+                server
+                    .refused
+                    .extend(shadowed.values().filter(|r| r.name.starts_with(&prefix)).cloned());
             }
             if *json {
                 say!("{}", serde_json::to_string_pretty(&servers)?);
@@ -111,7 +111,11 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
                     say!("  {tool}");
                 }
                 for refused in &server.refused {
-                    say!("  not served: {}: {}", one_line(&refused.name), one_line(&refused.reason));
+                    say!(
+                        "  not served: {}: {}",
+                        one_line(&refused.name),
+                        one_line(&refused.reason)
+                    );
                 }
             }
         }

@@ -124,7 +124,10 @@ impl ToolRegistry {
         if let Some(mcp) = &self.mcp {
             let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
             if self.mcp_specs(&plugin_tools).iter().any(|t| t.name == call.name) {
-                return mcp.call(&call.name, &call.arguments, context).await.unwrap_or_else(unknown);
+                return mcp
+                    .call(&call.name, &call.arguments, context)
+                    .await
+                    .unwrap_or_else(unknown);
             }
         }
         let Some(runtime) = &self.runtime else { return unknown() };

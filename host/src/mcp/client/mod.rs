@@ -141,7 +141,11 @@ impl McpTools {
                     name: name.clone(),
                     config: server.clone(),
                     state: RwLock::new(State {
-                        status: Some(if server.enabled { Status::Starting } else { Status::Disabled }),
+                        status: Some(if server.enabled {
+                            Status::Starting
+                        } else {
+                            Status::Disabled
+                        }),
                         ..State::default()
                     }),
                 })
@@ -153,10 +157,7 @@ impl McpTools {
             stop: CancellationToken::new(),
         });
         for server in inner.servers.iter().filter(|s| s.config.enabled) {
-            let launch = connect::Launch {
-                search_path: search_path.clone(),
-                cwd: cwd.clone(),
-            };
+            let launch = connect::Launch { search_path: search_path.clone(), cwd: cwd.clone() };
             tokio::spawn(supervise(
                 server.clone(),
                 launch,
@@ -275,7 +276,10 @@ async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallCont
             Some(Status::Down { error, .. }) => format!("it is down ({error}) and restarting"),
             _ => "it is starting".to_owned(),
         };
-        return fail(format!("MCP server `{}` cannot take calls: {why}; try again later", server.name));
+        return fail(format!(
+            "MCP server `{}` cannot take calls: {why}; try again later",
+            server.name
+        ));
     };
     let request = CallToolRequestParams::new(tool.remote_name.clone()).with_arguments(arguments);
     let timeout = server.config.timeout();
@@ -290,14 +294,19 @@ async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallCont
             server.name,
             timeout.as_millis()
         )),
-        Ok(Err(ServiceError::McpError(e))) => {
-            fail(format!("MCP server `{}` refused the call of `{name}`: {}", server.name, e.message))
-        }
-        Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => fail(format!(
-            "MCP server `{}` stopped during the call of `{name}` ({e}); it is being restarted",
-            server.name
+        Ok(Err(ServiceError::McpError(e))) => fail(format!(
+            "MCP server `{}` refused the call of `{name}`: {}",
+            server.name, e.message
         )),
-        Ok(Err(e)) => fail(format!("MCP server `{}` failed the call of `{name}`: {e}", server.name)),
+        Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
+            fail(format!(
+                "MCP server `{}` stopped during the call of `{name}` ({e}); it is being restarted",
+                server.name
+            ))
+        }
+        Ok(Err(e)) => {
+            fail(format!("MCP server `{}` failed the call of `{name}`: {e}", server.name))
+        }
         Ok(Ok(result)) => from_mcp(server, name, result),
     }
 }
@@ -407,8 +416,10 @@ async fn run_once(
     stop: &CancellationToken,
 ) -> String {
     let starting = async {
-        let running = connect::connect(&server.name, &server.config, launch, relist.clone()).await?;
-        let listed = running.peer().list_all_tools().await.map_err(|e| format!("tools/list: {e}"))?;
+        let running =
+            connect::connect(&server.name, &server.config, launch, relist.clone()).await?;
+        let listed =
+            running.peer().list_all_tools().await.map_err(|e| format!("tools/list: {e}"))?;
         Ok::<_, String>((running, listed))
     };
     let limit = server.config.start_timeout();
@@ -485,7 +496,8 @@ fn accept_tools(server: &str, listed: Vec<Tool>) -> (Vec<Arc<RemoteTool>>, Vec<R
         }
         let schema = serde_json::Value::Object((*tool.input_schema).clone());
         if schema.to_string().len() > MAX_SCHEMA_BYTES {
-            refused.push(refuse(&format!("its input schema is longer than {MAX_SCHEMA_BYTES} bytes")));
+            refused
+                .push(refuse(&format!("its input schema is longer than {MAX_SCHEMA_BYTES} bytes")));
             continue;
         }
         let validator = match jsonschema::validator_for(&schema) {
@@ -497,10 +509,8 @@ fn accept_tools(server: &str, listed: Vec<Tool>) -> (Vec<Arc<RemoteTool>>, Vec<R
         };
         // The description is the server's text, not the host's: labelled
         // as such, and escaped so it cannot drive a terminal.
-        let description = format!(
-            "[from MCP server `{server}`] {}",
-            escape_controls(description, Lines::Keep)
-        );
+        let description =
+            format!("[from MCP server `{server}`] {}", escape_controls(description, Lines::Keep));
         tools.push(Arc::new(RemoteTool {
             spec: ToolSpec {
                 name: full,

@@ -95,7 +95,11 @@ async fn bearer(State(token): State<Arc<String>>, request: Request, next: Next) 
     if bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
         next.run(request).await
     } else {
-        (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "bearer token required\n")
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "bearer token required\n",
+        )
             .into_response()
     }
 }

@@ -206,7 +206,8 @@ fn to_mcp(result: ToolResult) -> CallToolResult {
 
 impl ServerHandler for Session {
     fn get_info(&self) -> InitializeResult {
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+        let capabilities =
+            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
         InitializeResult::new(capabilities)
             .with_protocol_version(super::PROTOCOL_VERSION)
             .with_server_info(Implementation::new("reson", env!("CARGO_PKG_VERSION")))
