@@ -588,3 +588,33 @@ fn reson_mcp_list_shows_servers_status_and_tools() {
     assert!(stdout.contains("not served: hostile__bad name\\u{1b}[31m"), "{stdout}");
     assert!(stdout.contains("off  true  [disabled]"), "{stdout}");
 }
+
+/// Even a same-origin redirect (which rmcp's default client would follow)
+/// leaves the configured URL unchanged: requests go there only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_mcp_server_cannot_redirect_reson_elsewhere() {
+    use std::io::Read as _;
+    let redirector = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = redirector.local_addr().unwrap().port();
+    let paths = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = paths.clone();
+    std::thread::spawn(move || {
+        for stream in redirector.incoming() {
+            let mut stream = stream.unwrap();
+            let mut buf = [0u8; 8192];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+            seen.lock().unwrap().push(path);
+            let reply = "HTTP/1.1 307 Temporary Redirect\r\nLocation: /elsewhere\r\n\
+                         Content-Length: 0\r\nConnection: close\r\n\r\n";
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+    let dir = TestDir::new();
+    let config = dir.config(&format!("[mcp.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"));
+    let mcp = started(&config).await;
+    until(&mcp, |s| matches!(s, Status::Down { .. })).await;
+    let paths = paths.lock().unwrap().clone();
+    assert!(!paths.is_empty() && paths.iter().all(|p| p == "/mcp"), "requests went to {paths:?}");
+}
