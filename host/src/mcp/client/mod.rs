@@ -556,3 +556,53 @@ pub fn shadowed(
         .collect();
     (kept, dropped)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, description: &str, schema: serde_json::Value) -> Tool {
+        let serde_json::Value::Object(schema) = schema else { panic!("schema is an object") };
+        Tool::new(name.to_owned(), description.to_owned(), Arc::new(schema))
+    }
+
+    fn object() -> serde_json::Value {
+        serde_json::json!({ "type": "object" })
+    }
+
+    #[test]
+    fn a_servers_untrusted_tools_are_refused_with_reasons() {
+        let listed = vec![
+            tool("ok", "fine\u{1b}[2J", object()),
+            tool("OK", "the same name in other case", object()),
+            tool("sp ace", "", object()),
+            tool("long", &"d".repeat(MAX_DESCRIPTION_BYTES + 1), object()),
+            tool("broken", "", serde_json::json!({ "type": 7 })),
+        ];
+        let (tools, refused) = accept_tools("srv", listed);
+        let names: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
+        assert_eq!(names, ["srv__ok"]);
+        assert_eq!(tools[0].remote_name, "ok");
+        assert_eq!(tools[0].spec.description, "[from MCP server `srv`] fine\\u{1b}[2J");
+        let reasons: Vec<&str> = refused.iter().map(|r| r.reason.as_str()).collect();
+        assert!(reasons[0].contains("twice"), "{reasons:?}");
+        assert!(reasons[1].contains("not 1-128 letters"), "{reasons:?}");
+        assert!(reasons[2].contains("description is longer"), "{reasons:?}");
+        assert!(reasons[3].contains("does not compile"), "{reasons:?}");
+    }
+
+    #[test]
+    fn a_name_a_plugin_or_builtin_serves_stays_theirs() {
+        let spec = |name: &str| ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            input_schema: object(),
+            plugin: "mcp:x".into(),
+        };
+        let (kept, dropped) =
+            shadowed(vec![spec("x__read"), spec("X__Echo"), spec("Goal")], &["x__echo".into()]);
+        let kept: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(kept, ["x__read"]);
+        assert_eq!(dropped.keys().collect::<Vec<_>>(), ["Goal", "X__Echo"]);
+    }
+}

@@ -241,3 +241,19 @@ impl ServerHandler for Session {
         self.call(request, context).await.map(CallToolResponse::from)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_json_object_result_is_structured_and_failures_are_is_error() {
+        let object = to_mcp(ToolResult::text(r#"{"a":1}"#.into()));
+        assert_eq!(object.structured_content, Some(serde_json::json!({ "a": 1 })));
+        assert_eq!(object.is_error, Some(false));
+        assert_eq!(object.content[0].as_text().unwrap().text, r#"{"a":1}"#);
+        assert_eq!(to_mcp(ToolResult::text("[1]".into())).structured_content, None);
+        let failed = to_mcp(ToolResult::error(r#"{"a":1}"#.into()));
+        assert_eq!((failed.is_error, failed.structured_content), (Some(true), None));
+    }
+}
