@@ -5,8 +5,8 @@ use super::term::{one_line, say};
 use anyhow::Context as _;
 use clap::Subcommand;
 use reson::mcp::client::{McpTools, Status};
-use reson::mcp::server::McpServer;
 use reson::mcp::server::http::HttpOptions;
+use reson::mcp::server::{McpServer, ServeError};
 use reson::plugin::Runtime;
 use reson::tools::ToolRegistry;
 use std::net::SocketAddr;
@@ -64,7 +64,17 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
                 None => server.serve_stdio().await?,
                 Some(addr) => {
                     let token = std::env::var(token_env).ok().filter(|t| !t.is_empty());
-                    let bound = server.bind_http(HttpOptions { addr: *addr, token }).await?;
+                    let bound = server
+                        .bind_http(HttpOptions { addr: *addr, token })
+                        .await
+                        .map_err(|e| match e {
+                            ServeError::NoToken(_) => {
+                                anyhow::anyhow!(
+                                    "{e}: set {token_env} to the token clients must send"
+                                )
+                            }
+                            e => e.into(),
+                        })?;
                     // Stdout is free in HTTP mode: scripts read the address
                     // (the real port when 0 was asked for) from here.
                     say!("serving MCP on http://{}{}", bound.addr, reson::mcp::server::http::PATH);

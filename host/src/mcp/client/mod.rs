@@ -46,7 +46,7 @@ pub enum Status {
     Starting,
     /// Up; calls go through.
     Ready,
-    /// Down; the next attempt is due in `retry_in_ms`. Calls fail meanwhile.
+    /// Down, to be restarted after a backoff; calls fail meanwhile.
     Down {
         /// Why it is down.
         error: String,

@@ -36,9 +36,7 @@ pub enum ServeError {
     #[error("MCP HTTP server: {0}")]
     Http(#[from] std::io::Error),
     /// Bound beyond loopback without a bearer token.
-    #[error(
-        "serving MCP on {0}, beyond loopback, needs a bearer token (set RESON_MCP_TOKEN or pass --token-env)"
-    )]
+    #[error("serving MCP on {0}, beyond loopback, needs a bearer token")]
     NoToken(std::net::SocketAddr),
 }
 
