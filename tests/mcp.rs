@@ -56,7 +56,7 @@ limits = {{ timeout_ms = 300 }}
 
 /// The Python SDK's client (tests/mcp/client.py), driven line by line.
 struct PyClient {
-    child: Child,
+    _child: Killed,
     input: ChildStdin,
     output: BufReader<ChildStdout>,
 }
@@ -88,7 +88,7 @@ impl PyClient {
             .expect("starting the Python MCP client");
         let input = child.stdin.take().unwrap();
         let output = BufReader::new(child.stdout.take().unwrap());
-        let mut client = Self { child, input, output };
+        let mut client = Self { _child: Killed(child), input, output };
         assert_eq!(client.read(), json!({ "ready": true }), "the client connected");
         client
     }
@@ -115,13 +115,6 @@ impl PyClient {
 
     fn call(&mut self, name: &str, args: Value) -> Value {
         self.send(json!({ "op": "call", "name": name, "args": args }))
-    }
-}
-
-impl Drop for PyClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -206,7 +199,7 @@ fn an_ask_becomes_an_elicitation() {
 
 /// `reson mcp serve --http`, its address read from its first line.
 struct HttpServer {
-    child: Child,
+    _child: Killed,
     url: String,
 }
 
@@ -232,14 +225,7 @@ impl HttpServer {
             let _ = child.wait();
             return Err(err);
         };
-        Ok(Self { url: url.to_owned(), child })
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Ok(Self { url: url.to_owned(), _child: Killed(child) })
     }
 }
 
@@ -447,14 +433,16 @@ async fn a_stdio_server_gets_only_the_listed_environment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_mcp_server_is_reached_at_its_url() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut server = Command::new(support::mcp::python())
-        .arg(support::mcp::script("hostile_server.py"))
-        .args(["http", &port.to_string()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut server = Killed(
+        Command::new(support::mcp::python())
+            .arg(support::mcp::script("hostile_server.py"))
+            .args(["http", &port.to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     // uvicorn says when it listens.
-    let mut stderr = BufReader::new(server.stderr.take().unwrap());
+    let mut stderr = BufReader::new(server.0.stderr.take().unwrap());
     let mut line = String::new();
     while !line.contains("running on") {
         line.clear();
@@ -466,8 +454,16 @@ async fn an_http_mcp_server_is_reached_at_its_url() {
     assert_eq!(status(&mcp), Status::Ready);
     let sum = call(&mcp, "web__add", json!({ "a": 2, "b": 3 })).await.text;
     assert_eq!(serde_json::from_str::<Value>(&sum).unwrap(), json!({ "sum": 5 }));
-    server.kill().unwrap();
-    server.wait().unwrap();
+}
+
+/// A child process killed when the test ends, passed or not.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]
