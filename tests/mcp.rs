@@ -24,6 +24,9 @@ const RESON: &str = env!("CARGO_BIN_EXE_reson");
 
 // ---------------------------------------------------------------- serving
 
+/// A secret the served config holds: it never leaves over MCP.
+const SECRET: &str = "mcp-test-secret-9f8e7d6c5b4a";
+
 /// A plugins dir with `echo` and the hostile guest's `spin`, `count` and
 /// `env`, and a config the `reson` binary reads: echo and spin allowed,
 /// count asks, env denied outright.
@@ -47,6 +50,9 @@ rules = [
 [plugins.hostile]
 tools = ["spin", "count", "env"]
 limits = {{ timeout_ms = 300 }}
+
+[secrets]
+MCP_TEST_SECRET = "{SECRET}"
 "#,
         cache = support::cache_dir().display()
     );
@@ -142,6 +148,9 @@ fn serves_through_the_rules(client: &mut PyClient, dir: &TestDir) {
     assert_eq!(hi, json!({ "isError": false, "text": "hi", "structured": null }));
     let object = client.call("echo", json!({ "text": "{\"a\":1}" }));
     assert_eq!(object["structured"], json!({ "a": 1 }), "a JSON object result is structured too");
+
+    let leak = client.call("echo", json!({ "text": format!("key {SECRET}") }));
+    assert_eq!(leak["text"], "key [REDACTED]", "results pass the redaction point");
 
     let invalid = client.call("echo", json!({ "txt": "hi" }));
     assert_eq!(invalid["isError"], true);
