@@ -77,6 +77,9 @@ pub struct Config {
     /// When and how a run's history is compacted.
     #[serde(default)]
     pub compaction: crate::agent::compaction::CompactionConfig,
+    /// MCP servers whose tools runs may call, by name (`[mcp.NAME]`).
+    #[serde(default)]
+    pub mcp: BTreeMap<String, crate::mcp::client::ServerConfig>,
     #[serde(skip)]
     base_dir: PathBuf,
 }
@@ -108,6 +111,9 @@ impl Config {
         config.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
         config.budget.validate().map_err(|e| format!("[budget]: {e}"))?;
         config.sub_agents.validate().map_err(|e| format!("[sub_agents]: {e}"))?;
+        for (name, server) in &config.mcp {
+            server.check(name)?;
+        }
         let global = config.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
         for (name, preset) in &config.presets {
             let preset = crate::policy::Preset { name: name.clone(), ..preset.clone() };

@@ -31,6 +31,7 @@ pub mod capability;
 pub mod config;
 pub mod contract;
 pub mod experience;
+pub mod mcp;
 pub mod plugin;
 pub mod policy;
 pub mod provider;

@@ -3,6 +3,7 @@
 
 mod author;
 mod learn;
+mod mcp;
 mod plugins;
 mod run;
 mod task;
@@ -65,6 +66,9 @@ enum Command {
     /// Lessons learnt from past runs (experiences.md).
     #[command(subcommand)]
     Experiences(learn::ExperiencesCommand),
+    /// Serve Reson's tools over MCP, or list the MCP servers Reson uses.
+    #[command(subcommand)]
+    Mcp(mcp::Command),
 }
 
 /// Exit codes, so scripts can tell failures apart.
@@ -124,6 +128,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Traces(cmd) => traces::run(&run::traces_dir(&options(cli)?), cmd).await,
         Command::Skills(cmd) => learn::skills_command(&options(cli)?, cmd),
         Command::Experiences(cmd) => learn::experiences_command(&options(cli)?, cmd).await,
+        Command::Mcp(cmd) => mcp::run(&open(cli, |_| Ok(())).await?, cmd).await,
     }
 }
 

@@ -13,7 +13,6 @@ use reson::contract::World;
 use reson::plugin::{Options, PluginStatus, Runtime};
 use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
-use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -246,7 +245,8 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
     let config = &runtime.options().config;
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
-    let tools = ToolRegistry::new(runtime.clone())
+    let tools = super::mcp::tools(runtime)
+        .await
         .with_skills(Arc::new(super::learn::skills(runtime.options())?))
         .with_experiences(Arc::new(super::learn::experiences(runtime)));
     let runner = Runner::new(store, provider, tools, Hooks::none())

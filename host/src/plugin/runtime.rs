@@ -383,6 +383,8 @@ struct Inner {
     /// Serialises reloads; calls never take it.
     reload: tokio::sync::Mutex<()>,
     generation: AtomicU64,
+    /// Counts catalog swaps, for those who follow the tool list.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// Loads plugins from a directory and calls their tools, each call in a
@@ -413,6 +415,7 @@ impl Runtime {
                 catalog: RwLock::new(Arc::default()),
                 reload: tokio::sync::Mutex::new(()),
                 generation: AtomicU64::new(0),
+                changed: tokio::sync::watch::Sender::new(0),
             }),
         };
         runtime.rescan().await?;
@@ -606,6 +609,13 @@ impl Runtime {
         }
         next.reindex(before, &self.inner.lock);
         *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
+        self.inner.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Ticks after every reload, whether or not the tool list changed:
+    /// compare [`Runtime::tools`] to tell.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changed.subscribe()
     }
 
     /// Accepts a plugin as it is now: one held back because it changed and

@@ -1,7 +1,7 @@
 //! One registry for every tool a model can call: plugin tools served by the
-//! plugin runtime, and the host's built-ins (`goal`; `agent` and `evaluate`
+//! plugin runtime, the host's built-ins (`goal`; `agent` and `evaluate`
 //! when the runner has sub-agents; `skill` with skills, `get_experience`
-//! with experiences).
+//! with experiences), and the tools of MCP servers (`SERVER__tool`).
 
 pub mod agent;
 pub mod evaluate;
@@ -10,6 +10,7 @@ pub mod goal;
 pub mod skill;
 
 use crate::experience::Experiences;
+use crate::mcp::client::McpTools;
 use crate::plugin::{CallContext, CallError, Image, Runtime, ToolSpec};
 use crate::skills::Skills;
 use crate::trace::ToolCall;
@@ -55,12 +56,34 @@ pub struct ToolRegistry {
     allow: Option<Vec<String>>,
     skills: Option<Arc<Skills>>,
     experiences: Option<Arc<Experiences>>,
+    mcp: Option<McpTools>,
 }
 
 impl ToolRegistry {
     /// The plugin tools of `runtime` plus the built-ins.
     pub fn new(runtime: Runtime) -> Self {
         Self { runtime: Some(runtime), ..Self::default() }
+    }
+
+    /// Adds the tools of running MCP servers. A name a built-in or a plugin
+    /// serves stays theirs.
+    pub fn with_mcp(mut self, mcp: McpTools) -> Self {
+        self.mcp = Some(mcp);
+        self
+    }
+
+    /// Ticks when the tools on offer may have changed (a plugin reloaded,
+    /// an MCP server's list changed).
+    pub fn changes(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
+        let runtime = self.runtime.as_ref().map(Runtime::changes);
+        runtime.into_iter().chain(self.mcp.as_ref().map(McpTools::changes)).collect()
+    }
+
+    /// The MCP tools on offer: those no built-in or plugin tool shadows.
+    fn mcp_specs(&self, plugin_tools: &[ToolSpec]) -> Vec<ToolSpec> {
+        let Some(mcp) = &self.mcp else { return Vec::new() };
+        let served: Vec<String> = plugin_tools.iter().map(|t| t.name.clone()).collect();
+        crate::mcp::client::shadowed(mcp.specs(), &served).0
     }
 
     /// Only the built-ins.
@@ -108,10 +131,12 @@ impl ToolRegistry {
         let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
         let skill = self.skills.as_deref().map(skill::spec);
         let experience = self.experiences.as_ref().map(|_| experience::spec());
+        let mcp_tools = self.mcp_specs(&plugin_tools);
         std::iter::once(goal::spec())
             .chain(skill)
             .chain(experience)
             .chain(plugin_tools)
+            .chain(mcp_tools)
             .filter(|t| self.offered(&t.name))
             .collect()
     }
@@ -145,6 +170,15 @@ impl ToolRegistry {
         };
         if let Some(result) = builtin {
             return result.map_or_else(ToolResult::error, ToolResult::text);
+        }
+        if let Some(mcp) = &self.mcp {
+            let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
+            if self.mcp_specs(&plugin_tools).iter().any(|t| t.name == call.name) {
+                return mcp
+                    .call(&call.name, &call.arguments, context)
+                    .await
+                    .unwrap_or_else(unknown);
+            }
         }
         let Some(runtime) = &self.runtime else { return unknown() };
         match runtime.call_tool(&call.name, &call.arguments, context).await {
