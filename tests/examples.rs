@@ -86,3 +86,13 @@ fn streaming_events() {
 fn rewind() {
     run_example("rewind");
 }
+
+#[test]
+fn sub_agents() {
+    run_example("sub_agents");
+}
+
+#[test]
+fn learning() {
+    run_example("learning");
+}

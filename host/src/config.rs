@@ -56,6 +56,12 @@ pub struct Config {
     /// User presets by name; they override built-ins of the same name.
     #[serde(default)]
     pub presets: BTreeMap<String, crate::policy::Preset>,
+    /// What a run and all its sub-agents may spend together.
+    #[serde(default)]
+    pub budget: crate::policy::Budget,
+    /// Limits on sub-agents (the `agent` and `evaluate` tools).
+    #[serde(default)]
+    pub sub_agents: SubAgentsConfig,
     /// Secrets by name, for plugins granted those names: a value
     /// (`NAME = "value"`) or a table (`[secrets.NAME] value = "..."`,
     /// `urls = [...]`) that binds the secret to the URLs it may be sent to.
@@ -65,6 +71,18 @@ pub struct Config {
     /// `reson serve`: where it listens and what it accepts.
     #[serde(default)]
     pub server: ServerSettings,
+    /// Where project skills live.
+    #[serde(default)]
+    pub skills: SkillsConfig,
+    /// The experiences file and how runs use it.
+    #[serde(default)]
+    pub experiences: ExperiencesConfig,
+    /// When and how a run's history is compacted.
+    #[serde(default)]
+    pub compaction: crate::agent::compaction::CompactionConfig,
+    /// MCP servers whose tools runs may call, by name (`[mcp.NAME]`).
+    #[serde(default)]
+    pub mcp: BTreeMap<String, crate::mcp::client::ServerConfig>,
     #[serde(skip)]
     base_dir: PathBuf,
 }
@@ -94,6 +112,11 @@ impl Config {
             }
         }
         config.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
+        config.budget.validate().map_err(|e| format!("[budget]: {e}"))?;
+        config.sub_agents.validate().map_err(|e| format!("[sub_agents]: {e}"))?;
+        for (name, server) in &config.mcp {
+            server.check(name)?;
+        }
         let global = config.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
         for (name, preset) in &config.presets {
             let preset = crate::policy::Preset { name: name.clone(), ..preset.clone() };
@@ -114,7 +137,7 @@ impl Config {
 
     /// The global rules, matching `shell` commands with programs resolved
     /// on `[sandbox] command_path`.
-    fn rule_set(&self) -> Result<RuleSet, crate::policy::RuleError> {
+    pub(crate) fn rule_set(&self) -> Result<RuleSet, crate::policy::RuleError> {
         let rules = self.permissions.rule_set()?;
         Ok(match self.sandbox.search_path() {
             Ok(path) => rules.with_search_path(path),
@@ -130,6 +153,74 @@ impl Config {
     /// The grant for `plugin`, or the empty grant.
     pub fn grant(&self, plugin: &str) -> PluginGrant {
         self.plugins.get(plugin).cloned().unwrap_or_default()
+    }
+}
+
+/// `[sub_agents]`: how deep and how wide sub-agents may go, and what
+/// each may spend at most.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubAgentsConfig {
+    /// Deepest nesting: a root agent is at depth 0, and an agent at this
+    /// depth may not start sub-agents.
+    pub max_depth: u32,
+    /// Most sub-agents one agent runs at once.
+    pub max_fan_out: usize,
+    /// A cap on each sub-agent's budget, under what its parent has left.
+    pub child_budget: crate::policy::Budget,
+}
+
+impl Default for SubAgentsConfig {
+    fn default() -> Self {
+        Self { max_depth: 3, max_fan_out: 8, child_budget: crate::policy::Budget::default() }
+    }
+}
+
+impl SubAgentsConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.max_fan_out == 0 {
+            return Err("max_fan_out must be at least 1".into());
+        }
+        self.child_budget.validate().map_err(|e| format!("child_budget: {e}"))
+    }
+}
+
+/// `[skills]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SkillsConfig {
+    /// Directories of project skills (`*.md`), relative to the config file.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        Self { dirs: vec![PathBuf::from("skills")] }
+    }
+}
+
+/// `[experiences]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExperiencesConfig {
+    /// The file, relative to the config file.
+    pub path: PathBuf,
+    /// Most experiences put into a new trace's first message (0: none).
+    pub top_k: usize,
+    /// Provider plugin of the tagging call; the run's when unset.
+    pub utility_provider: Option<String>,
+    /// Model of the tagging call; the run's when unset.
+    pub utility_model: Option<String>,
+}
+
+impl Default for ExperiencesConfig {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from(".reson/experiences.md"),
+            top_k: 3,
+            utility_provider: None,
+            utility_model: None,
+        }
     }
 }
 
@@ -511,6 +602,22 @@ mod tests {
             !toml::to_string(&config).unwrap().contains("t0ken-abc"),
             "the token is never written"
         );
+    }
+
+    #[test]
+    fn learning_sections_have_defaults_and_parse() {
+        let config = Config::default();
+        assert_eq!(config.skills.dirs, [PathBuf::from("skills")]);
+        assert_eq!(config.experiences.path, PathBuf::from(".reson/experiences.md"));
+        assert_eq!(config.compaction.threshold, 0.8);
+        let config = Config::parse(
+            "[skills]\ndirs = [\"a\"]\n[experiences]\ntop_k = 1\nutility_model = \"small\"\n\
+             [compaction]\ncontext_window = 2000\nmodel = \"summarizer\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.experiences.top_k, 1);
+        assert_eq!(config.compaction.context_window, Some(2000));
+        assert!(Config::parse("[compaction]\nwindow = 1\n").is_err());
     }
 
     #[test]

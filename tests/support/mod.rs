@@ -6,6 +6,7 @@
 
 pub mod js;
 pub mod llm_server;
+pub mod mcp;
 pub mod python;
 
 use reson::config::Config;

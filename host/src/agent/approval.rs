@@ -129,7 +129,10 @@ static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The rules and the approver of a run.
 pub struct Permissions {
-    rules: RuleSet,
+    /// Every set must agree: a call gets the strictest of their decisions.
+    /// One set for a root run; a sub-agent adds its preset's to its
+    /// parent's.
+    rules: Vec<RuleSet>,
     approver: Arc<dyn Approver>,
     always: Mutex<HashSet<String>>,
 }
@@ -137,12 +140,22 @@ pub struct Permissions {
 impl Permissions {
     /// Decides with `rules`; `ask` goes to `approver`.
     pub fn new(rules: RuleSet, approver: Arc<dyn Approver>) -> Self {
-        Self { rules, approver, always: Mutex::default() }
+        Self { rules: vec![rules], approver, always: Mutex::default() }
+    }
+
+    /// A sub-agent's permissions: these rules and `rules` too, each call
+    /// getting the stricter decision (deny over ask over allow), so a
+    /// sub-agent can never do more than its parent. `ask` goes to the same
+    /// approver; approvals given "always" to the parent are not inherited.
+    pub(crate) fn narrowed(&self, rules: RuleSet) -> Self {
+        let mut all = self.rules.clone();
+        all.push(rules);
+        Self { rules: all, approver: self.approver.clone(), always: Mutex::default() }
     }
 
     /// Whether `tool` is offered to the model at all.
     pub fn offered(&self, tool: &str) -> bool {
-        self.rules.offered(tool)
+        self.rules.iter().all(|rules| rules.offered(tool))
     }
 
     /// Decides one call; `announce` puts an approval request on the run's
@@ -154,7 +167,17 @@ impl Permissions {
         announce: &Announce,
     ) -> Ruling {
         let args = serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null);
-        let verdict = self.rules.decide(&call.name, &args);
+        let strictness = |d: Decision| match d {
+            Decision::Allow => 0,
+            Decision::Ask => 1,
+            Decision::Deny => 2,
+        };
+        let verdict = self
+            .rules
+            .iter()
+            .map(|rules| rules.decide(&call.name, &args))
+            .reduce(|a, b| if strictness(b.decision) > strictness(a.decision) { b } else { a })
+            .expect("at least one rule set");
         let rule = verdict.rule.clone();
         let ruling = |run, decision| Ruling { run, decision, rule: rule.clone() };
         match verdict.decision {
@@ -274,5 +297,44 @@ mod tests {
         let cut = tokio::time::timeout(Duration::from_millis(20), wait).await;
         assert!(cut.is_err(), "the wait ended on its own: {cut:?}");
         assert!(!approvals.answer(2, Answer::Once), "a dropped wait still took an answer");
+    }
+
+    #[tokio::test]
+    async fn narrowed_permissions_take_the_stricter_decision_and_share_request_ids() {
+        use crate::policy::Rule;
+        let rule = |decision, tool: &str| Rule {
+            decision,
+            tool: tool.into(),
+            pattern: None,
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        };
+        let parent_rules =
+            RuleSet::compile(&[rule(Decision::Ask, "write"), rule(Decision::Allow, "read")])
+                .unwrap()
+                .with_default(Decision::Allow);
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let parent = Permissions::new(parent_rules, approvals.clone());
+        // The child's own rules would allow everything and deny `read`.
+        let child_rules =
+            RuleSet::compile(&[rule(Decision::Allow, "*"), rule(Decision::Deny, "read")]).unwrap();
+        let child = parent.narrowed(child_rules);
+        assert!(parent.offered("read") && !child.offered("read"));
+        let call = |name: &str| crate::trace::ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: "{}".into(),
+        };
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let (seen, answering) = (ids.clone(), approvals.clone());
+        let announce = move |r: &ApprovalRequest| {
+            seen.lock().unwrap().push(r.id);
+            assert!(answering.answer(r.id, Answer::Once));
+        };
+        assert_eq!(child.check("t", &call("read"), &announce).await.decision, "deny");
+        assert_eq!(child.check("t", &call("write"), &announce).await.decision, "ask-once");
+        assert_eq!(parent.check("t", &call("write"), &announce).await.decision, "ask-once");
+        assert_eq!(child.check("t", &call("list"), &announce).await.decision, "allow");
+        assert_eq!(*ids.lock().unwrap(), vec![1, 2], "one approver, one sequence of ids");
     }
 }

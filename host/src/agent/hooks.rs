@@ -22,6 +22,11 @@ pub enum HookPoint {
     OnTurnEnd,
     /// When a task agent finishes a plan step.
     OnPlanStepComplete,
+    /// Before the history is compacted (`compaction_level` says how); a
+    /// block stops the run instead.
+    PreCompaction,
+    /// After the history was compacted.
+    PostCompaction,
 }
 
 impl fmt::Display for HookPoint {
@@ -34,6 +39,8 @@ impl fmt::Display for HookPoint {
             Self::OnTurnStart => "on-turn-start",
             Self::OnTurnEnd => "on-turn-end",
             Self::OnPlanStepComplete => "on-plan-step-complete",
+            Self::PreCompaction => "pre-compaction",
+            Self::PostCompaction => "post-compaction",
         })
     }
 }
@@ -55,6 +62,8 @@ pub struct HookEvent {
     pub attempt: Option<u32>,
     /// The error, for error and retry hooks.
     pub error: Option<String>,
+    /// 1 or 2, for compaction hooks.
+    pub compaction_level: Option<u8>,
 }
 
 impl HookEvent {
@@ -68,6 +77,7 @@ impl HookEvent {
             step_index: None,
             attempt: None,
             error: None,
+            compaction_level: None,
         }
     }
 }

@@ -7,6 +7,11 @@
 //! Dropping the handle stops the run; many runs share one process and a
 //! few threads.
 //!
+//! [`Runner::with_sub_agents`] adds the `agent` and `evaluate` tools: a
+//! sub-agent is a trace of its own under the calling goal, run with no more
+//! tools, rules or budget than its caller has; its events come out of the
+//! caller's stream as [`AgentEvent::SubAgent`].
+//!
 //! ```no_run
 //! use futures::StreamExt;
 //! use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
@@ -40,12 +45,14 @@
 //! ```
 
 mod approval;
+pub mod compaction;
 mod doom;
 mod error;
 mod hooks;
 pub mod memory;
 mod runner;
 mod session;
+mod subagent;
 mod task;
 
 pub use approval::{Announce, Answer, ApprovalRequest, Approver, PendingApprovals, Permissions};
@@ -53,6 +60,7 @@ pub use error::AgentError;
 pub use hooks::{Hook, HookDecision, HookEvent, HookPoint, Hooks};
 pub use runner::{AgentEvent, INTERRUPTED, RunConfig, RunHandle, RunMode, RunOutcome, Runner};
 pub use session::{Agent, AgentBuilder, AgentSession, BasicAgent, RuntimeBundle, TurnOutcome};
+pub use subagent::SubAgentSettings;
 pub use task::{
     FailurePolicy, Plan, PlanParser, PluginPlanParser, Step, StepStatus, TaskAgent, TaskOutcome,
     TransitionError,

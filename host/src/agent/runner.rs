@@ -12,11 +12,16 @@
 //! the model call, the tool calls, the retry wait and an approval wait in
 //! flight all end when it is cancelled.
 
+mod compact;
+
 use super::approval::{ApprovalRequest, Permissions};
+use super::compaction::CompactionConfig;
 use super::doom::DoomLoopDetector;
 use super::error::AgentError;
 use super::hooks::{HookEvent, HookPoint, Hooks};
+use super::subagent::{self, Caller, SubAgentSettings, SubAgents, Update};
 use crate::plugin::CallContext;
+use crate::policy::{Budget, Meter};
 use crate::provider::{self, ChatProvider, ChatRequest, ChatResponse, Delta, LlmParams};
 use crate::tools::{ToolRegistry, ToolResult, goal};
 use crate::trace::{
@@ -27,6 +32,7 @@ use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -86,6 +92,14 @@ pub struct RunConfig {
     pub retry_base_delay: Duration,
     /// For a sub-agent: the calling trace and goal.
     pub parent: Option<(String, String)>,
+    /// What this run and all its sub-agents may spend together. (A
+    /// sub-agent's budget is carved from its caller's, whatever this says.)
+    pub budget: Budget,
+    /// A new trace's skills, by name, for its system prompt; every skill
+    /// when `None`. Needs a registry with skills.
+    pub skills: Option<Vec<String>>,
+    /// When and how the history is compacted.
+    pub compaction: CompactionConfig,
 }
 
 impl Default for RunConfig {
@@ -105,6 +119,9 @@ impl Default for RunConfig {
             max_retries: 3,
             retry_base_delay: Duration::from_millis(500),
             parent: None,
+            budget: Budget::default(),
+            skills: None,
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -198,6 +215,21 @@ pub enum AgentEvent {
         /// The tree, rendered.
         tree: String,
     },
+    /// The history was compacted (see [`EventKind::Compacted`]).
+    Compacted {
+        /// 1 or 2.
+        level: u8,
+        /// Closed goals whose messages were left out (level 1).
+        goals: Vec<String>,
+        /// The sequences left out (level 1) or summarised (level 2).
+        sequences: Vec<u64>,
+        /// The summary message (level 2).
+        summary_sequence: Option<u64>,
+        /// Tokens of the request before.
+        tokens_before: u64,
+        /// Tokens of the request after.
+        tokens_after: u64,
+    },
     /// The run ended.
     Finished {
         /// How.
@@ -205,6 +237,28 @@ pub enum AgentEvent {
         /// Why it failed, if it did.
         error: Option<String>,
     },
+    /// An event of a sub-agent started by an `agent` or `evaluate` call
+    /// (nested once more per level of sub-agents).
+    SubAgent {
+        /// The call that started the sub-agent.
+        call_id: String,
+        /// The sub-agent's trace.
+        sub_trace_id: String,
+        /// What happened there.
+        event: Box<AgentEvent>,
+    },
+}
+
+impl AgentEvent {
+    /// The approval request this event carries, its own or a sub-agent's
+    /// (answer it through the root run's approver either way).
+    pub fn approval_request(&self) -> Option<&ApprovalRequest> {
+        match self {
+            Self::ApprovalNeeded { request } => Some(request),
+            Self::SubAgent { event, .. } => event.approval_request(),
+            _ => None,
+        }
+    }
 }
 
 /// How a run ended.
@@ -293,13 +347,26 @@ fn task_failed(e: &tokio::task::JoinError) -> AgentError {
     })
 }
 
+#[derive(Clone)]
 struct Inner {
     store: Arc<dyn TraceStore>,
     provider: Arc<dyn ChatProvider>,
     tools: ToolRegistry,
     hooks: Hooks,
     permissions: Option<Arc<Permissions>>,
-    running: Mutex<HashMap<String, CancellationToken>>,
+    /// Shared with the runners of sub-agents, so `stop` reaches them too.
+    running: Arc<Mutex<HashMap<String, CancellationToken>>>,
+    sub_agents: Option<SubAgents>,
+}
+
+/// What a sub-agent's run gets from its caller.
+pub(crate) struct Link {
+    /// Carved from the caller's.
+    pub(crate) meter: Arc<Meter>,
+    /// Cancelled with the caller's.
+    pub(crate) cancel: CancellationToken,
+    /// Put in a new trace's `context.extra`.
+    pub(crate) extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A trace's entry in the set of running traces, removed when this is
@@ -346,8 +413,15 @@ impl Runner {
         tools: ToolRegistry,
         hooks: Hooks,
     ) -> Self {
-        let inner =
-            Inner { store, provider, tools, hooks, permissions: None, running: Mutex::default() };
+        let inner = Inner {
+            store,
+            provider,
+            tools,
+            hooks,
+            permissions: None,
+            running: Arc::default(),
+            sub_agents: None,
+        };
         Self { inner: Arc::new(inner) }
     }
 
@@ -359,22 +433,59 @@ impl Runner {
     }
 
     pub(crate) fn with_shared_permissions(self, permissions: Arc<Permissions>) -> Self {
-        let inner = &self.inner;
-        Self {
-            inner: Arc::new(Inner {
-                store: inner.store.clone(),
-                provider: inner.provider.clone(),
-                tools: inner.tools.clone(),
-                hooks: inner.hooks.clone(),
-                permissions: Some(permissions),
-                running: Mutex::default(),
-            }),
-        }
+        let inner = Inner {
+            permissions: Some(permissions),
+            running: Arc::default(),
+            ..(*self.inner).clone()
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// The same runner offering the `agent` and `evaluate` tools: the model
+    /// can hand work to sub-agents, each a trace under the calling goal,
+    /// never allowed more than its caller, within `settings`' limits.
+    pub fn with_sub_agents(self, settings: SubAgentSettings) -> Self {
+        let sub_agents = SubAgents { settings: Arc::new(settings), depth: 0 };
+        let inner = Inner { sub_agents: Some(sub_agents), ..(*self.inner).clone() };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// A sub-agent's runner: one level deeper, offering only `tools`,
+    /// checked by `permissions`, sharing the set of running traces.
+    pub(crate) fn child(&self, tools: Vec<String>, permissions: Option<Arc<Permissions>>) -> Self {
+        let inner = Inner {
+            tools: self.inner.tools.clone().only(tools),
+            permissions,
+            sub_agents: self
+                .inner
+                .sub_agents
+                .as_ref()
+                .map(|s| SubAgents { settings: s.settings.clone(), depth: s.depth + 1 }),
+            ..(*self.inner).clone()
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    pub(crate) fn sub_agents(&self) -> Option<SubAgents> {
+        self.inner.sub_agents.clone()
+    }
+
+    pub(crate) fn permissions(&self) -> Option<Arc<Permissions>> {
+        self.inner.permissions.clone()
+    }
+
+    /// The names of the tools the model is offered.
+    pub(crate) fn offered_names(&self) -> Vec<String> {
+        Self::offered_tools(&self.inner).into_iter().map(|t| t.name).collect()
     }
 
     /// The tool specs the model is offered.
     fn offered_tools(inner: &Inner) -> Vec<crate::plugin::ToolSpec> {
-        let specs = inner.tools.specs();
+        let mut specs = inner.tools.specs();
+        if inner.sub_agents.is_some() {
+            let builtins = [crate::tools::agent::spec(), crate::tools::evaluate::spec()];
+            specs.extend(builtins.into_iter().filter(|t| inner.tools.offered(&t.name)));
+        }
         match &inner.permissions {
             Some(p) => specs.into_iter().filter(|t| p.offered(&t.name)).collect(),
             None => specs,
@@ -392,8 +503,24 @@ impl Runner {
         messages: Vec<Message>,
         config: RunConfig,
     ) -> Result<RunHandle, AgentError> {
+        self.start(messages, config, None).await
+    }
+
+    /// [`run`](Self::run), for a sub-agent when `link` is given.
+    pub(crate) async fn start(
+        &self,
+        messages: Vec<Message>,
+        config: RunConfig,
+        link: Option<Link>,
+    ) -> Result<RunHandle, AgentError> {
         let (events, receiver) = mpsc::unbounded_channel();
-        let cancel = CancellationToken::new();
+        let (meter, cancel, extra) = match link {
+            Some(Link { meter, cancel, extra }) => (meter, cancel, Some(extra)),
+            None => {
+                config.budget.validate().map_err(|e| AgentError::Config(e.to_string()))?;
+                (Meter::root(config.budget), CancellationToken::new(), None)
+            }
+        };
         let mut claim = Claim { inner: self.inner.clone(), trace_id: None };
         // An existing trace is claimed before it is prepared: preparing
         // writes to it (heals calls, moves the head, adds messages), which
@@ -401,8 +528,14 @@ impl Runner {
         if let Some(id) = config.trace_id.as_ref().or(config.new_trace_id.as_ref()) {
             claim.take(id, &cancel)?;
         }
-        let run =
-            Run::prepare(self.inner.clone(), messages, config, events, cancel.clone()).await?;
+        let run = Run::prepare(
+            self.inner.clone(),
+            messages,
+            config,
+            (events, cancel.clone(), meter),
+            extra,
+        )
+        .await?;
         let trace_id = run.trace.id.clone();
         if claim.trace_id.is_none() {
             claim.take(&trace_id, &cancel)?;
@@ -440,6 +573,15 @@ impl Runner {
     }
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// `message` with its content replaced by `text`.
 fn with_text(message: &Message, text: String) -> Message {
     let mut shown = message.clone();
@@ -463,6 +605,14 @@ struct Run {
     cost: f64,
     /// Model requests sent by this run, failed attempts included.
     requests: u32,
+    /// What this run and its sub-agents spent, against their budgets.
+    meter: Arc<Meter>,
+    /// Sub-agents of this run running now.
+    active: Arc<AtomicUsize>,
+    /// Whether this run is a sub-agent's (started by a caller's run).
+    sub_agent: bool,
+    /// Compaction's state in this run.
+    compaction: compact::State,
 }
 
 /// One tool call's result, kept until the results of the calls before it
@@ -480,11 +630,12 @@ struct CallOutcome {
 impl Run {
     async fn prepare(
         inner: Arc<Inner>,
-        messages: Vec<Message>,
+        mut messages: Vec<Message>,
         config: RunConfig,
-        events: mpsc::UnboundedSender<AgentEvent>,
-        cancel: CancellationToken,
+        (events, cancel, meter): (mpsc::UnboundedSender<AgentEvent>, CancellationToken, Arc<Meter>),
+        extra: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<Self, AgentError> {
+        let sub_agent = extra.is_some();
         let store = inner.store.clone();
         let (trace, mode) = match &config.trace_id {
             None => {
@@ -498,6 +649,7 @@ impl Run {
                         .map(Message::text)
                         .unwrap_or_default()
                 });
+                compact::add_experience(&inner, &config, &mut messages, &task, &cancel).await?;
                 let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
                 if let Some(id) = &config.new_trace_id {
                     trace.id.clone_from(id);
@@ -510,6 +662,7 @@ impl Run {
                     trace.parent_trace_id = Some(parent_trace.clone());
                     trace.parent_goal_id = Some(parent_goal.clone());
                 }
+                trace.context.extra.extend(extra.unwrap_or_default());
                 store.create_trace(&trace).await?;
                 (trace, RunMode::New)
             }
@@ -529,7 +682,15 @@ impl Run {
         let all = store.get_messages(&trace.id).await?;
         let tree = MessageTree::from_messages(&all);
         let goals = store.get_goals(&trace.id).await?;
-        let system_prompt = config.system_prompt.clone().or_else(|| {
+        let system_prompt = match (mode, inner.tools.skills()) {
+            (RunMode::New, Some(skills)) => Some(
+                skills
+                    .system_prompt(config.system_prompt.as_deref(), config.skills.as_deref())
+                    .map_err(|e| AgentError::Config(e.to_string()))?,
+            ),
+            _ => config.system_prompt.clone(),
+        };
+        let system_prompt = system_prompt.or_else(|| {
             trace.context.extra.get(SYSTEM_PROMPT_KEY).and_then(|v| v.as_str()).map(str::to_owned)
         });
         let mut run = Self {
@@ -545,6 +706,10 @@ impl Run {
             usage: Usage::default(),
             cost: 0.0,
             requests: 0,
+            meter,
+            active: Arc::default(),
+            sub_agent,
+            compaction: compact::State::default(),
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
@@ -620,13 +785,27 @@ impl Run {
     }
 
     /// Persists `message` after the head and makes it the head.
-    async fn persist(&mut self, mut message: Message) -> Result<Message, AgentError> {
+    async fn persist(&mut self, message: Message) -> Result<Message, AgentError> {
+        self.persist_after(message, self.trace.head_sequence).await
+    }
+
+    /// Persists `message` after `parent`, a message of the main path, and
+    /// makes it the head: the main path then leaves out what followed
+    /// `parent`.
+    async fn persist_after(
+        &mut self,
+        mut message: Message,
+        parent: Option<u64>,
+    ) -> Result<Message, AgentError> {
         if message.goal_id.is_none() {
             message.goal_id = self.goals.current().map(|g| g.id.clone());
         }
-        let head = self.trace.head_sequence;
-        let stored = self.inner.store.add_message(&mut self.trace, message, head).await?;
+        let stored = self.inner.store.add_message(&mut self.trace, message, parent).await?;
         self.tree.insert(&stored);
+        let kept = parent
+            .and_then(|p| self.path.iter().position(|m| m.sequence == p))
+            .map_or(0, |i| i + 1);
+        self.path.truncate(kept);
         self.path.push(stored.clone());
         // Goal stats are saved with the next goal change or when the run
         // ends, not per message: they can be rebuilt from the messages,
@@ -647,7 +826,13 @@ impl Run {
     async fn heal(&mut self) -> Result<(), AgentError> {
         let Some(head) = self.trace.head_sequence else { return Ok(()) };
         for (_, call) in self.tree.orphaned_tool_calls(head) {
-            let mut result = Message::tool_result(&call, INTERRUPTED);
+            let text = if subagent::handles(&call.name) {
+                let store = self.inner.store.clone();
+                subagent::healed(&*store, &mut self.trace, &call).await
+            } else {
+                INTERRUPTED.to_owned()
+            };
+            let mut result = Message::tool_result(&call, text);
             result.synthetic = true;
             self.persist(result).await?;
         }
@@ -667,7 +852,23 @@ impl Run {
 
     async fn execute(mut self) -> Result<RunOutcome, AgentError> {
         let mut iterations = 0;
-        let result = self.run_loop(&mut iterations).await;
+        // A time budget cuts whatever is in flight, as a stop does; the
+        // run then ends failed, naming the budget.
+        let deadline = self.meter.deadline().map(|at| {
+            let cancel = self.cancel.clone();
+            let timer = tokio::spawn(async move {
+                tokio::time::sleep_until(at.into()).await;
+                cancel.cancel();
+            });
+            AbortOnDrop(timer)
+        });
+        let mut result = self.run_loop(&mut iterations).await;
+        drop(deadline);
+        if let Ok(TraceStatus::Stopped) = result
+            && let Some(reason) = self.meter.exceeded()
+        {
+            result = Err(AgentError::LimitExceeded(reason));
+        }
         let (status, error) = match &result {
             Ok(status) => (*status, None),
             Err(e) => {
@@ -706,7 +907,12 @@ impl Run {
             .store
             .append_event(&mut self.trace, EventKind::TraceFinished { status, error })
             .await?;
-        self.inner.store.sync().await?;
+        // A sub-agent's writes are synced with its root's, at the root's
+        // end: waiting for a disk flush per sub-agent would make fan-out
+        // pay it once per child.
+        if !self.sub_agent {
+            self.inner.store.sync().await?;
+        }
         Ok(())
     }
 
@@ -715,6 +921,9 @@ impl Run {
         loop {
             if self.stopped() {
                 return Ok(TraceStatus::Stopped);
+            }
+            if let Some(reason) = self.meter.exceeded() {
+                return Err(AgentError::LimitExceeded(reason));
             }
             if *iterations >= self.config.max_iterations {
                 return Err(AgentError::LimitExceeded(format!(
@@ -738,6 +947,8 @@ impl Run {
             message.attempts = attempts;
             self.usage += message.usage;
             self.cost += message.cost;
+            self.meter
+                .spend(message.usage.prompt_tokens + message.usage.completion_tokens, message.cost);
             let assistant = self.persist(message).await?;
             if assistant.tool_calls.is_empty() {
                 self.trace.result_summary = Some(assistant.text());
@@ -770,14 +981,7 @@ impl Run {
             return Ok(());
         }
         let mut text = format!("<goal-tree>\n{}</goal-tree>", self.goals.render());
-        let collaborators = &self.trace.context.collaborators;
-        if !collaborators.is_empty() {
-            text.push_str("\n<collaborators>\n");
-            for c in collaborators {
-                text.push_str(&format!("- {}: {}\n", c.name, c.description));
-            }
-            text.push_str("</collaborators>");
-        }
+        text.push_str(&subagent::collaborators_section(&self.trace));
         let mut reminder = Message::new(Role::User, text);
         reminder.synthetic = true;
         self.persist(reminder).await?;
@@ -811,11 +1015,11 @@ impl Run {
         &mut self,
         iteration: u32,
     ) -> Result<Option<(ChatResponse, u32)>, AgentError> {
-        let request = ChatRequest {
-            messages: self.history(),
-            tools: Runner::offered_tools(&self.inner),
-            params: self.config.params.clone(),
+        let tools = Runner::offered_tools(&self.inner);
+        let Some(messages) = self.compacted_history(iteration, &tools).await? else {
+            return Ok(None);
         };
+        let request = ChatRequest { messages, tools, params: self.config.params.clone() };
         let provider = self.inner.provider.clone();
         let cancel = self.cancel.clone();
         let mut attempt = 1;
@@ -946,6 +1150,10 @@ impl Run {
                 Some(self.finished(call, ToolResult::error(unknown_tool(call, &offered)), None))
             } else if let Some(denied) = self.permitted(call).await? {
                 Some(self.finished(call, denied, None))
+            } else if subagent::handles(&call.name) {
+                // Sub-agents run concurrently, as plugin tools do.
+                plugin_calls.push(i);
+                None
             } else if ToolRegistry::is_builtin(&call.name) {
                 let started = Instant::now();
                 let result = match goal::apply(&mut self.goals, &call.arguments) {
@@ -977,6 +1185,20 @@ impl Run {
         // stored the others are not polled: a store is short next to a
         // tool call, and their deadlines run on the clock meanwhile.
         let tools = self.inner.tools.clone();
+        let (updates, mut updated) = mpsc::unbounded_channel();
+        let caller = Arc::new(Caller {
+            runner: Runner { inner: self.inner.clone() },
+            trace_id: self.trace.id.clone(),
+            agent_type: self.trace.agent_type.clone(),
+            goal_id: self.goals.current().map(|g| g.id.clone()),
+            goals: self.goals.clone(),
+            config: self.config.clone(),
+            meter: self.meter.clone(),
+            cancel: self.cancel.clone(),
+            events: self.events.clone(),
+            updates,
+            active: self.active.clone(),
+        });
         let (trace_id, cancel) = (&self.trace.id, &self.cancel);
         let mut running: FuturesUnordered<_> = plugin_calls
             .iter()
@@ -986,21 +1208,41 @@ impl Run {
                     trace_id: Some(trace_id.clone()),
                     cancel: Some(cancel.clone()),
                 };
-                let tools = &tools;
+                let (tools, caller) = (&tools, caller.clone());
                 async move {
                     let started = Instant::now();
-                    let result = tools.call(&calls[i], &context).await;
+                    let result = if subagent::handles(&calls[i].name) {
+                        subagent::call(caller, calls[i].clone()).await
+                    } else {
+                        tools.call(&calls[i], &context).await
+                    };
                     (i, result, started.elapsed())
                 }
             })
             .collect();
-        while let Some((i, result, took)) = running.next().await {
-            let mut finished = self.finished(&calls[i], result, None);
-            finished.took = took;
-            done[i] = Some(finished);
-            self.store_ready(calls, &mut done, &mut stored).await?;
+        loop {
+            tokio::select! {
+                next = running.next() => {
+                    let Some((i, result, took)) = next else { break };
+                    let mut finished = self.finished(&calls[i], result, None);
+                    finished.took = took;
+                    done[i] = Some(finished);
+                    self.store_ready(calls, &mut done, &mut stored).await?;
+                }
+                Some(update) = updated.recv() => self.sub_agent_update(update).await?,
+            }
+        }
+        while let Ok(update) = updated.try_recv() {
+            self.sub_agent_update(update).await?;
         }
         Ok(())
+    }
+
+    /// Records what a sub-agent call reported in the trace and goal tree.
+    async fn sub_agent_update(&mut self, update: Update) -> Result<(), AgentError> {
+        subagent::apply(update, &mut self.trace, &mut self.goals);
+        self.inner.store.update_trace(&self.trace).await?;
+        self.goal_changed().await
     }
 
     /// A call has its result: the live event goes out now, the result waits

@@ -2,6 +2,8 @@
 //! codes here, at the edge.
 
 mod author;
+mod learn;
+mod mcp;
 mod plugins;
 mod run;
 mod serve;
@@ -56,11 +58,20 @@ enum Command {
         #[arg(default_value = "wit")]
         dir: PathBuf,
     },
-    /// List traces, or show one with its message and goal trees.
+    /// List traces, show one with its message and goal trees, or reflect on one.
     #[command(subcommand)]
     Traces(traces::Command),
     /// Serve the HTTP + WebSocket API and the trace viewer page.
     Serve(serve::ServeArgs),
+    /// The skills an agent can use: built-in and the project's.
+    #[command(subcommand)]
+    Skills(learn::SkillsCommand),
+    /// Lessons learnt from past runs (experiences.md).
+    #[command(subcommand)]
+    Experiences(learn::ExperiencesCommand),
+    /// Serve Reson's tools over MCP, or list the MCP servers Reson uses.
+    #[command(subcommand)]
+    Mcp(mcp::Command),
 }
 
 /// Exit codes, so scripts can tell failures apart.
@@ -114,10 +125,16 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Task(args) => {
             task::run(&open(cli, |o| task::prepare_options(o, args)).await?, args).await
         }
+        Command::Traces(traces::Command::Reflect(args)) => {
+            learn::reflect(&open(cli, |o| learn::prepare_reflect(o, args)).await?, args).await
+        }
         Command::Traces(cmd) => traces::run(&run::traces_dir(&options(cli)?), cmd).await,
         Command::Serve(args) => {
             serve::run(&open(cli, |o| serve::prepare_options(o, args)).await?, args).await
         }
+        Command::Skills(cmd) => learn::skills_command(&options(cli)?, cmd),
+        Command::Experiences(cmd) => learn::experiences_command(&options(cli)?, cmd).await,
+        Command::Mcp(cmd) => mcp::run(&open(cli, |_| Ok(())).await?, cmd).await,
     }
 }
 

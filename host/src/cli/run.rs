@@ -6,14 +6,13 @@ use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
     AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals, Permissions,
-    RunConfig, Runner,
+    RunConfig, Runner, SubAgentSettings,
 };
 use reson::config::{Access, DirGrant};
 use reson::contract::World;
 use reson::plugin::{Options, PluginStatus, Runtime};
 use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
-use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -158,6 +157,34 @@ pub(crate) struct RunArgs {
     /// Print events as JSON lines instead of text.
     #[arg(long)]
     json: bool,
+    /// Budget of the whole run, sub-agents included: most tokens (prompt +
+    /// completion) [default: `[budget] max_tokens`]
+    #[arg(long)]
+    max_tokens: Option<u64>,
+    /// Budget: most cost in USD [default: `[budget] max_cost_usd`]
+    #[arg(long)]
+    max_cost: Option<f64>,
+    /// Budget: most wall-clock seconds [default: `[budget] max_duration_ms`]
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+}
+
+impl RunArgs {
+    /// The config's budget with the command line's limits over it.
+    fn budget(&self, config: &reson::config::Config) -> anyhow::Result<reson::policy::Budget> {
+        let mut budget = config.budget;
+        budget.max_tokens = self.max_tokens.or(budget.max_tokens);
+        budget.max_cost_usd = self.max_cost.or(budget.max_cost_usd);
+        if let Some(seconds) = self.timeout {
+            anyhow::ensure!(
+                seconds.is_finite() && seconds > 0.0,
+                "--timeout must be a positive number of seconds (got {seconds})"
+            );
+            budget.max_duration_ms = Some((seconds * 1000.0).ceil() as u64);
+        }
+        budget.validate().map_err(|e| anyhow::anyhow!("--max-cost: {e}"))?;
+        Ok(budget)
+    }
 }
 
 pub(crate) const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to inspect and change \
@@ -218,8 +245,16 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let provider = Arc::new(args.model.provider(runtime));
     let (preset, permissions) = permissions(runtime, &args.model.preset)?;
-    let runner = Runner::new(store, provider, ToolRegistry::new(runtime.clone()), Hooks::none())
-        .with_permissions(permissions);
+    let config = &runtime.options().config;
+    let budget = args.budget(config)?;
+    let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
+    let tools = super::mcp::tools(runtime)
+        .await
+        .with_skills(Arc::new(super::learn::skills(runtime.options())?))
+        .with_experiences(Arc::new(super::learn::experiences(runtime)));
+    let runner = Runner::new(store, provider, tools, Hooks::none())
+        .with_permissions(permissions)
+        .with_sub_agents(sub_agents);
 
     let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
     let config = RunConfig {
@@ -237,6 +272,9 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
         },
         max_iterations: preset.max_iterations.unwrap_or(args.max_iterations),
         agent_type: preset.name.clone(),
+        budget,
+        skills: (!preset.skills.is_empty()).then(|| preset.skills.clone()),
+        compaction: config.compaction.clone(),
         ..RunConfig::default()
     };
     let mut handle = runner.run(messages, config).await?;
@@ -414,6 +452,55 @@ impl Printer {
         }
     }
 
+    /// A sub-agent's event, indented under the call that started it and
+    /// tagged with the end of its trace id: its start, answers, tool calls
+    /// and end (streamed text shows whole).
+    fn print_sub(&mut self, depth: usize, sub_trace_id: &str, event: &AgentEvent) {
+        // Children of one call run at once, so each line names its own.
+        let tag = sub_trace_id.get(sub_trace_id.len().saturating_sub(4)..).unwrap_or_default();
+        let indent = format!("{}[…{}] ", "  │ ".repeat(depth), clean(tag));
+        let line = |text: &str| {
+            for l in text.lines() {
+                say!("{indent}{}", clean(l));
+            }
+        };
+        match event {
+            AgentEvent::SubAgent { sub_trace_id, event, .. } => {
+                self.print_sub(depth + 1, sub_trace_id, event);
+            }
+            AgentEvent::TraceStarted { mode, .. } => line(&format!(
+                "┌ sub-agent {sub_trace_id} ({})",
+                serde_json::to_value(mode).unwrap_or_default().as_str().unwrap_or("")
+            )),
+            AgentEvent::MessageAdded { message } if message.role == Role::Assistant => {
+                let text = message.text();
+                if !text.is_empty() {
+                    line(&text);
+                }
+                for call in &message.tool_calls {
+                    line(&format!("→ {}({})", one_line(&call.name), one_line(&call.arguments)));
+                }
+            }
+            AgentEvent::ToolFinished { name, ok, output, .. } => {
+                let mark = if *ok { "←" } else { "✗" };
+                let first = output.lines().next().unwrap_or_default();
+                line(&format!("{mark} {} {}", one_line(name), one_line(first)));
+            }
+            AgentEvent::ApprovalNeeded { request } if !self.tty => {
+                say_err!(
+                    "approval needed for {}({}) in sub-agent {sub_trace_id}; waiting for an answer",
+                    one_line(&request.tool),
+                    one_line(&request.arguments)
+                );
+            }
+            AgentEvent::Finished { status, error } => {
+                let error = error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+                line(&format!("└ sub-agent {sub_trace_id} {}{error}", status_word(*status)));
+            }
+            _ => {}
+        }
+    }
+
     fn print(&mut self, event: &AgentEvent) {
         if self.json {
             say!("{}", serde_json::to_string(event).expect("events serialise"));
@@ -424,6 +511,10 @@ impl Printer {
         }
         if !matches!(event, AgentEvent::ModelRequest { .. }) {
             self.clear_spinner();
+        }
+        if let AgentEvent::SubAgent { sub_trace_id, event, .. } = event {
+            self.print_sub(1, sub_trace_id, event);
+            return;
         }
         let mut out = std::io::stdout().lock();
         match event {
@@ -457,6 +548,12 @@ impl Printer {
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
+            AgentEvent::Compacted { level, sequences, tokens_before, tokens_after, .. } => {
+                say_err!(
+                    "[compacted at level {level}: {} messages, {tokens_before} → {tokens_after} tokens]",
+                    sequences.len()
+                );
+            }
             AgentEvent::ApprovalNeeded { request } if !self.tty => {
                 say_err!(
                     "approval needed for {}({}); waiting for an answer",

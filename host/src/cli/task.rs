@@ -11,7 +11,6 @@ use reson::agent::{
 };
 use reson::plugin::{Options, Runtime};
 use reson::provider::LlmParams;
-use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,7 +53,7 @@ pub(crate) async fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<Ex
     let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
     let bundle = AgentBuilder::new()
         .provider(Arc::new(args.model.provider(runtime)))
-        .tools(ToolRegistry::new(runtime.clone()))
+        .tools(super::mcp::tools(runtime).await)
         .hooks(Hooks::none())
         .store(store)
         .params(LlmParams { model: args.model.model.clone(), ..LlmParams::default() })

@@ -2,7 +2,7 @@
 
 use super::term::{say, say_err, say_part};
 use clap::Subcommand;
-use reson::trace::{FileTraceStore, TraceFilter, TraceStore};
+use reson::trace::{FileTraceStore, Trace, TraceFilter, TraceStore};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -13,6 +13,9 @@ pub(crate) enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only root traces, not sub-agents'.
+        #[arg(long)]
+        roots: bool,
     },
     /// One trace: its message tree (branches visible) and goal tree.
     Show {
@@ -26,13 +29,18 @@ pub(crate) enum Command {
         #[arg(long)]
         at: Option<u64>,
     },
+    /// Reflect on a finished trace: the model writes what it learnt into
+    /// experiences.md, on a side branch of the trace (its head stays).
+    Reflect(super::learn::ReflectArgs),
 }
 
 pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
     let store = FileTraceStore::open(dir, reson::trace::Durability::Batched)?;
     match command {
-        Command::List { json } => {
-            let traces = store.list_traces(&TraceFilter::default()).await?;
+        Command::Reflect(_) => unreachable!("reflect needs a provider: cli::command runs it"),
+        Command::List { json, roots } => {
+            let filter = TraceFilter { roots_only: *roots, ..TraceFilter::default() };
+            let traces = store.list_traces(&filter).await?;
             if *json {
                 say!("{}", serde_json::to_string_pretty(&traces)?);
             } else if traces.is_empty() {
@@ -41,8 +49,9 @@ pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCod
                 for t in traces {
                     let status = serde_json::to_value(t.status)?;
                     let task: String = t.task.chars().take(60).collect();
+                    let sub = if t.parent_trace_id.is_some() { "↳ " } else { "" };
                     say!(
-                        "{}  {:<9}  {:>4} msgs  {:>7} tokens  {task}",
+                        "{}  {:<9}  {:>4} msgs  {:>7} tokens  {sub}{task}",
                         t.id,
                         status.as_str().unwrap_or(""),
                         t.totals.messages,
@@ -104,7 +113,60 @@ pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCod
                 None => say!("\ngoals:"),
             }
             say_part!("{}", goals.render());
+            show_sub_traces(&store, &trace).await?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The sub-agents of `root`, each under the goal that started it, with its
+/// status and totals, their own sub-agents indented below them; then the
+/// totals of the whole tree.
+async fn show_sub_traces(store: &FileTraceStore, root: &Trace) -> anyhow::Result<()> {
+    /// The sub-traces of `id`, newest first, so that popping them from a
+    /// stack visits the oldest first.
+    async fn children(store: &FileTraceStore, id: &str) -> anyhow::Result<Vec<Trace>> {
+        let filter = TraceFilter { parent_trace_id: Some(id.to_owned()), ..TraceFilter::default() };
+        let mut children = store.list_traces(&filter).await?;
+        children.sort_by_key(|t| std::cmp::Reverse(t.created_at_ms));
+        Ok(children)
+    }
+    let mut stack: Vec<(Trace, usize)> =
+        children(store, &root.id).await?.into_iter().map(|t| (t, 1)).collect();
+    if stack.is_empty() {
+        return Ok(());
+    }
+    say!("\nsub-agents (calling goal → trace, preset, status, totals, task):");
+    let mut tree = root.totals;
+    while let Some((child, depth)) = stack.pop() {
+        tree += &child.totals;
+        let status = serde_json::to_value(child.status)?;
+        let t = child.totals;
+        let task: String = child.task.chars().take(60).collect();
+        say!(
+            "{:indent$}{} → {}  {}  {}  {} msgs, {} tokens, ${:.4}, {} ms  {task}",
+            "",
+            child.parent_goal_id.as_deref().unwrap_or("-"),
+            child.id,
+            child.agent_type,
+            status.as_str().unwrap_or(""),
+            t.messages,
+            t.usage.prompt_tokens + t.usage.completion_tokens,
+            t.cost,
+            t.duration_ms,
+            indent = depth * 2
+        );
+        stack.extend(children(store, &child.id).await?.into_iter().map(|t| (t, depth + 1)));
+    }
+    let u = tree.usage;
+    say!(
+        "tree totals: {} messages, {} model requests, {} prompt / {} completion tokens, ${:.4}, {} ms",
+        tree.messages,
+        tree.requests,
+        u.prompt_tokens,
+        u.completion_tokens,
+        tree.cost,
+        tree.duration_ms
+    );
+    Ok(())
 }

@@ -141,7 +141,8 @@ pub struct PluginInfo {
 /// Tool names the host serves itself. No plugin may serve them, whether
 /// the built-in exists yet or not, so that adding one never changes who
 /// answers a name.
-pub const RESERVED_TOOL_NAMES: &[&str] = &["goal", "agent", "evaluate", "skill", "experience"];
+pub const RESERVED_TOOL_NAMES: &[&str] =
+    &["goal", "agent", "evaluate", "skill", "experience", "get_experience"];
 
 /// A tool a plugin lists but does not serve, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -382,6 +383,8 @@ struct Inner {
     /// Serialises reloads; calls never take it.
     reload: tokio::sync::Mutex<()>,
     generation: AtomicU64,
+    /// Counts catalog swaps, for those who follow the tool list.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// Loads plugins from a directory and calls their tools, each call in a
@@ -412,6 +415,7 @@ impl Runtime {
                 catalog: RwLock::new(Arc::default()),
                 reload: tokio::sync::Mutex::new(()),
                 generation: AtomicU64::new(0),
+                changed: tokio::sync::watch::Sender::new(0),
             }),
         };
         runtime.rescan().await?;
@@ -605,6 +609,13 @@ impl Runtime {
         }
         next.reindex(before, &self.inner.lock);
         *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
+        self.inner.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Ticks after every reload, whether or not the tool list changed:
+    /// compare [`Runtime::tools`] to tell.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changed.subscribe()
     }
 
     /// Accepts a plugin as it is now: one held back because it changed and

@@ -1,12 +1,15 @@
 //! What a plugin is allowed to do: the intersection of its requests and the
 //! user's grants, and the checks made against it on every host call.
 
+mod budget;
 mod command;
 mod grants;
 mod patterns;
 mod presets;
 mod rules;
 
+pub(crate) use budget::Meter;
+pub use budget::{Budget, BudgetError};
 pub use command::{
     CommandError, DEFAULT_COMMAND_PATH, ExecVector, GitRepositoryConfig, ResolvedCommand,
     SearchPath, canonical_line, env_allowed, exec_vector, git_probe, git_repository_config,

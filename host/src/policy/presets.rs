@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 /// The built-in presets, sorted.
 const BUILTINS: [&str; 3] = ["analyst", "default", "explore"];
 
-/// Tools that only read, plus the goal tool, which only plans.
-const READ_ONLY: [&str; 5] = ["read", "glob", "grep", "list", "goal"];
+/// Tools that only read, plus the goal tool, which only plans, and the
+/// skill and experience look-ups.
+const READ_ONLY: [&str; 7] = ["read", "glob", "grep", "list", "goal", "skill", "get_experience"];
 
 /// A named way to run an agent.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -56,9 +57,13 @@ impl Preset {
         };
         match name {
             "default" => Some(preset(
-                "All tools: reading runs freely; writing, editing, commands and fetches ask first.",
+                "All tools: reading and sub-agents run freely; writing, editing, commands and \
+                 fetches ask first.",
                 vec![
                     rule(Decision::Allow, &read_only),
+                    // A sub-agent is held to the caller's tools and rules
+                    // as well as its own, so starting one needs no approval.
+                    rule(Decision::Allow, "{agent,evaluate}"),
                     rule(Decision::Ask, "{write,edit,shell,webfetch}"),
                 ],
             )),
@@ -185,6 +190,7 @@ mod tests {
         let preset = Preset::builtin("default").unwrap();
         assert_eq!(decide(&preset, &[], "read", json!({ "path": "a" })), Decision::Allow);
         assert_eq!(decide(&preset, &[], "goal", json!({})), Decision::Allow);
+        assert_eq!(decide(&preset, &[], "agent", json!({ "task": "x" })), Decision::Allow);
         for tool in ["write", "edit", "shell", "webfetch"] {
             assert_eq!(decide(&preset, &[], tool, json!({})), Decision::Ask, "{tool}");
         }
@@ -206,7 +212,7 @@ mod tests {
         assert_eq!(
             verdict.rule.as_deref(),
             Some(concat!(
-                "deny every tool but read, glob, grep, list, goal ",
+                "deny every tool but read, glob, grep, list, goal, skill, get_experience ",
                 "(allowed_tools of preset `explore`)"
             ))
         );

@@ -1,10 +1,20 @@
 //! One registry for every tool a model can call: plugin tools served by the
-//! plugin runtime, and the host's built-ins (`goal`).
+//! plugin runtime, the host's built-ins (`goal`; `agent` and `evaluate`
+//! when the runner has sub-agents; `skill` with skills, `get_experience`
+//! with experiences), and the tools of MCP servers (`SERVER__tool`).
 
+pub mod agent;
+pub mod evaluate;
+pub mod experience;
 pub mod goal;
+pub mod skill;
 
+use crate::experience::Experiences;
+use crate::mcp::client::McpTools;
 use crate::plugin::{CallContext, CallError, Image, Runtime, ToolSpec};
+use crate::skills::Skills;
 use crate::trace::ToolCall;
+use std::sync::Arc;
 
 /// The result of one tool call, as it goes back to the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,12 +54,36 @@ impl ToolResult {
 pub struct ToolRegistry {
     runtime: Option<Runtime>,
     allow: Option<Vec<String>>,
+    skills: Option<Arc<Skills>>,
+    experiences: Option<Arc<Experiences>>,
+    mcp: Option<McpTools>,
 }
 
 impl ToolRegistry {
     /// The plugin tools of `runtime` plus the built-ins.
     pub fn new(runtime: Runtime) -> Self {
-        Self { runtime: Some(runtime), allow: None }
+        Self { runtime: Some(runtime), ..Self::default() }
+    }
+
+    /// Adds the tools of running MCP servers. A name a built-in or a plugin
+    /// serves stays theirs.
+    pub fn with_mcp(mut self, mcp: McpTools) -> Self {
+        self.mcp = Some(mcp);
+        self
+    }
+
+    /// Ticks when the tools on offer may have changed (a plugin reloaded,
+    /// an MCP server's list changed).
+    pub fn changes(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
+        let runtime = self.runtime.as_ref().map(Runtime::changes);
+        runtime.into_iter().chain(self.mcp.as_ref().map(McpTools::changes)).collect()
+    }
+
+    /// The MCP tools on offer: those no built-in or plugin tool shadows.
+    fn mcp_specs(&self, plugin_tools: &[ToolSpec]) -> Vec<ToolSpec> {
+        let Some(mcp) = &self.mcp else { return Vec::new() };
+        let served: Vec<String> = plugin_tools.iter().map(|t| t.name.clone()).collect();
+        crate::mcp::client::shadowed(mcp.specs(), &served).0
     }
 
     /// Only the built-ins.
@@ -63,26 +97,58 @@ impl ToolRegistry {
         self
     }
 
-    fn offered(&self, name: &str) -> bool {
+    /// Offers `skills`: their prompt goes into new traces' system prompts
+    /// and the `skill` tool loads them.
+    pub fn with_skills(mut self, skills: Arc<Skills>) -> Self {
+        self.skills = Some(skills);
+        self
+    }
+
+    /// Offers `experiences`: new traces get the relevant ones and the
+    /// `get_experience` tool searches them.
+    pub fn with_experiences(mut self, experiences: Arc<Experiences>) -> Self {
+        self.experiences = Some(experiences);
+        self
+    }
+
+    /// The skills on offer.
+    pub fn skills(&self) -> Option<&Arc<Skills>> {
+        self.skills.as_ref()
+    }
+
+    /// The experiences on offer.
+    pub fn experiences(&self) -> Option<&Arc<Experiences>> {
+        self.experiences.as_ref()
+    }
+
+    /// Whether `name` passes this registry's `only` list.
+    pub(crate) fn offered(&self, name: &str) -> bool {
         self.allow.as_ref().is_none_or(|names| names.iter().any(|n| n == name))
     }
 
     /// Specs of every tool on offer, built-ins first.
     pub fn specs(&self) -> Vec<ToolSpec> {
         let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
+        let skill = self.skills.as_deref().map(skill::spec);
+        let experience = self.experiences.as_ref().map(|_| experience::spec());
+        let mcp_tools = self.mcp_specs(&plugin_tools);
         std::iter::once(goal::spec())
+            .chain(skill)
+            .chain(experience)
             .chain(plugin_tools)
+            .chain(mcp_tools)
             .filter(|t| self.offered(&t.name))
             .collect()
     }
 
     /// Whether `name` is a built-in the runner executes itself.
     pub fn is_builtin(name: &str) -> bool {
-        name == goal::NAME
+        [goal::NAME, agent::NAME, evaluate::NAME].contains(&name)
     }
 
-    /// Runs a plugin tool. Every failure becomes a result the model can
-    /// read and act on; none ends the run.
+    /// Runs a plugin tool, or the `skill` or `get_experience` built-in.
+    /// Every failure becomes a result the model can read and act on; none
+    /// ends the run.
     pub async fn call(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
         let unknown = || {
             let names: Vec<String> = self.specs().into_iter().map(|t| t.name).collect();
@@ -94,6 +160,25 @@ impl ToolRegistry {
         };
         if !self.offered(&call.name) {
             return unknown();
+        }
+        let builtin = match (call.name.as_str(), &self.skills, &self.experiences) {
+            (skill::NAME, Some(skills), _) => Some(skill::call(skills, &call.arguments)),
+            (experience::NAME, _, Some(found)) => {
+                Some(experience::call(found, &call.arguments).await)
+            }
+            _ => None,
+        };
+        if let Some(result) = builtin {
+            return result.map_or_else(ToolResult::error, ToolResult::text);
+        }
+        if let Some(mcp) = &self.mcp {
+            let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
+            if self.mcp_specs(&plugin_tools).iter().any(|t| t.name == call.name) {
+                return mcp
+                    .call(&call.name, &call.arguments, context)
+                    .await
+                    .unwrap_or_else(unknown);
+            }
         }
         let Some(runtime) = &self.runtime else { return unknown() };
         match runtime.call_tool(&call.name, &call.arguments, context).await {
@@ -116,7 +201,11 @@ mod tests {
 
     #[test]
     fn every_builtin_name_is_reserved_from_plugins() {
-        assert!(crate::plugin::RESERVED_TOOL_NAMES.contains(&goal::NAME));
-        assert!(ToolRegistry::is_builtin(goal::NAME));
+        for name in [goal::NAME, agent::NAME, evaluate::NAME, skill::NAME, experience::NAME] {
+            assert!(crate::plugin::RESERVED_TOOL_NAMES.contains(&name), "{name}");
+        }
+        for name in [goal::NAME, agent::NAME, evaluate::NAME] {
+            assert!(ToolRegistry::is_builtin(name));
+        }
     }
 }

@@ -73,6 +73,24 @@ pub enum EventKind {
         /// The rule that decided, rendered; none for the default.
         rule: Option<String>,
     },
+    /// The history was compacted before a model call: at level 1 the
+    /// messages of closed goals were left out of the requests from here
+    /// on; at level 2 they were summarised into a message whose parent
+    /// skips them (nothing is deleted).
+    Compacted {
+        /// 1 or 2.
+        level: u8,
+        /// Closed goals whose messages were left out (level 1).
+        goals: Vec<String>,
+        /// The sequences left out (level 1) or summarised (level 2).
+        sequences: Vec<u64>,
+        /// The summary message (level 2).
+        summary_sequence: Option<u64>,
+        /// Tokens of the request before.
+        tokens_before: u64,
+        /// Tokens of the request after.
+        tokens_after: u64,
+    },
     /// A run ended.
     TraceFinished {
         /// How it ended.

@@ -56,8 +56,20 @@ pub enum GoalKind {
     /// Work the agent does itself.
     #[default]
     Normal,
-    /// Work handed to a sub-agent, whose trace is `sub_trace_id`.
+    /// Work handed to sub-agents, whose traces are `sub_trace_ids`.
     AgentCall,
+}
+
+/// How an agent call hands work out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentMode {
+    /// One sub-agent.
+    Delegate,
+    /// Several sub-agents in parallel.
+    Explore,
+    /// An evaluator judging a goal's result.
+    Evaluate,
 }
 
 /// Where a goal stands.
@@ -114,9 +126,12 @@ pub struct Goal {
     /// Own work or a sub-agent's.
     #[serde(default)]
     pub kind: GoalKind,
-    /// For an agent call: the sub-agent's trace.
-    #[serde(default)]
-    pub sub_trace_id: Option<String>,
+    /// For an agent call: the sub-agents' traces, in order of creation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_trace_ids: Vec<String>,
+    /// For an agent call: how the work was handed out (the last call's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mode: Option<AgentMode>,
     /// Where it stands.
     #[serde(default)]
     pub status: GoalStatus,
@@ -257,12 +272,31 @@ impl GoalTree {
         Ok(id)
     }
 
-    /// Marks `goal_id` as handed to the sub-agent whose trace is
-    /// `sub_trace_id`.
-    pub fn link_sub_trace(&mut self, goal_id: &str, sub_trace_id: &str) -> Result<(), GoalError> {
+    /// Marks `goal_id` as handed (in `mode`) to the sub-agent whose trace
+    /// is `sub_trace_id`.
+    pub fn link_sub_trace(
+        &mut self,
+        goal_id: &str,
+        sub_trace_id: &str,
+        mode: AgentMode,
+    ) -> Result<(), GoalError> {
         let at = self.index(goal_id)?;
-        self.goals[at].kind = GoalKind::AgentCall;
-        self.goals[at].sub_trace_id = Some(sub_trace_id.to_owned());
+        let goal = &mut self.goals[at];
+        goal.kind = GoalKind::AgentCall;
+        goal.agent_mode = Some(mode);
+        if !goal.sub_trace_ids.iter().any(|id| id == sub_trace_id) {
+            goal.sub_trace_ids.push(sub_trace_id.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Adds what a sub-agent of `goal_id` spent to the cumulative stats of
+    /// it and every ancestor (not to its own: it did not spend it itself).
+    pub fn record_descendant(&mut self, goal_id: &str, stats: &GoalStats) -> Result<(), GoalError> {
+        let at = self.index(goal_id)?;
+        for i in self.ancestry(at) {
+            self.goals[i].cumulative_stats += stats;
+        }
         Ok(())
     }
 
@@ -362,8 +396,8 @@ impl GoalTree {
             goal.description,
             indent = depth * 2
         );
-        if let Some(sub) = &goal.sub_trace_id {
-            let _ = write!(out, " (agent: {sub})");
+        if !goal.sub_trace_ids.is_empty() {
+            let _ = write!(out, " (agent: {})", goal.sub_trace_ids.join(", "));
         }
         if self.current.as_deref() == Some(goal.id.as_str()) {
             out.push_str(" (current)");
@@ -426,7 +460,8 @@ impl GoalTree {
             parent_id,
             description: description.to_owned(),
             kind: GoalKind::Normal,
-            sub_trace_id: None,
+            sub_trace_ids: Vec::new(),
+            agent_mode: None,
             status: GoalStatus::Pending,
             summary: None,
             abandon_reason: None,
@@ -530,7 +565,14 @@ mod tests {
         assert_eq!(tree.focus("g9"), Err(GoalError::Unknown("g9".into())));
         assert_eq!(tree.record("g9", &GoalStats::default()), Err(GoalError::Unknown("g9".into())));
         assert_eq!(tree.cumulative("g9"), Err(GoalError::Unknown("g9".into())));
-        assert_eq!(tree.link_sub_trace("g9", "tr_x"), Err(GoalError::Unknown("g9".into())));
+        assert_eq!(
+            tree.link_sub_trace("g9", "tr_x", AgentMode::Delegate),
+            Err(GoalError::Unknown("g9".into()))
+        );
+        assert_eq!(
+            tree.record_descendant("g9", &GoalStats::default()),
+            Err(GoalError::Unknown("g9".into()))
+        );
         assert_eq!(tree.done("ok"), Err(GoalError::NoCurrent));
         assert_eq!(tree.abandon("no"), Err(GoalError::NoCurrent));
         assert_eq!(tree.add("  "), Err(GoalError::EmptyDescription));
@@ -600,6 +642,11 @@ mod tests {
         assert_eq!(tree.get("g2").unwrap().self_stats, GoalStats::default());
         assert_eq!(tree.cumulative("g1").unwrap(), stats(4, 111, 0.875));
         assert_eq!(tree.get("g1").unwrap().self_stats, stats(1, 100, 0.5));
+        // A sub-agent's spending joins the cumulative stats only.
+        tree.record_descendant("g3", &stats(3, 1000, 1.0)).unwrap();
+        assert_eq!(tree.get("g3").unwrap().self_stats, stats(2, 10, 0.25));
+        assert_eq!(tree.cumulative("g3").unwrap(), stats(5, 1010, 1.25));
+        assert_eq!(tree.cumulative("g1").unwrap(), stats(7, 1111, 1.875));
     }
 
     #[test]
@@ -612,7 +659,8 @@ mod tests {
         tree.add("Tag the release").unwrap();
         tree.under("g1", "Announce").unwrap();
         tree.under("g4", "Sign the tag").unwrap();
-        tree.link_sub_trace("g5", "tr_0123456789ab").unwrap();
+        tree.link_sub_trace("g5", "tr_0123456789ab", AgentMode::Explore).unwrap();
+        tree.link_sub_trace("g5", "tr_ba9876543210", AgentMode::Explore).unwrap();
         tree.focus("g2").unwrap();
         tree.done("12 entries").unwrap();
         tree.abandon("already bumped").unwrap();
@@ -624,7 +672,7 @@ mod tests {
              \x20 [-] g3 Bump the version — abandoned: already bumped\n\
              \x20 [>] g4 Tag the release\n\
              \x20   [>] g6 Sign the tag (current)\n\
-             \x20 [ ] g5 Announce (agent: tr_0123456789ab)\n"
+             \x20 [ ] g5 Announce (agent: tr_0123456789ab, tr_ba9876543210)\n"
         );
         assert_eq!(tree.get("g5").unwrap().kind, GoalKind::AgentCall);
     }

@@ -104,10 +104,12 @@ mod tree;
 
 pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};
-pub use goal::{Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
+pub use goal::{AgentMode, Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
-pub use model::{Collaborator, Trace, TraceContext, TraceMode, TraceStatus};
+pub use model::{
+    Collaborator, CollaboratorKind, CollaboratorStatus, Trace, TraceContext, TraceMode, TraceStatus,
+};
 pub use render::render_tree;
 pub use store::{TraceError, TraceFilter, TraceStore};
 pub use tree::MessageTree;

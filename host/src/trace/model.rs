@@ -29,17 +29,52 @@ pub enum TraceStatus {
     Stopped,
 }
 
-/// Another agent this one works with.
+/// What kind of collaborator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollaboratorKind {
+    /// Another agent (a sub-agent has a trace of its own).
+    #[default]
+    Agent,
+    /// A person.
+    Human,
+}
+
+/// Where a collaborator's work stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollaboratorStatus {
+    /// Working.
+    #[default]
+    Running,
+    /// Waiting for something (an answer, an approval).
+    Waiting,
+    /// Done, with a summary.
+    Completed,
+    /// Ended without finishing.
+    Failed,
+}
+
+/// Another agent (or a person) this one works with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Collaborator {
     /// How the agent refers to it.
     pub name: String,
+    /// Agent or human.
+    #[serde(default, rename = "type")]
+    pub kind: CollaboratorKind,
     /// What it is for.
     #[serde(default)]
     pub description: String,
     /// Its trace, once it has one.
     #[serde(default)]
     pub trace_id: Option<String>,
+    /// Where its work stands.
+    #[serde(default)]
+    pub status: CollaboratorStatus,
+    /// What it reported last.
+    #[serde(default)]
+    pub summary: Option<String>,
 }
 
 /// Context a trace carries for the agent beyond its messages.

@@ -55,6 +55,8 @@ pub struct TraceFilter {
     pub status: Option<TraceStatus>,
     /// Only sub-agents of this trace.
     pub parent_trace_id: Option<String>,
+    /// Only root traces (those that are no sub-agent's).
+    pub roots_only: bool,
 }
 
 impl TraceFilter {
@@ -64,6 +66,7 @@ impl TraceFilter {
                 .parent_trace_id
                 .as_ref()
                 .is_none_or(|p| trace.parent_trace_id.as_ref() == Some(p))
+            && (!self.roots_only || trace.parent_trace_id.is_none())
     }
 }
 

@@ -20,6 +20,17 @@
 //!
 //! Every field of a turn is optional; unknown fields are an error.
 //!
+//! One file can script several agents (a parent and its sub-agents): an
+//! `agents` list of `{"match": "...", "turns": [...]}` is tried in order,
+//! and the first entry whose `match` occurs in the request's first user
+//! message plays its `turns`; a request no entry matches plays the
+//! top-level `turns`.
+//!
+//! `"models": {"NAME": {"turns": [...]}}` gives requests whose model is
+//! NAME a script of their own (a utility or summary model beside the
+//! agent's), whose last turn answers every request past its end; every
+//! other request plays the top-level `turns`.
+//!
 //! - `text`: the message's one text part (none when absent).
 //! - `reasoning`: the message's reasoning.
 //! - `tool_calls`: `{"name", "arguments", "id"}`. `arguments` is any JSON
@@ -57,8 +68,9 @@ use std::time::Duration;
 
 fn chat(request: ChatRequest) -> Result<ChatResponse, ProviderError> {
     let script = Script::load(config::get("script")).map_err(ProviderError::Other)?;
-    let index = script::turn_index(&request.messages);
-    let turn = script.turn(index).map_err(ProviderError::Other)?;
+    let (script, index) =
+        script.for_model(&request.params.model, script::turn_index(&request.messages));
+    let turn = script.turn(&request.messages, index).map_err(ProviderError::Other)?;
     thread::sleep(Duration::from_millis(turn.delay_ms));
     let response = reply::response(turn, index, &request.params.model)?;
     if request.params.stream {

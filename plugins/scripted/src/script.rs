@@ -3,15 +3,36 @@
 use reson_sdk::provider::{Message, ProviderError, RateLimit, Role, ServerError};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fs;
 
 /// The error for a plugin started without a script.
 pub const NO_SCRIPT: &str = "scripted provider: no `script` setting; pass --script FILE";
 
-/// A whole script: the assistant turns, played in order.
+/// A whole script: the assistant turns, played in order, and optionally
+/// the scripts of other agents (sub-agents) sharing the file, and scripts
+/// of their own for requests to other models (a utility or summary model).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
+    pub turns: Vec<Turn>,
+    /// Tried in order; the first whose `match` occurs in the request's first
+    /// user message plays instead of `turns`.
+    #[serde(default)]
+    pub agents: Vec<AgentScript>,
+    /// Requests whose model is a key here play that script instead.
+    #[serde(default)]
+    pub models: BTreeMap<String, Script>,
+}
+
+/// The turns of one agent, chosen by its first user message (a sub-agent's
+/// task, or context given before it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentScript {
+    /// Text the first user message must contain; not empty.
+    #[serde(rename = "match")]
+    pub matches: String,
     pub turns: Vec<Turn>,
 }
 
@@ -165,29 +186,95 @@ impl Script {
     /// Parses a script's text; `path` only names it in errors.
     pub fn parse(path: &str, text: &str) -> Result<Self, String> {
         // serde_json's message ends with "at line L column C".
-        serde_json::from_str(text)
-            .map_err(|e| format!("scripted provider: invalid script {path}: {e}"))
+        let script: Self = serde_json::from_str(text)
+            .map_err(|e| format!("scripted provider: invalid script {path}: {e}"))?;
+        // An empty `match` would take every request, hiding the entries after it.
+        if let Some(i) = script.agents.iter().position(|a| a.matches.is_empty()) {
+            return Err(format!(
+                "scripted provider: invalid script {path}: agents[{i}] has an empty `match`"
+            ));
+        }
+        Ok(script)
     }
 
-    /// The turn at 0-based `index`, or why the script cannot answer it.
-    pub fn turn(&self, index: usize) -> Result<&Turn, String> {
-        self.turns.get(index).ok_or_else(|| {
-            let count = self.turns.len();
+    /// The script a request to `model` plays and its turn there, for a
+    /// request `index` would play here: a model's own script (under
+    /// `models`) plays that turn or, past its end, its last; any other
+    /// model plays this script.
+    pub fn for_model(&self, model: &str, index: usize) -> (&Script, usize) {
+        match self.models.get(model) {
+            Some(own) => (own, index.min(own.turns.len().saturating_sub(1))),
+            None => (self, index),
+        }
+    }
+
+    /// The turns that answer `messages`: those of the first agent whose
+    /// `match` is in the first user message, else the top-level ones, with
+    /// the name used in errors.
+    pub fn turns_for(&self, messages: &[Message]) -> (&[Turn], String) {
+        let first_user = messages.iter().find(|m| matches!(m.role, Role::User)).map(text_of);
+        let agent =
+            first_user.and_then(|text| self.agents.iter().find(|a| text.contains(&a.matches)));
+        match agent {
+            Some(agent) => (&agent.turns, format!("the script of agent {:?}", agent.matches)),
+            None => (&self.turns, "the script".to_owned()),
+        }
+    }
+
+    /// The turn at 0-based `index` of the turns answering `messages`, or why
+    /// the script cannot answer it.
+    pub fn turn(&self, messages: &[Message], index: usize) -> Result<&Turn, String> {
+        let (turns, name) = self.turns_for(messages);
+        turns.get(index).ok_or_else(|| {
+            let count = turns.len();
             let noun = if count == 1 { "turn" } else { "turns" };
             format!(
-                "scripted provider: the script has {count} {noun} and this request needs turn {}",
+                "scripted provider: {name} has {count} {noun} and this request needs turn {}",
                 index + 1
             )
         })
     }
 }
 
+/// The text parts of `message`, joined.
+fn text_of(message: &Message) -> String {
+    message
+        .content
+        .iter()
+        .filter_map(|part| match part {
+            reson_sdk::provider::ContentPart::Text(text) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The 0-based turn a request plays: one per assistant message already in
 /// its history. Counting the history rather than keeping a cursor is what
 /// lets a fresh instance per call, rewinds and regenerations all land on
 /// the right turn.
+///
+/// A host's compaction note (a user message starting `[compacted: N `)
+/// stands for N answers it left out, so a compacted history plays the
+/// turn its full history would.
 pub fn turn_index(messages: &[Message]) -> usize {
-    messages.iter().filter(|m| matches!(m.role, Role::Assistant)).count()
+    messages
+        .iter()
+        .map(|m| match m.role {
+            Role::Assistant => 1,
+            Role::User => compacted_answers(m),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn compacted_answers(message: &Message) -> usize {
+    let Some(reson_sdk::provider::ContentPart::Text(text)) = message.content.first() else {
+        return 0;
+    };
+    text.strip_prefix("[compacted: ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -347,20 +434,72 @@ mod tests {
             message(Role::User),
         ];
         assert_eq!(turn_index(&history), 2);
+        let mut note = message(Role::User);
+        note.content = vec![ContentPart::Text("[compacted: 5 earlier answers ...]".into())];
+        assert_eq!(turn_index(&[message(Role::User), note, message(Role::Assistant)]), 6);
+    }
+
+    #[test]
+    fn a_model_with_a_script_of_its_own_plays_it() {
+        let script = Script::parse(
+            "s.json",
+            r#"{"turns": [{"text": "main"}],
+                "models": {"utility": {"turns": [{"text": "tags"}]}}}"#,
+        )
+        .unwrap();
+        let play = |model: &str, index: usize| {
+            let (script, index) = script.for_model(model, index);
+            script.turn(&[], index).map(|t| t.text.clone().unwrap_or_default())
+        };
+        assert_eq!(play("utility", 0).unwrap(), "tags");
+        assert_eq!(play("utility", 7).unwrap(), "tags", "past its end: its last turn");
+        assert_eq!(play("gpt-4o", 0).unwrap(), "main");
+        assert!(play("", 1).is_err());
     }
 
     #[test]
     fn an_exhausted_script_says_how_long_it_is_and_what_was_needed() {
         let script = Script::parse("s.json", r#"{"turns": [{}, {}]}"#).unwrap();
-        assert!(script.turn(1).is_ok());
+        assert!(script.turn(&[], 1).is_ok());
         assert_eq!(
-            script.turn(2).unwrap_err(),
+            script.turn(&[], 2).unwrap_err(),
             "scripted provider: the script has 2 turns and this request needs turn 3"
         );
         let one = Script::parse("s.json", r#"{"turns": [{}]}"#).unwrap();
         assert_eq!(
-            one.turn(4).unwrap_err(),
+            one.turn(&[], 4).unwrap_err(),
             "scripted provider: the script has 1 turn and this request needs turn 5"
         );
+    }
+
+    fn user(text: &str) -> Message {
+        Message { content: vec![ContentPart::Text(text.into())], ..message(Role::User) }
+    }
+
+    #[test]
+    fn each_agent_plays_the_script_its_first_user_message_matches() {
+        let script = Script::parse(
+            "s.json",
+            r#"{"turns": [{"text": "parent"}],
+                "agents": [{"match": "list src", "turns": [{"text": "child a"}, {"text": "a2"}]},
+                           {"match": "list", "turns": [{"text": "child b"}]}]}"#,
+        )
+        .unwrap();
+        let text = |messages: &[Message], index| script.turn(messages, index).unwrap().text.clone();
+        assert_eq!(text(&[user("Fix the bug")], 0).as_deref(), Some("parent"));
+        assert_eq!(
+            text(&[message(Role::System), user("please list src/")], 1).as_deref(),
+            Some("a2")
+        );
+        // The first entry that matches wins; later user messages play no part.
+        assert_eq!(text(&[user("list docs"), user("list src")], 0).as_deref(), Some("child b"));
+        assert_eq!(
+            script.turn(&[user("list docs")], 1).unwrap_err(),
+            "scripted provider: the script of agent \"list\" has 1 turn and this request needs turn 2"
+        );
+        let err =
+            Script::parse("s.json", r#"{"turns": [], "agents": [{"match": "", "turns": []}]}"#)
+                .unwrap_err();
+        assert!(err.ends_with("agents[0] has an empty `match`"), "{err}");
     }
 }

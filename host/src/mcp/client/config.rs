@@ -1,0 +1,83 @@
+//! `[mcp.NAME]` in `reson.toml`: one MCP server whose tools a run may call.
+
+use serde::{Deserialize, Serialize};
+
+/// Default deadline of one call to an MCP server's tool.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Default time a server has to start and list its tools.
+pub const DEFAULT_START_TIMEOUT_MS: u64 = 30_000;
+/// Default cap on the text one call may return.
+pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
+
+/// One MCP server: a child process speaking stdio (`command`) or a
+/// streamable HTTP endpoint (`url`), exactly one of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Program and arguments of a stdio server. The program is looked up
+    /// on `[sandbox] command_path`, never on `PATH`.
+    pub command: Option<Vec<String>>,
+    /// The streamable HTTP endpoint; requests go to this URL only.
+    pub url: Option<String>,
+    /// Names of the environment variables the child gets from Reson's own
+    /// environment; it gets no others.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Deadline of one call, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Time the server has to start and list its tools, in milliseconds.
+    pub start_timeout_ms: Option<u64>,
+    /// Cap on the bytes of text one call may return.
+    pub output_bytes: Option<u64>,
+    /// Set to false to keep the server stopped.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl ServerConfig {
+    /// Checks the entry named `name`; the message says what to fix.
+    pub fn check(&self, name: &str) -> Result<(), String> {
+        let valid_name = !name.is_empty()
+            && name.len() <= 32
+            && !name.contains("__")
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid_name {
+            return Err(format!(
+                "[mcp.{name}]: a server name is 1-32 letters, digits, `-` or `_`, without `__` \
+                 (its tools are named `NAME__tool`)"
+            ));
+        }
+        match (&self.command, &self.url) {
+            (Some(argv), None) if argv.first().is_some_and(|p| !p.is_empty()) => Ok(()),
+            (Some(_), None) => Err(format!("[mcp.{name}]: `command` names no program")),
+            (None, Some(url)) => match reqwest::Url::parse(url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(()),
+                _ => Err(format!("[mcp.{name}]: `url` must be an http or https URL")),
+            },
+            _ => Err(format!("[mcp.{name}]: give exactly one of `command` and `url`")),
+        }?;
+        if let Some(bad) = self.env.iter().find(|v| v.is_empty() || v.contains('=')) {
+            return Err(format!("[mcp.{name}]: `env` lists variable names; {bad:?} is not one"));
+        }
+        Ok(())
+    }
+
+    /// The deadline of one call.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS))
+    }
+
+    /// The time the server has to start and list its tools.
+    pub fn start_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.start_timeout_ms.unwrap_or(DEFAULT_START_TIMEOUT_MS))
+    }
+
+    /// The output cap of one call.
+    pub fn output_cap(&self) -> u64 {
+        self.output_bytes.unwrap_or(DEFAULT_OUTPUT_BYTES)
+    }
+}

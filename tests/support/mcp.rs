@@ -1,0 +1,103 @@
+//! MCP implementations nobody here wrote, for the MCP tests and bench: the
+//! official Python SDK (`mcp` from PyPI, in a venv under
+//! `target/toolchains/mcp-python`) and the MCP inspector's CLI (from npm,
+//! under `target/toolchains/mcp-inspector`). Each is installed once, under
+//! a file lock, and reused by every later run.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The Python SDK release the tests run against.
+pub const PYTHON_SDK: &str = "2.3.0";
+/// The inspector CLI release the tests run against (the last that runs on
+/// Node 20).
+pub const INSPECTOR_CLI: &str = "1.0.3";
+
+/// The venv's Python, with the `mcp` SDK installed.
+pub fn python() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(install_python)
+}
+
+/// The inspector CLI's package directory (run `cli.js` from its `build/`:
+/// it reads `../package.json` relative to the working directory).
+pub fn inspector() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(install_inspector)
+}
+
+/// The scripts in tests/mcp/.
+pub fn script(name: &str) -> PathBuf {
+    super::root().join("tests/mcp").join(name)
+}
+
+fn toolchains() -> PathBuf {
+    let dir = super::root().join("target/toolchains");
+    std::fs::create_dir_all(&dir).expect("creating target/toolchains");
+    dir
+}
+
+/// Holds `target/toolchains/<name>.lock` while alive: test binaries and
+/// benches may run at once, and one installs while the others wait.
+fn lock(name: &str) -> File {
+    let lock = File::create(toolchains().join(format!("{name}.lock"))).expect("install lock");
+    lock.lock().expect("taking the install lock");
+    lock
+}
+
+fn install_python() -> PathBuf {
+    let venv = toolchains().join("mcp-python");
+    let python = venv.join("bin/python");
+    // The marker is written last, so an install cut short is redone whole.
+    let marker = venv.join(format!(".mcp-{PYTHON_SDK}"));
+    let _lock = lock("mcp-python");
+    if marker.is_file() && python.is_file() {
+        return python;
+    }
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv).expect("removing a half-made venv");
+    }
+    let system = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    run(Command::new(&system).arg("-m").arg("venv").arg(&venv));
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        &format!("mcp=={PYTHON_SDK}"),
+    ]));
+    run(Command::new(&python).args(["-c", "import mcp.client.session, mcp.server.mcpserver"]));
+    std::fs::write(&marker, "").expect("writing the install marker");
+    python
+}
+
+fn install_inspector() -> PathBuf {
+    let prefix = toolchains().join("mcp-inspector");
+    let package = prefix.join("node_modules/@modelcontextprotocol/inspector-cli");
+    let marker = prefix.join(format!(".inspector-cli-{INSPECTOR_CLI}"));
+    let _lock = lock("mcp-inspector");
+    if marker.is_file() && package.join("build/cli.js").is_file() {
+        return package;
+    }
+    if prefix.exists() {
+        std::fs::remove_dir_all(&prefix).expect("removing a half-made install");
+    }
+    std::fs::create_dir_all(&prefix).unwrap();
+    std::fs::write(prefix.join("package.json"), r#"{"name":"reson-mcp-tests","private":true}"#)
+        .unwrap();
+    run(Command::new("npm")
+        .current_dir(&prefix)
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .arg(format!("@modelcontextprotocol/inspector-cli@{INSPECTOR_CLI}")));
+    assert!(package.join("build/cli.js").is_file(), "inspector-cli has no build/cli.js");
+    std::fs::write(&marker, "").expect("writing the install marker");
+    package
+}
+
+fn run(command: &mut Command) {
+    let status = command.status().unwrap_or_else(|e| panic!("running {command:?}: {e}"));
+    assert!(status.success(), "{command:?} failed ({status}) while installing MCP test tools");
+}
