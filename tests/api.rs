@@ -85,7 +85,10 @@ fn trace_finished(frames: &[Value]) -> &Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_plugins_openapi_and_unknown_routes() {
-    let f = Fixture::new(&["echo"], "", json!([text_turn("hi")])).await;
+    let lessons = json!({ "experiences": [{ "category": "logic_flow", "rule": "Greet first.",
+        "tags": { "intent": ["greet"], "state": [] } }] });
+    let f = Fixture::new(&["echo"], "", json!([text_turn("hi"), text_turn(&lessons.to_string())]))
+        .await;
     let api = f.api();
     let health = api.get("/api/health").await.expect(200);
     assert_eq!(health, json!({ "status": "ok", "version": "0.1.0", "running": 0 }));
@@ -102,14 +105,26 @@ async fn health_plugins_openapi_and_unknown_routes() {
     api.get("/api/no-such-route").await.expect_error(404, "not_found");
     api.post("/api/traces/tr_000000000000/nothing", json!({})).await.expect_error(404, "not_found");
 
-    // Reflection and experiences wait for issue 13, and say so.
+    // Reflection writes experiences from a side branch (the head stays);
+    // a model answer that is not experiences writes nothing.
     let id = api.start("hi", json!({})).await;
     api.finish(&id, 0).await;
-    let reflect = api.post(&format!("/api/traces/{id}/reflect"), json!({})).await;
-    let message = reflect.expect_error(501, "not_implemented");
-    assert!(message.contains("experience"), "{message}");
-    let message = api.get("/api/experiences").await.expect_error(501, "not_implemented");
-    assert!(message.contains("experience"), "{message}");
+    let trace = format!("/api/traces/{id}");
+    let head = api.get(&trace).await.expect(200)["trace"]["head_sequence"].clone();
+    let reflected = api.post(&format!("{trace}/reflect"), json!({ "focus": "greetings" })).await;
+    let reflected = reflected.expect(200);
+    assert_eq!(reflected["experiences"][0]["rule"], "Greet first.");
+    assert_eq!(reflected["experiences"][0]["metrics"]["helpful"], 1);
+    assert_eq!(api.get(&trace).await.expect(200)["trace"]["head_sequence"], head);
+    let listed = api.get("/api/experiences").await.expect(200);
+    assert_eq!(listed["experiences"], reflected["experiences"]);
+    f.script(json!([text_turn("hi"), text_turn("nothing learnt")]));
+    let bad = api.post(&format!("{trace}/reflect"), json!({})).await;
+    let message = bad.expect_error(422, "unprocessable");
+    assert!(message.contains("not valid"), "{message}");
+    assert_eq!(api.get("/api/experiences").await.expect(200), listed, "nothing was written");
+    let unknown = api.post("/api/traces/tr_000000000000/reflect", json!({})).await;
+    unknown.expect_error(404, "not_found");
 
     let doc = api.get("/api/openapi.json").await.expect(200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
@@ -555,8 +570,8 @@ async fn the_token_guards_every_api_route_and_the_websocket() {
         (Method::POST, "/api/traces".to_owned(), 400),
         (Method::POST, format!("/api/traces/{id}/run"), 400),
         (Method::POST, format!("/api/traces/{id}/stop"), 409),
-        (Method::POST, format!("/api/traces/{id}/reflect"), 501),
-        (Method::GET, "/api/experiences".to_owned(), 501),
+        (Method::POST, "/api/traces/tr_000000000000/reflect".to_owned(), 404),
+        (Method::GET, "/api/experiences".to_owned(), 200),
         (Method::GET, "/api/approvals".to_owned(), 200),
         (Method::POST, "/api/approvals/1".to_owned(), 404),
         (Method::GET, "/api/openapi.json".to_owned(), 200),

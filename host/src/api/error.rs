@@ -28,12 +28,12 @@ pub enum ApiError {
     /// No token, or the wrong one.
     #[error("a valid token is required: send `Authorization: Bearer TOKEN`")]
     Unauthorized,
-    /// A route whose feature is not built yet.
-    #[error("{0}")]
-    NotImplemented(String),
     /// The server is shutting down and starts no more runs.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// A model the request needed failed to answer.
+    #[error("{0}")]
+    BadGateway(String),
     /// The server's own failure (a store that cannot be read, ...).
     #[error("{0}")]
     Internal(String),
@@ -61,7 +61,7 @@ impl ApiError {
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            Self::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) | Self::Bind { .. } | Self::Config(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -86,7 +86,7 @@ fn code_of(status: StatusCode) -> &'static str {
         StatusCode::UNPROCESSABLE_ENTITY | StatusCode::UNSUPPORTED_MEDIA_TYPE => "unprocessable",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::UNAUTHORIZED => "unauthorized",
-        StatusCode::NOT_IMPLEMENTED => "not_implemented",
+        StatusCode::BAD_GATEWAY => "bad_gateway",
         StatusCode::SERVICE_UNAVAILABLE => "unavailable",
         StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
         StatusCode::UPGRADE_REQUIRED => "upgrade_required",
@@ -104,7 +104,7 @@ pub(crate) struct ErrorBody {
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct ErrorDetail {
     /// `not_found`, `conflict`, `bad_request`, `unprocessable`,
-    /// `payload_too_large`, `unauthorized`, `not_implemented`,
+    /// `payload_too_large`, `unauthorized`, `bad_gateway`,
     /// `unavailable` or `internal`.
     code: String,
     /// For a person.
@@ -202,7 +202,7 @@ mod tests {
             (ApiError::Unprocessable("not json".into()), 422, "unprocessable"),
             (ApiError::PayloadTooLarge(10), 413, "payload_too_large"),
             (ApiError::Unauthorized, 401, "unauthorized"),
-            (ApiError::NotImplemented("later".into()), 501, "not_implemented"),
+            (ApiError::BadGateway("model down".into()), 502, "bad_gateway"),
             (ApiError::Internal("disk".into()), 500, "internal"),
         ];
         for (error, status, code) in cases {

@@ -36,9 +36,10 @@ mod viewer;
 
 pub use error::ApiError;
 
-use crate::agent::PendingApprovals;
+use crate::agent::{PendingApprovals, SubAgentSettings};
 use crate::config::Config;
 use crate::plugin::Runtime;
+use crate::tools::ToolRegistry;
 use crate::trace::TraceStore;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -56,6 +57,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
+
+/// How long the server waits at start for the configured MCP servers.
+const MCP_START_WAIT: Duration = Duration::from_secs(20);
 
 /// How long a shutdown waits for the stopped runs to end, then for the
 /// watchers to close their sockets.
@@ -192,11 +196,18 @@ impl Server {
         let listener = TcpListener::bind(config.addr)
             .await
             .map_err(|source| ApiError::Bind { addr: config.addr, source })?;
+        let tools = ToolRegistry::configured(&runtime, MCP_START_WAIT)
+            .await
+            .map_err(|e| ApiError::Config(e.to_string()))?;
+        let sub_agents =
+            SubAgentSettings::from_config(&runtime.options().config).map_err(ApiError::Config)?;
         let channels = Arc::new(events::Channels::default());
         let watchers = TaskTracker::new();
         let runs = Runs::new();
         let state = AppState {
             runtime,
+            tools,
+            sub_agents,
             store: Arc::new(events::NotifyingStore::new(store, channels.clone(), runs.clone())),
             approvals: PendingApprovals::new(config.approval_timeout),
             runs,

@@ -11,8 +11,8 @@ use crate::agent::{
 };
 use crate::contract::World;
 use crate::plugin::PluginStatus;
+use crate::policy::Budget;
 use crate::provider::{LlmParams, PluginProvider};
-use crate::tools::ToolRegistry;
 use crate::trace::{Message, Trace, TraceMode};
 use futures::StreamExt as _;
 use serde::Serialize;
@@ -34,6 +34,7 @@ pub(crate) struct RunRequest {
     pub(crate) model: Option<String>,
     pub(crate) preset: Option<String>,
     pub(crate) max_iterations: Option<u32>,
+    pub(crate) budget: Option<Budget>,
 }
 
 /// A frame only live watchers get; never stored, never replayed.
@@ -114,15 +115,20 @@ pub(crate) async fn start(
         task: request.task,
         params,
         max_iterations,
+        // The config's budget holds; a request can only tighten it.
+        budget: request.budget.map_or(config.budget, |asked| config.budget.tightest(asked)),
+        skills: (!preset.skills.is_empty()).then(|| preset.skills.clone()),
+        compaction: config.compaction.clone(),
         ..RunConfig::default()
     };
     let runner = Runner::new(
         state.store.clone(),
         Arc::new(PluginProvider::new(state.runtime.clone(), provider)),
-        ToolRegistry::new(state.runtime.clone()),
+        state.tools.clone(),
         Hooks::none(),
     )
-    .with_permissions(Permissions::new(rules, state.approvals.clone()));
+    .with_permissions(Permissions::new(rules, state.approvals.clone()))
+    .with_sub_agents(state.sub_agents.clone());
     // In place before the run writes its first event, which sets the
     // source's last event id.
     let source = Arc::new(LiveSource::new(trace_id.clone(), state.channels.clone()));
@@ -296,7 +302,7 @@ impl<F: Fn(&LiveFrameBody)> Frames<F> {
             }
             (None, _) => {
                 self.flush();
-                if let AgentEvent::ApprovalNeeded { request } = &event {
+                if let Some(request) = event.approval_request() {
                     (self.send)(&LiveFrameBody::ApprovalNeeded { request });
                 }
             }
@@ -314,7 +320,7 @@ impl<F: Fn(&LiveFrameBody)> Frames<F> {
 
 /// Checks that `name` is a loaded provider plugin (and, for the scripted
 /// provider, that it has a script).
-fn check_provider(state: &AppState, name: &str) -> Result<(), ApiError> {
+pub(crate) fn check_provider(state: &AppState, name: &str) -> Result<(), ApiError> {
     let plugins = state.runtime.plugins();
     let serving =
         |status: &PluginStatus| matches!(status, PluginStatus::Ready | PluginStatus::Stale(_));

@@ -18,6 +18,11 @@ use tokio_util::task::TaskTracker;
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) runtime: Runtime,
+    /// The tools every run is offered: plugins, MCP servers, skills,
+    /// experiences (set up once, from the config).
+    pub(crate) tools: crate::tools::ToolRegistry,
+    /// Limits of the sub-agents runs start.
+    pub(crate) sub_agents: crate::agent::SubAgentSettings,
     /// The store, waking watchers on each event.
     pub(crate) store: Arc<dyn TraceStore>,
     pub(crate) config: Arc<ServerConfig>,

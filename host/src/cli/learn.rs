@@ -1,17 +1,16 @@
 //! `reson skills`, `reson experiences` and `reson traces reflect`: what the
-//! agent knows and learns, and the pieces `run` and `task` give an agent.
+//! agent knows and learns.
 
 use super::exit;
 use super::run::{ModelArgs, grant_script, traces_dir};
 use super::term::{say, say_err};
 use clap::{Args, Subcommand};
-use reson::experience::{self, ExperienceStore, Experiences, Rating};
+use reson::experience::{self, ExperienceStore, Rating};
 use reson::plugin::{Options, Runtime};
-use reson::provider::{LlmParams, PluginProvider};
+use reson::provider::LlmParams;
 use reson::skills::Skills;
 use reson::trace::{Durability, FileTraceStore};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(Subcommand)]
 pub(crate) enum SkillsCommand {
@@ -45,28 +44,12 @@ pub(crate) struct ReflectArgs {
 }
 
 /// The skills of the configured directories.
-pub(crate) fn skills(options: &Options) -> anyhow::Result<Skills> {
-    let config = &options.config;
-    let dirs: Vec<_> = config.skills.dirs.iter().map(|d| config.resolve(d)).collect();
-    Ok(Skills::load(&dirs)?)
+fn skills(options: &Options) -> anyhow::Result<Skills> {
+    Ok(Skills::from_config(&options.config)?)
 }
 
 fn store(options: &Options) -> ExperienceStore {
-    let config = &options.config;
-    ExperienceStore::new(config.resolve(&config.experiences.path))
-}
-
-/// Experiences as a run uses them.
-pub(crate) fn experiences(runtime: &Runtime) -> Experiences {
-    let config = &runtime.options().config.experiences;
-    let mut experiences = Experiences::new(store(runtime.options()));
-    experiences.top_k = config.top_k;
-    experiences.utility_model = config.utility_model.clone().unwrap_or_default();
-    experiences.utility_provider = config
-        .utility_provider
-        .as_ref()
-        .map(|p| Arc::new(PluginProvider::new(runtime.clone(), p.clone())) as _);
-    experiences
+    ExperienceStore::from_config(&options.config)
 }
 
 pub(crate) fn skills_command(

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// How long a command waits for the configured MCP servers to start.
-const START_WAIT: Duration = Duration::from_secs(20);
+pub(crate) const START_WAIT: Duration = Duration::from_secs(20);
 
 #[derive(Subcommand)]
 pub(crate) enum Command {

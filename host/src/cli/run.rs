@@ -248,10 +248,7 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
     let config = &runtime.options().config;
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
-    let tools = super::mcp::tools(runtime)
-        .await
-        .with_skills(Arc::new(super::learn::skills(runtime.options())?))
-        .with_experiences(Arc::new(super::learn::experiences(runtime)));
+    let tools = reson::tools::ToolRegistry::configured(runtime, super::mcp::START_WAIT).await?;
     let runner = Runner::new(store, provider, tools, Hooks::none())
         .with_permissions(permissions)
         .with_sub_agents(sub_agents);

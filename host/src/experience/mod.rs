@@ -239,6 +239,20 @@ impl Experiences {
         Self { store, top_k: 3, utility_provider: None, utility_model: String::new() }
     }
 
+    /// Experiences as the runtime's config sets them up: its `[experiences]`
+    /// file, how many to inject, and the tagging call's provider and model.
+    pub fn configured(runtime: &crate::plugin::Runtime) -> Self {
+        let config = &runtime.options().config;
+        let mut experiences = Self::new(ExperienceStore::from_config(config));
+        experiences.top_k = config.experiences.top_k;
+        experiences.utility_model = config.experiences.utility_model.clone().unwrap_or_default();
+        experiences.utility_provider = config.experiences.utility_provider.as_ref().map(|name| {
+            Arc::new(crate::provider::PluginProvider::new(runtime.clone(), name.clone()))
+                as Arc<dyn ChatProvider>
+        });
+        experiences
+    }
+
     /// Tags `task` with one utility model call: the intent and state tags
     /// it names. `provider` and `params` are the run's; the utility
     /// settings override them.

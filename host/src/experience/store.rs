@@ -26,6 +26,11 @@ impl ExperienceStore {
         Self { path: path.into() }
     }
 
+    /// The store `[experiences] path` names (relative to the config file).
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self::new(config.resolve(&config.experiences.path))
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -151,6 +151,13 @@ pub struct Skills {
 }
 
 impl Skills {
+    /// The built-in skills and those of the config's `[skills] dirs`
+    /// (relative to the config file).
+    pub fn from_config(config: &crate::config::Config) -> Result<Self, SkillError> {
+        let dirs: Vec<_> = config.skills.dirs.iter().map(|d| config.resolve(d)).collect();
+        Self::load(&dirs)
+    }
+
     /// The built-ins plus every `*.md` in `dirs` (a directory that does not
     /// exist is skipped). A project skill replaces a built-in of the same
     /// name; two project files of one name are an error, as is any

@@ -65,6 +65,25 @@ impl ToolRegistry {
         Self { runtime: Some(runtime), ..Self::default() }
     }
 
+    /// The registry a run gets from the runtime's config: plugin tools, the
+    /// tools of the configured MCP servers (started here, waiting up to
+    /// `mcp_start` for them), skills and experiences.
+    pub async fn configured(
+        runtime: &Runtime,
+        mcp_start: std::time::Duration,
+    ) -> Result<Self, crate::skills::SkillError> {
+        let config = &runtime.options().config;
+        let mut registry = Self::new(runtime.clone())
+            .with_skills(Arc::new(Skills::from_config(config)?))
+            .with_experiences(Arc::new(Experiences::configured(runtime)));
+        if !config.mcp.is_empty() {
+            let mcp = McpTools::start(config);
+            mcp.settled(mcp_start).await;
+            registry = registry.with_mcp(mcp);
+        }
+        Ok(registry)
+    }
+
     /// Adds the tools of running MCP servers. A name a built-in or a plugin
     /// serves stays theirs.
     pub fn with_mcp(mut self, mcp: McpTools) -> Self {

@@ -1,5 +1,6 @@
 //! Starting and stopping runs: a new trace, a continue, rewind or
-//! regenerate of one, a stop; and the routes that wait for experiences.
+//! regenerate of one, a stop; reflecting on one into experiences, and
+//! listing them.
 
 use crate::agent::RunMode;
 use crate::api::error::{ApiError, ErrorBody};
@@ -7,6 +8,8 @@ use crate::api::extract::{Json, JsonBody};
 use crate::api::routes::traces::load;
 use crate::api::runs::{self, RunRequest};
 use crate::api::state::AppState;
+use crate::experience::{self, Experience, ExperienceError, ExperienceStore};
+use crate::provider::{LlmParams, PluginProvider};
 use crate::trace::{Message, Role};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -60,6 +63,11 @@ pub(crate) struct CreateTrace {
     preset: Option<String>,
     /// Most model calls in this run (the preset's cap still holds).
     max_iterations: Option<u32>,
+    /// What the run and its sub-agents may spend together
+    /// (`max_tokens`, `max_cost_usd`, `max_duration_ms`); the config's
+    /// `[budget]` still holds.
+    #[schema(value_type = Option<Object>)]
+    budget: Option<crate::policy::Budget>,
 }
 
 /// A run started on a new trace.
@@ -91,6 +99,7 @@ pub(crate) async fn create(
         model: body.model,
         preset: body.preset,
         max_iterations: body.max_iterations,
+        budget: body.budget,
         ..RunRequest::default()
     };
     let (trace_id, _) = runs::start(&state, request).await?;
@@ -170,19 +179,110 @@ pub(crate) async fn stop(
     Ok(Json(Stopping { trace_id: id, status: "stopping" }))
 }
 
-const NO_EXPERIENCES: &str = "experiences are not built yet (issue 13): there is no experience \
-                              store to reflect into or to list";
-
-/// Reflects on a trace into experiences: not built yet.
-#[utoipa::path(post, path = "/api/traces/{id}/reflect",
-    params(("id" = String, Path, description = "Trace id")),
-    responses((status = 501, body = ErrorBody)))]
-pub(crate) async fn reflect(Path(_id): Path<String>) -> ApiError {
-    ApiError::NotImplemented(NO_EXPERIENCES.into())
+/// What to reflect with.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Reflect {
+    /// What to look at above all.
+    focus: Option<String>,
+    /// A loaded provider plugin [default: the trace's, else the server's].
+    provider: Option<String>,
+    /// [default: the trace's model].
+    model: Option<String>,
 }
 
-/// The experiences learnt: not built yet.
-#[utoipa::path(get, path = "/api/experiences", responses((status = 501, body = ErrorBody)))]
-pub(crate) async fn experiences() -> ApiError {
-    ApiError::NotImplemented(NO_EXPERIENCES.into())
+/// What a reflection learnt, on a side branch of the trace.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Reflected {
+    trace_id: String,
+    /// The reflection prompt (a child of the head; the head did not move).
+    prompt_sequence: u64,
+    /// The model's answer (a child of the prompt).
+    answer_sequence: u64,
+    /// The experiences appended, each with `helpful: 1`.
+    #[schema(value_type = Vec<Object>)]
+    experiences: Vec<serde_json::Value>,
+}
+
+/// Reflects on an ended trace: the model writes what it learnt into the
+/// experiences file, on a side branch of the trace (its head stays).
+#[utoipa::path(post, path = "/api/traces/{id}/reflect", request_body = Reflect,
+    params(("id" = String, Path, description = "Trace id")),
+    responses(
+        (status = 200, body = Reflected),
+        (status = 404, body = ErrorBody), (status = 409, description = "Running", body = ErrorBody),
+        (status = 422, description = "A malformed body, or a model answer that is not experiences; nothing written", body = ErrorBody),
+        (status = 502, description = "The model call failed", body = ErrorBody),
+    ))]
+pub(crate) async fn reflect(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Reflect>,
+) -> Result<Json<Reflected>, ApiError> {
+    let trace = load(&state, &id).await?;
+    // Held while the model answers, so that no run moves the trace meanwhile.
+    let _claim = state.runs.claim(&id)?;
+    let provider = body
+        .provider
+        .or(trace.provider.clone())
+        .unwrap_or_else(|| state.config.defaults.provider.clone());
+    runs::check_provider(&state, &provider)?;
+    let mut params =
+        serde_json::from_value::<LlmParams>(trace.llm_params.clone()).unwrap_or_default();
+    params.stream = false;
+    if let Some(model) = body.model {
+        params.model = model;
+    }
+    let provider = PluginProvider::new(state.runtime.clone(), provider);
+    let experiences = ExperienceStore::from_config(&state.runtime.options().config);
+    let focus = body.focus.as_deref();
+    let done = experience::reflect(&*state.store, &provider, params, &experiences, &id, focus)
+        .await
+        .map_err(experience_error)?;
+    Ok(Json(Reflected {
+        trace_id: done.trace_id,
+        prompt_sequence: done.prompt_sequence,
+        answer_sequence: done.answer_sequence,
+        experiences: done.experiences.iter().map(experience_json).collect(),
+    }))
+}
+
+/// Every experience learnt.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ExperienceList {
+    /// In file order.
+    #[schema(value_type = Vec<Object>)]
+    experiences: Vec<serde_json::Value>,
+}
+
+/// The experiences file, as the runs of this server use it.
+#[utoipa::path(get, path = "/api/experiences", responses(
+    (status = 200, body = ExperienceList), (status = 500, description = "A malformed file (named with its line)", body = ErrorBody)))]
+pub(crate) async fn experiences(
+    State(state): State<AppState>,
+) -> Result<Json<ExperienceList>, ApiError> {
+    let store = ExperienceStore::from_config(&state.runtime.options().config);
+    let experiences = store.list().await.map_err(experience_error)?;
+    Ok(Json(ExperienceList { experiences: experiences.iter().map(experience_json).collect() }))
+}
+
+/// An experience as JSON: its front matter's fields and its `rule`.
+fn experience_json(experience: &Experience) -> serde_json::Value {
+    let mut json = serde_json::to_value(experience).unwrap_or_default();
+    if let Some(fields) = json.as_object_mut() {
+        fields.insert("rule".into(), experience.rule.clone().into());
+    }
+    json
+}
+
+fn experience_error(e: ExperienceError) -> ApiError {
+    match e {
+        ExperienceError::NoTrace(_) | ExperienceError::UnknownId(_) => {
+            ApiError::NotFound(e.to_string())
+        }
+        ExperienceError::NotReady { .. } => ApiError::Conflict(e.to_string()),
+        ExperienceError::BadAnswer(_) => ApiError::Unprocessable(e.to_string()),
+        ExperienceError::Model(_) => ApiError::BadGateway(e.to_string()),
+        _ => ApiError::Internal(e.to_string()),
+    }
 }
