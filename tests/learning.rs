@@ -10,32 +10,14 @@ use reson::agent::{
 };
 use reson::experience::{self, ExperienceError, ExperienceStore, Experiences, Rating};
 use reson::plugin::Runtime;
-use reson::provider::{ChatProvider, ChatRequest, ChatStream, LlmParams, PluginProvider};
+use reson::provider::{ChatRequest, LlmParams, PluginProvider};
 use reson::skills::Skills;
 use reson::tools::ToolRegistry;
 use reson::trace::{Durability, EventKind, FileTraceStore, Message, Role, TraceStore};
 use serde_json::{Value, json};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use support::TestDir;
-use tokio_util::sync::CancellationToken;
-
-/// The scripted provider, recording every request it is sent.
-struct Recording {
-    inner: PluginProvider,
-    seen: Mutex<Vec<ChatRequest>>,
-}
-
-impl ChatProvider for Recording {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn chat(&self, request: ChatRequest, cancel: CancellationToken) -> ChatStream {
-        self.seen.lock().unwrap().push(request.clone());
-        self.inner.chat(request, cancel)
-    }
-}
+use support::{Recording, TestDir};
 
 struct Setup {
     dir: TestDir,
@@ -60,7 +42,7 @@ impl Setup {
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         let inner = PluginProvider::new(runtime.clone(), "scripted");
-        let provider = Arc::new(Recording { inner, seen: Mutex::default() });
+        let provider = Arc::new(Recording::new(inner));
         Self { dir, runtime, store, provider }
     }
 
@@ -73,7 +55,7 @@ impl Setup {
     }
 
     fn requests(&self) -> Vec<ChatRequest> {
-        self.provider.seen.lock().unwrap().clone()
+        self.provider.requests()
     }
 
     async fn main_path(&self, trace_id: &str) -> Vec<Message> {

@@ -8,33 +8,15 @@ use reson::agent::{
 };
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
 use reson::policy::{Decision, Rule, RuleSet};
-use reson::provider::{ChatProvider, ChatRequest, ChatStream, PluginProvider};
+use reson::provider::PluginProvider;
 use reson::tools::ToolRegistry;
 use reson::trace::{EventKind, FileTraceStore, Message, Role, TraceStore};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::TestDir;
-use tokio_util::sync::CancellationToken;
-
-/// The scripted provider, recording every request the model is sent.
-struct Recording {
-    inner: PluginProvider,
-    requests: Mutex<Vec<ChatRequest>>,
-}
-
-impl ChatProvider for Recording {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn chat(&self, request: ChatRequest, cancel: CancellationToken) -> ChatStream {
-        self.requests.lock().unwrap().push(request.clone());
-        self.inner.chat(request, cancel)
-    }
-}
+use support::{Recording, TestDir};
 
 struct Setup {
     dir: TestDir,
@@ -76,10 +58,7 @@ impl Setup {
             FileTraceStore::open(dir.path().join("traces"), reson::trace::Durability::Batched)
                 .unwrap(),
         );
-        let provider = Arc::new(Recording {
-            inner: PluginProvider::new(runtime.clone(), "scripted"),
-            requests: Mutex::default(),
-        });
+        let provider = Arc::new(Recording::new(PluginProvider::new(runtime.clone(), "scripted")));
         Self { dir, runtime, store, provider }
     }
 
@@ -243,7 +222,7 @@ async fn a_preset_without_shell_never_offers_it() {
         .await
         .unwrap();
     drive(handle, &approvals, &[]).await;
-    let requests = s.provider.requests.lock().unwrap();
+    let requests = s.provider.requests();
     let offered = |i: usize| requests[i].tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
     assert!(
         !offered(0).contains(&"shell".to_owned()) && !offered(0).contains(&"write".to_owned()),
@@ -291,7 +270,7 @@ async fn tool_result_images_reach_the_provider_as_image_parts() {
         .await
         .unwrap();
     drive(handle, &approvals, &[]).await;
-    let requests = s.provider.requests.lock().unwrap();
+    let requests = s.provider.requests();
     let tool = requests[1].messages.iter().find(|m| m.role == Role::Tool).unwrap();
     assert_eq!(tool.content.len(), 2, "{:?}", tool.content);
     assert_eq!(
@@ -317,7 +296,7 @@ async fn tool_result_memory_shapes_the_history_sent() {
         .unwrap();
     drive(handle, &approvals, &[]).await;
     // A copy: the guard must not be held across the store calls below.
-    let requests = s.provider.requests.lock().unwrap().clone();
+    let requests = s.provider.requests();
     let sent =
         |i: usize| requests[i].messages.iter().map(Message::text).collect::<Vec<_>>().join("|");
     assert!(sent(1).contains("FULL-A"), "the newest result goes in full: {}", sent(1));

@@ -160,3 +160,36 @@ impl ThreadPeak {
         self.peak.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
+
+/// A provider that records every request it is sent, then passes it on.
+pub struct Recording {
+    inner: reson::provider::PluginProvider,
+    requests: std::sync::Mutex<Vec<reson::provider::ChatRequest>>,
+}
+
+impl Recording {
+    /// Records what goes to `inner`.
+    pub fn new(inner: reson::provider::PluginProvider) -> Self {
+        Self { inner, requests: std::sync::Mutex::default() }
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<reson::provider::ChatRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl reson::provider::ChatProvider for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn chat(
+        &self,
+        request: reson::provider::ChatRequest,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> reson::provider::ChatStream {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.chat(request, cancel)
+    }
+}
