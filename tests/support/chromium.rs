@@ -5,6 +5,9 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+#[path = "apt.rs"]
+mod apt;
+
 use chromiumoxide::cdp::browser_protocol::log::{EventEntryAdded, LogEntryLevel};
 use chromiumoxide::cdp::browser_protocol::network::{EventLoadingFailed, EventResponseReceived};
 use chromiumoxide::cdp::js_protocol::runtime::{
@@ -14,7 +17,6 @@ use chromiumoxide::page::ScreenshotParams;
 use chromiumoxide::{Browser, BrowserConfig, Page};
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -23,39 +25,11 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 /// How long a page may take to show what a test waits for.
 pub const PAGE_WAIT: Duration = Duration::from_secs(30);
 
-/// The Chromium binary, installed first if it is missing. Test binaries
-/// running at once take a file lock, so apt-get runs once.
+/// The Chromium binary, installed first if it is missing.
 pub fn executable() -> &'static Path {
     static INSTALLED: OnceLock<()> = OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        if Path::new(CHROMIUM).exists() {
-            return;
-        }
-        let lock_path = crate::support::root().join("target/chromium-install.lock");
-        std::fs::create_dir_all(lock_path.parent().unwrap()).unwrap();
-        let lock = std::fs::File::create(&lock_path).unwrap();
-        lock.lock().expect("locking the Chromium install");
-        if !Path::new(CHROMIUM).exists() {
-            // A fresh machine may have no package lists yet.
-            apt(&["update"]);
-            apt(&["install", "-y", "--no-install-recommends", "chromium"]);
-        }
-        assert!(
-            Path::new(CHROMIUM).exists(),
-            "apt-get installed chromium but {CHROMIUM} is missing"
-        );
-    });
+    INSTALLED.get_or_init(|| apt::ensure(|| Path::new(CHROMIUM).exists(), &["chromium"]));
     Path::new(CHROMIUM)
-}
-
-fn apt(args: &[&str]) {
-    let status = Command::new("apt-get")
-        .args(["-o", "DPkg::Lock::Timeout=600"])
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .expect("running apt-get");
-    assert!(status.success(), "apt-get {args:?} failed: {status}");
 }
 
 /// A headless Chromium with its own throwaway profile; closed when dropped.

@@ -98,6 +98,7 @@ mod goal;
 mod memory;
 mod message;
 mod model;
+mod postgres;
 mod render;
 mod store;
 mod tree;
@@ -110,6 +111,7 @@ pub use message::{ContentPart, Message, Role, ToolCall, Usage};
 pub use model::{
     Collaborator, CollaboratorKind, CollaboratorStatus, Trace, TraceContext, TraceMode, TraceStatus,
 };
+pub use postgres::PgTraceStore;
 pub use render::render_tree;
 pub use store::{TraceError, TraceFilter, TraceStore};
 pub use tree::MessageTree;

@@ -38,6 +38,9 @@ pub enum TraceError {
         /// What the OS said.
         source: io::Error,
     },
+    /// The database failed (it went away, refused a write, ...).
+    #[error(transparent)]
+    Database(#[from] crate::database::DatabaseError),
     /// A file holds something the store did not write.
     #[error("{}: corrupt: {reason}", path.display())]
     Corrupt {
