@@ -226,6 +226,10 @@ impl TraceStore for NotifyingStore {
         self.inner.save_goals(id, tree).await
     }
 
+    async fn import_trace(&self, snapshot: &crate::trace::TraceSnapshot) -> Result<(), TraceError> {
+        self.inner.import_trace(snapshot).await
+    }
+
     async fn sync(&self) -> Result<(), TraceError> {
         self.inner.sync().await
     }

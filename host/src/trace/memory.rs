@@ -282,6 +282,10 @@ impl TraceStore for MemoryTraceStore {
         })
     }
 
+    async fn import_trace(&self, _snapshot: &super::store::TraceSnapshot) -> Result<(), TraceError> {
+        unimplemented!("being written")
+    }
+
     async fn sync(&self) -> Result<(), TraceError> {
         Ok(())
     }

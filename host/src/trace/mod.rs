@@ -113,7 +113,7 @@ pub use model::{
 };
 pub use postgres::PgTraceStore;
 pub use render::render_tree;
-pub use store::{TraceError, TraceFilter, TraceStore};
+pub use store::{TraceError, TraceFilter, TraceSnapshot, TraceStore};
 pub use tree::MessageTree;
 
 #[cfg(test)]

@@ -79,6 +79,10 @@ impl TraceStore for PgTraceStore {
     async fn save_goals(&self, _id: &str, _tree: &GoalTree) -> Result<(), TraceError> {
         unimplemented!()
     }
+    async fn import_trace(&self, _snapshot: &super::store::TraceSnapshot) -> Result<(), TraceError> {
+        unimplemented!("being written")
+    }
+
     async fn sync(&self) -> Result<(), TraceError> {
         unimplemented!()
     }

@@ -73,6 +73,20 @@ impl TraceFilter {
     }
 }
 
+/// Everything a store keeps of one trace, exactly as stored (ids,
+/// sequences, event ids, times): what moves a trace between stores.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TraceSnapshot {
+    /// The trace's metadata.
+    pub trace: Trace,
+    /// Every message, on all branches, by sequence.
+    pub messages: Vec<Message>,
+    /// Every event, by id.
+    pub events: Vec<Event>,
+    /// The goal tree.
+    pub goals: GoalTree,
+}
+
 /// Durable storage of traces, their messages, goals and events. Each trace
 /// has one writer at a time (its runner); any number may read.
 ///
@@ -142,6 +156,22 @@ pub trait TraceStore: Send + Sync {
 
     /// Replaces the goal tree.
     async fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError>;
+
+    /// Everything kept of trace `id`, as stored, or `None` when there is no
+    /// such trace.
+    async fn export_trace(&self, id: &str) -> Result<Option<TraceSnapshot>, TraceError> {
+        let Some(trace) = self.get_trace(id).await? else { return Ok(None) };
+        Ok(Some(TraceSnapshot {
+            messages: self.get_messages(id).await?,
+            events: self.events_after(id, 0).await?,
+            goals: self.get_goals(id).await?,
+            trace,
+        }))
+    }
+
+    /// Stores `snapshot` as it is (nothing renumbered or re-timed). Fails
+    /// with [`TraceError::AlreadyExists`] when the id is taken.
+    async fn import_trace(&self, snapshot: &TraceSnapshot) -> Result<(), TraceError>;
 
     /// Returns once everything written before the call is on stable storage
     /// (for a store that acknowledges writes before then), reporting a
