@@ -24,7 +24,7 @@ use anyhow::Result;
 use common::{Setup, heading};
 use reson::agent::compaction::CompactionConfig;
 use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
-use reson::experience::{self, ExperienceStore, Experiences};
+use reson::experience::{self, Experiences, FileExperienceStore};
 use reson::provider::LlmParams;
 use reson::skills::Skills;
 use reson::tools::ToolRegistry;
@@ -35,8 +35,8 @@ use std::sync::Arc;
 async fn main() -> Result<()> {
     let setup = Setup::open(Some("learning")).await?;
     let store = setup.trace_store()?;
-    let experiences_file = ExperienceStore::new(setup.dir.path().join(".reson/experiences.md"));
-    let mut experiences = Experiences::new(experiences_file.clone());
+    let experiences_file = FileExperienceStore::new(setup.dir.path().join(".reson/experiences.md"));
+    let mut experiences = Experiences::new(Arc::new(experiences_file.clone()));
     experiences.utility_model = "utility".into();
     let tools = ToolRegistry::new(setup.runtime.clone())
         .with_skills(Arc::new(Skills::load(&[])?))

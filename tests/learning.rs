@@ -8,7 +8,9 @@ use reson::agent::compaction::{self, TokenCounter};
 use reson::agent::{
     AgentEvent, HookDecision, HookEvent, HookPoint, Hooks, RunConfig, RunOutcome, Runner,
 };
-use reson::experience::{self, ExperienceError, ExperienceStore, Experiences, Rating};
+use reson::experience::{
+    self, ExperienceError, ExperienceStore, Experiences, FileExperienceStore, Rating,
+};
 use reson::plugin::Runtime;
 use reson::provider::{ChatRequest, LlmParams, PluginProvider};
 use reson::skills::Skills;
@@ -46,8 +48,8 @@ impl Setup {
         Self { dir, runtime, store, provider }
     }
 
-    fn experiences(&self) -> ExperienceStore {
-        ExperienceStore::new(self.dir.path().join(".reson/experiences.md"))
+    fn experiences(&self) -> FileExperienceStore {
+        FileExperienceStore::new(self.dir.path().join(".reson/experiences.md"))
     }
 
     fn runner(&self, tools: ToolRegistry, hooks: Hooks) -> Runner {
@@ -234,7 +236,7 @@ async fn a_new_trace_gets_its_best_experiences_and_can_ask_for_more() {
          ---\nid: exp_deploy\ncategory: logic_flow\ntags: {intent: [deploy]}\n---\nTag before you push.\n",
     )
     .unwrap();
-    let mut experiences = Experiences::new(ExperienceStore::new(&path));
+    let mut experiences = Experiences::new(Arc::new(FileExperienceStore::new(&path)));
     experiences.utility_model = "utility".into();
     experiences.top_k = 2;
     let tools = ToolRegistry::new(s.runtime.clone()).with_experiences(Arc::new(experiences));
@@ -255,7 +257,7 @@ async fn a_new_trace_gets_its_best_experiences_and_can_ask_for_more() {
     assert!(asked.unwrap().starts_with("- [exp_deploy] (logic_flow) Tag before you push."));
 
     // Ratings change the order: the harmful one, rated up, passes.
-    let store = ExperienceStore::new(&path);
+    let store = FileExperienceStore::new(&path);
     for _ in 0..5 {
         store.rate("exp_harmful", Rating::Helpful).await.unwrap();
     }
@@ -277,7 +279,7 @@ async fn a_new_trace_gets_its_best_experiences_and_can_ask_for_more() {
 async fn experiences_md_refuses_bad_blocks_and_survives_concurrent_writers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("experiences.md");
-    let store = ExperienceStore::new(&path);
+    let store = FileExperienceStore::new(&path);
     let one = |i: usize| {
         let tags = experience::Tags { intent: vec!["x".into()], state: vec![] };
         experience::Experience::new(

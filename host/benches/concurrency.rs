@@ -2,19 +2,24 @@
 //! scripted provider component (200 ms of model latency per turn, spent
 //! asleep inside the guest) with one call of the real echo tool component
 //! per turn. Once on the in-memory trace store, once on the durable file
-//! store in a temp dir. Prints wall time against a single session, peak OS
+//! store in a temp dir, once on PostgreSQL (a throwaway durable cluster on
+//! a Unix socket, fsync on). Prints wall time against a single session, peak OS
 //! threads, peak RSS and CPU per loop iteration.
 //! `cargo bench -p reson --bench concurrency`.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+#[path = "../../tests/support/postgres.rs"]
+mod pg;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use reson::agent::{AgentBuilder, AgentSession, BasicAgent, Hooks, RuntimeBundle};
+use reson::database::{Database, DatabaseOptions};
 use reson::plugin::Runtime;
 use reson::provider::PluginProvider;
 use reson::tools::ToolRegistry;
-use reson::trace::{Durability, FileTraceStore, MemoryTraceStore, TraceStore};
+use reson::trace::{Durability, FileTraceStore, MemoryTraceStore, PgTraceStore, TraceStore};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,10 +140,16 @@ fn bench(c: &mut Criterion) {
         &runtime,
         Arc::new(FileTraceStore::open(traces.path(), Durability::Batched).unwrap()),
     );
+    let database = tokio.block_on(async {
+        let url = pg::durable_cluster().fresh_database().await;
+        Database::connect_with(&DatabaseOptions::new(url).max_connections(32)).await.unwrap()
+    });
+    let postgres = bundle(&runtime, Arc::new(PgTraceStore::new(database)));
 
     let single = tokio.block_on(wave(&memory, 1));
     let in_memory = measured(&tokio, &memory);
     let on_files = measured(&tokio, &file);
+    let on_postgres = measured(&tokio, &postgres);
     // Before criterion's own rounds, which keep adding traces to the
     // in-memory store.
     let peak_rss_mib = status_field("VmHWM:") as f64 / 1024.0;
@@ -151,6 +162,9 @@ fn bench(c: &mut Criterion) {
     group.bench_function("1000 sessions x 3 turns, file store", |b| {
         b.iter_custom(|n| (0..n).map(|_| tokio.block_on(wave(&file, SESSIONS))).sum())
     });
+    group.bench_function("1000 sessions x 3 turns, PostgreSQL store", |b| {
+        b.iter_custom(|n| (0..n).map(|_| tokio.block_on(wave(&postgres, SESSIONS))).sum())
+    });
     group.finish();
 
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -159,6 +173,7 @@ fn bench(c: &mut Criterion) {
     let targets = [
         ("in-memory", &in_memory, "target <= 1.5x one session"),
         ("file", &on_files, "target <= 3 s"),
+        ("postgres", &on_postgres, "beside the file store's"),
     ];
     for (name, f, target) in targets {
         println!(
@@ -177,6 +192,11 @@ fn bench(c: &mut Criterion) {
         "  file store over in-memory:         {:>8.1} ms wall, {:.3} ms CPU per iteration",
         ms(on_files.wall.saturating_sub(in_memory.wall)),
         ms(on_files.cpu_per_iteration.saturating_sub(in_memory.cpu_per_iteration))
+    );
+    println!(
+        "  PostgreSQL over in-memory:         {:>8.1} ms wall, {:.3} ms CPU per iteration (host side)",
+        ms(on_postgres.wall.saturating_sub(in_memory.wall)),
+        ms(on_postgres.cpu_per_iteration.saturating_sub(in_memory.cpu_per_iteration))
     );
     println!("peak RSS of the process:             {peak_rss_mib:>8.1} MiB (target <= 1536)");
 }

@@ -1,6 +1,7 @@
-//! Trace store costs: the durable writes of one agent-loop step (and the
-//! same step in the in-memory store), the main path and rewind point of a
-//! 100k-message trace in memory, and the same main path read from disk.
+//! Trace store costs: the durable writes of one agent-loop step in files,
+//! in PostgreSQL and in memory, the main path and rewind point of a
+//! 100k-message trace in memory, and the same main path read from disk and
+//! from PostgreSQL (a throwaway durable cluster on a Unix socket, fsync on).
 //!
 //! `cargo bench -p reson --bench trace` prints criterion's figures and,
 //! last, one summary line per figure with its target.
@@ -9,10 +10,14 @@
 //! current-thread tokio runtime, which adds well under a microsecond to a
 //! step of hundreds.
 
+#[path = "../../tests/support/postgres.rs"]
+mod pg;
+
 use criterion::{Criterion, criterion_group, criterion_main};
+use reson::database::Database;
 use reson::trace::{
-    Durability, EventKind, FileTraceStore, MemoryTraceStore, Message, MessageTree, Role, ToolCall,
-    Trace, TraceMode, TraceStore, Usage,
+    Durability, EventKind, FileTraceStore, GoalTree, MemoryTraceStore, Message, MessageTree,
+    PgTraceStore, Role, ToolCall, Trace, TraceMode, TraceSnapshot, TraceStore, Usage,
 };
 use std::hint::black_box;
 use std::io::Write;
@@ -56,9 +61,11 @@ fn tool_result(call: &ToolCall) -> Message {
 }
 
 /// One step of the agent loop as the store sees it: the model's message
-/// with a tool call, the tool's result, and three events.
+/// with a tool call and the tool's result, each stored with the event that
+/// announces it (one write each), and the tool's start and end events.
 async fn step(store: &dyn TraceStore, trace: &mut Trace, i: u64) {
-    let call = store.add_message(trace, assistant_with_call(i), None).await.unwrap();
+    let (call, _) =
+        store.add_message_with_event(trace, assistant_with_call(i), None).await.unwrap();
     let tool = &call.tool_calls[0];
     store
         .append_event(
@@ -71,7 +78,7 @@ async fn step(store: &dyn TraceStore, trace: &mut Trace, i: u64) {
         )
         .await
         .unwrap();
-    store.add_message(trace, tool_result(tool), None).await.unwrap();
+    store.add_message_with_event(trace, tool_result(tool), None).await.unwrap();
     store
         .append_event(
             trace,
@@ -84,7 +91,6 @@ async fn step(store: &dyn TraceStore, trace: &mut Trace, i: u64) {
         )
         .await
         .unwrap();
-    store.append_event(trace, EventKind::MessageAdded { message: call }).await.unwrap();
 }
 
 /// `store` with a new trace in it.
@@ -146,6 +152,14 @@ fn write_big_trace(rt: &Runtime, dir: &Path) -> (FileTraceStore, String, u64) {
     (store, trace.id, head)
 }
 
+/// A PostgreSQL store on a fresh database of the durable cluster.
+fn pg_store(rt: &Runtime) -> PgTraceStore {
+    rt.block_on(async {
+        let url = pg::durable_cluster().fresh_database().await;
+        PgTraceStore::new(Database::connect(&url).await.unwrap())
+    })
+}
+
 fn fsync_cost(dir: &Path) -> Vec<f64> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -184,6 +198,16 @@ fn bench(c: &mut Criterion) {
         });
         rt.block_on(store.sync()).unwrap();
     }
+    let (store, mut trace) = with_trace(&rt, pg_store(&rt));
+    let mut i = 0;
+    steps.sample_size(30);
+    steps.bench_function("postgres", |b| {
+        b.iter(|| {
+            i += 1;
+            rt.block_on(step(&store, &mut trace, i));
+        })
+    });
+    drop(store);
     let (store, mut trace) = with_trace(&rt, MemoryTraceStore::new());
     let mut i = 0;
     steps.sample_size(100);
@@ -241,6 +265,9 @@ fn bench(c: &mut Criterion) {
     let batched = on_disk(Durability::Batched, false, 500);
     let batched_synced = on_disk(Durability::Batched, true, 50);
     let immediate = on_disk(Durability::Immediate, false, 50);
+    let (store, mut trace) = with_trace(&rt, pg_store(&rt));
+    let postgres = per_step(&store, &mut trace, false, 200);
+    drop(store);
     let (store, mut trace) = with_trace(&rt, MemoryTraceStore::new());
     let memory = per_step(&store, &mut trace, false, 500);
     drop(store);
@@ -262,6 +289,37 @@ fn bench(c: &mut Criterion) {
             })
             .collect(),
     );
+
+    // The same 100k messages in PostgreSQL, stored as one imported snapshot.
+    let store = pg_store(&rt);
+    let mut big_pg = Trace::new(TraceMode::Agent, "benchmark", "default");
+    big_pg.id = "tr_bench_pg".into();
+    let mut pg_messages = messages.clone();
+    for m in &mut pg_messages {
+        m.trace_id = big_pg.id.clone();
+    }
+    big_pg.last_sequence = head;
+    big_pg.head_sequence = Some(head);
+    let snapshot = TraceSnapshot {
+        trace: big_pg,
+        messages: pg_messages,
+        events: Vec::new(),
+        goals: GoalTree::default(),
+    };
+    rt.block_on(store.import_trace(&snapshot)).unwrap();
+    drop(snapshot);
+    let from_postgres = median(
+        (0..5)
+            .map(|_| {
+                let start = Instant::now();
+                let path = rt.block_on(store.get_main_path_messages("tr_bench_pg", head)).unwrap();
+                let took = start.elapsed().as_nanos() as f64;
+                assert_eq!(path.last().map(|m| m.sequence), Some(head));
+                took
+            })
+            .collect(),
+    );
+    drop(store);
     drop(messages);
 
     let disk = tempfile::tempdir_in(work.path()).unwrap();
@@ -297,6 +355,7 @@ fn bench(c: &mut Criterion) {
     );
     println!("loop step writes, batched + sync():       {:>9.3} ms median", ms(batched_synced));
     println!("loop step writes, immediate:              {:>9.3} ms median", ms(immediate));
+    println!("loop step writes, PostgreSQL (durable):   {:>9.3} ms median", ms(postgres));
     println!("loop step writes, in memory:              {:>9.3} ms median", ms(memory));
     println!(
         "100k tree: main path + rewind point:      {:>9.3} ms median  (target <= 50 ms)",
@@ -308,6 +367,10 @@ fn bench(c: &mut Criterion) {
         ms(from_disk)
     );
     println!("100k trace from disk: get (reconciled):   {:>9.3} ms median", ms(get));
+    println!(
+        "100k trace in PostgreSQL: main path:      {:>9.3} ms median  (target <= 50 ms)",
+        ms(from_postgres)
+    );
 }
 
 criterion_group!(benches, bench);

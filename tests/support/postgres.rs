@@ -158,7 +158,11 @@ impl Cluster {
             .args(["-m", "immediate", "-w", "stop"])
             .output()
             .expect("running pg_ctl stop");
-        assert!(out.status.success(), "pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl stop failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The directory holding the server's socket.
@@ -175,7 +179,8 @@ impl Cluster {
     pub async fn fresh_database(&self) -> String {
         let n = self.databases.fetch_add(1, Ordering::Relaxed);
         let name = format!("t{}_{n}", std::process::id());
-        let admin = sqlx::PgPool::connect(&self.url("postgres")).await.expect("connecting to PostgreSQL");
+        let admin =
+            sqlx::PgPool::connect(&self.url("postgres")).await.expect("connecting to PostgreSQL");
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&admin)
             .await

@@ -800,7 +800,10 @@ impl Run {
         if message.goal_id.is_none() {
             message.goal_id = self.goals.current().map(|g| g.id.clone());
         }
-        let stored = self.inner.store.add_message(&mut self.trace, message, parent).await?;
+        // The message and its event are one write: a reader (or a host
+        // taking the trace over) never sees a message without its event.
+        let (stored, _) =
+            self.inner.store.add_message_with_event(&mut self.trace, message, parent).await?;
         self.tree.insert(&stored);
         let kept = parent
             .and_then(|p| self.path.iter().position(|m| m.sequence == p))
@@ -813,10 +816,6 @@ impl Run {
         if let Some(goal_id) = &stored.goal_id {
             let _ = self.goals.record(goal_id, &GoalStats::of(&stored));
         }
-        self.inner
-            .store
-            .append_event(&mut self.trace, EventKind::MessageAdded { message: stored.clone() })
-            .await?;
         self.emit(AgentEvent::MessageAdded { message: Box::new(stored.clone()) });
         Ok(stored)
     }
@@ -901,11 +900,13 @@ impl Run {
         self.trace.error_message = error.clone();
         self.trace.finished_at_ms = Some(now_ms());
         self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
-        self.inner.store.save_goals(&self.trace.id, &self.goals).await?;
-        self.inner.store.update_trace(&self.trace).await?;
         self.inner
             .store
-            .append_event(&mut self.trace, EventKind::TraceFinished { status, error })
+            .commit_with_event(
+                &mut self.trace,
+                &self.goals,
+                EventKind::TraceFinished { status, error },
+            )
             .await?;
         // A sub-agent's writes are synced with its root's, at the root's
         // end: waiting for a disk flush per sub-agent would make fan-out
@@ -1099,12 +1100,11 @@ impl Run {
     }
 
     async fn goal_changed(&mut self) -> Result<(), AgentError> {
-        self.inner.store.save_goals(&self.trace.id, &self.goals).await?;
         self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
-        self.inner
-            .store
-            .append_event(&mut self.trace, EventKind::GoalChanged { tree: self.goals.clone() })
-            .await?;
+        // The tree, the trace (with the goal in focus) and the event are
+        // one write: a host taking the trace over sees all or none.
+        let changed = EventKind::GoalChanged { tree: self.goals.clone() };
+        self.inner.store.commit_with_event(&mut self.trace, &self.goals, changed).await?;
         self.emit(AgentEvent::GoalChanged { tree: self.goals.render() });
         Ok(())
     }
@@ -1241,7 +1241,7 @@ impl Run {
     /// Records what a sub-agent call reported in the trace and goal tree.
     async fn sub_agent_update(&mut self, update: Update) -> Result<(), AgentError> {
         subagent::apply(update, &mut self.trace, &mut self.goals);
-        self.inner.store.update_trace(&self.trace).await?;
+        // The trace (its collaborators) is stored with the goal change.
         self.goal_changed().await
     }
 

@@ -70,10 +70,19 @@ impl Channels {
         }
     }
 
-    /// Wakes `trace_id`'s watchers: event `id` was appended.
-    fn appended(&self, trace_id: &str, id: u64) {
+    /// Wakes `trace_id`'s watchers: event `id` was appended (here, or by
+    /// another host).
+    pub(crate) fn appended(&self, trace_id: &str, id: u64) {
         if let Some(channel) = self.traces.lock().expect("channels").get(trace_id) {
             channel.events.send_replace(id);
+        }
+    }
+
+    /// Wakes every watcher to read the store: events may have been stored
+    /// while no notification of them could come.
+    pub(crate) fn wake_all(&self) {
+        for channel in self.traces.lock().expect("channels").values() {
+            channel.events.send_modify(|_| {});
         }
     }
 
@@ -121,9 +130,10 @@ impl Drop for Subscription {
     }
 }
 
-/// A store whose `append_event` wakes the trace's watchers once the event
-/// is written (after freeing the trace for its next run, when the event
-/// ends a run); everything else goes straight to the store inside.
+/// A store whose event writes (`append_event`, `add_message_with_event`,
+/// `commit_with_event`) wake the trace's watchers once the event is written
+/// (after freeing the trace for its next run, when the event ends a run);
+/// everything else goes straight to the store inside.
 pub(crate) struct NotifyingStore {
     inner: Arc<dyn TraceStore>,
     channels: Arc<Channels>,
@@ -137,6 +147,29 @@ impl NotifyingStore {
         runs: Arc<Runs>,
     ) -> Self {
         Self { inner, channels, runs }
+    }
+
+    /// Before an event is stored: the run's live frames so far go out, so
+    /// no watcher sees them after it. (The run writes the event itself, so
+    /// it emits nothing meanwhile.) Returns the run's live source.
+    fn before_event(&self, trace_id: &str) -> Option<Arc<LiveSource>> {
+        let source = self.channels.source(trace_id);
+        if let Some(source) = &source {
+            source.drain();
+        }
+        source
+    }
+
+    /// Once `event` is stored: places later live frames after it, frees
+    /// the trace when the event ends its run, and wakes the watchers.
+    fn after_event(&self, trace_id: &str, source: Option<Arc<LiveSource>>, event: &Event) {
+        if let Some(source) = &source {
+            source.stored(event.id);
+        }
+        if matches!(event.kind, EventKind::TraceFinished { .. }) {
+            self.runs.finished(trace_id);
+        }
+        self.channels.appended(trace_id, event.id);
     }
 }
 
@@ -196,21 +229,33 @@ impl TraceStore for NotifyingStore {
     }
 
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
-        // The run's live frames so far go out before the event is stored,
-        // so no watcher sees them after it. (The run writes this event
-        // itself, so it emits nothing meanwhile.)
-        let source = self.channels.source(&trace.id);
-        if let Some(source) = &source {
-            source.drain();
-        }
+        let source = self.before_event(&trace.id);
         let event = self.inner.append_event(trace, kind).await?;
-        if let Some(source) = &source {
-            source.stored(event.id);
-        }
-        if matches!(event.kind, EventKind::TraceFinished { .. }) {
-            self.runs.finished(&trace.id);
-        }
-        self.channels.appended(&trace.id, event.id);
+        self.after_event(&trace.id, source, &event);
+        Ok(event)
+    }
+
+    async fn add_message_with_event(
+        &self,
+        trace: &mut Trace,
+        message: Message,
+        parent: Option<u64>,
+    ) -> Result<(Message, Event), TraceError> {
+        let source = self.before_event(&trace.id);
+        let (message, event) = self.inner.add_message_with_event(trace, message, parent).await?;
+        self.after_event(&trace.id, source, &event);
+        Ok((message, event))
+    }
+
+    async fn commit_with_event(
+        &self,
+        trace: &mut Trace,
+        goals: &GoalTree,
+        kind: EventKind,
+    ) -> Result<Event, TraceError> {
+        let source = self.before_event(&trace.id);
+        let event = self.inner.commit_with_event(trace, goals, kind).await?;
+        self.after_event(&trace.id, source, &event);
         Ok(event)
     }
 
@@ -267,6 +312,27 @@ mod tests {
             EventKind::TraceFinished { status: crate::trace::TraceStatus::Stopped, error: None };
         store.append_event(&mut b, finished).await.unwrap();
         assert!(!runs.is_running(&b.id), "the run's end frees the trace");
+    }
+
+    #[tokio::test]
+    async fn write_groups_wake_the_watchers_and_free_the_trace_as_events_do() {
+        let channels = Arc::new(Channels::default());
+        let runs = Runs::new();
+        let store =
+            NotifyingStore::new(Arc::new(MemoryTraceStore::new()), channels.clone(), runs.clone());
+        let mut trace = Trace::new(TraceMode::Agent, "a", "default");
+        store.create_trace(&trace).await.unwrap();
+        let mut watching = channels.subscribe(&trace.id);
+        watching.events.borrow_and_update();
+        let _claim = runs.claim(&trace.id).unwrap();
+        let said = Message::new(crate::trace::Role::User, "hi");
+        store.add_message_with_event(&mut trace, said, None).await.unwrap();
+        assert_eq!(*watching.events.borrow_and_update(), 1);
+        let finished =
+            EventKind::TraceFinished { status: crate::trace::TraceStatus::Completed, error: None };
+        store.commit_with_event(&mut trace, &GoalTree::new(), finished).await.unwrap();
+        assert_eq!(*watching.events.borrow_and_update(), 2);
+        assert!(!runs.is_running(&trace.id), "the run's end frees the trace");
     }
 
     #[test]

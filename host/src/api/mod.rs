@@ -24,8 +24,15 @@
 //! Every route under `/api` takes the bearer token when one is set; every
 //! error is `{"error":{"code":"...","message":"..."}}`; every body and
 //! frame the server sends passes through [`crate::redact`].
+//!
+//! Several servers may share one PostgreSQL database: give each the
+//! database in [`ServerConfig::database`] (and the
+//! [`PgTraceStore`](crate::trace::PgTraceStore) on it as its store). A run
+//! is then owned by one host through a lease, stopped and watched from any
+//! host, and continued by another when its host dies.
 
 mod auth;
+mod cluster;
 mod error;
 mod events;
 mod extract;
@@ -38,6 +45,7 @@ pub use error::ApiError;
 
 use crate::agent::{PendingApprovals, SubAgentSettings};
 use crate::config::Config;
+use crate::database::Database;
 use crate::plugin::Runtime;
 use crate::tools::ToolRegistry;
 use crate::trace::TraceStore;
@@ -64,6 +72,9 @@ const MCP_START_WAIT: Duration = Duration::from_secs(20);
 /// How long a shutdown waits for the stopped runs to end, then for the
 /// watchers to close their sockets.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// The shortest lease: it is renewed every third of it.
+const MIN_LEASE: Duration = Duration::from_millis(300);
 
 /// What a run started over the API uses when the request does not say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,21 +121,38 @@ pub struct ServerConfig {
     pub approval_timeout: Duration,
     /// For requests that do not say.
     pub defaults: RunDefaults,
+    /// The database shared with other hosts, when the store is PostgreSQL:
+    /// runs take leases in it and hosts notify each other through it.
+    /// `None`: this server is alone on its store.
+    pub database: Option<Database>,
+    /// How long a run's lease lasts without a heartbeat: when its host
+    /// dies, another may continue the trace after this long.
+    pub lease: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self::from_settings(&crate::config::ServerSettings::default(), 60_000)
+        let store = crate::config::StoreConfig::default();
+        Self::from_settings(&crate::config::ServerSettings::default(), 60_000, store.lease_ms)
     }
 }
 
 impl ServerConfig {
-    /// The `[server]` table of `config`.
+    /// The `[server]` table of `config`, and `[store] lease_ms`. The
+    /// database is for the caller to set, once opened.
     pub fn from_config(config: &Config) -> Self {
-        Self::from_settings(&config.server, config.permissions.approval_timeout_ms)
+        Self::from_settings(
+            &config.server,
+            config.permissions.approval_timeout_ms,
+            config.store.lease_ms,
+        )
     }
 
-    fn from_settings(server: &crate::config::ServerSettings, approval_timeout_ms: u64) -> Self {
+    fn from_settings(
+        server: &crate::config::ServerSettings,
+        approval_timeout_ms: u64,
+        lease_ms: u64,
+    ) -> Self {
         Self {
             addr: server.addr,
             token: server.token.clone(),
@@ -135,6 +163,8 @@ impl ServerConfig {
                 server.approval_timeout_ms.unwrap_or(approval_timeout_ms),
             ),
             defaults: RunDefaults::default(),
+            database: None,
+            lease: Duration::from_millis(lease_ms),
         }
     }
 
@@ -143,6 +173,13 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), ApiError> {
         if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(ApiError::Config("the server token is empty".into()));
+        }
+        if self.database.is_some() && self.lease < MIN_LEASE {
+            return Err(ApiError::Config(format!(
+                "[store] lease_ms is {} ms: a lease must last at least {} ms, three heartbeats",
+                self.lease.as_millis(),
+                MIN_LEASE.as_millis()
+            )));
         }
         if !self.addr.ip().is_loopback() && self.token.is_none() {
             return Err(ApiError::Config(format!(
@@ -181,11 +218,13 @@ pub struct Server {
     app: Router,
     state: AppState,
     watchers: TaskTracker,
+    cluster: Option<Arc<cluster::Cluster>>,
 }
 
 impl Server {
     /// Binds `config.addr` and prepares the routes: runs on `runtime`'s
-    /// plugins, traces in `store`.
+    /// plugins, traces in `store` (shared with other hosts when
+    /// `config.database` is set).
     pub async fn bind(
         runtime: Runtime,
         store: Arc<dyn TraceStore>,
@@ -196,14 +235,22 @@ impl Server {
         let listener = TcpListener::bind(config.addr)
             .await
             .map_err(|source| ApiError::Bind { addr: config.addr, source })?;
-        let tools = ToolRegistry::configured(&runtime, MCP_START_WAIT)
+        // The experiences live where the traces do, as `Stores::open` has it.
+        let experiences: Arc<dyn crate::experience::ExperienceStore> = match &config.database {
+            Some(db) => Arc::new(crate::experience::PgExperienceStore::new(db.clone())),
+            None => Arc::new(crate::experience::FileExperienceStore::from_config(
+                &runtime.options().config,
+            )),
+        };
+        let tools = ToolRegistry::configured(&runtime, experiences, MCP_START_WAIT)
             .await
             .map_err(|e| ApiError::Config(e.to_string()))?;
         let sub_agents =
             SubAgentSettings::from_config(&runtime.options().config).map_err(ApiError::Config)?;
         let channels = Arc::new(events::Channels::default());
         let watchers = TaskTracker::new();
-        let runs = Runs::new();
+        let cluster = config.database.clone().map(|db| cluster::Cluster::new(db, config.lease));
+        let runs = Runs::with_cluster(cluster.clone());
         let state = AppState {
             runtime,
             tools,
@@ -240,7 +287,7 @@ impl Server {
         if let Some(cors) = cors {
             app = app.layer(cors);
         }
-        Ok(Server { listener, app, state, watchers })
+        Ok(Server { listener, app, state, watchers, cluster })
     }
 
     /// The address it listens on (with the real port when bound to port 0).
@@ -255,7 +302,16 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ApiError> {
-        let Server { listener, app, state, watchers } = self;
+        let Server { listener, app, state, watchers, cluster } = self;
+        if let Some(cluster) = &cluster {
+            // Both end when the server closes, after its runs have ended.
+            tokio::spawn(cluster.clone().heartbeat(state.closing.clone()));
+            tokio::spawn(cluster.clone().listen(
+                state.runs.clone(),
+                state.channels.clone(),
+                state.closing.clone(),
+            ));
+        }
         let closing = state.clone();
         let graceful = async move {
             shutdown.await;
@@ -274,6 +330,9 @@ impl Server {
             tracing::warn!(
                 "some WebSocket clients had not closed {SHUTDOWN_WAIT:?} after shutdown"
             );
+        }
+        if let Some(cluster) = &cluster {
+            cluster.released(SHUTDOWN_WAIT).await;
         }
         state.store.sync().await?;
         Ok(())
@@ -306,6 +365,22 @@ mod tests {
         assert!(empty.validate().unwrap_err().to_string().contains("empty"));
         let ipv6 = ServerConfig { addr: "[::1]:0".parse().unwrap(), ..ServerConfig::default() };
         assert!(ipv6.validate().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_shared_store_needs_a_lease_of_a_few_heartbeats() {
+        let url = crate::database::test_cluster::cluster().fresh_database().await;
+        let db = Database::connect(&url).await.unwrap();
+        let short = ServerConfig { lease: Duration::from_millis(100), ..ServerConfig::default() };
+        assert!(short.validate().is_ok(), "a server alone on its store takes no lease");
+        let shared = ServerConfig { database: Some(db), ..short };
+        let err = shared.validate().unwrap_err();
+        assert!(err.to_string().contains("lease_ms is 100 ms"), "{err}");
+        let longer = ServerConfig { lease: Duration::from_millis(1500), ..shared };
+        assert!(longer.validate().is_ok());
+        assert_eq!(ServerConfig::default().lease, Duration::from_secs(15));
+        let config = Config::parse("[store]\nlease_ms = 2500\n").unwrap();
+        assert_eq!(ServerConfig::from_config(&config).lease, Duration::from_millis(2500));
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub(crate) async fn start(
         Some(id) => id.clone(),
         None => Trace::new(TraceMode::Agent, "", "").id,
     };
-    let claim = state.runs.claim(&trace_id)?;
+    let claim = state.runs.claim_run(&trace_id, &*state.store).await?;
     let head = existing.as_ref().and_then(|t| t.head_sequence);
     let run_config = RunConfig {
         trace_id: request.trace_id.clone(),

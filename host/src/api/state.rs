@@ -2,6 +2,7 @@
 //! server, the pending approvals and the watchers' channels.
 
 use super::ServerConfig;
+use super::cluster::Cluster;
 use super::error::ApiError;
 use super::events::Channels;
 use crate::agent::PendingApprovals;
@@ -38,11 +39,14 @@ pub(crate) struct AppState {
 
 /// The traces running in this server. A trace is claimed before its run is
 /// prepared and released when the run has ended, so two requests for one
-/// trace never both run it: the second finds the claim.
+/// trace never both run it: the second finds the claim. With other hosts
+/// on the database, a claim here is then a lease there.
 pub(crate) struct Runs {
     state: Mutex<Registry>,
     /// How many runs there are, for waiting on them at shutdown.
     count: watch::Sender<usize>,
+    /// The other hosts' part, when the store is shared.
+    cluster: Option<Arc<Cluster>>,
 }
 
 #[derive(Default)]
@@ -56,8 +60,8 @@ struct Registry {
     closed: bool,
 }
 
-/// A trace's place in [`Runs`], released when dropped (if
-/// [`Runs::finished`] has not released it first).
+/// A trace's place in [`Runs`] (and its lease), released when dropped
+/// (if [`Runs::finished`] has not released it first).
 pub(crate) struct Claim {
     runs: Arc<Runs>,
     trace_id: String,
@@ -67,11 +71,33 @@ pub(crate) struct Claim {
 }
 
 impl Runs {
+    /// The runs of a server alone on its store.
+    #[cfg(test)]
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Self { state: Mutex::default(), count: watch::Sender::new(0) })
+        Self::with_cluster(None)
     }
 
-    /// Claims `trace_id` for a new run.
+    /// The runs of a server whose claims are leases in `cluster` too.
+    pub(crate) fn with_cluster(cluster: Option<Arc<Cluster>>) -> Arc<Self> {
+        Arc::new(Self { state: Mutex::default(), count: watch::Sender::new(0), cluster })
+    }
+
+    /// Claims `trace_id` for a new run, here and, when the store is shared,
+    /// against every other host (whose run is a 409 too).
+    pub(crate) async fn claim_run(
+        self: &Arc<Self>,
+        trace_id: &str,
+        store: &dyn TraceStore,
+    ) -> Result<Claim, ApiError> {
+        // In this process first: no database round trip for a run here.
+        let claim = self.claim(trace_id)?;
+        if let Some(cluster) = &self.cluster {
+            cluster.claim(trace_id, claim.number, &claim.stop, store).await?;
+        }
+        Ok(claim)
+    }
+
+    /// Claims `trace_id` in this process only.
     pub(crate) fn claim(self: &Arc<Self>, trace_id: &str) -> Result<Claim, ApiError> {
         let mut state = self.state.lock().expect("runs");
         if state.closed {
@@ -93,8 +119,11 @@ impl Runs {
     /// end may start the next one at once.
     pub(crate) fn finished(&self, trace_id: &str) {
         let mut state = self.state.lock().expect("runs");
-        if state.running.remove(trace_id).is_some() {
+        if let Some((number, _)) = state.running.remove(trace_id) {
             self.count.send_replace(state.running.len());
+            if let Some(cluster) = &self.cluster {
+                cluster.release(trace_id, number);
+            }
         }
     }
 
@@ -104,9 +133,32 @@ impl Runs {
         state.running.get(trace_id).inspect(|(_, stop)| stop.cancel()).is_some()
     }
 
+    /// Asks `trace_id`'s run to stop, here or on the host that runs it;
+    /// false when it runs nowhere.
+    pub(crate) async fn stop_anywhere(&self, trace_id: &str) -> Result<bool, ApiError> {
+        if self.stop(trace_id) {
+            return Ok(true);
+        }
+        match &self.cluster {
+            Some(cluster) => cluster.stop_elsewhere(trace_id).await,
+            None => Ok(false),
+        }
+    }
+
     /// Whether `trace_id` runs here.
     pub(crate) fn is_running(&self, trace_id: &str) -> bool {
         self.state.lock().expect("runs").running.contains_key(trace_id)
+    }
+
+    /// Whether `trace_id` runs here or on another host.
+    pub(crate) async fn is_running_anywhere(&self, trace_id: &str) -> Result<bool, ApiError> {
+        if self.is_running(trace_id) {
+            return Ok(true);
+        }
+        match &self.cluster {
+            Some(cluster) => cluster.is_running(trace_id).await,
+            None => Ok(false),
+        }
     }
 
     /// The traces running here.
@@ -115,6 +167,17 @@ impl Runs {
             self.state.lock().expect("runs").running.keys().cloned().collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// The traces running here or on another host.
+    pub(crate) async fn running_anywhere(&self) -> Result<Vec<String>, ApiError> {
+        let mut ids = self.running();
+        if let Some(cluster) = &self.cluster {
+            ids.extend(cluster.running().await?);
+            ids.sort_unstable();
+            ids.dedup();
+        }
+        Ok(ids)
     }
 
     /// How many runs there are.
@@ -141,6 +204,9 @@ impl Drop for Claim {
         if state.running.get(&self.trace_id).is_some_and(|(n, _)| *n == self.number) {
             state.running.remove(&self.trace_id);
             self.runs.count.send_replace(state.running.len());
+        }
+        if let Some(cluster) = &self.runs.cluster {
+            cluster.release(&self.trace_id, self.number);
         }
     }
 }

@@ -2,14 +2,15 @@
 //! agent knows and learns.
 
 use super::exit;
-use super::run::{ModelArgs, grant_script, traces_dir};
-use super::term::{say, say_err};
+use super::run::{ModelArgs, grant_script};
+use super::term::{say, say_err, say_part};
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use reson::experience::{self, ExperienceStore, Rating};
+use reson::experience::{self, ExperienceStore, FileExperienceStore, Rating};
 use reson::plugin::{Options, Runtime};
 use reson::provider::LlmParams;
 use reson::skills::Skills;
-use reson::trace::{Durability, FileTraceStore};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
@@ -29,6 +30,18 @@ pub(crate) enum ExperiencesCommand {
         /// helpful or harmful.
         rating: Rating,
     },
+    /// Write every experience in the markdown form of experiences.md.
+    Export {
+        /// Write it here (replacing the file) instead of to stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Add the experiences of a markdown file (as `export` writes) to the
+    /// configured store; ids it already has are skipped if identical.
+    Import {
+        /// The markdown file.
+        file: PathBuf,
+    },
 }
 
 /// `reson traces reflect`.
@@ -46,10 +59,6 @@ pub(crate) struct ReflectArgs {
 /// The skills of the configured directories.
 fn skills(options: &Options) -> anyhow::Result<Skills> {
     Ok(Skills::from_config(&options.config)?)
-}
-
-fn store(options: &Options) -> ExperienceStore {
-    ExperienceStore::from_config(&options.config)
 }
 
 pub(crate) fn skills_command(
@@ -77,12 +86,12 @@ pub(crate) async fn experiences_command(
     options: &Options,
     command: &ExperiencesCommand,
 ) -> anyhow::Result<ExitCode> {
-    let store = store(options);
+    let store = super::open_stores(&options.config).await?.experiences;
     match command {
         ExperiencesCommand::List => {
             let all = store.list().await?;
             if all.is_empty() {
-                say!("no experiences in {}", store.path().display());
+                say!("no experiences in {}", store.describe());
             }
             for e in &all {
                 say!(
@@ -105,8 +114,71 @@ pub(crate) async fn experiences_command(
             }
             Err(e) => return Err(e.into()),
         },
+        ExperiencesCommand::Export { out } => {
+            let all = store.list().await?;
+            let markdown = experience::to_markdown(&all);
+            match out {
+                Some(path) => {
+                    write_file(path, &markdown)?;
+                    say_err!("wrote {} experiences to {}", all.len(), path.display());
+                }
+                None => say_part!("{markdown}"),
+            }
+        }
+        ExperiencesCommand::Import { file } => return import(&*store, file).await,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `experiences import`: the file's experiences the store lacks, in one
+/// append; one it has that differs is reported and nothing is written.
+async fn import(store: &dyn ExperienceStore, file: &std::path::Path) -> anyhow::Result<ExitCode> {
+    if !file.exists() {
+        say_err!("error: no file {}", file.display());
+        return Ok(ExitCode::from(exit::USAGE));
+    }
+    let incoming = match FileExperienceStore::new(file).list().await {
+        Ok(all) => all,
+        Err(e @ experience::ExperienceError::Malformed { .. }) => {
+            say_err!("error: {e}");
+            return Ok(ExitCode::from(exit::USAGE));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let existing = store.list().await?;
+    let mut new = Vec::new();
+    let mut same = 0;
+    for e in incoming {
+        match existing.iter().find(|x| x.id == e.id) {
+            Some(x) if *x == e => same += 1,
+            Some(_) => {
+                say_err!(
+                    "error: experience {} differs from the one in {}: nothing imported",
+                    e.id,
+                    store.describe()
+                );
+                return Ok(ExitCode::from(exit::CONFLICT));
+            }
+            None => new.push(e),
+        }
+    }
+    let added = new.len();
+    store.append(new).await?;
+    say!("{added} experiences imported into {}, {same} already there", store.describe());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Replaces `path` with `text` through a temporary file beside it, so a
+/// reader never sees half of it.
+fn write_file(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(".".as_ref());
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    file.as_file().sync_all().with_context(|| format!("writing {}", path.display()))?;
+    file.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 /// What `traces reflect` grants before the runtime loads plugins.
@@ -117,13 +189,19 @@ pub(crate) fn prepare_reflect(options: &mut Options, args: &ReflectArgs) -> anyh
 
 pub(crate) async fn reflect(runtime: &Runtime, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
-    let traces = FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?;
+    let stores = super::open_stores(&runtime.options().config).await?;
     let provider = args.model.provider(runtime);
     let params = LlmParams { model: args.model.model.clone(), ..LlmParams::default() };
-    let store = store(runtime.options());
-    let reflection =
-        experience::reflect(&traces, &provider, params, &store, &args.id, args.focus.as_deref())
-            .await;
+    let store = stores.experiences;
+    let reflection = experience::reflect(
+        &*stores.traces,
+        &provider,
+        params,
+        &*store,
+        &args.id,
+        args.focus.as_deref(),
+    )
+    .await;
     let reflection = match reflection {
         Ok(r) => r,
         Err(
@@ -144,6 +222,6 @@ pub(crate) async fn reflect(runtime: &Runtime, args: &ReflectArgs) -> anyhow::Re
     for e in &reflection.experiences {
         say!("{}  {}  {}", e.id, e.category, e.rule.replace('\n', " "));
     }
-    say_err!("{} experiences added to {}", reflection.experiences.len(), store.path().display());
+    say_err!("{} experiences added to {}", reflection.experiences.len(), store.describe());
     Ok(ExitCode::SUCCESS)
 }

@@ -66,7 +66,7 @@ enum Command {
     /// The skills an agent can use: built-in and the project's.
     #[command(subcommand)]
     Skills(learn::SkillsCommand),
-    /// Lessons learnt from past runs (experiences.md).
+    /// Lessons learnt from past runs (experiences.md, or the database).
     #[command(subcommand)]
     Experiences(learn::ExperiencesCommand),
     /// Serve Reson's tools over MCP, or list the MCP servers Reson uses.
@@ -82,6 +82,13 @@ pub(crate) mod exit {
     pub const LIMIT: u8 = 4;
     pub const TRAPPED: u8 = 5;
     pub const HOST: u8 = 6;
+    /// `traces migrate` left traces alone: they differ from the target's.
+    pub const CONFLICT: u8 = 7;
+}
+
+/// The stores `[store]` names, or why not, in one line.
+pub(crate) async fn open_stores(config: &Config) -> anyhow::Result<reson::store::Stores> {
+    reson::store::Stores::open(config).await.context("cannot open the [store]")
 }
 
 pub async fn main() -> ExitCode {
@@ -128,7 +135,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Traces(traces::Command::Reflect(args)) => {
             learn::reflect(&open(cli, |o| learn::prepare_reflect(o, args)).await?, args).await
         }
-        Command::Traces(cmd) => traces::run(&run::traces_dir(&options(cli)?), cmd).await,
+        Command::Traces(cmd) => traces::run(&options(cli)?.config, cmd).await,
         Command::Serve(args) => {
             serve::run(&open(cli, |o| serve::prepare_options(o, args)).await?, args).await
         }

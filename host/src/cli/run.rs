@@ -13,7 +13,7 @@ use reson::contract::World;
 use reson::plugin::{Options, PluginStatus, Runtime};
 use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
-use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus};
+use reson::trace::{Message, Role, TraceStatus};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -218,14 +218,6 @@ pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyh
     Ok(())
 }
 
-pub(crate) fn traces_dir(options: &Options) -> PathBuf {
-    let config = &options.config;
-    config
-        .traces_dir
-        .as_deref()
-        .map_or_else(|| PathBuf::from(".reson/traces"), |p| config.resolve(p))
-}
-
 /// The preset `name` and its permissions. Someone at a terminal answers
 /// `ask`; with no one there, requests wait on the event stream and are
 /// denied when the configured timeout passes.
@@ -242,14 +234,19 @@ pub(crate) fn permissions(runtime: &Runtime, name: &str) -> anyhow::Result<(Pres
 
 pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
-    let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
+    let stores = super::open_stores(&runtime.options().config).await?;
     let provider = Arc::new(args.model.provider(runtime));
     let (preset, permissions) = permissions(runtime, &args.model.preset)?;
     let config = &runtime.options().config;
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
-    let tools = reson::tools::ToolRegistry::configured(runtime, super::mcp::START_WAIT).await?;
-    let runner = Runner::new(store, provider, tools, Hooks::none())
+    let tools = reson::tools::ToolRegistry::configured(
+        runtime,
+        stores.experiences.clone(),
+        super::mcp::START_WAIT,
+    )
+    .await?;
+    let runner = Runner::new(stores.traces, provider, tools, Hooks::none())
         .with_permissions(permissions)
         .with_sub_agents(sub_agents);
 

@@ -7,10 +7,8 @@ use clap::Args;
 use reson::api::{RunDefaults, Server, ServerConfig};
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
-use reson::trace::{Durability, FileTraceStore};
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Args)]
@@ -56,13 +54,15 @@ pub(crate) async fn run(runtime: &Runtime, args: &ServeArgs) -> anyhow::Result<E
         system_prompt: Some(run::SYSTEM_PROMPT.to_owned()),
         ..RunDefaults::default()
     };
-    let store = Arc::new(FileTraceStore::open(run::traces_dir(options), Durability::Batched)?);
+    // `[store]`: files here, or a database other hosts may share.
+    let stores = super::open_stores(&options.config).await?;
+    config.database = stores.database;
     // Registered before the server answers anything, so that no signal
     // from then on ends the process without stopping its runs.
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
-    let server = Server::bind(runtime.clone(), store, config).await?;
+    let server = Server::bind(runtime.clone(), stores.traces, config).await?;
     // The first line on stdout: tests and scripts read the port from it.
     say!("listening on http://{}", server.local_addr());
     let shutdown = async move {

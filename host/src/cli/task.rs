@@ -1,7 +1,6 @@
 //! `reson task`: plan a goal (or take a plan), then execute it step by step.
 
 use super::exit;
-use super::run::traces_dir;
 use super::term::{say, say_err, say_part};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -11,7 +10,6 @@ use reson::agent::{
 };
 use reson::plugin::{Options, Runtime};
 use reson::provider::LlmParams;
-use reson::trace::{Durability, FileTraceStore};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -50,7 +48,7 @@ pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow:
 
 pub(crate) async fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
-    let store = Arc::new(FileTraceStore::open(traces_dir(runtime.options()), Durability::Batched)?);
+    let store = super::open_stores(&runtime.options().config).await?.traces;
     let bundle = AgentBuilder::new()
         .provider(Arc::new(args.model.provider(runtime)))
         .tools(super::mcp::tools(runtime).await)

@@ -1,9 +1,14 @@
-//! `reson traces ...`: list traces and show one as a tree.
+//! `reson traces ...`: list traces, show one as a tree, copy them between
+//! the file store and PostgreSQL.
 
 use super::term::{say, say_err, say_part};
-use clap::Subcommand;
-use reson::trace::{FileTraceStore, Trace, TraceFilter, TraceStore};
-use std::path::Path;
+use anyhow::Context as _;
+use clap::{Subcommand, ValueEnum};
+use reson::config::{Config, StoreKind};
+use reson::database::Database;
+use reson::store::{database_options, traces_dir};
+use reson::trace::{Durability, FileTraceStore, PgTraceStore, Trace, TraceFilter, TraceStore};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
@@ -30,21 +35,52 @@ pub(crate) enum Command {
         at: Option<u64>,
     },
     /// Reflect on a finished trace: the model writes what it learnt into
-    /// experiences.md, on a side branch of the trace (its head stays).
+    /// the experiences, on a side branch of the trace (its head stays).
     Reflect(super::learn::ReflectArgs),
+    /// Copy every trace from the file store into PostgreSQL, or back.
+    /// Traces already in the target are compared, never overwritten.
+    Migrate {
+        /// Where the traces go: `postgres` (from the trace directory) or
+        /// `file` (from the database into the trace directory).
+        #[arg(long)]
+        to: Target,
+        /// The database [default: [store] url]
+        #[arg(long)]
+        url: Option<String>,
+        /// The trace directory [default: --traces-dir, else traces_dir of the config]
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
-pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCode> {
-    let store = FileTraceStore::open(dir, reson::trace::Durability::Batched)?;
+/// Where `traces migrate` copies to.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Target {
+    Postgres,
+    File,
+}
+
+pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<ExitCode> {
+    if let Command::Migrate { to, url, dir } = command {
+        return migrate(config, *to, url.as_deref(), dir.clone()).await;
+    }
+    let store = super::open_stores(config).await?.traces;
+    let store = &*store;
+    let place = match config.store.kind {
+        StoreKind::File => traces_dir(config).display().to_string(),
+        StoreKind::Postgres => database_options(config)?.display_url(),
+    };
     match command {
-        Command::Reflect(_) => unreachable!("reflect needs a provider: cli::command runs it"),
+        Command::Reflect(_) | Command::Migrate { .. } => {
+            unreachable!("reflect needs a provider and migrate two stores: handled apart")
+        }
         Command::List { json, roots } => {
             let filter = TraceFilter { roots_only: *roots, ..TraceFilter::default() };
             let traces = store.list_traces(&filter).await?;
             if *json {
                 say!("{}", serde_json::to_string_pretty(&traces)?);
             } else if traces.is_empty() {
-                say!("no traces in {}", dir.display());
+                say!("no traces in {place}");
             } else {
                 for t in traces {
                     let status = serde_json::to_value(t.status)?;
@@ -62,7 +98,7 @@ pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCod
         }
         Command::Show { id, json, at } => {
             let Some(trace) = store.get_trace(id).await? else {
-                say_err!("error: no trace {id} in {}", dir.display());
+                say_err!("error: no trace {id} in {place}");
                 return Ok(ExitCode::from(super::exit::USAGE));
             };
             let messages = store.get_messages(id).await?;
@@ -113,7 +149,7 @@ pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCod
                 None => say!("\ngoals:"),
             }
             say_part!("{}", goals.render());
-            show_sub_traces(&store, &trace).await?;
+            show_sub_traces(store, &trace).await?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -122,10 +158,10 @@ pub(crate) async fn run(dir: &Path, command: &Command) -> anyhow::Result<ExitCod
 /// The sub-agents of `root`, each under the goal that started it, with its
 /// status and totals, their own sub-agents indented below them; then the
 /// totals of the whole tree.
-async fn show_sub_traces(store: &FileTraceStore, root: &Trace) -> anyhow::Result<()> {
+async fn show_sub_traces(store: &dyn TraceStore, root: &Trace) -> anyhow::Result<()> {
     /// The sub-traces of `id`, newest first, so that popping them from a
     /// stack visits the oldest first.
-    async fn children(store: &FileTraceStore, id: &str) -> anyhow::Result<Vec<Trace>> {
+    async fn children(store: &dyn TraceStore, id: &str) -> anyhow::Result<Vec<Trace>> {
         let filter = TraceFilter { parent_trace_id: Some(id.to_owned()), ..TraceFilter::default() };
         let mut children = store.list_traces(&filter).await?;
         children.sort_by_key(|t| std::cmp::Reverse(t.created_at_ms));
@@ -169,4 +205,58 @@ async fn show_sub_traces(store: &FileTraceStore, root: &Trace) -> anyhow::Result
         tree.duration_ms
     );
     Ok(())
+}
+
+/// `traces migrate`: copies between the trace directory and the database,
+/// whatever `[store] kind` says, so that a host can move either way.
+async fn migrate(
+    config: &Config,
+    to: Target,
+    url: Option<&str>,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let mut config = config.clone();
+    if let Some(url) = url {
+        config.store.url = Some(url.to_owned());
+    }
+    if config.store.url.is_none() {
+        anyhow::bail!("traces migrate needs a database: give --url or set [store] url");
+    }
+    let options = database_options(&config)?;
+    let database = Database::connect_with(&options).await.context("cannot open the database")?;
+    let database_store = PgTraceStore::new(database.clone());
+    let dir = dir.unwrap_or_else(|| traces_dir(&config));
+    let file_store = FileTraceStore::open(&dir, Durability::Batched)?;
+    let (from, into, from_name, into_name): (&dyn TraceStore, &dyn TraceStore, String, String) =
+        match to {
+            Target::Postgres => {
+                (&file_store, &database_store, dir.display().to_string(), options.display_url())
+            }
+            Target::File => {
+                (&database_store, &file_store, options.display_url(), dir.display().to_string())
+            }
+        };
+    let done = reson::trace::copy_traces(from, into).await?;
+    into.sync().await?;
+    database.close().await;
+    for id in &done.differing {
+        say_err!("{id}: differs from the copy already in {into_name}: left alone");
+    }
+    for (id, e) in &done.failed {
+        say_err!("{id}: not copied: {e}");
+    }
+    say!(
+        "{} traces copied from {from_name} to {into_name}, {} already there, {} differing, {} failed",
+        done.copied.len(),
+        done.identical.len(),
+        done.differing.len(),
+        done.failed.len()
+    );
+    Ok(if done.is_complete() {
+        ExitCode::SUCCESS
+    } else if done.failed.is_empty() {
+        ExitCode::from(super::exit::CONFLICT)
+    } else {
+        ExitCode::from(super::exit::HOST)
+    })
 }

@@ -1,5 +1,8 @@
 //! Experiences: lessons learnt from past runs, kept in a human-readable,
-//! editable `experiences.md` (default `.reson/experiences.md`).
+//! editable `experiences.md` (default `.reson/experiences.md`), or, with
+//! `[store] kind = "postgres"`, in a table several hosts share (see
+//! [`ExperienceStore`]; `reson experiences export` writes it in the
+//! markdown form).
 //!
 //! One block per experience: YAML front matter, then the rule as text.
 //!
@@ -23,13 +26,14 @@
 //! best matches in its first message ([`Experiences::relevant`]): a utility
 //! model call tags the task with `intent` and `state` tags, and experiences
 //! rank by shared intent tags, then shared state tags, then helpful minus
-//! harmful ratings. The `get_experience` tool searches them on demand.
+//! harmful ratings ([`ExperienceStore::relevant`]). The `get_experience`
+//! tool searches them on demand.
 
 mod reflect;
 mod store;
 
 pub use reflect::{Reflection, reflect};
-pub use store::ExperienceStore;
+pub use store::{ExperienceStore, FileExperienceStore, PgExperienceStore, to_markdown};
 
 use crate::provider::{self, ChatProvider, ChatRequest, LlmParams, ProviderError};
 use crate::trace::{Message, Role, TraceError};
@@ -63,6 +67,16 @@ pub enum ExperienceError {
     /// No experience has this id.
     #[error("no experience {0}")]
     UnknownId(String),
+    /// An append names an id already stored (or names one twice); nothing
+    /// was appended.
+    #[error("experience id {0} is already taken")]
+    DuplicateId(String),
+    /// An experience that cannot be stored (no id, no rule, ...).
+    #[error("invalid experience: {0}")]
+    Invalid(String),
+    /// The database failed (it went away, ...).
+    #[error(transparent)]
+    Database(#[from] crate::database::DatabaseError),
     /// No trace has this id.
     #[error("no trace {0}")]
     NoTrace(String),
@@ -222,8 +236,8 @@ pub(crate) fn json_object<T: serde::de::DeserializeOwned>(text: &str) -> Result<
 /// trace, and the model that tags tasks.
 #[derive(Clone)]
 pub struct Experiences {
-    /// The file.
-    pub store: ExperienceStore,
+    /// Where they are kept.
+    pub store: Arc<dyn ExperienceStore>,
     /// Most experiences put into a new trace's first message.
     pub top_k: usize,
     /// The provider of the tagging call; the run's when `None`.
@@ -235,15 +249,15 @@ pub struct Experiences {
 impl Experiences {
     /// Experiences in `store`, three to a new trace, tagged by the run's
     /// own provider and model.
-    pub fn new(store: ExperienceStore) -> Self {
+    pub fn new(store: Arc<dyn ExperienceStore>) -> Self {
         Self { store, top_k: 3, utility_provider: None, utility_model: String::new() }
     }
 
-    /// Experiences as the runtime's config sets them up: its `[experiences]`
-    /// file, how many to inject, and the tagging call's provider and model.
-    pub fn configured(runtime: &crate::plugin::Runtime) -> Self {
+    /// Experiences in `store` as the runtime's config sets them up: how
+    /// many to inject, and the tagging call's provider and model.
+    pub fn configured(runtime: &crate::plugin::Runtime, store: Arc<dyn ExperienceStore>) -> Self {
         let config = &runtime.options().config;
-        let mut experiences = Self::new(ExperienceStore::from_config(config));
+        let mut experiences = Self::new(store);
         experiences.top_k = config.experiences.top_k;
         experiences.utility_model = config.experiences.utility_model.clone().unwrap_or_default();
         experiences.utility_provider = config.experiences.utility_provider.as_ref().map(|name| {
@@ -291,12 +305,12 @@ impl Experiences {
         task: &str,
         cancel: CancellationToken,
     ) -> Result<Option<String>, ExperienceError> {
-        let all = self.store.list().await?;
-        if all.is_empty() || self.top_k == 0 {
+        if self.top_k == 0 || self.store.is_empty().await? {
             return Ok(None);
         }
         let tags = self.tags(provider, params, task, cancel).await?;
-        let found = rank(&all, &tags.intent, &tags.state, self.top_k);
+        let found = self.store.relevant(&tags.intent, &tags.state, self.top_k).await?;
+        let found: Vec<&Experience> = found.iter().collect();
         Ok((!found.is_empty()).then(|| format!("## Relevant experience\n{}", render_list(&found))))
     }
 }

@@ -47,7 +47,7 @@ pub async fn reflect(
     store: &dyn TraceStore,
     provider: &dyn ChatProvider,
     params: LlmParams,
-    experiences: &ExperienceStore,
+    experiences: &dyn ExperienceStore,
     trace_id: &str,
     focus: Option<&str>,
 ) -> Result<Reflection, ExperienceError> {

@@ -4,6 +4,7 @@
 
 use crate::config::{Config, StoreKind};
 use crate::database::{Database, DatabaseError, DatabaseOptions};
+use crate::experience::{ExperienceStore, FileExperienceStore, PgExperienceStore};
 use crate::trace::{Durability, FileTraceStore, PgTraceStore, TraceError, TraceStore};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub enum StoreError {
 pub struct Stores {
     /// Where traces live.
     pub traces: Arc<dyn TraceStore>,
+    /// Where experiences live: `[experiences] path`, or the database.
+    pub experiences: Arc<dyn ExperienceStore>,
     /// The database, when `[store] kind = "postgres"`: the server's leases
     /// and notifications between hosts use it too.
     pub database: Option<Database>,
@@ -38,12 +41,20 @@ impl Stores {
         match config.store.kind {
             StoreKind::File => {
                 let traces = FileTraceStore::open(traces_dir(config), Durability::Batched)?;
-                Ok(Self { traces: Arc::new(traces), database: None })
+                Ok(Self {
+                    traces: Arc::new(traces),
+                    experiences: Arc::new(FileExperienceStore::from_config(config)),
+                    database: None,
+                })
             }
             StoreKind::Postgres => {
                 let database = Database::connect_with(&database_options(config)?).await?;
                 let traces = PgTraceStore::new(database.clone());
-                Ok(Self { traces: Arc::new(traces), database: Some(database) })
+                Ok(Self {
+                    traces: Arc::new(traces),
+                    experiences: Arc::new(PgExperienceStore::new(database.clone())),
+                    database: Some(database),
+                })
             }
         }
     }

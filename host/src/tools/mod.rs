@@ -67,15 +67,17 @@ impl ToolRegistry {
 
     /// The registry a run gets from the runtime's config: plugin tools, the
     /// tools of the configured MCP servers (started here, waiting up to
-    /// `mcp_start` for them), skills and experiences.
+    /// `mcp_start` for them), skills, and the experiences in `experiences`
+    /// (the store [`Stores::open`](crate::store::Stores::open) gives).
     pub async fn configured(
         runtime: &Runtime,
+        experiences: Arc<dyn crate::experience::ExperienceStore>,
         mcp_start: std::time::Duration,
     ) -> Result<Self, crate::skills::SkillError> {
         let config = &runtime.options().config;
         let mut registry = Self::new(runtime.clone())
             .with_skills(Arc::new(Skills::from_config(config)?))
-            .with_experiences(Arc::new(Experiences::configured(runtime)));
+            .with_experiences(Arc::new(Experiences::configured(runtime, experiences)));
         if !config.mcp.is_empty() {
             let mcp = McpTools::start(config);
             mcp.settled(mcp_start).await;

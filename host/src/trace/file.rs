@@ -456,8 +456,63 @@ impl TraceStore for FileTraceStore {
         self.replace(&path, &to_json(&path, tree)?).await
     }
 
-    async fn import_trace(&self, _snapshot: &super::store::TraceSnapshot) -> Result<(), TraceError> {
-        unimplemented!("being written")
+    async fn import_trace(&self, snapshot: &super::store::TraceSnapshot) -> Result<(), TraceError> {
+        super::migrate::check_snapshot(snapshot)?;
+        let id = &snapshot.trace.id;
+        let dir = self.dir(id)?;
+        if dir.join(META).exists() {
+            return Err(TraceError::AlreadyExists(id.clone()));
+        }
+        // Built whole in a hidden directory (list_traces skips dot names,
+        // and no trace id starts with a dot), synced, then renamed into
+        // place: a crash leaves either no trace or all of it.
+        let staging = tempfile::Builder::new()
+            .prefix(".import-")
+            .tempdir_in(&self.root)
+            .map_err(io_at(&self.root))?;
+        let tmp = staging.path();
+        let messages = tmp.join(MESSAGES);
+        fs::create_dir(&messages).map_err(io_at(&messages))?;
+        let mut files = vec![(tmp.join(META), to_json(&tmp.join(META), &snapshot.trace)?)];
+        if !snapshot.goals.is_empty() {
+            files.push((tmp.join(GOALS), to_json(&tmp.join(GOALS), &snapshot.goals)?));
+        }
+        for message in &snapshot.messages {
+            let path = message_path(tmp, message.sequence);
+            let json = to_json(&path, message)?;
+            files.push((path, json));
+        }
+        if !snapshot.events.is_empty() {
+            let path = tmp.join(EVENTS);
+            let mut lines = Vec::new();
+            for event in &snapshot.events {
+                serde_json::to_writer(&mut lines, event)
+                    .map_err(|e| corrupt(&path, format!("cannot serialise: {e}")))?;
+                lines.push(b'\n');
+            }
+            files.push((path, lines));
+        }
+        let mut targets = Vec::with_capacity(files.len() + 2);
+        for (path, bytes) in files {
+            fs::write(&path, crate::redact::redact_bytes(&bytes)).map_err(io_at(&path))?;
+            targets.push(Target::File(path));
+        }
+        targets.extend([Target::Dir(messages), Target::Dir(tmp.to_owned())]);
+        self.flusher.sync_now(targets).await?;
+        if dir.exists() {
+            // A create a crash cut short (no meta.json): that trace never existed.
+            fs::remove_dir_all(&dir).map_err(io_at(&dir))?;
+        }
+        if let Err(e) = fs::rename(tmp, &dir) {
+            return Err(if dir.join(META).exists() {
+                TraceError::AlreadyExists(id.clone())
+            } else {
+                io_at(&dir)(e)
+            });
+        }
+        // Renamed into place: it is the trace now, not to be cleaned up.
+        let _ = staging.keep();
+        self.flusher.sync_now(vec![Target::Dir(self.root.clone())]).await
     }
 
     async fn sync(&self) -> Result<(), TraceError> {

@@ -282,8 +282,28 @@ impl TraceStore for MemoryTraceStore {
         })
     }
 
-    async fn import_trace(&self, _snapshot: &super::store::TraceSnapshot) -> Result<(), TraceError> {
-        unimplemented!("being written")
+    async fn import_trace(&self, snapshot: &super::store::TraceSnapshot) -> Result<(), TraceError> {
+        super::migrate::check_snapshot(snapshot)?;
+        let id = &snapshot.trace.id;
+        let messages = snapshot
+            .messages
+            .iter()
+            .map(|m| Ok((m.sequence, redacted(id, m)?)))
+            .collect::<Result<BTreeMap<_, _>, TraceError>>()?;
+        let events =
+            snapshot.events.iter().map(|e| redacted(id, e)).collect::<Result<Vec<_>, _>>()?;
+        let stored = Stored {
+            meta: redacted(id, &snapshot.trace)?,
+            messages,
+            events,
+            goals: redacted(id, &snapshot.goals)?,
+        };
+        let mut traces = self.traces.write().unwrap_or_else(PoisonError::into_inner);
+        if traces.contains_key(id) {
+            return Err(TraceError::AlreadyExists(id.clone()));
+        }
+        traces.insert(id.clone(), Arc::new(Mutex::new(stored)));
+        Ok(())
     }
 
     async fn sync(&self) -> Result<(), TraceError> {

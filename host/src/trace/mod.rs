@@ -97,6 +97,7 @@ mod flush;
 mod goal;
 mod memory;
 mod message;
+mod migrate;
 mod model;
 mod postgres;
 mod render;
@@ -108,9 +109,11 @@ pub use file::{Durability, FileTraceStore};
 pub use goal::{AgentMode, Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, Message, Role, ToolCall, Usage};
+pub use migrate::{Migration, copy_traces};
 pub use model::{
     Collaborator, CollaboratorKind, CollaboratorStatus, Trace, TraceContext, TraceMode, TraceStatus,
 };
+pub(crate) use postgres::EVENTS_CHANNEL;
 pub use postgres::PgTraceStore;
 pub use render::render_tree;
 pub use store::{TraceError, TraceFilter, TraceSnapshot, TraceStore};

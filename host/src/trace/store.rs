@@ -157,6 +157,36 @@ pub trait TraceStore: Send + Sync {
     /// Replaces the goal tree.
     async fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError>;
 
+    /// [`add_message`](Self::add_message) and the
+    /// [`MessageAdded`](EventKind::MessageAdded) event of the message as
+    /// stored, as one write: a store that can, makes a reader see both or
+    /// neither.
+    async fn add_message_with_event(
+        &self,
+        trace: &mut Trace,
+        message: Message,
+        parent: Option<u64>,
+    ) -> Result<(Message, Event), TraceError> {
+        let stored = self.add_message(trace, message, parent).await?;
+        let event =
+            self.append_event(trace, EventKind::MessageAdded { message: stored.clone() }).await?;
+        Ok((stored, event))
+    }
+
+    /// [`save_goals`](Self::save_goals), [`update_trace`](Self::update_trace)
+    /// and [`append_event`](Self::append_event) as one write: a store that
+    /// can, makes a reader see all three or none.
+    async fn commit_with_event(
+        &self,
+        trace: &mut Trace,
+        goals: &GoalTree,
+        kind: EventKind,
+    ) -> Result<Event, TraceError> {
+        self.save_goals(&trace.id, goals).await?;
+        self.update_trace(trace).await?;
+        self.append_event(trace, kind).await
+    }
+
     /// Everything kept of trace `id`, as stored, or `None` when there is no
     /// such trace.
     async fn export_trace(&self, id: &str) -> Result<Option<TraceSnapshot>, TraceError> {

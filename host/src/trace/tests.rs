@@ -1,7 +1,8 @@
 //! The stores against the scenarios the runner depends on: continue,
-//! rewind, goals, events. The conformance scenarios run against both
-//! [`FileTraceStore`] and [`MemoryTraceStore`]; crash leftovers and the
-//! on-disk layout are the file store's own.
+//! rewind, goals, events. The conformance scenarios run against
+//! [`FileTraceStore`], [`MemoryTraceStore`] and [`PgTraceStore`] (on a real
+//! throwaway PostgreSQL); crash leftovers and the on-disk layout are the
+//! file store's own, several hosts on one database PostgreSQL's.
 
 use super::*;
 use std::fs;
@@ -11,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Runs each scenario, an `async fn(&dyn TraceStore)`, against a fresh
-/// store of each kind, as the tests `scenario::file` and `scenario::memory`.
+/// store of each kind, as the tests `scenario::file`, `scenario::memory`
+/// and `scenario::postgres`.
 macro_rules! conformance {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
@@ -27,8 +29,19 @@ macro_rules! conformance {
             async fn memory() {
                 super::$scenario(&MemoryTraceStore::new()).await;
             }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::$scenario(&pg_store().await).await;
+            }
         }
     )*};
+}
+
+/// A [`PgTraceStore`] on a fresh database of the test cluster.
+async fn pg_store() -> PgTraceStore {
+    let url = crate::database::test_cluster::cluster().fresh_database().await;
+    PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap())
 }
 
 conformance!(
@@ -46,6 +59,7 @@ conformance!(
     events_get_increasing_ids_and_can_be_read_after_an_id,
     a_stale_update_is_reconciled_with_later_messages_and_events,
     what_the_store_keeps_passes_the_redaction_point,
+    write_groups_store_their_event_with_them,
 );
 
 fn open(dir: &Path) -> FileTraceStore {
@@ -100,6 +114,10 @@ async fn create_get_and_list_with_filters(store: &dyn TraceStore) {
         ids(TraceFilter { parent_trace_id: Some(parent.id.clone()), ..TraceFilter::default() })
             .await,
         [child.id.as_str()]
+    );
+    assert_eq!(
+        ids(TraceFilter { roots_only: true, ..TraceFilter::default() }).await,
+        [done.id.as_str(), &parent.id]
     );
 
     child.status = TraceStatus::Failed;
@@ -836,4 +854,178 @@ async fn kill_9_at_any_instant_leaves_a_loadable_trace() {
         store.get_trace("t1").await.unwrap().unwrap().last_sequence > 0,
         "the child never wrote"
     );
+}
+
+async fn write_groups_store_their_event_with_them(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    let (said, event) = store
+        .add_message_with_event(&mut trace, Message::new(Role::User, "q"), None)
+        .await
+        .unwrap();
+    assert_eq!((said.sequence, event.id), (1, 1));
+    assert_eq!(event.kind, EventKind::MessageAdded { message: said.clone() });
+    assert_eq!((trace.last_sequence, trace.head_sequence, trace.last_event_id), (1, Some(1), 1));
+
+    let mut goals = GoalTree::new();
+    goals.ensure_root("fix the bug").unwrap();
+    trace.status = TraceStatus::Completed;
+    trace.result_summary = Some("fixed".into());
+    let finished = EventKind::TraceFinished { status: TraceStatus::Completed, error: None };
+    let event = store.commit_with_event(&mut trace, &goals, finished.clone()).await.unwrap();
+    assert_eq!((event.id, &event.kind), (2, &finished));
+    assert_eq!(trace.last_event_id, 2);
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(store.get_goals("t1").await.unwrap(), goals);
+    let events = store.events_after("t1", 0).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(events[0].kind, EventKind::MessageAdded { message: said });
+
+    // A group that fails writes nothing.
+    assert!(matches!(
+        store.add_message_with_event(&mut trace, Message::new(Role::User, "x"), Some(9)).await,
+        Err(TraceError::NoSuchMessage { sequence: 9, .. })
+    ));
+    let mut ghost = Trace::new(TraceMode::Agent, "t", "default");
+    assert!(matches!(
+        store.commit_with_event(&mut ghost, &goals, EventKind::TraceStarted).await,
+        Err(TraceError::NotFound(_))
+    ));
+    assert_eq!((trace.last_sequence, trace.last_event_id), (1, 2));
+    assert_eq!(store.events_after("t1", 0).await.unwrap().len(), 2);
+    assert_eq!(store.get_messages("t1").await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_keep_their_traces_apart_in_postgres() {
+    concurrent_writers_keep_their_traces_apart(Arc::new(pg_store().await)).await;
+}
+
+/// A trace with rewinds, a regenerate and a branch off a branch, built
+/// through `store`; returns every message.
+async fn branched_trace(store: &dyn TraceStore) -> Vec<Message> {
+    let mut trace = new_trace(store, "t1").await;
+    let add = async |trace: &mut Trace, text: &str, parent: Option<u64>| {
+        store.add_message(trace, Message::new(Role::User, text), parent).await.unwrap().sequence
+    };
+    for i in 0..6 {
+        add(&mut trace, &format!("main {i}"), None).await;
+    }
+    // A rewind to 3, continued.
+    let b = add(&mut trace, "b0", Some(3)).await;
+    add(&mut trace, "b1", None).await;
+    let b2 = add(&mut trace, "b2", None).await;
+    // A branch off that branch, and another off its first message.
+    add(&mut trace, "c0", Some(b)).await;
+    add(&mut trace, "c1", None).await;
+    add(&mut trace, "d0", Some(b2)).await;
+    // A regenerate: back to 5, then a new answer there.
+    store.set_head(&mut trace, 5).await.unwrap();
+    add(&mut trace, "r0", None).await;
+    add(&mut trace, "r1", None).await;
+    // Back onto the old main path's end, continued; a second root.
+    store.set_head(&mut trace, 6).await.unwrap();
+    add(&mut trace, "main 6", None).await;
+    add(&mut trace, "again", Some(1)).await;
+    add(&mut trace, "again 2", Some(1)).await;
+    store.get_messages("t1").await.unwrap()
+}
+
+#[tokio::test]
+async fn the_postgres_main_path_is_the_tree_s_from_every_head() {
+    let store = pg_store().await;
+    let messages = branched_trace(&store).await;
+    let tree = MessageTree::from_messages(&messages);
+    for head in messages.iter().map(|m| m.sequence) {
+        let path = store.get_main_path_messages("t1", head).await.unwrap();
+        assert_eq!(sequences(&path), tree.main_path(head), "head {head}");
+        let by_seq = |s: u64| messages.iter().find(|m| m.sequence == s).unwrap();
+        assert!(path.iter().all(|m| m == by_seq(m.sequence)));
+    }
+    assert!(matches!(
+        store.get_main_path_messages("t1", 999).await,
+        Err(TraceError::NoSuchMessage { sequence: 999, .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_trace_exported_from_one_store_imports_into_postgres_unchanged() {
+    let memory = MemoryTraceStore::new();
+    let messages = branched_trace(&memory).await;
+    let mut trace = memory.get_trace("t1").await.unwrap().unwrap();
+    memory.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    let mut goals = GoalTree::new();
+    goals.ensure_root("fix the bug").unwrap();
+    memory.save_goals("t1", &goals).await.unwrap();
+    let snapshot = memory.export_trace("t1").await.unwrap().unwrap();
+
+    let pg = pg_store().await;
+    pg.import_trace(&snapshot).await.unwrap();
+    assert_eq!(pg.export_trace("t1").await.unwrap().unwrap(), snapshot);
+    assert!(matches!(pg.import_trace(&snapshot).await, Err(TraceError::AlreadyExists(_))));
+    // Imported chains serve the main path as written ones do.
+    let tree = MessageTree::from_messages(&messages);
+    for head in messages.iter().map(|m| m.sequence) {
+        let path = pg.get_main_path_messages("t1", head).await.unwrap();
+        assert_eq!(sequences(&path), tree.main_path(head), "head {head}");
+    }
+    // And the trace goes on where it was.
+    let mut trace = pg.get_trace("t1").await.unwrap().unwrap();
+    let next = pg.add_message(&mut trace, Message::new(Role::User, "on"), None).await.unwrap();
+    assert_eq!(next.sequence, snapshot.trace.last_sequence + 1);
+    assert_eq!(pg.append_event(&mut trace, EventKind::TraceStarted).await.unwrap().id, 2);
+    assert_eq!(pg.export_trace("nope").await.unwrap(), None);
+
+    // A snapshot no store could have written is refused, and nothing of it kept.
+    let mut bad = snapshot.clone();
+    bad.trace.id = "t2".into();
+    for m in &mut bad.messages {
+        m.trace_id = "t2".into();
+    }
+    bad.messages[3].parent_sequence = Some(bad.messages[3].sequence);
+    assert!(matches!(pg.import_trace(&bad).await, Err(TraceError::Corrupt { .. })));
+    bad.messages.swap(1, 2);
+    assert!(matches!(pg.import_trace(&bad).await, Err(TraceError::Corrupt { .. })));
+    assert_eq!(pg.get_trace("t2").await.unwrap(), None);
+}
+
+/// Two hosts on one database: what one writes, the other reads at once,
+/// and each event is announced on `reson_events` when it is readable.
+#[tokio::test]
+async fn a_second_host_reads_what_the_first_wrote_and_hears_its_events() {
+    let url = crate::database::test_cluster::cluster().fresh_database().await;
+    let first = PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap());
+    let second = PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap());
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener.listen("reson_events").await.unwrap();
+
+    let mut trace = new_trace(&first, "t1").await;
+    let (said, _) = first
+        .add_message_with_event(&mut trace, Message::new(Role::User, "hello"), None)
+        .await
+        .unwrap();
+    first.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    for id in 1..=2 {
+        let note = listener.recv().await.unwrap();
+        assert_eq!(note.payload(), format!("t1 {id}"));
+        assert_eq!(second.events_after("t1", id - 1).await.unwrap()[0].id, id);
+    }
+    assert_eq!(second.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(second.get_main_path_messages("t1", 1).await.unwrap(), [said]);
+
+    // The second host takes the trace over from what it reads.
+    let mut taken = second.get_trace("t1").await.unwrap().unwrap();
+    second.add_message(&mut taken, Message::new(Role::Assistant, "hi"), None).await.unwrap();
+    assert_eq!(second.append_event(&mut taken, EventKind::TraceStarted).await.unwrap().id, 3);
+    assert_eq!(listener.recv().await.unwrap().payload(), "t1 3");
+    assert_eq!(first.get_trace("t1").await.unwrap().unwrap(), taken);
+
+    // The first host, its copy now behind, is refused rather than writing
+    // a second message 2 or event 3; nothing of its write group is kept.
+    let late = first.add_message_with_event(&mut trace, Message::new(Role::User, "late"), None);
+    assert!(matches!(late.await, Err(TraceError::Database(_))));
+    let late = first.append_event(&mut trace, EventKind::TraceStarted).await;
+    assert!(matches!(late, Err(TraceError::Database(_))));
+    assert_eq!(second.get_trace("t1").await.unwrap().unwrap(), taken);
+    assert_eq!(texts(&second.get_messages("t1").await.unwrap()), ["hello", "hi"]);
+    assert_eq!(second.events_after("t1", 0).await.unwrap().len(), 3);
 }

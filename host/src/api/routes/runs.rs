@@ -8,7 +8,7 @@ use crate::api::extract::{Json, JsonBody};
 use crate::api::routes::traces::load;
 use crate::api::runs::{self, RunRequest};
 use crate::api::state::AppState;
-use crate::experience::{self, Experience, ExperienceError, ExperienceStore};
+use crate::experience::{self, Experience, ExperienceError, ExperienceStore, FileExperienceStore};
 use crate::provider::{LlmParams, PluginProvider};
 use crate::trace::{Message, Role};
 use axum::extract::{Path, State};
@@ -163,7 +163,8 @@ pub(crate) struct Stopping {
     status: &'static str,
 }
 
-/// Stops a running trace; it ends `stopped`, and a later run continues it.
+/// Stops a running trace, on whichever host runs it; it ends `stopped`,
+/// and a later run continues it.
 #[utoipa::path(post, path = "/api/traces/{id}/stop",
     params(("id" = String, Path, description = "Trace id")),
     responses((status = 200, body = Stopping), (status = 404, body = ErrorBody),
@@ -172,7 +173,7 @@ pub(crate) async fn stop(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Stopping>, ApiError> {
-    if !state.runs.stop(&id) {
+    if !state.runs.stop_anywhere(&id).await? {
         load(&state, &id).await?;
         return Err(ApiError::Conflict(format!("trace {id} is not running")));
     }
@@ -221,7 +222,7 @@ pub(crate) async fn reflect(
 ) -> Result<Json<Reflected>, ApiError> {
     let trace = load(&state, &id).await?;
     // Held while the model answers, so that no run moves the trace meanwhile.
-    let _claim = state.runs.claim(&id)?;
+    let _claim = state.runs.claim_run(&id, &*state.store).await?;
     let provider = body
         .provider
         .or(trace.provider.clone())
@@ -234,9 +235,9 @@ pub(crate) async fn reflect(
         params.model = model;
     }
     let provider = PluginProvider::new(state.runtime.clone(), provider);
-    let experiences = ExperienceStore::from_config(&state.runtime.options().config);
+    let experiences = experience_store(&state);
     let focus = body.focus.as_deref();
-    let done = experience::reflect(&*state.store, &provider, params, &experiences, &id, focus)
+    let done = experience::reflect(&*state.store, &provider, params, &*experiences, &id, focus)
         .await
         .map_err(experience_error)?;
     Ok(Json(Reflected {
@@ -261,9 +262,15 @@ pub(crate) struct ExperienceList {
 pub(crate) async fn experiences(
     State(state): State<AppState>,
 ) -> Result<Json<ExperienceList>, ApiError> {
-    let store = ExperienceStore::from_config(&state.runtime.options().config);
-    let experiences = store.list().await.map_err(experience_error)?;
+    let experiences = experience_store(&state).list().await.map_err(experience_error)?;
     Ok(Json(ExperienceList { experiences: experiences.iter().map(experience_json).collect() }))
+}
+
+/// The experiences this server's runs use: those its tools were given.
+fn experience_store(state: &AppState) -> std::sync::Arc<dyn ExperienceStore> {
+    state.tools.experiences().map(|e| e.store.clone()).unwrap_or_else(|| {
+        std::sync::Arc::new(FileExperienceStore::from_config(&state.runtime.options().config))
+    })
 }
 
 /// An experience as JSON: its front matter's fields and its `rule`.

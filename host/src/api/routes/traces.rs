@@ -66,20 +66,21 @@ pub(crate) async fn list(
     Ok(Json(TraceList { traces, total }))
 }
 
-/// The traces running in this server.
+/// The traces running on any host.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RunningTraces {
     #[schema(value_type = Vec<Object>)]
     traces: Vec<Trace>,
 }
 
-/// The traces with a run going in this server.
+/// The traces with a run going in this server, or in another server on
+/// the same database.
 #[utoipa::path(get, path = "/api/traces/running", responses((status = 200, body = RunningTraces)))]
 pub(crate) async fn running(
     State(state): State<AppState>,
 ) -> Result<Json<RunningTraces>, ApiError> {
     let mut traces = Vec::new();
-    for id in state.runs.running() {
+    for id in state.runs.running_anywhere().await? {
         // A claimed trace may not be written yet (a new one being prepared).
         if let Some(trace) = state.store.get_trace(&id).await? {
             traces.push(trace);
@@ -99,7 +100,8 @@ pub(crate) struct TraceDetail {
     /// Sub-agents' traces, newest first.
     #[schema(value_type = Vec<Object>)]
     sub_traces: Vec<Trace>,
-    /// Whether a run of it is going in this server.
+    /// Whether a run of it is going in this server, or in another server
+    /// on the same database.
     running: bool,
 }
 
@@ -119,7 +121,7 @@ pub(crate) async fn get(
     let goal_tree = state.store.get_goals(&id).await?;
     let filter = TraceFilter { parent_trace_id: Some(id.clone()), ..TraceFilter::default() };
     let sub_traces = state.store.list_traces(&filter).await?;
-    let running = state.runs.is_running(&id);
+    let running = state.runs.is_running_anywhere(&id).await?;
     Ok(Json(TraceDetail { trace, goal_tree, sub_traces, running }))
 }
 

@@ -4,8 +4,10 @@
 //! on `experiences.md.lock` held from the read to the rename, so two
 //! writers never interleave and neither loses the other's blocks.
 
-use super::{Experience, ExperienceError, Rating};
+use super::super::{Experience, ExperienceError, Rating};
+use super::ExperienceStore;
 use crate::skills::front_matter;
+use async_trait::async_trait;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -14,13 +16,13 @@ const HEADER: &str = "# Experiences\n\nLessons learnt from past runs, one block 
                       (id, trace_id, category, tags, metrics, created_at), then the rule. Edit \
                       freely; keep the `---` lines (write a `---` line in a rule as `\\---`).\n";
 
-/// The experiences file.
+/// Experiences in a markdown file: the embedded default.
 #[derive(Debug, Clone)]
-pub struct ExperienceStore {
+pub struct FileExperienceStore {
     path: PathBuf,
 }
 
-impl ExperienceStore {
+impl FileExperienceStore {
     /// The store at `path`; the file need not exist yet.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self { path: path.into() }
@@ -34,39 +36,6 @@ impl ExperienceStore {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Every experience, in file order; none when the file does not exist.
-    pub async fn list(&self) -> Result<Vec<Experience>, ExperienceError> {
-        let path = self.path.clone();
-        blocking(move || Ok(read(&path)?.1)).await
-    }
-
-    /// Appends `new` under the lock; the blocks already there are kept as
-    /// they are.
-    pub async fn append(&self, new: Vec<Experience>) -> Result<(), ExperienceError> {
-        self.update(move |all| {
-            all.extend(new);
-            Ok(())
-        })
-        .await
-    }
-
-    /// Counts one `rating` for the experience `id`; returns it as rated.
-    pub async fn rate(&self, id: &str, rating: Rating) -> Result<Experience, ExperienceError> {
-        let id = id.to_owned();
-        self.update(move |all| {
-            let e = all
-                .iter_mut()
-                .find(|e| e.id == id)
-                .ok_or_else(|| ExperienceError::UnknownId(id.clone()))?;
-            match rating {
-                Rating::Helpful => e.metrics.helpful += 1,
-                Rating::Harmful => e.metrics.harmful += 1,
-            }
-            Ok(e.clone())
-        })
-        .await
     }
 
     /// Reads, changes and writes back the whole file under the lock; a
@@ -84,6 +53,46 @@ impl ExperienceStore {
             Ok(out)
         })
         .await
+    }
+}
+
+#[async_trait]
+impl ExperienceStore for FileExperienceStore {
+    async fn list(&self) -> Result<Vec<Experience>, ExperienceError> {
+        let path = self.path.clone();
+        blocking(move || Ok(read(&path)?.1)).await
+    }
+
+    async fn append(&self, new: Vec<Experience>) -> Result<(), ExperienceError> {
+        super::check_new(&new)?;
+        self.update(move |all| {
+            if let Some(taken) = new.iter().find(|n| all.iter().any(|e| e.id == n.id)) {
+                return Err(ExperienceError::DuplicateId(taken.id.clone()));
+            }
+            all.extend(new);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn rate(&self, id: &str, rating: Rating) -> Result<Experience, ExperienceError> {
+        let id = id.to_owned();
+        self.update(move |all| {
+            let e = all
+                .iter_mut()
+                .find(|e| e.id == id)
+                .ok_or_else(|| ExperienceError::UnknownId(id.clone()))?;
+            match rating {
+                Rating::Helpful => e.metrics.helpful += 1,
+                Rating::Harmful => e.metrics.harmful += 1,
+            }
+            Ok(e.clone())
+        })
+        .await
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
     }
 }
 
