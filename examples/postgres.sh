@@ -36,7 +36,10 @@ cleanup() {
 trap cleanup EXIT
 
 mkdir -p "$work/pg"
-[ "$(id -u)" = 0 ] && chown postgres: "$work/pg"
+if [ "$(id -u)" = 0 ]; then
+    chmod 755 "$work"
+    chown postgres: "$work/pg"
+fi
 as_pg "$bin/initdb" -D "$work/pg/data" -U postgres --auth=trust -E UTF8 >/dev/null
 as_pg "$bin/pg_ctl" -D "$work/pg/data" -l "$work/pg/log" -w \
     -o "-k $work/pg -c listen_addresses=''" start >/dev/null
@@ -91,7 +94,7 @@ started=$(curl -sf -H 'Content-Type: application/json' \
 id=$(echo "$started" | sed -n 's/.*"trace_id":"\([^"]*\)".*/\1/p')
 echo "A started $id: $started"
 sleep 1
-echo "B sees running: $(curl -sf "$b/api/traces/running")"
+echo "B sees running: $(curl -sf "$b/api/traces/running" | grep -o '"id":"tr_[0-9a-f]*","mode":"[a-z]*"')"
 echo "B asks to stop it: $(curl -sf -X POST "$b/api/traces/$id/stop")"
 for _ in $(seq 100); do
     status=$(curl -sf "$b/api/traces/$id" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p' | head -n1)
