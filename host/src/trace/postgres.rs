@@ -41,6 +41,38 @@ use std::path::PathBuf;
 /// `"{trace_id} {event_id}"`.
 pub(crate) const EVENTS_CHANNEL: &str = "reson_events";
 
+/// The walk from a head (`$2`) of trace `$1` to the root: one row
+/// `(segment, upto)` per chain on the path.
+const MAIN_PATH: &str = "WITH RECURSIVE walk (segment, upto) AS ( \
+         SELECT h.segment, h.sequence FROM messages h \
+         WHERE h.trace_id = $1 AND h.sequence = $2 \
+       UNION ALL \
+         SELECT p.segment, p.sequence FROM walk w \
+         JOIN messages f ON f.trace_id = $1 AND f.sequence = w.segment \
+         JOIN messages p ON p.trace_id = $1 AND p.sequence = f.parent_sequence \
+         WHERE f.parent_sequence < f.sequence)";
+
+/// The messages of the chains [`MAIN_PATH`] walked, as `c`, root's chain
+/// first: each chain's part is a range scan of the segment index, in
+/// order, so PostgreSQL sorts nothing and rows stream in path order.
+const MAIN_PATH_ROWS: &str = "FROM (SELECT * FROM walk ORDER BY segment) w \
+     CROSS JOIN LATERAL ( \
+         SELECT m.sequence, m.body FROM messages m \
+         WHERE m.trace_id = $1 AND m.segment = w.segment AND m.sequence <= w.upto \
+         ORDER BY m.sequence) c";
+
+/// Messages decoded per blocking task on the main path.
+const DECODE_BATCH: usize = 4096;
+
+/// Decodes `rows` of trace `id` on a blocking thread.
+fn decode_batch(
+    id: &str,
+    rows: Vec<(i64, String)>,
+) -> tokio::task::JoinHandle<Result<Vec<Message>, TraceError>> {
+    let id = id.to_owned();
+    tokio::task::spawn_blocking(move || rows.iter().map(|(_, body)| parse(&id, body)).collect())
+}
+
 /// Traces, messages, goals and events in a PostgreSQL database.
 #[derive(Clone, Debug)]
 pub struct PgTraceStore {
@@ -51,6 +83,28 @@ impl PgTraceStore {
     /// The store on `db` (already migrated).
     pub fn new(db: Database) -> Self {
         Self { db }
+    }
+
+    /// The sequences of the main path ending at `head`, root first: the
+    /// path's shape in one query, without loading the messages.
+    pub async fn main_path_sequences(&self, id: &str, head: u64) -> Result<Vec<u64>, TraceError> {
+        check_id(id)?;
+        let sql = format!("{MAIN_PATH} SELECT c.sequence {MAIN_PATH_ROWS}");
+        let mut path: Vec<u64> = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .bind(to_i64(head))
+            .fetch_all(self.db.pool())
+            .await
+            .map_err(db)?
+            .into_iter()
+            .map(to_u64)
+            .collect();
+        if path.is_empty() {
+            self.require(id).await?;
+            return Err(TraceError::NoSuchMessage { trace_id: id.to_owned(), sequence: head });
+        }
+        path.sort_unstable();
+        Ok(path)
     }
 
     /// `NotFound` unless trace `id` exists.
@@ -389,36 +443,34 @@ impl TraceStore for PgTraceStore {
         head: u64,
     ) -> Result<Vec<Message>, TraceError> {
         check_id(id)?;
-        // The walk gives one row per chain on the path, root's first; each
-        // chain's part is a range scan of the segment index, in order, so
-        // PostgreSQL sorts nothing and the rows stream in path order while
-        // they are decoded.
-        let mut rows = sqlx::query_as::<_, (i64, String)>(
-            "WITH RECURSIVE walk (segment, upto) AS ( \
-                 SELECT h.segment, h.sequence FROM messages h \
-                 WHERE h.trace_id = $1 AND h.sequence = $2 \
-               UNION ALL \
-                 SELECT p.segment, p.sequence FROM walk w \
-                 JOIN messages f ON f.trace_id = $1 AND f.sequence = w.segment \
-                 JOIN messages p ON p.trace_id = $1 AND p.sequence = f.parent_sequence \
-                 WHERE f.parent_sequence < f.sequence \
-             ) \
-             SELECT c.sequence, c.body FROM (SELECT * FROM walk ORDER BY segment) w \
-             CROSS JOIN LATERAL ( \
-                 SELECT m.sequence, m.body FROM messages m \
-                 WHERE m.trace_id = $1 AND m.segment = w.segment AND m.sequence <= w.upto \
-                 ORDER BY m.sequence) c",
-        )
-        .bind(id)
-        .bind(to_i64(head))
-        .fetch(self.db.pool());
-        let mut path: Vec<Message> = Vec::new();
-        let mut in_order = true;
-        while let Some((sequence, body)) = rows.try_next().await.map_err(db)? {
-            in_order &= path.last().is_none_or(|m| to_i64(m.sequence) < sequence);
-            path.push(parse(id, &body)?);
+        let sql = format!("{MAIN_PATH} SELECT c.sequence, c.body {MAIN_PATH_ROWS}");
+        let mut rows = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .bind(to_i64(head))
+            .fetch(self.db.pool());
+        // Decoding 100k messages takes as long as receiving them: batches
+        // are decoded on blocking threads while the next ones arrive, and
+        // the runtime's worker is not held for the whole decode.
+        let mut batches = Vec::new();
+        let mut batch = Vec::with_capacity(DECODE_BATCH);
+        while let Some(row) = rows.try_next().await.map_err(db)? {
+            batch.push(row);
+            if batch.len() == DECODE_BATCH {
+                batches.push(decode_batch(id, std::mem::take(&mut batch)));
+                batch.reserve(DECODE_BATCH);
+            }
         }
         drop(rows);
+        batches.push(decode_batch(id, batch));
+        let mut path: Vec<Message> = Vec::new();
+        for batch in batches {
+            let decoded = batch.await.map_err(|e| TraceError::Corrupt {
+                path: PathBuf::from(format!("postgres:{id}")),
+                reason: format!("decoding messages failed: {e}"),
+            })??;
+            path.extend(decoded);
+        }
+        let in_order = path.windows(2).all(|w| w[0].sequence < w[1].sequence);
         if path.is_empty() {
             // No such head: say whether the trace exists at all.
             self.require(id).await?;
