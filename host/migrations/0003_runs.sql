@@ -13,7 +13,11 @@ CREATE TABLE run_leases (
     -- run never releases the next run's lease.
     claim      BIGINT NOT NULL,
     claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    expires_at TIMESTAMPTZ NOT NULL
+    expires_at TIMESTAMPTZ NOT NULL,
+    -- Set by a stop from another host. The NOTIFY that goes with it is
+    -- lost if the owner's listener is reconnecting; the owner's next
+    -- renewal reads this, so no stop is lost.
+    stop_requested BOOLEAN NOT NULL DEFAULT false
 );
 
 -- The heartbeat renews one host's leases.

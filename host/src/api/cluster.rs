@@ -131,7 +131,8 @@ impl Cluster {
                  VALUES ($1, $2, $3, $4, now() + $5 * interval '1 millisecond') \
                  ON CONFLICT (trace_id) DO UPDATE SET \
                      host_id = excluded.host_id, host_name = excluded.host_name, \
-                     claim = excluded.claim, claimed_at = now(), expires_at = excluded.expires_at \
+                     claim = excluded.claim, claimed_at = now(), expires_at = excluded.expires_at, \
+                     stop_requested = false \
                  WHERE run_leases.expires_at < now() OR run_leases.host_id = excluded.host_id \
                  RETURNING 1) \
              SELECT EXISTS (SELECT 1 FROM claimed), \
@@ -187,11 +188,13 @@ impl Cluster {
     }
 
     /// Asks the host running `trace_id` to stop it; false when no host
-    /// holds a live lease of it.
+    /// holds a live lease of it. The request is kept in the lease, so the
+    /// owner's next renewal sees it if the notification does not reach it.
     pub(crate) async fn stop_elsewhere(&self, trace_id: &str) -> Result<bool, ApiError> {
         let sent: Option<i32> = sqlx::query_scalar(
-            "SELECT 1 FROM (SELECT pg_notify($2, trace_id) FROM run_leases \
-             WHERE trace_id = $1 AND expires_at > now()) AS notified",
+            "WITH asked AS (UPDATE run_leases SET stop_requested = true \
+                            WHERE trace_id = $1 AND expires_at > now() RETURNING trace_id) \
+             SELECT 1 FROM (SELECT pg_notify($2, trace_id) FROM asked) AS notified",
         )
         .bind(trace_id)
         .bind(STOP_CHANNEL)
@@ -243,11 +246,11 @@ impl Cluster {
         }
         let (ids, claims): (Vec<String>, Vec<i64>) = held.iter().cloned().unzip();
         let sent = Instant::now();
-        let renewing = sqlx::query_scalar(
+        let renewing = sqlx::query_as(
             "UPDATE run_leases AS l SET expires_at = now() + $4 * interval '1 millisecond' \
              FROM unnest($2::text[], $3::bigint[]) AS h(trace_id, claim) \
              WHERE l.host_id = $1 AND l.trace_id = h.trace_id AND l.claim = h.claim \
-             RETURNING l.trace_id",
+             RETURNING l.trace_id, l.stop_requested",
         )
         .bind(&self.host_id)
         .bind(&ids)
@@ -256,7 +259,7 @@ impl Cluster {
         .fetch_all(self.db.pool());
         // A database that does not answer is checked against the leases'
         // age at every beat, not once its connections time out.
-        let renewed: Result<Vec<String>, String> =
+        let renewed: Result<Vec<(String, bool)>, String> =
             match tokio::time::timeout(self.lease / 3, renewing).await {
                 Ok(renewed) => renewed.map_err(|e| e.to_string()),
                 Err(_) => Err(format!("no answer in {:?}", self.lease / 3)),
@@ -269,8 +272,12 @@ impl Cluster {
                     else {
                         continue;
                     };
-                    if renewed.contains(id) {
+                    if let Some((_, stop_requested)) = renewed.iter().find(|(r, _)| r == id) {
                         lease.renewed = sent;
+                        if *stop_requested && !lease.stop.is_cancelled() {
+                            tracing::info!("another host asked to stop trace {id}: stopping it");
+                            lease.stop.cancel();
+                        }
                     } else {
                         lease.stop.cancel();
                         leases.remove(id);
@@ -439,6 +446,20 @@ mod tests {
         assert!(a.held.lock().unwrap().is_empty());
         b.renew().await;
         assert!(!stop_b.is_cancelled(), "the new owner keeps running");
+
+        // A stop from another host whose notification nobody heard (no
+        // listener runs here) still reaches the owner at its next renewal.
+        assert!(a.stop_elsewhere("t").await.unwrap());
+        assert!(!stop_b.is_cancelled());
+        b.renew().await;
+        assert!(stop_b.is_cancelled(), "the stop kept in the lease is seen");
+        b.release("t", 1);
+        b.released(Duration::from_secs(10)).await;
+        assert!(!a.stop_elsewhere("t").await.unwrap(), "nothing runs it now");
+        let stop_c = CancellationToken::new();
+        a.claim("t", 3, &stop_c, &store).await.unwrap();
+        a.renew().await;
+        assert!(!stop_c.is_cancelled(), "a new claim starts without the old request");
     }
 
     #[tokio::test]
