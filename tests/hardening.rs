@@ -293,6 +293,29 @@ async fn calls_beyond_the_instance_pool_wait_for_a_slot() {
     assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
 }
 
+/// Freed instance slots wait in wasmtime's decommit queues; calls racing
+/// for the flush of one must still each get a slot, never a "maximum
+/// concurrent limit" trap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_short_calls_through_a_small_pool_all_succeed() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    let rt = dir.open("[sandbox]\nmax_instances = 2\n").await;
+    for _ in 0..5 {
+        let calls: Vec<_> = (0..200)
+            .map(|i| {
+                let rt = rt.clone();
+                tokio::spawn(
+                    async move { call(&rt, "echo", json!({"text": format!("{i}")})).await },
+                )
+            })
+            .collect();
+        for (i, result) in futures::future::join_all(calls).await.into_iter().enumerate() {
+            assert_eq!(result.unwrap().unwrap(), i.to_string());
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_guest_panic_is_reported_as_the_guests_words() {
     let dir = TestDir::new();

@@ -20,6 +20,18 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// Freed instance slots decommitted together.
 const DECOMMIT_BATCH: usize = 16;
 
+/// Memories, tables and stacks freed but still waiting in wasmtime's
+/// decommit queues (up to a batch per queue, one queue per core, at most
+/// 16) are not reusable until a queue is flushed. A failed allocation
+/// flushes them, but two calls racing for one flush leave the loser
+/// failing ("maximum concurrent limit ... reached") while slots are about
+/// to be free. The pool gets that many slots beyond what the calls the
+/// slot semaphore admits can use, so an admitted call always finds one.
+fn decommit_headroom() -> u32 {
+    let queues = std::thread::available_parallelism().map_or(1, |n| n.get()).min(16);
+    u32::try_from(queues * DECOMMIT_BATCH).unwrap_or(u32::MAX)
+}
+
 /// Bytes of each table kept resident, zeroed in place, when its instance ends.
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
@@ -106,12 +118,13 @@ impl Sandbox {
     pub(crate) fn new(settings: &SandboxConfig) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         let n = settings.max_instances.max(1);
+        let queued = decommit_headroom();
         pool.total_component_instances(n)
             .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)
-            .total_memories(n * 2)
-            .total_tables(n * CORE_INSTANCES_PER_COMPONENT)
+            .total_memories(n * 2 + queued)
+            .total_tables(n * CORE_INSTANCES_PER_COMPONENT + queued)
             // Every call runs on a fiber stack of its own.
-            .total_stacks(n)
+            .total_stacks(n + queued)
             // Freed slots are handed back to the OS in batches, with one
             // `process_madvise` each where the kernel has it: every
             // madvise is a TLB shootdown on each core running this process.
