@@ -276,6 +276,41 @@ impl Api {
         Reply { status, headers, text }
     }
 
+    /// Sends only the head of a request whose head declares a body, and
+    /// reads the answer. A server that refuses a body without reading it
+    /// closes the connection; a client still writing that body may see the
+    /// reset before the answer, although the answer was sent first.
+    pub async fn send_head_only(&self, head: &str) -> Reply {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.base.trim_start_matches("http://");
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        socket.write_all(head.as_bytes()).await.unwrap();
+        let mut read = Vec::new();
+        let answer = async {
+            loop {
+                let mut chunk = [0u8; 4096];
+                let n = socket.read(&mut chunk).await.unwrap();
+                read.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&read).into_owned();
+                if let Some((headers, body)) = text.split_once("\r\n\r\n") {
+                    let length = headers.lines().find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    });
+                    if n == 0 || length.is_some_and(|len| body.len() >= len) {
+                        return (headers.to_owned(), body.to_owned());
+                    }
+                }
+                assert!(n > 0, "the connection closed before an answer: {text:?}");
+            }
+        };
+        let (headers, text) =
+            tokio::time::timeout(Duration::from_secs(30), answer).await.expect("an answer");
+        let status = headers.split_whitespace().nth(1).unwrap().parse().unwrap();
+        Reply { status, headers: reqwest::header::HeaderMap::new(), text }
+    }
+
     pub async fn get(&self, path: &str) -> Reply {
         self.send(Method::GET, path, None).await
     }
