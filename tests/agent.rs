@@ -43,24 +43,8 @@ impl Setup {
         dir.install(support::plugins(), "scripted")
             .install(support::plugins(), "fs")
             .install(support::plugins(), "echo");
-        let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, script.to_string()).unwrap();
-        // `reson run` checks permissions; these tests are about the loop.
-        let runtime = dir
-            .open(&format!(
-                r#"
-            [permissions]
-            default = "allow"
-            [plugins.scripted]
-            dirs = [{{ path = ".", access = "read" }}]
-            config = {{ script = "{}" }}
-            [plugins.fs]
-            dirs = [{{ path = "workspace", access = "read-write" }}]
-            {extra}
-            "#,
-                script_path.display()
-            ))
-            .await;
+        let fs = "[plugins.fs]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]\n";
+        let runtime = dir.open_scripted(&script, &format!("{fs}{extra}")).await;
         // The hostile guest comes after the bundled plugins, so the names it
         // shares with them (read, write, echo) stay theirs.
         dir.install(support::test_plugins(), "hostile");

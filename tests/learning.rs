@@ -32,15 +32,7 @@ impl Setup {
     async fn new(script: Value) -> Self {
         let dir = TestDir::new();
         dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
-        let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, script.to_string()).unwrap();
-        let runtime = dir
-            .open(&format!(
-                "[permissions]\ndefault = \"allow\"\n[plugins.scripted]\n\
-                 dirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n",
-                script_path.display()
-            ))
-            .await;
+        let runtime = dir.open_scripted(&script, "").await;
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         let inner = PluginProvider::new(runtime.clone(), "scripted");

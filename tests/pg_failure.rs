@@ -31,22 +31,8 @@ async fn a_run_fails_cleanly_when_the_database_goes_away_and_continues_once_it_i
     ]});
     let dir = TestDir::new();
     dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
-    let script_path = dir.path().join("script.json");
-    std::fs::write(&script_path, script.to_string()).unwrap();
-    let runtime = dir
-        .open(&format!(
-            r#"
-            [permissions]
-            default = "allow"
-            [plugins.scripted]
-            dirs = [{{ path = ".", access = "read" }}]
-            config = {{ script = "{}" }}
-            [plugins.hostile]
-            limits = {{ timeout_ms = 20000 }}
-            "#,
-            script_path.display()
-        ))
-        .await;
+    let runtime =
+        dir.open_scripted(&script, "[plugins.hostile]\nlimits = { timeout_ms = 20000 }\n").await;
     dir.install(support::test_plugins(), "hostile");
     runtime.rescan().await.unwrap();
 

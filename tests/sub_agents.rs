@@ -40,23 +40,8 @@ impl Setup {
         dir.install(support::plugins(), "scripted")
             .install(support::plugins(), "fs")
             .install(support::plugins(), "echo");
-        let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, script.to_string()).unwrap();
-        let runtime = dir
-            .open(&format!(
-                r#"
-            [permissions]
-            default = "allow"
-            [plugins.scripted]
-            dirs = [{{ path = ".", access = "read" }}]
-            config = {{ script = "{}" }}
-            [plugins.fs]
-            dirs = [{{ path = "workspace", access = "read-write" }}]
-            {extra}
-            "#,
-                script_path.display()
-            ))
-            .await;
+        let fs = "[plugins.fs]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]\n";
+        let runtime = dir.open_scripted(&script, &format!("{fs}{extra}")).await;
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         Self { dir, runtime, store }

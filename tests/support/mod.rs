@@ -114,6 +114,20 @@ impl TestDir {
     pub async fn open(&self, toml: &str) -> Runtime {
         Runtime::open(self.options(toml)).await.expect("runtime opens")
     }
+
+    /// A runtime whose `scripted` provider (installed by the caller)
+    /// replays `script`, written to `script.json` here; every tool call is
+    /// allowed (these tests are about the loop), then `extra` config.
+    pub async fn open_scripted(&self, script: &serde_json::Value, extra: &str) -> Runtime {
+        let script_path = self.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        self.open(&format!(
+            "[permissions]\ndefault = \"allow\"\n[plugins.scripted]\n\
+             dirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n{extra}",
+            script_path.display()
+        ))
+        .await
+    }
 }
 
 /// The process's current number of OS threads.

@@ -287,23 +287,7 @@ fn parse_messages(id: &str, bodies: Option<String>) -> Result<Vec<Message>, Trac
 impl TraceStore for PgTraceStore {
     async fn create_trace(&self, trace: &Trace) -> Result<(), TraceError> {
         check_id(&trace.id)?;
-        let done = sqlx::query(
-            "INSERT INTO traces (id, status, parent_trace_id, created_at_ms, last_sequence, meta) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(&trace.id)
-        .bind(status_name(trace.status))
-        .bind(trace.parent_trace_id.as_deref())
-        .bind(to_i64(trace.created_at_ms))
-        .bind(to_i64(trace.last_sequence))
-        .bind(kept(&trace.id, trace)?)
-        .execute(self.db.pool())
-        .await
-        .map_err(db)?;
-        if done.rows_affected() == 0 {
-            return Err(TraceError::AlreadyExists(trace.id.clone()));
-        }
-        Ok(())
+        insert_trace(self.db.pool(), trace, None).await
     }
 
     async fn get_trace(&self, id: &str) -> Result<Option<Trace>, TraceError> {
@@ -579,24 +563,7 @@ impl TraceStore for PgTraceStore {
         let rows = MessageRows::of(snapshot)?;
         let events = EventRows::of(snapshot)?;
         let mut tx = self.begin().await?;
-        let done = sqlx::query(
-            "INSERT INTO traces \
-                 (id, status, parent_trace_id, created_at_ms, last_sequence, meta, goals) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(&trace.id)
-        .bind(status_name(trace.status))
-        .bind(trace.parent_trace_id.as_deref())
-        .bind(to_i64(trace.created_at_ms))
-        .bind(to_i64(trace.last_sequence))
-        .bind(kept(&trace.id, trace)?)
-        .bind(kept(&trace.id, &snapshot.goals)?)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-        if done.rows_affected() == 0 {
-            return Err(TraceError::AlreadyExists(trace.id.clone()));
-        }
+        insert_trace(&mut *tx, trace, Some(&snapshot.goals)).await?;
         // Whole arrays, one statement each: a 100k-message trace is one
         // round trip, not 100k.
         sqlx::query(
@@ -736,6 +703,34 @@ fn kept<T: Serialize>(trace_id: &str, value: &T) -> Result<String, TraceError> {
         reason: format!("cannot serialise: {e}"),
     })?;
     Ok(crate::redact::redact(&json).into_owned())
+}
+
+/// Inserts a new trace row, with its goal tree when given;
+/// `AlreadyExists` when the id is taken.
+async fn insert_trace<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    trace: &Trace,
+    goals: Option<&GoalTree>,
+) -> Result<(), TraceError> {
+    let done = sqlx::query(
+        "INSERT INTO traces \
+             (id, status, parent_trace_id, created_at_ms, last_sequence, meta, goals) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&trace.id)
+    .bind(status_name(trace.status))
+    .bind(trace.parent_trace_id.as_deref())
+    .bind(to_i64(trace.created_at_ms))
+    .bind(to_i64(trace.last_sequence))
+    .bind(kept(&trace.id, trace)?)
+    .bind(goals.map(|g| kept(&trace.id, g)).transpose()?)
+    .execute(executor)
+    .await
+    .map_err(db)?;
+    if done.rows_affected() == 0 {
+        return Err(TraceError::AlreadyExists(trace.id.clone()));
+    }
+    Ok(())
 }
 
 /// A stored JSON text of trace `trace_id`.
