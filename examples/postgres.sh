@@ -86,6 +86,17 @@ serve() {
     cat "$work/$1.err" >&2
     exit 1
 }
+# The trace's status as host $1 sees it, once it is $2 (or after 30 s).
+wait_status() {
+    local status
+    for _ in $(seq 300); do
+        # The trace comes first in the answer, before its goals and sub-traces.
+        status=$(curl -sf "$1/api/traces/$id" | grep -o '"status":"[a-z]*"' | head -n1 | cut -d'"' -f4)
+        [ "$status" = "$2" ] && break
+        sleep 0.1
+    done
+    echo "$status"
+}
 a=$(serve a)
 b=$(serve b)
 echo "host A: $a   host B: $b"
@@ -96,20 +107,10 @@ echo "A started $id: $started"
 sleep 1
 echo "B sees running: $(curl -sf "$b/api/traces/running" | grep -o '"id":"tr_[0-9a-f]*","mode":"[a-z]*"')"
 echo "B asks to stop it: $(curl -sf -X POST "$b/api/traces/$id/stop")"
-for _ in $(seq 100); do
-    status=$(curl -sf "$b/api/traces/$id" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p' | head -n1)
-    [ "$status" = stopped ] && break
-    sleep 0.1
-done
-echo "status seen from B: $status"
+echo "status seen from B: $(wait_status "$b" stopped)"
 echo "B continues it: $(curl -sf -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"Go on"}]}' "$b/api/traces/$id/run")"
-for _ in $(seq 300); do
-    status=$(curl -sf "$a/api/traces/$id" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p' | head -n1)
-    [ "$status" = completed ] && break
-    sleep 0.1
-done
-echo "status seen from A: $status"
+echo "status seen from A: $(wait_status "$a" completed)"
 
 say "3. The database's traces copied into files:"
 step traces migrate --to file --dir "$work/files"
