@@ -450,6 +450,23 @@ pub struct SandboxConfig {
     /// program names in `shell` permission rules: absolute directories,
     /// searched in order. Never the host's or a guest's `PATH`.
     pub command_path: Vec<PathBuf>,
+    /// Whether the commands plugins start run in the OS jail
+    /// ([`crate::jail`]): `"on"` (the default) or `"off"`, which runs them
+    /// with all of the host's rights and is warned about on every call.
+    pub jail: JailMode,
+    /// Where bubblewrap is, for the jail.
+    pub bwrap: PathBuf,
+}
+
+/// `[sandbox] jail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JailMode {
+    /// Every command runs jailed, or not at all.
+    #[default]
+    On,
+    /// Commands run unjailed, with the host's rights.
+    Off,
 }
 
 impl Default for SandboxConfig {
@@ -460,6 +477,8 @@ impl Default for SandboxConfig {
             max_memory_mb: 1024,
             defaults: Limits::default(),
             command_path: DEFAULT_COMMAND_PATH.iter().map(PathBuf::from).collect(),
+            jail: JailMode::On,
+            bwrap: PathBuf::from(crate::jail::DEFAULT_BWRAP),
         }
     }
 }
@@ -485,7 +504,7 @@ pub enum Access {
 }
 
 /// A directory the user grants to a plugin.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DirGrant {
     /// Host directory (relative to the config file).
@@ -495,6 +514,14 @@ pub struct DirGrant {
     /// Where the guest sees it; defaults to the absolute host path, so paths
     /// a model reads in one tool's output work in another's arguments.
     pub mount: Option<String>,
+    /// What commands may do to `.git` and `.reson` in a writable directory:
+    /// read-only unless this says `"read-write"` (`git commit` on purpose).
+    #[serde(default = "read_only")]
+    pub metadata: Access,
+}
+
+fn read_only() -> Access {
+    Access::Read
 }
 
 /// Resource limits. `None` means "no opinion": the tighter of the
@@ -510,6 +537,8 @@ pub struct Limits {
     pub fuel: Option<u64>,
     /// Cap on the bytes a call may return.
     pub output_bytes: Option<u64>,
+    /// Processes and threads the commands of one call may hold at once.
+    pub max_processes: Option<u32>,
 }
 
 /// What the user grants one plugin.
@@ -539,6 +568,10 @@ pub struct PluginGrant {
     /// a granted pattern matches.
     #[serde(default)]
     pub exec_vectors: Vec<String>,
+    /// `host:port` pairs (`*.host:port` for subdomains) the plugin's
+    /// commands may reach, through the jail's proxy; none by default.
+    #[serde(default)]
+    pub command_network: Vec<String>,
     /// Names of secrets the plugin may reference.
     #[serde(default)]
     pub secrets: Vec<String>,
@@ -565,6 +598,7 @@ impl Default for PluginGrant {
             process: Vec::new(),
             env: Vec::new(),
             exec_vectors: Vec::new(),
+            command_network: Vec::new(),
             secrets: Vec::new(),
             tools: None,
             limits: Limits::default(),

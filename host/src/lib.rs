@@ -33,6 +33,7 @@ pub mod config;
 pub mod contract;
 pub mod database;
 pub mod experience;
+pub mod jail;
 pub mod mcp;
 pub mod plugin;
 pub mod policy;

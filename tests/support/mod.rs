@@ -4,6 +4,7 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod apt;
 pub mod js;
 pub mod llm_server;
 pub mod mcp;
@@ -63,6 +64,8 @@ pub struct TestDir {
 
 impl TestDir {
     pub fn new() -> Self {
+        // Commands plugins start run in the jail, which needs bubblewrap.
+        apt::ensure(|| std::path::Path::new(reson::jail::DEFAULT_BWRAP).exists(), &["bubblewrap"]);
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
         std::fs::create_dir_all(dir.path().join("workspace")).unwrap();

@@ -2,16 +2,20 @@
 //! matches a pattern both requested and granted (see
 //! [`Grants::command`](crate::policy::Grants::command)).
 //!
-//! Every command runs in its own process group, which is killed when the
-//! call ends and at its deadline, so nothing it started outlives the call;
-//! its output is read until then and no longer, even when a grandchild
-//! still holds the pipes, and scrubbed of every secret before the guest
-//! sees it.
+//! Every command runs in the OS jail made from the plugin's grant
+//! ([`crate::jail`]), unless the user turned it off (`[sandbox] jail =
+//! "off"`, warned about on every call); where the jail cannot be had, the
+//! command is refused. It runs in its own process group, which is killed
+//! when the call ends and at its deadline (in the jail, its PID namespace
+//! and cgroup go with it), so nothing it started outlives the call; its
+//! output is read until then and no longer, even when a grandchild still
+//! holds the pipes, and scrubbed of every secret before the guest sees it.
 
 use super::HostState;
 use crate::contract::bindings::tool::reson::plugin::process::{
     Command, Host, Output, ProcessError,
 };
+use crate::jail::{Jail, JailGuard, JailSpec};
 use crate::policy::{CommandDenial, CommandError, ResolvedCommand};
 use crate::redact::redact_bytes;
 use std::os::fd::AsRawFd;
@@ -82,6 +86,8 @@ impl HostState {
 /// An open working directory; children start in it through `/proc/self/fd`.
 struct WorkDir {
     file: std::fs::File,
+    /// Where the directory really is, as opened.
+    real: Option<PathBuf>,
     /// Whether the directory really opened lies outside the granted one.
     escaped: bool,
 }
@@ -94,10 +100,10 @@ impl WorkDir {
             .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| ProcessError::Spawn(format!("working directory: {e}")))?;
-        let dir = Self { file, escaped: false };
-        let real = std::fs::read_link(dir.path());
-        let escaped = root.is_some_and(|root| !real.is_ok_and(|r| r.starts_with(root)));
-        Ok(Self { escaped, ..dir })
+        let dir = Self { file, real: None, escaped: false };
+        let real = std::fs::read_link(dir.path()).ok();
+        let escaped = root.is_some_and(|root| !real.as_ref().is_some_and(|r| r.starts_with(root)));
+        Ok(Self { real, escaped, ..dir })
     }
 
     /// The path of the open directory, as a child sees it before `exec`.
@@ -117,9 +123,10 @@ impl HostState {
         cwd: &Path,
         env: Vec<(String, String)>,
         timeout: Duration,
+        jail: Option<&Jailing>,
     ) -> Result<Vec<(String, String)>, ProcessError> {
         let Some(probe) = crate::policy::git_probe(command) else { return Ok(Vec::new()) };
-        let spec = Spec { command: &probe, cwd, env, stdin: None };
+        let spec = Spec { command: &probe, cwd, env, stdin: None, jail };
         let output = run_capped(spec, timeout, self.cancel.clone()).await?;
         let granted = |file: &Path| {
             let file = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
@@ -170,6 +177,10 @@ impl Host for HostState {
             Ok(dir) => dir,
             Err(e) => return Ok(Err(e)),
         };
+        let jailing = match self.jailing(&workdir).await {
+            Ok(jailing) => jailing,
+            Err(e) => return Ok(Err(e)),
+        };
         let cwd = workdir.path();
         // The guest's variables come after PATH, so that a grant naming
         // PATH lets the guest's through; the git pins come last and win.
@@ -186,17 +197,48 @@ impl Host for HostState {
             .timeout_ms
             .map_or(remaining, |ms| Duration::from_millis(ms.into()).min(remaining));
         let deadline = Instant::now() + timeout;
-        let named = match self.repository_pins(&resolved, &cwd, pinned(&[]), timeout).await {
+        let jail = jailing.as_ref();
+        let named = match self.repository_pins(&resolved, &cwd, pinned(&[]), timeout, jail).await {
             Ok(named) => named,
             Err(e) => return Ok(Err(e)),
         };
         let env = pinned(&named);
-        let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin };
+        let spec = Spec { command: &resolved, cwd: &cwd, env, stdin: command.stdin, jail };
         let left = deadline.saturating_duration_since(Instant::now());
         let result = run_capped(spec, left, self.cancel.clone()).await.map(scrubbed);
         self.remaining()?;
         Ok(result)
     }
+}
+
+impl HostState {
+    /// The jail this call's commands run in, checked to work here; `None`
+    /// when the user turned it off, which is warned about every time.
+    async fn jailing(&mut self, workdir: &WorkDir) -> Result<Option<Jailing>, ProcessError> {
+        let Some(jail) = self.grants.jail() else {
+            tracing::warn!(
+                plugin = %self.plugin,
+                "a command runs unjailed, with all of the host's rights: [sandbox] jail = \"off\""
+            );
+            return Ok(None);
+        };
+        if let Err(e) = jail.check().await {
+            let detail = format!("plugin `{}`: the command is refused: {e}", self.plugin);
+            return Err(ProcessError::Denied(self.deny("process", detail)));
+        }
+        // With no granted directory the command starts in its private /tmp.
+        let cwd = match (&workdir.real, self.grants.dirs.is_empty()) {
+            (Some(real), false) => real.clone(),
+            _ => PathBuf::from("/tmp"),
+        };
+        Ok(Some(Jailing { jail, spec: self.grants.jail_spec(cwd) }))
+    }
+}
+
+/// A jail and what it holds for one command.
+struct Jailing {
+    jail: Jail,
+    spec: JailSpec,
 }
 
 /// One command, ready to spawn.
@@ -205,6 +247,28 @@ struct Spec<'a> {
     cwd: &'a Path,
     env: Vec<(String, String)>,
     stdin: Option<Vec<u8>>,
+    jail: Option<&'a Jailing>,
+}
+
+impl Spec<'_> {
+    /// The command to spawn, with the jail's guard when it runs jailed.
+    async fn command(&self) -> Result<(tokio::process::Command, Option<JailGuard>), ProcessError> {
+        let Some(jailing) = self.jail else {
+            let mut cmd = tokio::process::Command::new(&self.command.executable);
+            cmd.arg0(&self.command.argv[0])
+                .args(self.command.args())
+                .current_dir(self.cwd)
+                .env_clear()
+                .envs(self.env.iter().cloned());
+            return Ok((cmd, None));
+        };
+        let executable = &self.command.executable;
+        let built = jailing.jail.command(&jailing.spec, executable, self.command.args(), &self.env);
+        match built.await {
+            Ok((cmd, guard)) => Ok((cmd, Some(guard))),
+            Err(e) => Err(ProcessError::Spawn(format!("{}: {e}", self.command.argv[0]))),
+        }
+    }
 }
 
 /// Kills the whole process group when dropped: when the call ends, at the
@@ -320,22 +384,24 @@ async fn run_capped(
     cancel: Option<CancellationToken>,
 ) -> Result<Output, ProcessError> {
     let deadline = Instant::now() + timeout;
-    let spawn_error =
-        |e: std::io::Error| ProcessError::Spawn(format!("{}: {e}", spec.command.argv[0]));
+    let name = spec.command.argv[0].clone();
+    let spawn_error = |e: std::io::Error| ProcessError::Spawn(format!("{name}: {e}"));
     // Made before the spawn, so that no exit of the command goes unseen.
     let mut child_exits = signal(SignalKind::child()).map_err(spawn_error)?;
-    let mut cmd = tokio::process::Command::new(&spec.command.executable);
-    cmd.arg0(&spec.command.argv[0])
-        .args(spec.command.args())
-        .current_dir(spec.cwd)
-        .env_clear()
-        .envs(spec.env)
-        .process_group(0)
+    let (mut cmd, jail_guard) = spec.command().await?;
+    cmd.process_group(0)
         .kill_on_drop(true)
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(spawn_error)?;
+    let mut child = match (cmd.spawn(), &jail_guard) {
+        (Ok(child), _) => child,
+        (Err(e), Some(guard)) => {
+            return Err(ProcessError::Spawn(format!("{name}: {}", guard.spawn_error(e))));
+        }
+        (Err(e), None) => return Err(spawn_error(e)),
+    };
+    drop(cmd);
     let mut stdout = Capture::new(child.stdout.take());
     let mut stderr = Capture::new(child.stderr.take());
     let mut feed =
@@ -382,6 +448,7 @@ async fn run_capped(
         }
     }
     let status = group.finish().await.map_err(|e| ProcessError::Spawn(e.to_string()))?;
+    drop(jail_guard);
     Ok(Output {
         exit_code: status.code(),
         stdout: stdout.kept,
@@ -454,7 +521,7 @@ mod tests {
         let file = dir.path().join("pids");
         let command = sleepers(&file);
         let cwd = std::env::temp_dir();
-        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin: None };
+        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin: None, jail: None };
         let token = CancellationToken::new();
         let started = Instant::now();
         let run = run_capped(spec, Duration::from_secs(30), Some(token.clone()));
@@ -476,7 +543,7 @@ mod tests {
         let file = dir.path().join("pids");
         let command = sleepers(&file);
         let cwd = std::env::temp_dir();
-        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin: None };
+        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin: None, jail: None };
         let run = run_capped(spec, Duration::from_secs(30), None);
         let pids = tokio::select! {
             result = run => panic!("the command ended on its own: {result:?}"),
@@ -492,7 +559,7 @@ mod tests {
         let command = sh("cat; echo oops >&2; exit 3");
         let cwd = std::env::temp_dir();
         let stdin = Some(b"fed".to_vec());
-        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin };
+        let spec = Spec { command: &command, cwd: &cwd, env: Vec::new(), stdin, jail: None };
         let output = run_capped(spec, Duration::from_secs(10), None).await.unwrap();
         assert_eq!(output.exit_code, Some(3));
         assert_eq!(output.stdout, b"fed");

@@ -117,6 +117,7 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
                     }
                 };
                 say!("{}  {}  [{status}]", server.name, one_line(&server.endpoint));
+                say!("    process: {}", one_line(&server.confinement));
                 for tool in &server.tools {
                     say!("  {tool}");
                 }

@@ -212,7 +212,12 @@ pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyh
     let grant = options.config.plugins.entry("scripted".into()).or_default();
     // A config that already grants the directory keeps its one grant.
     if !grant.dirs.iter().any(|d| d.path == dir && d.access >= Access::Read && d.mount.is_none()) {
-        grant.dirs.push(DirGrant { path: dir, access: Access::Read, mount: None });
+        grant.dirs.push(DirGrant {
+            path: dir,
+            access: Access::Read,
+            mount: None,
+            metadata: Access::Read,
+        });
     }
     grant.config.insert("script".into(), script.to_string_lossy().into_owned());
     Ok(())

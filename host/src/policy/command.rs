@@ -60,6 +60,11 @@ impl SearchPath {
         Ok(Self(entries.to_vec()))
     }
 
+    /// The directories, in order.
+    pub fn entries(&self) -> &[PathBuf] {
+        &self.0
+    }
+
     /// The value of `PATH` given to every child.
     pub fn env_value(&self) -> String {
         self.0.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join(":")

@@ -2,7 +2,8 @@
 
 use super::command::{self, CommandError, ResolvedCommand, SearchPath};
 use super::patterns::{CommandPattern, PatternError, UrlPattern};
-use crate::config::{Access, Limits, PluginGrant, SandboxConfig};
+use crate::config::{Access, JailMode, Limits, PluginGrant, SandboxConfig};
+use crate::jail::{DEFAULT_MAX_PROCESSES, Jail, JailDir, JailSpec, NetworkRule, NetworkRuleError};
 use crate::plugin::Manifest;
 use reqwest::Url;
 use serde::Serialize;
@@ -23,6 +24,8 @@ pub struct MountedDir {
     pub guest: String,
     /// The lesser of the requested and the granted access.
     pub access: Access,
+    /// What commands may do to `.git` and `.reson` in it.
+    pub metadata: Access,
 }
 
 /// Limits in force for every call of the plugin.
@@ -36,6 +39,8 @@ pub struct EffectiveLimits {
     pub fuel: Option<u64>,
     /// Cap on returned bytes.
     pub output_bytes: u64,
+    /// Processes and threads a call's commands may hold at once.
+    pub max_processes: u32,
 }
 
 /// What one plugin may do: requested ∩ granted. Deny by default: an empty
@@ -54,6 +59,11 @@ pub struct Grants {
     /// Programs whose exec-vector invocations (`git -c`, `find -exec`, ...)
     /// may run when a granted pattern matches them.
     pub exec_vectors: Vec<String>,
+    /// `host:port` pairs the plugin's commands may reach through the
+    /// jail's proxy.
+    pub command_network: Vec<String>,
+    /// Whether commands run jailed.
+    pub jail: JailMode,
     /// Secret names both requested and granted.
     pub secrets: Vec<String>,
     /// Tools offered; all when `None`.
@@ -72,6 +82,10 @@ pub struct Grants {
     cmd_granted: Vec<CommandPattern>,
     #[serde(skip)]
     search_path: SearchPath,
+    #[serde(skip)]
+    network_rules: Vec<NetworkRule>,
+    #[serde(skip)]
+    bwrap: PathBuf,
 }
 
 impl Grants {
@@ -95,7 +109,8 @@ impl Grants {
                 .canonicalize()
                 .map_err(|e| GrantError::Dir { path: host.clone(), reason: e.to_string() })?;
             let guest = dir.mount.clone().unwrap_or_else(|| host.to_string_lossy().into_owned());
-            dirs.push(MountedDir { host, guest, access });
+            let metadata = dir.metadata.min(access);
+            dirs.push(MountedDir { host, guest, access, metadata });
         }
         let both = |req: &[String], granted: &[String]| -> Vec<String> {
             if req.is_empty() || granted.is_empty() { Vec::new() } else { granted.to_vec() }
@@ -112,6 +127,8 @@ impl Grants {
             process: both(&requests.process, &grant.process),
             env: grant.env.clone(),
             exec_vectors: grant.exec_vectors.clone(),
+            command_network: grant.command_network.clone(),
+            jail: sandbox.jail,
             secrets: grant
                 .secrets
                 .iter()
@@ -126,7 +143,38 @@ impl Grants {
             cmd_requested: parse_cmds(&requests.process)?,
             cmd_granted: parse_cmds(&grant.process)?,
             search_path: sandbox.search_path()?,
+            network_rules: grant
+                .command_network
+                .iter()
+                .map(|rule| NetworkRule::parse(rule))
+                .collect::<Result<_, _>>()?,
+            bwrap: sandbox.bwrap.clone(),
         })
+    }
+
+    /// The jail commands run in, or `None` when `[sandbox] jail = "off"`.
+    pub fn jail(&self) -> Option<Jail> {
+        (self.jail == JailMode::On).then(|| Jail::new(&self.bwrap))
+    }
+
+    /// What a command started in `cwd` may reach inside the jail: the
+    /// granted directories as granted, the search path, the granted hosts.
+    pub fn jail_spec(&self, cwd: PathBuf) -> JailSpec {
+        JailSpec {
+            dirs: self
+                .dirs
+                .iter()
+                .map(|d| JailDir {
+                    path: d.host.clone(),
+                    writable: d.access == Access::ReadWrite,
+                    metadata_writable: d.metadata == Access::ReadWrite,
+                })
+                .collect(),
+            search_path: self.search_path.entries().to_vec(),
+            network: self.network_rules.clone(),
+            max_processes: self.limits.max_processes,
+            cwd,
+        }
     }
 
     /// Whether the plugin may send a request to `url`.
@@ -225,6 +273,13 @@ fn effective_limits(
         fuel: pick(requested.fuel, granted.fuel, defaults.fuel).filter(|_| sandbox.fuel),
         output_bytes: pick(requested.output_bytes, granted.output_bytes, defaults.output_bytes)
             .unwrap_or(DEFAULT_OUTPUT_BYTES),
+        max_processes: pick(
+            requested.max_processes.map(u64::from),
+            granted.max_processes.map(u64::from),
+            defaults.max_processes.map(u64::from),
+        )
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(DEFAULT_MAX_PROCESSES),
     }
 }
 
@@ -245,6 +300,9 @@ pub enum GrantError {
     /// The sandbox's command search path is unusable.
     #[error("[sandbox] {0}")]
     SearchPath(#[from] CommandError),
+    /// A `command_network` entry is malformed.
+    #[error("command_network: {0}")]
+    Network(#[from] NetworkRuleError),
 }
 
 /// Why a plugin may not run a command.
@@ -331,6 +389,7 @@ mod tests {
                 path: tmp.path().into(),
                 access: Access::ReadWrite,
                 mount: None,
+                metadata: Access::Read,
             }],
             http: vec!["example.com".into()],
             process: vec!["*".into()],
@@ -352,6 +411,7 @@ mod tests {
                 path: tmp.path().into(),
                 access: Access::ReadWrite,
                 mount: None,
+                metadata: Access::Read,
             }],
             http: vec!["*.example.com".into()],
             process: vec!["git *".into()],

@@ -32,6 +32,20 @@ pub struct ServerConfig {
     /// Set to false to keep the server stopped.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// Directories a stdio server may use, as a plugin's `dirs` (relative to
+    /// the config). Naming any, or `network`, or `jail = true`, runs the
+    /// server in the command jail ([`crate::jail`]); otherwise it runs with
+    /// the host's rights, and `reson mcp list` says so.
+    #[serde(default)]
+    pub dirs: Vec<crate::config::DirGrant>,
+    /// `host:port` pairs a jailed server may reach, through the jail's proxy.
+    #[serde(default)]
+    pub network: Vec<String>,
+    /// Jail the server even when it names no `dirs` or `network`.
+    #[serde(default)]
+    pub jail: bool,
+    /// Processes and threads a jailed server may hold at once.
+    pub max_processes: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -63,7 +77,22 @@ impl ServerConfig {
         if let Some(bad) = self.env.iter().find(|v| v.is_empty() || v.contains('=')) {
             return Err(format!("[mcp.{name}]: `env` lists variable names; {bad:?} is not one"));
         }
+        if self.jailed() && self.url.is_some() {
+            return Err(format!(
+                "[mcp.{name}]: `dirs`, `network` and `jail` confine a stdio server's process; an \
+                 HTTP server has none here"
+            ));
+        }
+        for rule in &self.network {
+            crate::jail::NetworkRule::parse(rule)
+                .map_err(|e| format!("[mcp.{name}]: network: {e}"))?;
+        }
         Ok(())
+    }
+
+    /// Whether the server's process runs in the command jail.
+    pub fn jailed(&self) -> bool {
+        self.jail || !self.dirs.is_empty() || !self.network.is_empty()
     }
 
     /// The deadline of one call.

@@ -1,7 +1,10 @@
 //! Starting one server: a child process in its own process group with a
-//! scrubbed environment, or an HTTP client that goes to its URL only.
+//! scrubbed environment (in the command jail when its config names grants),
+//! or an HTTP client that goes to its URL only.
 
 use super::ServerConfig;
+use crate::config::Access;
+use crate::jail::{DEFAULT_MAX_PROCESSES, Jail, JailDir, JailGuard, JailSpec, NetworkRule};
 use crate::policy::SearchPath;
 use crate::text::{Lines, escape_controls};
 use rmcp::model::{ClientConfig, Implementation};
@@ -19,6 +22,8 @@ use tokio::sync::Notify;
 pub(super) struct Launch {
     pub(super) search_path: SearchPath,
     pub(super) cwd: PathBuf,
+    /// The command jail; `None` when `[sandbox] jail = "off"`.
+    pub(super) jail: Option<Jail>,
 }
 
 /// Reson's side of a connection: it says who it is and re-lists the tools
@@ -43,18 +48,21 @@ impl ClientHandler for Handler {
 /// A running connection to one server.
 pub(super) type Connection = RunningService<RoleClient, Handler>;
 
-/// Starts `config` and completes the MCP handshake.
+/// Starts `config` and completes the MCP handshake; a jailed server's
+/// guard must live as long as the connection.
 pub(super) async fn connect(
     name: &str,
     config: &ServerConfig,
     launch: &Launch,
     relist: Arc<Notify>,
-) -> Result<Connection, String> {
+) -> Result<(Connection, Option<JailGuard>), String> {
     let handler = Handler { relist };
     match (&config.command, &config.url) {
         (Some(argv), _) => {
-            let transport = spawn(name, argv, &config.env, launch)?;
-            handler.serve(transport).await.map_err(|e| format!("handshake failed: {e}"))
+            let (transport, guard) = spawn(name, argv, config, launch).await?;
+            let running =
+                handler.serve(transport).await.map_err(|e| format!("handshake failed: {e}"))?;
+            Ok((running, guard))
         }
         (None, Some(url)) => {
             // reqwest 0.13 is built without a bundled TLS provider; the
@@ -68,7 +76,9 @@ pub(super) async fn connect(
                 client,
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()),
             );
-            handler.serve(transport).await.map_err(|e| format!("handshake failed: {e}"))
+            let running =
+                handler.serve(transport).await.map_err(|e| format!("handshake failed: {e}"))?;
+            Ok((running, None))
         }
         (None, None) => Err("neither `command` nor `url` is set".into()),
     }
@@ -76,13 +86,14 @@ pub(super) async fn connect(
 
 /// Spawns a stdio server: the program resolved on the fixed search path,
 /// only the listed variables in its environment, its own process group
-/// (killed whole when the connection drops), stderr to the log.
-fn spawn(
+/// (killed whole when the connection drops), stderr to the log; in the
+/// command jail when its config names grants.
+async fn spawn(
     name: &str,
     argv: &[String],
-    env: &[String],
+    config: &ServerConfig,
     launch: &Launch,
-) -> Result<TokioChildProcess, String> {
+) -> Result<(TokioChildProcess, Option<JailGuard>), String> {
     let (program, args) = argv.split_first().ok_or("`command` is empty")?;
     // A path runs as written (a venv's interpreter must keep its own path
     // to find the venv), relative to the config; a bare name is looked up
@@ -94,20 +105,37 @@ fn spawn(
             .map_err(|e| format!("cannot run `{program}`: {e}"))?
             .executable
     };
-    let mut command = tokio::process::Command::new(&executable);
-    command.args(args).env_clear().current_dir(&launch.cwd);
-    for var in env {
-        if let Some(value) = std::env::var_os(var) {
-            command.env(var, value);
+    let env: Vec<(String, String)> =
+        config.env.iter().filter_map(|var| Some((var.clone(), std::env::var(var).ok()?))).collect();
+    let (command, guard) = match (&launch.jail, config.jailed()) {
+        (Some(jail), true) => {
+            let spec = jail_spec(config, launch)?;
+            let (command, guard) = jail
+                .command(&spec, &executable, args, &env)
+                .await
+                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            (command, Some(guard))
         }
-    }
+        (jail, jailed) => {
+            if jail.is_none() && jailed {
+                tracing::warn!(
+                    server = %name,
+                    "MCP server runs unjailed: [sandbox] jail = \"off\""
+                );
+            }
+            let mut command = tokio::process::Command::new(&executable);
+            command.args(args).env_clear().envs(env).current_dir(&launch.cwd);
+            (command, None)
+        }
+    };
     let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
     wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
     wrapped.wrap(process_wrap::tokio::KillOnDrop);
-    let (transport, stderr) = TokioChildProcess::builder(wrapped)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+    let spawned = TokioChildProcess::builder(wrapped).stderr(std::process::Stdio::piped()).spawn();
+    let (transport, stderr) = spawned.map_err(|e| match &guard {
+        Some(guard) => format!("cannot start `{program}`: {}", guard.spawn_error(e)),
+        None => format!("cannot start `{program}`: {e}"),
+    })?;
     if let Some(stderr) = stderr {
         let name = name.to_owned();
         tokio::spawn(async move {
@@ -118,5 +146,36 @@ fn spawn(
             }
         });
     }
-    Ok(transport)
+    Ok((transport, guard))
+}
+
+/// What a jailed server may reach: its `dirs` (resolved against the
+/// config's directory), the search path, its `network`; it starts in its
+/// first directory, or in its private `/tmp`.
+fn jail_spec(config: &ServerConfig, launch: &Launch) -> Result<JailSpec, String> {
+    let mut dirs = Vec::new();
+    for dir in config.dirs.iter().filter(|d| d.access != Access::None) {
+        let path = launch.cwd.join(&dir.path);
+        let path = path
+            .canonicalize()
+            .map_err(|e| format!("granted directory {}: {e}", path.display()))?;
+        dirs.push(JailDir {
+            path,
+            writable: dir.access == Access::ReadWrite,
+            metadata_writable: dir.access == Access::ReadWrite && dir.metadata == Access::ReadWrite,
+        });
+    }
+    let network = config
+        .network
+        .iter()
+        .map(|rule| NetworkRule::parse(rule).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let cwd = dirs.first().map_or_else(|| PathBuf::from("/tmp"), |d| d.path.clone());
+    Ok(JailSpec {
+        dirs,
+        search_path: launch.search_path.entries().to_vec(),
+        network,
+        max_processes: config.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES),
+        cwd,
+    })
 }

@@ -70,6 +70,9 @@ pub struct ServerInfo {
     pub tools: Vec<String>,
     /// Tools it lists that are not offered, and why.
     pub refused: Vec<RefusedTool>,
+    /// What its process may touch: the jail it runs in, or that it runs
+    /// with the host's rights.
+    pub confinement: String,
 }
 
 /// A tool taken from a server.
@@ -91,6 +94,8 @@ struct State {
 struct Server {
     name: String,
     config: ServerConfig,
+    /// What its process may touch, as `reson mcp list` says it.
+    confinement: String,
     state: RwLock<State>,
 }
 
@@ -140,6 +145,7 @@ impl McpTools {
                 Arc::new(Server {
                     name: name.clone(),
                     config: server.clone(),
+                    confinement: confinement(server, config.sandbox.jail),
                     state: RwLock::new(State {
                         status: Some(if server.enabled {
                             Status::Starting
@@ -157,7 +163,12 @@ impl McpTools {
             stop: CancellationToken::new(),
         });
         for server in inner.servers.iter().filter(|s| s.config.enabled) {
-            let launch = connect::Launch { search_path: search_path.clone(), cwd: cwd.clone() };
+            let launch = connect::Launch {
+                search_path: search_path.clone(),
+                cwd: cwd.clone(),
+                jail: (config.sandbox.jail == crate::config::JailMode::On)
+                    .then(|| crate::jail::Jail::new(&config.sandbox.bwrap)),
+            };
             tokio::spawn(supervise(
                 server.clone(),
                 launch,
@@ -204,6 +215,7 @@ impl McpTools {
                     status: state.status.clone().unwrap_or(Status::Starting),
                     tools: state.tools.iter().map(|t| t.spec.name.clone()).collect(),
                     refused: state.refused.clone(),
+                    confinement: server.confinement.clone(),
                 }
             })
             .collect()
@@ -365,6 +377,37 @@ fn resource_uri(contents: &ResourceContents) -> &str {
     }
 }
 
+/// What a server's process may touch, in words.
+fn confinement(config: &ServerConfig, jail: crate::config::JailMode) -> String {
+    if config.url.is_some() {
+        return "remote (HTTP)".into();
+    }
+    if !config.jailed() {
+        return "unjailed: runs with the host's rights (name `dirs`, `network` or `jail = true` \
+                to jail it)"
+            .into();
+    }
+    if jail == crate::config::JailMode::Off {
+        return "unjailed: [sandbox] jail = \"off\"".into();
+    }
+    let dirs: Vec<String> = config
+        .dirs
+        .iter()
+        .map(|d| {
+            let access = match d.access {
+                crate::config::Access::ReadWrite => "read-write",
+                crate::config::Access::Read => "read",
+                crate::config::Access::None => "none",
+            };
+            format!("{} ({access})", d.path.display())
+        })
+        .collect();
+    let network =
+        if config.network.is_empty() { "no network".to_owned() } else { config.network.join(", ") };
+    let dirs = if dirs.is_empty() { "no directories".to_owned() } else { dirs.join(", ") };
+    format!("jailed: {dirs}; {network}")
+}
+
 /// Keeps one server running: start it, list its tools, wait for it to
 /// end or to say its list changed, and after an end start it again, with
 /// backoff, until `stop`.
@@ -416,14 +459,14 @@ async fn run_once(
     stop: &CancellationToken,
 ) -> String {
     let starting = async {
-        let running =
+        let (running, guard) =
             connect::connect(&server.name, &server.config, launch, relist.clone()).await?;
         let listed =
             running.peer().list_all_tools().await.map_err(|e| format!("tools/list: {e}"))?;
-        Ok::<_, String>((running, listed))
+        Ok::<_, String>((running, guard, listed))
     };
     let limit = server.config.start_timeout();
-    let (running, listed) = match tokio::time::timeout(limit, starting).await {
+    let (running, _jail, listed) = match tokio::time::timeout(limit, starting).await {
         Ok(Ok(up)) => up,
         Ok(Err(e)) => return e,
         Err(_) => {

@@ -1,0 +1,243 @@
+//! The file system a jailed command sees, as bubblewrap arguments: the
+//! system's programs and libraries read-only, `/etc` without what only
+//! root may read, a private `/tmp`, the granted directories at their own
+//! paths (read-only or read-write as granted), and the repository metadata
+//! inside writable grants read-only. Nothing else exists in there: not
+//! `$HOME`, not the shared `/tmp`, not the host's `/proc`.
+
+use super::{JailDir, JailSpec};
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Top-level system directories programs need; each is bound read-only, or
+/// recreated as the symlink it is on a merged-`/usr` system.
+const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+/// What repository metadata a writable grant keeps read-only: hooks and
+/// config there run later, outside any call.
+const METADATA: &[&str] = &[".git", ".reson"];
+/// How deep under a writable grant repositories are looked for.
+const METADATA_DEPTH: usize = 3;
+/// Directories not searched for nested repositories: large, and never a
+/// place a user runs git in.
+const SKIPPED: &[&str] = &["node_modules", "target", ".venv", "venv", "__pycache__", ".git"];
+
+/// One mount, ordered by the depth of its destination so that a mount on a
+/// path inside another lands on top of it.
+struct Mount {
+    depth: usize,
+    args: Vec<OsString>,
+}
+
+impl Mount {
+    fn new(dest: &Path, args: &[&std::ffi::OsStr]) -> Self {
+        let depth = dest.components().count();
+        Self { depth, args: args.iter().map(|a| a.to_os_string()).collect() }
+    }
+
+    fn bind(source: &Path, dest: &Path, writable: bool) -> Self {
+        let flag = if writable { "--bind" } else { "--ro-bind" };
+        Self::new(dest, &[flag.as_ref(), source.as_os_str(), dest.as_os_str()])
+    }
+}
+
+/// The mount arguments for `spec`, with `tmp` (a host directory) as the
+/// jail's `/tmp`.
+pub(super) fn arguments(spec: &JailSpec, tmp: &Path) -> Vec<OsString> {
+    let mut mounts = Vec::new();
+    for dir in SYSTEM_DIRS.iter().map(Path::new) {
+        match std::fs::symlink_metadata(dir) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(dir) {
+                    mounts.push(Mount::new(
+                        dir,
+                        &["--symlink".as_ref(), target.as_os_str(), dir.as_os_str()],
+                    ));
+                }
+            }
+            Ok(meta) if meta.is_dir() => mounts.push(Mount::bind(dir, dir, false)),
+            _ => {}
+        }
+    }
+    let etc = Path::new("/etc");
+    mounts.push(Mount::bind(etc, etc, false));
+    for (path, is_dir) in etc_secrets() {
+        mounts.push(if *is_dir {
+            Mount::new(path, &["--tmpfs".as_ref(), path.as_os_str()])
+        } else {
+            Mount::new(path, &["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()])
+        });
+    }
+    for dir in &spec.search_path {
+        mounts.push(Mount::new(dir, &["--ro-bind-try".as_ref(), dir.as_os_str(), dir.as_os_str()]));
+    }
+    mounts.push(Mount::new(Path::new("/proc"), &["--proc".as_ref(), "/proc".as_ref()]));
+    mounts.push(Mount::new(Path::new("/dev"), &["--dev".as_ref(), "/dev".as_ref()]));
+    mounts.push(Mount::bind(tmp, Path::new("/tmp"), true));
+    for dir in &spec.dirs {
+        mounts.push(Mount::bind(&dir.path, &dir.path, dir.writable));
+    }
+    for dir in spec.dirs.iter().filter(|d| d.writable && !d.metadata_writable) {
+        for path in metadata(dir, &spec.cwd) {
+            mounts.push(Mount::bind(&path, &path, false));
+        }
+    }
+    // Stable: at equal depth the system's mounts come first and grants win.
+    mounts.sort_by_key(|m| m.depth);
+    mounts.into_iter().flat_map(|m| m.args).collect()
+}
+
+/// Repository metadata under a writable grant: `.git` and `.reson` in the
+/// grant, in the directories above the working directory within it, and
+/// in directories a few levels down; for a `.git` file (a worktree or a
+/// submodule), the directory its `gitdir:` line names too.
+fn metadata(dir: &JailDir, cwd: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![(dir.path.clone(), 0)];
+    // Where git will look from the working directory, however deep it is.
+    if let Ok(below) = cwd.strip_prefix(&dir.path) {
+        let mut current = dir.path.clone();
+        for part in below.components() {
+            current.push(part);
+            pending.push((current.clone(), METADATA_DEPTH));
+        }
+    }
+    while let Some((current, depth)) = pending.pop() {
+        for name in METADATA {
+            let path = current.join(name);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            if meta.is_file() && *name == ".git" {
+                if let Some(target) = gitdir_target(&path) {
+                    found.push(target);
+                }
+            }
+            if !meta.file_type().is_symlink() {
+                found.push(path);
+            }
+        }
+        if depth >= METADATA_DEPTH {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&current) else { continue };
+        for entry in entries.flatten() {
+            let skipped = SKIPPED.iter().any(|s| entry.file_name() == *s);
+            if !skipped && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                pending.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The directory a `.git` file points at, when it exists.
+fn gitdir_target(file: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let target = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim();
+    let target = file.parent()?.join(target);
+    target.canonicalize().ok().filter(|t| t.is_dir())
+}
+
+/// What in `/etc` a user other than root could not read (shadow files,
+/// private keys, sudoers, ...): hidden from the jail, whose processes run
+/// as the host's user. Found once per process.
+fn etc_secrets() -> &'static [(PathBuf, bool)] {
+    static SECRETS: OnceLock<Vec<(PathBuf, bool)>> = OnceLock::new();
+    SECRETS.get_or_init(|| {
+        let mut found = Vec::new();
+        let mut pending = vec![PathBuf::from("/etc")];
+        while let Some(dir) = pending.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let Ok(meta) =
+                    entry.metadata().or_else(|_| std::fs::symlink_metadata(entry.path()))
+                else {
+                    continue;
+                };
+                let lstat = entry.file_type();
+                if lstat.is_ok_and(|t| t.is_symlink()) {
+                    continue;
+                }
+                let mode = meta.permissions().mode();
+                if meta.is_dir() {
+                    if mode & 0o005 != 0o005 {
+                        found.push((entry.path(), true));
+                    } else {
+                        pending.push(entry.path());
+                    }
+                } else if meta.is_file() && mode & 0o004 == 0 {
+                    found.push((entry.path(), false));
+                }
+            }
+        }
+        found.sort();
+        found
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[OsString]) -> Vec<String> {
+        args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn nested_grants_and_metadata_mount_over_their_parents() {
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("ws");
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(ws.join("docs")).unwrap();
+        std::fs::create_dir_all(ws.join("libs/inner/.git")).unwrap();
+        std::fs::create_dir_all(ws.join("node_modules/pkg/.git")).unwrap();
+        let spec = JailSpec {
+            dirs: vec![
+                JailDir { path: ws.join("docs"), writable: false, metadata_writable: false },
+                JailDir { path: ws.clone(), writable: true, metadata_writable: false },
+            ],
+            search_path: Vec::new(),
+            network: Vec::new(),
+            max_processes: 8,
+            cwd: ws.clone(),
+        };
+        let args = strings(&arguments(&spec, Path::new("/var/tmp/x")));
+        let at = |flag: &str, path: &Path| {
+            let path = path.to_string_lossy();
+            args.windows(3).position(|w| w[0] == flag && w[2] == path)
+        };
+        let ws_rw = at("--bind", &ws).expect("the grant is bound read-write");
+        let docs = at("--ro-bind", &ws.join("docs")).expect("the nested read grant");
+        let git = at("--ro-bind", &ws.join(".git")).expect(".git read-only");
+        let inner = at("--ro-bind", &ws.join("libs/inner/.git")).expect("a nested repository");
+        assert!(ws_rw < docs && ws_rw < git && ws_rw < inner, "{args:?}");
+        assert!(at("--ro-bind", &ws.join("node_modules/pkg/.git")).is_none());
+        let tmp = args.windows(3).position(|w| w[0] == "--bind" && w[2] == "/tmp").unwrap();
+        assert!(tmp < ws_rw, "the grant mounts over the private /tmp");
+    }
+
+    #[test]
+    fn a_worktree_keeps_its_gitdir_read_only_and_writable_metadata_is_left_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let real = root.path().join("main/.git/worktrees/wt");
+        std::fs::create_dir_all(&real).unwrap();
+        let wt = root.path().join("wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", real.display())).unwrap();
+        let dir = JailDir { path: wt.clone(), writable: true, metadata_writable: false };
+        let found = metadata(&dir, &wt);
+        assert!(found.contains(&real.canonicalize().unwrap()), "{found:?}");
+        assert!(found.contains(&wt.join(".git")));
+        let spec = JailSpec {
+            dirs: vec![JailDir { metadata_writable: true, ..dir }],
+            search_path: Vec::new(),
+            network: Vec::new(),
+            max_processes: 8,
+            cwd: wt.clone(),
+        };
+        let args = strings(&arguments(&spec, Path::new("/var/tmp/x")));
+        assert!(!args.iter().any(|a| a.ends_with("/.git")), "{args:?}");
+    }
+}
