@@ -8,6 +8,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 bash plugins/build.sh target/plugins
+# Commands plugins start run in a jail made with bubblewrap.
+if ! [ -x /usr/bin/bwrap ]; then
+    sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends bubblewrap
+fi
 cargo build --quiet -p reson
 reson="$root/target/debug/reson"
 
@@ -27,6 +33,10 @@ rules = [{ decision = "allow", tool = "{write,edit}", pattern = "{src,notes}/**"
 [plugins.fs]
 dirs = [{ path = "workspace", access = "read-write" }]
 limits = { timeout_ms = 5000 }
+
+[plugins.shell]
+dirs = [{ path = "workspace", access = "read-write" }]
+process = ["ls *"]
 TOML
 ws=$(cd "$work/workspace" && pwd -P)
 export RESON_CONFIG="$work/reson.toml"
@@ -48,3 +58,5 @@ step tool call read '{"path":"/etc/passwd"}'
 echo "(exit code $?: denied)"
 step tool call echo '{"text": 42}'
 echo "(exit code $?: invalid arguments, the plugin never ran)"
+printf '\n\033[1mA granted command runs jailed: $HOME is not there, /tmp is its own:\033[0m\n'
+step tool call shell "{\"command\": \"ls -a $HOME /tmp\", \"cwd\": \"$ws\"}"

@@ -532,7 +532,9 @@ async fn python_reaches_hosts_and_commands_only_when_granted() {
     assert!(denial.contains("ProcessError_Denied"), "{denial}");
     assert!(server.requests().is_empty(), "an ungranted request was sent");
 
-    let limits = format!("timeout_ms = {TIMEOUT_MS}, memory_mb = {MEMORY_MB}");
+    // Time enough for a jailed command beside Python on a loaded machine:
+    // this test is about what is granted, not about speed.
+    let limits = format!("timeout_ms = 10000, memory_mb = {MEMORY_MB}");
     let grants = format!("http = [{:?}]\nprocess = [\"echo *\"]", server.addr);
     let (_dir, granted) = hostile_granting(&limits, &grants).await;
     assert_eq!(call(&granted, "py_fetch", json!({"url": url})).await.unwrap(), "200: hello");

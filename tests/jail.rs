@@ -439,3 +439,63 @@ async fn jail_off_is_explicit_and_runs_with_the_hosts_rights() {
     assert!(out.contains("exit code 0"), "{out}");
     assert!(h.outside().join(&mark).exists(), "jail = off runs unjailed");
 }
+
+#[test]
+fn plugins_list_says_what_each_plugins_commands_may_touch() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "shell");
+    dir.config(&format!(
+        r#"
+        plugins_dir = "plugins"
+        lock_file = "reson.lock"
+        cache_dir = "{}"
+        [plugins.shell]
+        dirs = [{{ path = "workspace", access = "read-write" }}]
+        process = ["make *"]
+        command_network = ["crates.io:443"]
+        limits = {{ max_processes = 64 }}
+        "#,
+        support::cache_dir().display()
+    ));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reson"))
+        .arg("--config")
+        .arg(dir.path().join("reson.toml"))
+        .args(["plugins", "list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = String::from_utf8(out.stdout).unwrap();
+    let line = out.lines().find(|l| l.trim_start().starts_with("commands")).expect(&out);
+    for expected in [
+        "jailed:",
+        "workspace (read-write; .git, .reson read-only)",
+        "network to crates.io:443 only",
+        "at most 64 processes",
+    ] {
+        assert!(line.contains(expected), "{expected:?} missing from {line}");
+    }
+}
+
+#[tokio::test]
+async fn a_repository_cannot_name_its_way_out_of_the_jail() {
+    let h = Hostile::new(
+        "steal:\n\
+         \t-cat @OUTSIDE@/secret.txt\n\
+         \t-cat sub/.git/secret.txt\n\
+         \t-mv nested nested-old && mkdir -p nested/.git/hooks && echo renamed\n\
+         \techo done\n",
+        "",
+    )
+    .await;
+    // A `.git` file and a `.git` link that point outside the grant, and a
+    // nested repository the command would like to swap for its own.
+    let outside = h.outside();
+    std::fs::write(h.ws().join(".git"), format!("gitdir: {}\n", outside.display())).unwrap();
+    std::fs::create_dir_all(h.ws().join("sub")).unwrap();
+    std::os::unix::fs::symlink(&outside, h.ws().join("sub/.git")).unwrap();
+    std::fs::create_dir_all(h.ws().join("nested/.git/hooks")).unwrap();
+    let out = h.make("steal").await.unwrap();
+    assert!(out.contains("done"), "{out}");
+    assert!(!out.contains(&h.secret), "a repository's pointer revealed a file: {out}");
+    assert!(!out.contains("renamed") && !h.ws().join("nested-old").exists(), "{out}");
+}

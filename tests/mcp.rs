@@ -439,6 +439,60 @@ async fn a_stdio_server_gets_only_the_listed_environment() {
     assert!(names.iter().all(|n| n == "CARGO_MANIFEST_DIR" || n == "LC_CTYPE"), "{names:?}");
 }
 
+/// The grants a jailed hostile server needs to run at all: the venv, the
+/// interpreter it links to, and the script, read-only.
+fn interpreter_dirs() -> String {
+    let venv = support::mcp::python().parent().unwrap().parent().unwrap().to_path_buf();
+    let real = support::mcp::python().canonicalize().unwrap();
+    let prefix = real.parent().unwrap().parent().unwrap().to_path_buf();
+    let scripts = support::mcp::script("hostile_server.py").parent().unwrap().to_path_buf();
+    [venv, prefix, scripts]
+        .iter()
+        .map(|d| format!("{{ path = {:?}, access = \"read\" }}", d.display().to_string()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_with_grants_runs_jailed_and_one_without_says_it_is_not() {
+    let dir = TestDir::new();
+    std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+    let secret = dir.path().join("outside/secret.txt");
+    std::fs::write(&secret, "mcp-jail-secret").unwrap();
+    let ws = dir.workspace().canonicalize().unwrap();
+    let extra = format!(
+        "dirs = [{}, {{ path = \"workspace\", access = \"read-write\" }}]",
+        interpreter_dirs()
+    );
+    let mcp = started(&hostile_config(&dir, &[], &extra)).await;
+    assert_eq!(status(&mcp), Status::Ready, "the jailed server starts");
+    let info = &mcp.servers()[0];
+    assert!(info.confinement.starts_with("jailed:"), "{}", info.confinement);
+    let peek = |path: &std::path::Path| json!({ "path": path });
+    let read = call(&mcp, "hostile__peek", peek(&secret)).await.text;
+    assert!(read.starts_with("error:") && !read.contains("mcp-jail-secret"), "{read}");
+    let home = std::env::var("HOME").unwrap();
+    let bashrc = std::path::Path::new(&home).join(".bashrc");
+    let read = call(&mcp, "hostile__peek", peek(&bashrc)).await.text;
+    assert!(read.starts_with("error:"), "$HOME is out of reach: {read}");
+    let planted = |path: &std::path::Path| json!({ "path": path, "text": "x" });
+    let out = call(&mcp, "hostile__plant", planted(&ws.join("ok.txt"))).await.text;
+    assert_eq!(out, "written");
+    assert!(ws.join("ok.txt").exists());
+    let escape = dir.path().join("outside/planted.txt");
+    let out = call(&mcp, "hostile__plant", planted(&escape)).await.text;
+    assert!(out.starts_with("error:") && !escape.exists(), "{out}");
+    let pid: u32 = call(&mcp, "hostile__pid", json!({})).await.text.parse().unwrap();
+    assert!(pid < 10, "the server sees its own PID namespace: pid {pid}");
+
+    let open = TestDir::new();
+    let mcp = started(&hostile_config(&open, &[], "")).await;
+    let info = &mcp.servers()[0];
+    assert!(info.confinement.starts_with("unjailed"), "{}", info.confinement);
+    let read = call(&mcp, "hostile__peek", peek(&secret)).await.text;
+    assert_eq!(read, "mcp-jail-secret", "an unjailed server has the host's rights");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_mcp_server_is_reached_at_its_url() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -483,6 +537,8 @@ fn bad_mcp_config_is_refused_with_the_fix() {
         ("[mcp.x]\nurl = \"file:///etc/passwd\"", "http or https"),
         ("[mcp.x]\ncommand = []", "names no program"),
         ("[mcp.x]\ncommand = [\"x\"]\nenv = [\"A=b\"]", "variable names"),
+        ("[mcp.x]\ncommand = [\"x\"]\nnetwork = [\"crates.io\"]", "not `host:port`"),
+        ("[mcp.x]\nurl = \"http://127.0.0.1/\"\njail = true", "an HTTP server has none"),
     ] {
         let err = Config::parse(toml).err().unwrap_or_else(|| panic!("{toml} parsed"));
         assert!(err.contains(expected), "{toml}: {err}");

@@ -25,16 +25,31 @@ use support::TestDir;
 const CALL_LIMIT: Duration = Duration::from_millis(2_000);
 
 /// The hostile guest with the workspace granted read-write and `grant`
-/// added to its grant.
+/// added to its grant; its commands run in the jail. The git commands
+/// these tests run write `.git` (`init`, `commit`, `checkout`), which the
+/// jail allows only where the grant says so (tests/jail.rs checks the
+/// default), so the grant says so.
 async fn hostile(grant: &str) -> (TestDir, Runtime) {
+    hostile_with("", grant).await
+}
+
+/// The same with the jail turned off: the process-group mechanics that
+/// hold there too are checked by the host pids a command writes down,
+/// which a jailed command (in its own PID namespace) cannot know.
+async fn hostile_unjailed(grant: &str) -> (TestDir, Runtime) {
+    hostile_with("[sandbox]\njail = \"off\"", grant).await
+}
+
+async fn hostile_with(top: &str, grant: &str) -> (TestDir, Runtime) {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
     std::fs::create_dir_all(dir.path().join("outside")).unwrap();
     let runtime = dir
         .open(&format!(
             r#"
+        {top}
         [plugins.hostile]
-        dirs = [{{ path = "workspace", access = "read-write" }}]
+        dirs = [{{ path = "workspace", access = "read-write", metadata = "read-write" }}]
         limits = {{ timeout_ms = {} }}
         {grant}
         "#,
@@ -68,8 +83,11 @@ fn assert_denied(result: Result<String, CallError>, words: &[&str]) {
     }
 }
 
+/// Where an attack that got through would leave its mark: inside the
+/// grant, where the jail lets a command write, so only the policy under
+/// test can stop it.
 fn marker(dir: &TestDir) -> PathBuf {
-    dir.path().join("outside").join("marker")
+    dir.workspace().join("marker")
 }
 
 fn text(path: &Path) -> String {
@@ -513,7 +531,7 @@ fn sh_grant() -> &'static str {
 
 #[tokio::test]
 async fn a_background_child_holding_stdout_neither_holds_the_call_nor_survives_it() {
-    let (dir, rt) = hostile(sh_grant()).await;
+    let (dir, rt) = hostile_unjailed(sh_grant()).await;
     let pid_file = dir.path().join("outside/pid");
     let script = format!("sleep 30 & echo $! > {}; echo started", pid_file.display());
     let started = Instant::now();
@@ -529,7 +547,7 @@ async fn a_background_child_holding_stdout_neither_holds_the_call_nor_survives_i
 
 #[tokio::test]
 async fn a_command_past_its_deadline_dies_with_its_whole_group() {
-    let (dir, rt) = hostile(sh_grant()).await;
+    let (dir, rt) = hostile_unjailed(sh_grant()).await;
     let pids = dir.path().join("outside/pids");
     let script = format!("sleep 30 & echo $! > {}; echo $$ >> {0}; sleep 30", pids.display());
     let started = Instant::now();
@@ -549,7 +567,7 @@ async fn a_command_past_its_deadline_dies_with_its_whole_group() {
 
 #[tokio::test]
 async fn an_escaped_grandchild_cannot_hold_the_call_open() {
-    let (dir, rt) = hostile(
+    let (dir, rt) = hostile_unjailed(
         r#"process = ["sh *"]
         exec_vectors = ["sh"]"#,
     )
@@ -868,7 +886,7 @@ async fn interpreters_refuse_code_hidden_behind_option_values_or_fed_on_stdin() 
 /// ignores SIGTERM, and one that forks as fast as it can until then.
 #[tokio::test]
 async fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
-    let (dir, rt) = hostile(sh_grant()).await;
+    let (dir, rt) = hostile_unjailed(sh_grant()).await;
     let pid_file = dir.path().join("outside/pid");
     let script = format!(
         "trap '' TERM INT HUP; echo $$ > {}; i=0; \

@@ -652,15 +652,17 @@ async fn a_guest_cannot_name_another_site_behind_a_granted_address() {
 #[tokio::test]
 async fn what_a_command_prints_is_scrubbed_before_the_guest_sees_it() {
     let dir = TestDir::new();
-    // A grant as harmless-looking as `cat *` reaches files the guest's
-    // sandbox does not: here the config, which holds the key.
-    let rt = hostile(
-        &dir,
-        &format!("process = [\"cat *\"]\nsecrets = [\"{KEY}\"]\n[secrets]\n{KEY} = \"{SECRET}\"\n"),
-    )
-    .await;
-    let config = dir.path().join("reson.toml");
-    let stored = dir.path().join("stored.json");
+    // A grant as harmless-looking as `cat *` reads files the guest itself
+    // is never given: here a copy of the config, which holds the key, in a
+    // directory the command (jailed to it) may read.
+    let grant = format!(
+        "dirs = [{{ path = \"workspace\", access = \"read\" }}]\nprocess = [\"cat *\"]\n\
+         secrets = [\"{KEY}\"]\n[secrets]\n{KEY} = \"{SECRET}\"\n"
+    );
+    let rt = hostile(&dir, &grant).await;
+    let config = dir.workspace().join("reson-copy.toml");
+    std::fs::copy(dir.path().join("reson.toml"), &config).unwrap();
+    let stored = dir.workspace().join("stored.json");
     std::fs::write(&stored, json!({ "token": SECRET, "b64": STANDARD.encode(SECRET) }).to_string())
         .unwrap();
     for file in [&config, &stored] {

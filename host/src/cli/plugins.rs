@@ -153,6 +153,9 @@ fn print_table(plugins: &[PluginInfo]) {
             say!("    dirs    {}", none(&dirs));
             say!("    http    {}", none(&g.http));
             say!("    process {}", none(&g.process));
+            if !g.process.is_empty() {
+                say!("    commands {}", g.command_reach());
+            }
             if !g.env.is_empty() {
                 say!("    env     {}", g.env.join(", "));
             }

@@ -234,7 +234,7 @@ impl Jail {
             argv.push(fd.as_raw_fd().to_string().into());
             prelude.inherit.push(fd);
         }
-        argv.extend(mounts::arguments(spec, tmp.path()));
+        argv.extend(mounts::arguments(spec, tmp.path(), executable));
         argv.push("--chdir".into());
         argv.push(spec.cwd.clone().into());
         argv.push("--".into());

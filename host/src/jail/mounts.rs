@@ -43,9 +43,18 @@ impl Mount {
 }
 
 /// The mount arguments for `spec`, with `tmp` (a host directory) as the
-/// jail's `/tmp`.
-pub(super) fn arguments(spec: &JailSpec, tmp: &Path) -> Vec<OsString> {
+/// jail's `/tmp` and `program` visible read-only (a program the host chose
+/// by its absolute path may lie outside every other mount).
+pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Vec<OsString> {
     let mut mounts = Vec::new();
+    let visible =
+        SYSTEM_DIRS.iter().map(Path::new).chain(spec.search_path.iter().map(PathBuf::as_path));
+    let program_visible = visible
+        .chain(spec.dirs.iter().map(|d| d.path.as_path()))
+        .any(|dir| program.starts_with(dir));
+    if !program_visible && program.is_absolute() {
+        mounts.push(Mount::bind(program, program, false));
+    }
     for dir in SYSTEM_DIRS.iter().map(Path::new) {
         match std::fs::symlink_metadata(dir) {
             Ok(meta) if meta.file_type().is_symlink() => {
@@ -69,7 +78,8 @@ pub(super) fn arguments(spec: &JailSpec, tmp: &Path) -> Vec<OsString> {
             Mount::new(path, &["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()])
         });
     }
-    for dir in &spec.search_path {
+    let system = |dir: &Path| SYSTEM_DIRS.iter().any(|s| dir.starts_with(s));
+    for dir in spec.search_path.iter().filter(|d| !system(d)) {
         mounts.push(Mount::new(dir, &["--ro-bind-try".as_ref(), dir.as_os_str(), dir.as_os_str()]));
     }
     mounts.push(Mount::new(Path::new("/proc"), &["--proc".as_ref(), "/proc".as_ref()]));
@@ -79,13 +89,42 @@ pub(super) fn arguments(spec: &JailSpec, tmp: &Path) -> Vec<OsString> {
         mounts.push(Mount::bind(&dir.path, &dir.path, dir.writable));
     }
     for dir in spec.dirs.iter().filter(|d| d.writable && !d.metadata_writable) {
-        for path in metadata(dir, &spec.cwd) {
-            mounts.push(Mount::bind(&path, &path, false));
+        // Where a `.git` file or link leads is the repository's to say: it
+        // is kept read-only only where the jail shows it anyway, never
+        // shown because a repository named it.
+        let found: Vec<PathBuf> = metadata(dir, &spec.cwd)
+            .into_iter()
+            .filter(|m| spec.dirs.iter().any(|d| m.starts_with(&d.path)))
+            .collect();
+        // A repository below the grant's root becomes a mount point of its
+        // own, so that it cannot be renamed away and replaced by one whose
+        // metadata is writable, where the user would later run git.
+        let mut repositories: Vec<&Path> = found
+            .iter()
+            .filter(|m| m.starts_with(&dir.path))
+            .filter_map(|m| m.parent())
+            .filter(|repo| *repo != dir.path && writable_at(spec, repo))
+            .collect();
+        repositories.dedup();
+        for repo in repositories {
+            mounts.push(Mount::bind(repo, repo, true));
+        }
+        for path in &found {
+            mounts.push(Mount::bind(path, path, false));
         }
     }
     // Stable: at equal depth the system's mounts come first and grants win.
     mounts.sort_by_key(|m| m.depth);
     mounts.into_iter().flat_map(|m| m.args).collect()
+}
+
+/// Whether the deepest grant holding `path` is writable.
+fn writable_at(spec: &JailSpec, path: &Path) -> bool {
+    spec.dirs
+        .iter()
+        .filter(|d| path.starts_with(&d.path))
+        .max_by_key(|d| d.path.components().count())
+        .is_some_and(|d| d.writable)
 }
 
 /// Repository metadata under a writable grant: `.git` and `.reson` in the
@@ -112,7 +151,14 @@ fn metadata(dir: &JailDir, cwd: &Path) -> Vec<PathBuf> {
                     found.push(target);
                 }
             }
-            if !meta.file_type().is_symlink() {
+            if meta.file_type().is_symlink() {
+                // Git follows a `.git` link; what it leads to is kept as the
+                // metadata it is (a mount on the link itself would follow it
+                // anyway).
+                if let Ok(target) = path.canonicalize() {
+                    found.push(target);
+                }
+            } else {
                 found.push(path);
             }
         }
@@ -203,7 +249,7 @@ mod tests {
             max_processes: 8,
             cwd: ws.clone(),
         };
-        let args = strings(&arguments(&spec, Path::new("/var/tmp/x")));
+        let args = strings(&arguments(&spec, Path::new("/var/tmp/x"), Path::new("/usr/bin/true")));
         let at = |flag: &str, path: &Path| {
             let path = path.to_string_lossy();
             args.windows(3).position(|w| w[0] == flag && w[2] == path)
@@ -213,9 +259,31 @@ mod tests {
         let git = at("--ro-bind", &ws.join(".git")).expect(".git read-only");
         let inner = at("--ro-bind", &ws.join("libs/inner/.git")).expect("a nested repository");
         assert!(ws_rw < docs && ws_rw < git && ws_rw < inner, "{args:?}");
+        let pinned = at("--bind", &ws.join("libs/inner")).expect("a nested repository is pinned");
+        assert!(pinned < inner, "{args:?}");
+        assert!(at("--bind", &ws.join("docs")).is_none(), "a read-only grant stays read-only");
         assert!(at("--ro-bind", &ws.join("node_modules/pkg/.git")).is_none());
         let tmp = args.windows(3).position(|w| w[0] == "--bind" && w[2] == "/tmp").unwrap();
         assert!(tmp < ws_rw, "the grant mounts over the private /tmp");
+    }
+
+    #[test]
+    fn a_program_outside_every_mount_is_shown_alone_read_only() {
+        let spec = JailSpec {
+            dirs: Vec::new(),
+            search_path: vec![PathBuf::from("/usr/bin")],
+            network: Vec::new(),
+            max_processes: 8,
+            cwd: PathBuf::from("/tmp"),
+        };
+        let tmp = Path::new("/var/tmp/x");
+        let args = strings(&arguments(&spec, tmp, Path::new("/opt/tool/bin/x")));
+        let bound =
+            args.windows(3).any(|w| w == ["--ro-bind", "/opt/tool/bin/x", "/opt/tool/bin/x"]);
+        assert!(bound, "{args:?}");
+        assert!(!args.iter().any(|a| a == "/opt/tool/bin"), "only the file, not its directory");
+        let args = strings(&arguments(&spec, tmp, Path::new("/usr/bin/make")));
+        assert!(!args.iter().any(|a| a == "/usr/bin/make"), "{args:?}");
     }
 
     #[test]
@@ -226,18 +294,42 @@ mod tests {
         let wt = root.path().join("wt");
         std::fs::create_dir_all(&wt).unwrap();
         std::fs::write(wt.join(".git"), format!("gitdir: {}\n", real.display())).unwrap();
+        let wt = wt.canonicalize().unwrap();
         let dir = JailDir { path: wt.clone(), writable: true, metadata_writable: false };
         let found = metadata(&dir, &wt);
         assert!(found.contains(&real.canonicalize().unwrap()), "{found:?}");
         assert!(found.contains(&wt.join(".git")));
-        let spec = JailSpec {
-            dirs: vec![JailDir { metadata_writable: true, ..dir }],
+        let spec = |dirs: Vec<JailDir>| JailSpec {
+            dirs,
             search_path: Vec::new(),
             network: Vec::new(),
             max_processes: 8,
             cwd: wt.clone(),
         };
-        let args = strings(&arguments(&spec, Path::new("/var/tmp/x")));
+        let real = real.canonicalize().unwrap().to_string_lossy().into_owned();
+        // Alone, the worktree's gitdir (outside every grant) stays unseen.
+        let args = strings(&arguments(
+            &spec(vec![dir.clone()]),
+            Path::new("/var/tmp/x"),
+            Path::new("/bin/x"),
+        ));
+        assert!(!args.contains(&real), "{args:?}");
+        // With the main repository granted, it is there, read-only.
+        let main = JailDir {
+            path: root.path().join("main").canonicalize().unwrap(),
+            writable: true,
+            metadata_writable: false,
+        };
+        let args = strings(&arguments(
+            &spec(vec![dir.clone(), main]),
+            Path::new("/var/tmp/x"),
+            Path::new("/bin/x"),
+        ));
+        let ro = args.windows(3).any(|w| w[0] == "--ro-bind" && w[2] == real);
+        assert!(ro, "{args:?}");
+        let open = JailDir { metadata_writable: true, ..dir };
+        let args =
+            strings(&arguments(&spec(vec![open]), Path::new("/var/tmp/x"), Path::new("/bin/x")));
         assert!(!args.iter().any(|a| a.ends_with("/.git")), "{args:?}");
     }
 }

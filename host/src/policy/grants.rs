@@ -157,6 +157,38 @@ impl Grants {
         (self.jail == JailMode::On).then(|| Jail::new(&self.bwrap))
     }
 
+    /// What the plugin's commands may touch, in words, for `plugins list`.
+    pub fn command_reach(&self) -> String {
+        if self.jail == JailMode::Off {
+            return "UNJAILED ([sandbox] jail = \"off\"): all of the host's rights".into();
+        }
+        let dirs: Vec<String> = self
+            .dirs
+            .iter()
+            .map(|d| match (d.access, d.metadata) {
+                (Access::ReadWrite, Access::ReadWrite) => {
+                    format!("{} (read-write)", d.host.display())
+                }
+                (Access::ReadWrite, _) => {
+                    format!("{} (read-write; .git, .reson read-only)", d.host.display())
+                }
+                _ => format!("{} (read)", d.host.display()),
+            })
+            .collect();
+        let dirs =
+            if dirs.is_empty() { "no granted directory".to_owned() } else { dirs.join(", ") };
+        let network = if self.command_network.is_empty() {
+            "no network".to_owned()
+        } else {
+            format!("network to {} only (proxy)", self.command_network.join(", "))
+        };
+        format!(
+            "jailed: {dirs}; system programs and /etc read-only; a private /tmp; {network}; at \
+             most {} processes",
+            self.limits.max_processes
+        )
+    }
+
     /// What a command started in `cwd` may reach inside the jail: the
     /// granted directories as granted, the search path, the granted hosts.
     pub fn jail_spec(&self, cwd: PathBuf) -> JailSpec {
