@@ -34,6 +34,7 @@ pub mod contract;
 pub mod database;
 pub mod experience;
 pub mod mcp;
+pub mod origin_guard;
 pub mod plugin;
 pub mod policy;
 pub mod provider;
