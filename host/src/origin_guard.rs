@@ -254,10 +254,12 @@ fn shown(value: &HeaderValue) -> String {
 
 /// `host[:port]` as compared: lower case, without IPv6 brackets or the
 /// trailing dot of a fully qualified name. `None` for anything else (a
-/// user part, an empty host).
+/// user part, an empty host, a port that is not one).
 fn authority(text: &str) -> Option<(String, Option<u16>)> {
     let parsed: Authority = text.parse().ok()?;
-    if parsed.as_str().contains('@') {
+    // `http` takes a port that is not a number of 16 bits as no port.
+    let port_written = parsed.as_str().len() > parsed.host().len();
+    if parsed.as_str().contains('@') || (port_written && parsed.port_u16().is_none()) {
         return None;
     }
     let host = parsed.host().trim_start_matches('[').trim_end_matches(']');
@@ -295,5 +297,170 @@ pub async fn enforce(
             tracing::warn!("refused {} {}: {refusal}", request.method(), request.uri().path());
             refusal.into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+
+    const LOOPBACK: &str = "127.0.0.1:8000";
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// A guard allowing `reson.lan` on any port, `proxy.example` on 8443
+    /// and pages of `http://app.example:3000`.
+    fn guard() -> Guard {
+        let hosts = strings(&["reson.lan", "Proxy.Example.:8443"]);
+        Guard::new(&hosts, &strings(&["http://app.example:3000"]), false).unwrap()
+    }
+
+    fn request(method: &str, headers: &[(&str, &str)], body: &'static str) -> Request {
+        let mut builder = Request::builder().method(method).uri("/api/traces");
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Body::from(body)).unwrap()
+    }
+
+    fn check(headers: &[(&str, &str)], local: &str) -> Result<(), Refusal> {
+        guard().check(&request("GET", headers, ""), Some(local.parse().unwrap()))
+    }
+
+    #[test]
+    fn settings_that_cannot_be_used_are_refused() {
+        let new = |hosts: &[&str], origins: &[&str], token| {
+            Guard::new(&strings(hosts), &strings(origins), token)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert!(new(&["a b"], &[], false).unwrap_err().contains("\"a b\""));
+        assert!(new(&["user@host"], &[], false).is_err());
+        assert!(new(&["host:99999"], &[], false).is_err());
+        assert!(new(&[], &["app.example"], false).unwrap_err().contains("not an origin"));
+        assert!(new(&[], &["http://app.example/path"], false).is_err());
+        assert!(new(&[], &["null"], true).unwrap_err().contains("sandboxed"));
+        assert!(new(&[], &["*"], false).unwrap_err().contains("needs a token"));
+        assert!(new(&[], &["*"], true).is_ok());
+        assert!(new(&["[::1]:8000", "reson.lan"], &["https://app.example/"], false).is_ok());
+    }
+
+    #[test]
+    fn the_host_must_name_the_address_the_connection_arrived_on() {
+        for host in ["127.0.0.1:8000", "localhost:8000", "LocalHost.:8000"] {
+            assert!(check(&[("host", host)], LOOPBACK).is_ok(), "{host}");
+        }
+        for host in [
+            "evil.example:8000",
+            "127.0.0.1:8001",
+            "127.0.0.1",
+            "localhost",
+            "127.1:8000",
+            "",
+            "a@127.0.0.1:8000",
+        ] {
+            let refusal = check(&[("host", host)], LOOPBACK).unwrap_err();
+            assert_eq!(refusal.status(), StatusCode::MISDIRECTED_REQUEST, "{host}");
+        }
+        assert!(check(&[], LOOPBACK).is_err(), "no Host at all");
+        // Bound to `::`: the machine's address the client reached, by number.
+        assert!(check(&[("host", "192.168.1.5:8000")], "192.168.1.5:8000").is_ok());
+        assert!(check(&[("host", "192.168.1.5:8000")], "[::ffff:192.168.1.5]:8000").is_ok());
+        assert!(check(&[("host", "[::1]:8000")], "[::1]:8000").is_ok());
+        assert!(check(&[("host", "localhost:8000")], "[::ffff:127.0.0.1]:8000").is_ok());
+        assert!(check(&[("host", "localhost:8000")], "192.168.1.5:8000").is_err(), "not loopback");
+        assert!(check(&[("host", "10.0.0.1:8000")], "192.168.1.5:8000").is_err());
+        // Names the config allows.
+        for host in ["reson.lan:8000", "RESON.LAN:1234", "reson.lan", "proxy.example:8443"] {
+            assert!(check(&[("host", host)], LOOPBACK).is_ok(), "{host}");
+        }
+        assert!(check(&[("host", "proxy.example:8000")], LOOPBACK).is_err(), "another port");
+        let unknown = guard().check(&request("GET", &[("host", "reson.lan:8000")], ""), None);
+        assert!(unknown.is_ok(), "allowed names need no local address");
+        let unknown = guard().check(&request("GET", &[("host", LOOPBACK)], ""), None);
+        assert!(unknown.is_err(), "an address that cannot be read is no one's");
+    }
+
+    #[test]
+    fn an_origin_must_be_the_servers_own_or_allowed() {
+        let with = |origin: &str| check(&[("host", LOOPBACK), ("origin", origin)], LOOPBACK);
+        for own in [
+            "http://127.0.0.1:8000",
+            "http://localhost:8000",
+            "https://localhost:8000",
+            "http://reson.lan:8000",
+            "http://app.example:3000",
+            "HTTP://APP.EXAMPLE:3000",
+            "https://proxy.example:8443",
+        ] {
+            assert!(with(own).is_ok(), "{own}");
+        }
+        for foreign in [
+            "http://evil.example",
+            "null",
+            "http://127.0.0.1:8001",
+            "http://127.0.0.1",
+            "http://app.example",
+            "https://app.example:3000",
+            "ws://127.0.0.1:8000",
+            "chrome-extension://abcdef",
+            "http://127.0.0.1:8000/path",
+            "",
+        ] {
+            let refusal = with(foreign).unwrap_err();
+            assert_eq!(refusal.status(), StatusCode::FORBIDDEN, "{foreign}");
+        }
+        let any = Guard::new(&[], &strings(&["*"]), true).unwrap();
+        let page = request("GET", &[("host", LOOPBACK), ("origin", "null")], "");
+        assert!(any.check(&page, Some(LOOPBACK.parse().unwrap())).is_ok());
+    }
+
+    #[test]
+    fn a_body_that_changes_state_must_be_json() {
+        let guard = guard();
+        let local = Some(LOOPBACK.parse().unwrap());
+        let send = |method: &str, kind: Option<&str>, body: &'static str| {
+            let mut headers = vec![("host", LOOPBACK)];
+            headers.extend(kind.map(|k| ("content-type", k)));
+            guard.check(&request(method, &headers, body), local)
+        };
+        for kind in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON;charset=UTF-8",
+        ] {
+            assert!(send("POST", Some(kind), "{}").is_ok(), "{kind}");
+        }
+        for kind in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            Some("application/jsonx"),
+            None,
+        ] {
+            for method in ["POST", "PUT", "PATCH", "DELETE"] {
+                let refusal = send(method, kind, "{}").unwrap_err();
+                assert_eq!(
+                    refusal.status(),
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "{method} {kind:?}"
+                );
+            }
+        }
+        assert!(send("POST", Some("text/plain"), "").is_ok(), "no body, nothing to read");
+        assert!(send("GET", Some("text/plain"), "{}").is_ok(), "a GET changes nothing");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_json_with_its_code() {
+        let response = Refusal::Origin("http://evil.example".into()).into_response();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "forbidden");
+        assert!(body["error"]["message"].as_str().unwrap().contains("evil.example"), "{body}");
     }
 }

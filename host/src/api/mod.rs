@@ -415,7 +415,28 @@ mod tests {
         assert_eq!(server.approval_timeout, Duration::from_millis(1500));
         assert_eq!(server.max_body_bytes, 10);
         assert!(
-            ServerConfig { cors_origins: vec!["bad\norigin".into()], ..server }.cors().is_err()
+            ServerConfig { cors_origins: vec!["bad\norigin".into()], ..server.clone() }
+                .cors()
+                .is_err()
         );
+    }
+
+    #[test]
+    fn allowed_hosts_and_origins_are_checked_before_binding() {
+        let config = Config::parse(
+            "[server]\nallowed_hosts = [\"reson.lan\"]\ncors_origins = [\"http://app.example:3000\"]\n",
+        )
+        .unwrap();
+        let server = ServerConfig::from_config(&config);
+        assert_eq!(server.allowed_hosts, ["reson.lan"]);
+        assert!(server.validate().is_ok());
+        let error = |config: ServerConfig| config.validate().unwrap_err().to_string();
+        let bad_host = ServerConfig { allowed_hosts: vec!["a b".into()], ..server.clone() };
+        assert!(error(bad_host).starts_with("[server] allowed_hosts"));
+        let any = ServerConfig { cors_origins: vec!["*".into()], ..server.clone() };
+        assert!(error(any.clone()).contains("needs a token"));
+        assert!(ServerConfig { token: Some("tok-123".into()), ..any }.validate().is_ok());
+        let null = ServerConfig { cors_origins: vec!["null".into()], ..server };
+        assert!(error(null).contains("null"));
     }
 }
