@@ -948,7 +948,7 @@ async fn pages_of_other_sites_and_rebound_names_reach_no_route() {
     let other_port = format!("http://127.0.0.1:{}", port.parse::<u16>().unwrap() ^ 1);
 
     // Each with the body that would have done something, had it got in.
-    let refused: [(&str, &[(&str, &str)], u16, &str); 7] = [
+    let turned_away: [(&str, &[(&str, &str)], u16, &str); 7] = [
         (&addr, &[("Origin", EVIL)], 403, "forbidden"),
         (&addr, &[("Origin", "null")], 403, "forbidden"),
         (&addr, &[("Origin", &other_port)], 403, "forbidden"),
@@ -959,7 +959,7 @@ async fn pages_of_other_sites_and_rebound_names_reach_no_route() {
     ];
     let routes = every_route(api, &id).await;
     for (method, path) in &routes {
-        for (host, headers, status, code) in &refused {
+        for (host, headers, status, code) in &turned_away {
             let request = raw(
                 method,
                 path,
