@@ -858,13 +858,16 @@ const ALIAS: &str = "reson.example";
 /// `[server]` letting in pages of [`FRIEND`] and the name [`ALIAS`].
 const ALLOWING: &str = "[server]\ncors_origins = [\"http://friend.example:3000\"]\nallowed_hosts = [\"reson.example\"]\n";
 
+/// Header lines, as `(name, value)`.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 /// A request as it goes on the wire: `Host: host`, the `extra` headers,
 /// and `body` with its content type, if any.
 fn raw(
     method: &str,
     path: &str,
     host: &str,
-    extra: &[(&str, &str)],
+    extra: Headers,
     body: Option<(&str, &str)>,
 ) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
@@ -948,7 +951,7 @@ async fn pages_of_other_sites_and_rebound_names_reach_no_route() {
     let other_port = format!("http://127.0.0.1:{}", port.parse::<u16>().unwrap() ^ 1);
 
     // Each with the body that would have done something, had it got in.
-    let turned_away: [(&str, &[(&str, &str)], u16, &str); 7] = [
+    let turned_away: [(&str, Headers, u16, &str); 7] = [
         (&addr, &[("Origin", EVIL)], 403, "forbidden"),
         (&addr, &[("Origin", "null")], 403, "forbidden"),
         (&addr, &[("Origin", &other_port)], 403, "forbidden"),
@@ -987,7 +990,7 @@ async fn pages_of_other_sites_and_rebound_names_reach_no_route() {
     let localhost_page = format!("http://{localhost}");
     let alias = format!("{ALIAS}:{port}");
     let alias_page = format!("http://{alias}");
-    let allowed: [(&str, &[(&str, &str)]); 6] = [
+    let allowed: [(&str, Headers); 6] = [
         (&addr, &[("Origin", FRIEND)]),
         (&addr, &[("Origin", &own)]),
         (&addr, &[("Origin", &localhost_page)]),
