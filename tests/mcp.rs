@@ -331,6 +331,9 @@ fn initialize(
 #[test]
 fn a_page_elsewhere_cannot_initialize_and_a_rebound_name_is_refused() {
     let dir = served_dir();
+    let any = HttpServer::start_with(&dir, "127.0.0.1:0", None, &["--allowed-origin", "*"]);
+    let err = any.err().expect("any origin without a token is refused");
+    assert!(err.contains("needs a token"), "{err}");
     let allow = ["--allowed-origin", "http://app.example:3000", "--allowed-host", "mcp.example"];
     let server = HttpServer::start_with(&dir, "127.0.0.1:0", None, &allow).unwrap();
     let addr = server.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();

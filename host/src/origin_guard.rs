@@ -39,18 +39,18 @@ use tokio::net::TcpListener;
 /// A setting the guard cannot use.
 #[derive(Debug, thiserror::Error)]
 pub enum GuardError {
-    /// An `allowed_hosts` entry that is not `name` or `name:port`.
-    #[error("allowed_hosts: {0:?} is not a host name, or a host:port")]
+    /// An allowed host that is not `name` or `name:port`.
+    #[error("allowed host {0:?} is not a host name or host:port")]
     Host(String),
     /// An allowed origin that is not `scheme://host[:port]`.
-    #[error("allowed origins: {0:?} is not an origin (scheme://host or scheme://host:port)")]
+    #[error("allowed origin {0:?} is not an origin (scheme://host or scheme://host:port)")]
     Origin(String),
     /// `null` is what sandboxed frames and local files send, from anywhere.
-    #[error("allowed origins: \"null\" would let in every sandboxed frame and local file")]
+    #[error("allowed origin \"null\" would let in every sandboxed frame and local file")]
     NullOrigin,
     /// `*` without a token would hand the server to every web page.
     #[error(
-        "allowed origins: \"*\" lets every web page call this server; it needs a token so that \
+        "allowed origin \"*\" lets every web page call this server: it needs a token, so that \
          only its holders can"
     )]
     AnyOriginWithoutToken,
@@ -124,7 +124,7 @@ impl Connected<IncomingStream<'_, TcpListener>> for LocalAddr {
 }
 
 /// An origin as browsers send it, compared by (scheme, host, port).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 struct Origin {
     scheme: String,
     host: String,
@@ -134,7 +134,7 @@ struct Origin {
 }
 
 /// What [`enforce`] lets through, from the server's settings.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Guard {
     /// `allowed_hosts`: a name, on any port unless one is given.
     hosts: Vec<(String, Option<u16>)>,
@@ -155,12 +155,8 @@ impl Guard {
     ) -> Result<Self, GuardError> {
         let hosts = allowed_hosts
             .iter()
-            .map(|entry| {
-                let (host, port) =
-                    authority(entry.trim()).ok_or_else(|| GuardError::Host(entry.clone()))?;
-                Ok((host, port))
-            })
-            .collect::<Result<_, GuardError>>()?;
+            .map(|entry| authority(entry.trim()).ok_or_else(|| GuardError::Host(entry.clone())))
+            .collect::<Result<_, _>>()?;
         let mut origins = Vec::new();
         let mut any_origin = false;
         for entry in allowed_origins {

@@ -432,7 +432,7 @@ mod tests {
         assert!(server.validate().is_ok());
         let error = |config: ServerConfig| config.validate().unwrap_err().to_string();
         let bad_host = ServerConfig { allowed_hosts: vec!["a b".into()], ..server.clone() };
-        assert!(error(bad_host).starts_with("[server] allowed_hosts"));
+        assert!(error(bad_host).starts_with("[server] allowed host \"a b\""));
         let any = ServerConfig { cors_origins: vec!["*".into()], ..server.clone() };
         assert!(error(any.clone()).contains("needs a token"));
         assert!(ServerConfig { token: Some("tok-123".into()), ..any }.validate().is_ok());

@@ -1,8 +1,9 @@
 //! The stdio transport: one JSON-RPC message per line. rmcp's own drops a
-//! line over its limit (or one whose JSON is not a message) without a
-//! word, so a client that sent it waited for an answer forever; this one
-//! answers it with a JSON-RPC error that carries the request's id when the
-//! start of the line holds one, and `null` otherwise.
+//! line over its limit without a word, so a client that sent one waited
+//! for its answer forever; this one answers it with a JSON-RPC error that
+//! carries the request's id when the start of the line holds one, and
+//! `null` otherwise. JSON that is not a message MCP knows gets the same
+//! kind of answer (rmcp's carries no id).
 
 use rmcp::RoleServer;
 use rmcp::model::{ErrorData, RequestId};
@@ -15,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::Mutex;
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::Decoder as _;
+use tokio_util::task::TaskTracker;
 
 /// The longest line read, newline included: rmcp's limit, the largest SSE
 /// event its HTTP transport takes.
@@ -37,6 +39,8 @@ pub(crate) struct LineTransport<R, W> {
     /// rmcp's parsing, with its allowances for clients' quirks.
     codec: JsonRpcMessageCodec<RxJsonRpcMessage<RoleServer>>,
     write: Arc<Mutex<W>>,
+    /// The errors being written, waited for at close.
+    answers: TaskTracker,
 }
 
 /// What one read of a line found.
@@ -64,6 +68,7 @@ where
             max_line,
             codec: JsonRpcMessageCodec::new(),
             write: Arc::new(Mutex::new(write)),
+            answers: TaskTracker::new(),
         }
     }
 
@@ -112,7 +117,7 @@ where
         line.push('\n');
         // A task of its own: rmcp may drop `receive` at any await, and half
         // a line written would break the stream.
-        tokio::spawn(write_line(self.write.clone(), line.into_bytes()));
+        self.answers.spawn(write_line(self.write.clone(), line.into_bytes()));
     }
 }
 
@@ -151,12 +156,14 @@ where
                 Line::Whole => {}
                 Line::Oversized(id) => {
                     let limit = self.max_line;
+                    tracing::warn!("mcp stdio: skipped a message over {limit} bytes (id {id:?})");
                     self.answer(format!("the message is over the limit of {limit} bytes"), id);
                     continue;
                 }
                 // A line cut by the end has no newline: nothing to deliver.
                 Line::End => return None,
             }
+            // The codec consumes the line; an error's answer needs its id.
             let head = self.line[..self.line.len().min(ID_WINDOW)].to_vec();
             let mut line = self.line.split();
             match self.codec.decode(&mut line) {
@@ -176,7 +183,11 @@ where
         }
     }
 
+    /// Waits for the errors still being written: the client may have
+    /// closed its side right after the line they answer.
     async fn close(&mut self) -> Result<(), std::io::Error> {
+        self.answers.close();
+        self.answers.wait().await;
         self.write.lock().await.flush().await
     }
 }
@@ -303,6 +314,18 @@ mod tests {
         assert_eq!(message["id"], 9);
         drop(client);
         assert!(transport.receive().await.is_none(), "the end of input ends the transport");
+    }
+
+    #[tokio::test]
+    async fn the_answer_to_a_last_line_is_written_before_close_returns() {
+        let (mut transport, mut client, mut answers) = transport(100);
+        let long = format!("{{\"id\":5,\"params\":\"{}\"}}\n", "p".repeat(200));
+        client.write_all(long.as_bytes()).await.unwrap();
+        drop(client);
+        assert!(transport.receive().await.is_none());
+        transport.close().await.unwrap();
+        drop(transport);
+        assert_eq!(next_line(&mut answers).await["id"], 5);
     }
 
     #[tokio::test]
