@@ -3,15 +3,19 @@
 //! real HTTP client and a real WebSocket client. Every route and error of
 //! the contract, runs watched live, reconnects with `since`, approvals over
 //! HTTP, stop and continue, rewind and regenerate against the CLI, the
-//! token, SIGTERM and kill -9.
+//! token, SIGTERM and kill -9. And (issue 21) what a web page elsewhere
+//! could send through the user's browser, written as raw requests with
+//! forged `Origin` and `Host` headers: refused on every route, the
+//! WebSocket included, while the server's own page, the origins and names
+//! the config allows and clients without `Origin` get through.
 
 #[path = "support/api.rs"]
 mod api_support;
 mod support;
 
 use api_support::{
-    Api, End, ServerProcess, WAIT, echo_turn, events, events_file, ids, kinds, refused, reson,
-    set_script, text_turn,
+    Api, End, ServerProcess, WAIT, Watcher, echo_turn, events, events_file, ids, kinds, refused,
+    reson, set_script, text_turn,
 };
 use futures::SinkExt;
 use reqwest::Method;
@@ -21,6 +25,7 @@ use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use support::TestDir;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// A server over a directory holding the scripted provider (its script
 /// granted in the config) and `plugins`, with `extra` config.
@@ -545,12 +550,12 @@ async fn bad_requests_get_json_errors_and_change_nothing() {
     api.post(&run, json!({ "after_sequence": "one" })).await.expect_error(422, "unprocessable");
 
     // Over the 1 MiB default body limit, refused from its declared length.
-    let big = api
-        .send_head_only(
-            "POST /api/traces HTTP/1.1\r\nHost: localhost\r\n\
-             Content-Type: application/json\r\nContent-Length: 1100000\r\n\r\n",
-        )
-        .await;
+    let head = format!(
+        "POST /api/traces HTTP/1.1\r\nHost: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1100000\r\n\r\n",
+        api.addr()
+    );
+    let big = api.send_raw(head.as_bytes()).await;
     big.expect_error(413, "payload_too_large");
     assert_eq!(count().await, 1, "no bad request made a trace");
     assert_eq!(texts(&api.messages(&id, "all").await), ["one", "ok"]);
@@ -841,4 +846,314 @@ async fn a_trace_can_be_continued_as_soon_as_its_run_is_seen_to_finish() {
         assert_eq!(reply.status, 200, "round {round}, right after trace_finished: {}", reply.text);
     }
     watcher.until_kind("trace_finished").await;
+}
+
+// ------------------------------------- pages of other sites, rebound names
+
+/// A page on another site, as a browser names it in `Origin`.
+const EVIL: &str = "http://evil.example";
+/// The origin and the host name [`ALLOWING`] lets in.
+const FRIEND: &str = "http://friend.example:3000";
+const ALIAS: &str = "reson.example";
+/// `[server]` letting in pages of [`FRIEND`] and the name [`ALIAS`].
+const ALLOWING: &str = "[server]\ncors_origins = [\"http://friend.example:3000\"]\nallowed_hosts = [\"reson.example\"]\n";
+
+/// Header lines, as `(name, value)`.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
+/// A request as it goes on the wire: `Host: host`, the `extra` headers,
+/// and `body` with its content type, if any.
+fn raw(
+    method: &str,
+    path: &str,
+    host: &str,
+    extra: Headers,
+    body: Option<(&str, &str)>,
+) -> Vec<u8> {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let body = body.map_or("", |(kind, body)| {
+        head.push_str(&format!("Content-Type: {kind}\r\nContent-Length: {}\r\n", body.len()));
+        body
+    });
+    format!("{head}\r\n{body}").into_bytes()
+}
+
+/// Every route of the API, as `(METHOD, path)` with each `{param}` set to
+/// `trace` (`1` for an approval): the OpenAPI document's, so that a new
+/// route is covered without a change here, then the document itself, the
+/// viewer's files and the fallback.
+async fn every_route(api: &Api, trace: &str) -> Vec<(String, String)> {
+    let doc = api.get("/api/openapi.json").await.expect(200);
+    let mut routes = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let id = if path.starts_with("/api/approvals/") { "1" } else { trace };
+        let path: Vec<&str> = path
+            .split('/')
+            .map(|segment| if segment.starts_with('{') { id } else { segment })
+            .collect();
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "patch", "delete"].contains(&method.as_str()) {
+                routes.push((method.to_uppercase(), path.join("/")));
+            }
+        }
+    }
+    assert!(routes.len() >= 14, "the document lists too few routes: {routes:?}");
+    for (method, path) in [
+        ("GET", "/api/openapi.json"),
+        ("GET", "/"),
+        ("GET", "/assets/app.js"),
+        ("GET", "/api/no-such-route"),
+        ("POST", "/api/no-such-route"),
+    ] {
+        routes.push((method.to_owned(), path.to_owned()));
+    }
+    routes
+}
+
+/// A body that would make a state-changing route do something: start a
+/// run, continue one, reflect, answer.
+fn effective(method: &str, path: &str) -> Option<(&'static str, String)> {
+    let body = match path {
+        _ if method == "GET" => return None,
+        "/api/traces" => json!({ "messages": [{ "role": "user", "content": "from elsewhere" }] }),
+        p if p.starts_with("/api/approvals/") => json!({ "answer": "always" }),
+        _ => json!({}),
+    };
+    Some(("application/json", body.to_string()))
+}
+
+/// A body the route itself turns down, so the status says its handler ran.
+fn harmless(method: &str, path: &str) -> Option<(&'static str, String)> {
+    let body = match path {
+        _ if method == "GET" => return None,
+        "/api/traces" => json!({ "messages": [] }),
+        p if p.ends_with("/run") => json!({ "after_sequence": 99 }),
+        p if p.starts_with("/api/approvals/") => json!({ "answer": "once" }),
+        _ => json!({}),
+    };
+    Some(("application/json", body.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_of_other_sites_and_rebound_names_reach_no_route() {
+    let f = Fixture::new(&["echo"], ALLOWING, json!([text_turn("ok"), text_turn("again")])).await;
+    let api = f.api();
+    let id = api.start("one", json!({})).await;
+    api.finish(&id, 0).await;
+    let before = (api.get("/api/traces").await.expect(200), api.messages(&id, "all").await);
+    let addr = api.addr().to_owned();
+    let port = addr.rsplit(':').next().unwrap();
+    let rebound = format!("evil.example:{port}");
+    let rebound_page = format!("http://{rebound}");
+    let other_port = format!("http://127.0.0.1:{}", port.parse::<u16>().unwrap() ^ 1);
+
+    // Each with the body that would have done something, had it got in.
+    let turned_away: [(&str, Headers, u16, &str); 7] = [
+        (&addr, &[("Origin", EVIL)], 403, "forbidden"),
+        (&addr, &[("Origin", "null")], 403, "forbidden"),
+        (&addr, &[("Origin", &other_port)], 403, "forbidden"),
+        (&addr, &[("Origin", "http://127.0.0.1")], 403, "forbidden"),
+        (&rebound, &[], 421, "misdirected_request"),
+        (&rebound, &[("Origin", &rebound_page)], 421, "misdirected_request"),
+        ("127.0.0.1", &[], 421, "misdirected_request"),
+    ];
+    let routes = every_route(api, &id).await;
+    for (method, path) in &routes {
+        for (host, headers, status, code) in &turned_away {
+            let request = raw(
+                method,
+                path,
+                host,
+                headers,
+                effective(method, path).as_ref().map(|(k, b)| (*k, b.as_str())),
+            );
+            let reply = api.send_raw(&request).await;
+            let context = format!("{method} {path} with Host {host} and {headers:?}");
+            assert_eq!(reply.status, *status, "{context}: {}", reply.text);
+            let message = reply.expect_error(*status, code);
+            assert!(message.contains(if *status == 403 { "origin" } else { "Host" }), "{message}");
+        }
+    }
+    assert_eq!(
+        (api.get("/api/traces").await.expect(200), api.messages(&id, "all").await),
+        before,
+        "no refused request started, continued or answered anything"
+    );
+
+    // The server's own pages, the allowed origin and name, and clients
+    // without `Origin` reach the same handlers.
+    let own = format!("http://{addr}");
+    let localhost = format!("localhost:{port}");
+    let localhost_page = format!("http://{localhost}");
+    let alias = format!("{ALIAS}:{port}");
+    let alias_page = format!("http://{alias}");
+    let allowed: [(&str, Headers); 6] = [
+        (&addr, &[("Origin", FRIEND)]),
+        (&addr, &[("Origin", &own)]),
+        (&addr, &[("Origin", &localhost_page)]),
+        (&localhost, &[]),
+        (&alias, &[("Origin", &alias_page)]),
+        (&addr, &[("Origin", "HTTP://Friend.Example:3000")]),
+    ];
+    for (method, path) in every_route(api, "tr_000000000000").await {
+        let body = harmless(&method, &path);
+        let body = body.as_ref().map(|(k, b)| (*k, b.as_str()));
+        let baseline = api.send_raw(&raw(&method, &path, &addr, &[], body)).await;
+        assert!(
+            ![403, 415, 421].contains(&baseline.status),
+            "{method} {path} without Origin: {} {}",
+            baseline.status,
+            baseline.text
+        );
+        for (host, headers) in &allowed {
+            let reply = api.send_raw(&raw(&method, &path, host, headers, body)).await;
+            assert_eq!(
+                reply.status, baseline.status,
+                "{method} {path} with Host {host} and {headers:?}: {}",
+                reply.text
+            );
+        }
+    }
+    assert_eq!(api.get("/api/traces").await.expect(200)["total"], 1);
+
+    // A WebSocket handshake is not subject to CORS: the server checks it.
+    let watch = format!("/api/traces/{id}/watch?since=0");
+    let upgrade = [
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ("Sec-WebSocket-Version", "13"),
+    ];
+    let handshake = |host: &str, origin: Option<&str>| {
+        let mut headers = upgrade.to_vec();
+        headers.extend(origin.map(|o| ("Origin", o)));
+        // `raw` asks to close; a handshake must not.
+        let request = String::from_utf8(raw("GET", &watch, host, &headers, None)).unwrap();
+        request.replace("Connection: close\r\n", "").into_bytes()
+    };
+    for (host, origin, status) in [
+        (addr.as_str(), Some(EVIL), 403),
+        (&addr, Some("null"), 403),
+        (&rebound, Some(rebound_page.as_str()), 421),
+        (&rebound, None, 421),
+        (&addr, Some(own.as_str()), 101),
+        (&addr, Some(FRIEND), 101),
+        (&addr, None, 101),
+    ] {
+        let reply = api.send_raw(&handshake(host, origin)).await;
+        assert_eq!(reply.status, status, "upgrade from {origin:?} to {host}: {}", reply.text);
+    }
+    // And through a real WebSocket client.
+    let mut request = api.ws_url(&watch).into_client_request().unwrap();
+    request.headers_mut().insert("origin", EVIL.parse().unwrap());
+    let opened = tokio_tungstenite::connect_async(request).await;
+    let (status, body) = refused(opened.map(|(ws, _)| Watcher { ws, frames: Vec::new() }));
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("forbidden")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_not_sent_as_json_is_refused_and_starts_nothing() {
+    let f = Fixture::new(&["echo"], "", json!([text_turn("ok")])).await;
+    let api = f.api();
+    let id = api.start("one", json!({})).await;
+    api.finish(&id, 0).await;
+    let before = (api.get("/api/traces").await.expect(200), api.messages(&id, "all").await);
+    let addr = api.addr().to_owned();
+    let own = format!("http://{addr}");
+
+    // What a page may send without a preflight, and what else is not JSON.
+    let kinds = [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonp",
+        "application/json-seq",
+    ];
+    let posts: Vec<(String, String)> =
+        every_route(api, &id).await.into_iter().filter(|(m, _)| m != "GET").collect();
+    assert!(posts.len() >= 5, "{posts:?}");
+    for (method, path) in &posts {
+        let (_, body) = effective(method, path).unwrap();
+        for kind in kinds {
+            for origin in [None, Some(own.as_str())] {
+                let headers: Vec<(&str, &str)> =
+                    origin.map(|o| ("Origin", o)).into_iter().collect();
+                let reply =
+                    api.send_raw(&raw(method, path, &addr, &headers, Some((kind, &body)))).await;
+                let message = reply.expect_error(415, "unsupported_media_type");
+                assert!(
+                    message.contains("application/json"),
+                    "{method} {path} as {kind}: {message}"
+                );
+            }
+        }
+        // A body with no type at all, as a `Blob` of no type is sent.
+        let untyped = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        api.send_raw(untyped.as_bytes()).await.expect_error(415, "unsupported_media_type");
+    }
+    assert_eq!(
+        (api.get("/api/traces").await.expect(200), api.messages(&id, "all").await),
+        before,
+        "nothing refused started or changed anything"
+    );
+
+    // JSON with its charset is JSON; a POST with no body needs no type.
+    let (_, body) = effective("POST", "/api/traces").unwrap();
+    let typed = Some(("Application/JSON; charset=utf-8", body.as_str()));
+    let reply = api.send_raw(&raw("POST", "/api/traces", &addr, &[], typed)).await.expect(201);
+    let started = reply["trace_id"].as_str().unwrap();
+    api.finish(started, 0).await;
+    let stop = format!("/api/traces/{id}/stop");
+    let reply = api.send_raw(&raw("POST", &stop, &addr, &[("Origin", &own)], None)).await;
+    reply.expect_error(409, "conflict");
+    assert_eq!(api.get("/api/traces").await.expect(200)["total"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_elsewhere_cannot_stop_a_running_trace_and_an_allowed_one_can() {
+    let f = Fixture::new(&["echo"], ALLOWING, json!([{ "text": "slow", "delay_ms": 30000 }])).await;
+    let api = f.api();
+    let id = api.start("think", json!({})).await;
+    let mut watcher = api.watch(&id, 0).await;
+    watcher.until_kind("message_added").await;
+    let addr = api.addr().to_owned();
+    let port = addr.rsplit(':').next().unwrap();
+    let rebound = format!("evil.example:{port}");
+    let stop = format!("/api/traces/{id}/stop");
+    let json = Some(("application/json", "{}"));
+    let plain = Some(("text/plain", "{}"));
+    for (host, origin, body, status) in [
+        (addr.as_str(), Some(EVIL), None, 403),
+        (&addr, Some(EVIL), json, 403),
+        (&addr, Some(EVIL), plain, 403),
+        (&addr, Some("null"), None, 403),
+        (&rebound, None, None, 421),
+        (&rebound, Some(format!("http://{rebound}").as_str()), json, 421),
+    ] {
+        let headers: Vec<(&str, &str)> = origin.map(|o| ("Origin", o)).into_iter().collect();
+        let reply = api.send_raw(&raw("POST", &stop, host, &headers, body)).await;
+        assert_eq!(reply.status, status, "stop from {origin:?} to {host}: {}", reply.text);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let detail = api.trace(&id).await;
+    assert_eq!((&detail["running"], &detail["trace"]["status"]), (&json!(true), &json!("running")));
+    assert_eq!(api.get("/api/health").await.expect(200)["running"], 1);
+
+    // The page the config allows may.
+    let reply = api.send_raw(&raw("POST", &stop, &addr, &[("Origin", FRIEND)], None)).await;
+    assert_eq!(reply.expect(200), json!({ "trace_id": id, "status": "stopping" }));
+    assert_eq!(
+        reply.headers.get("access-control-allow-origin").map(|v| v.to_str().unwrap()),
+        Some(FRIEND),
+        "and is told so by CORS"
+    );
+    assert_eq!(watcher.until_kind("trace_finished").await["status"], "stopped");
 }

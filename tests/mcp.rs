@@ -2,7 +2,9 @@
 //! official Python SDK as a client of `reson mcp serve` (stdio and HTTP)
 //! and as a server whose tools Reson calls (MCPServer, FastMCP's successor),
 //! and the inspector CLI from npm. Each misbehaviour of a hostile MCP server
-//! is a test of its own.
+//! is a test of its own. And what a web page elsewhere could send to
+//! `reson mcp serve --http` through the user's browser, as raw requests
+//! with forged `Origin` and `Host` headers (issue 21).
 
 mod support;
 
@@ -214,11 +216,22 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(dir: &TestDir, addr: &str, token: Option<&str>) -> Result<Self, String> {
+        Self::start_with(dir, addr, token, &[])
+    }
+
+    /// With `args` after `--http ADDR`.
+    fn start_with(
+        dir: &TestDir,
+        addr: &str,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> Result<Self, String> {
         let mut command = Command::new(RESON);
         command
             .arg("--config")
             .arg(dir.path().join("reson.toml"))
             .args(["mcp", "serve", "--http", addr])
+            .args(args)
             .env_remove("RESON_MCP_TOKEN")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -268,6 +281,195 @@ fn http_beyond_loopback_needs_a_bearer_token() {
     assert_eq!(status, 401, "a request without the token is turned away");
     let mut client = PyClient::http(&url, Some(token));
     assert_eq!(client.names(), ["count", "echo", "spin"]);
+}
+
+/// An `initialize` as written on the wire, sent to `addr` with `Host:
+/// host`, `Origin: origin` when given, and the body typed `content_type`.
+/// The status, the head and as much body as came with it (all of it when
+/// its length is declared).
+fn initialize(
+    addr: &str,
+    host: &str,
+    origin: Option<&str>,
+    content_type: &str,
+) -> (u16, String, String) {
+    use std::io::Read;
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "a-page", "version": "1" } } })
+    .to_string();
+    let origin = origin.map(|o| format!("Origin: {o}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\n{origin}Accept: application/json, text/event-stream\r\n\
+         Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut socket = std::net::TcpStream::connect(addr).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    socket.write_all(request.as_bytes()).unwrap();
+    let mut read = Vec::new();
+    loop {
+        let mut chunk = [0u8; 4096];
+        let n = socket.read(&mut chunk).expect("an answer within 30 s");
+        read.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&read).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head.lines().find_map(|l| {
+                let l = l.to_ascii_lowercase();
+                l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap())
+            });
+            // A stream (the answer of an accepted initialize) is not read.
+            if n == 0 || length.is_none_or(|len| body.len() >= len) {
+                let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+                return (status, head.to_owned(), body.to_owned());
+            }
+        }
+        assert!(n > 0, "the connection closed before an answer: {text:?}");
+    }
+}
+
+#[test]
+fn a_page_elsewhere_cannot_initialize_and_a_rebound_name_is_refused() {
+    let dir = served_dir();
+    let any = HttpServer::start_with(&dir, "127.0.0.1:0", None, &["--allowed-origin", "*"]);
+    let err = any.err().expect("any origin without a token is refused");
+    assert!(err.contains("needs a token"), "{err}");
+    let allow = ["--allowed-origin", "http://app.example:3000", "--allowed-host", "mcp.example"];
+    let server = HttpServer::start_with(&dir, "127.0.0.1:0", None, &allow).unwrap();
+    let addr = server.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    let rebound = format!("evil.example:{port}");
+    let json = "application/json";
+
+    let refused = [
+        (addr.clone(), Some("http://evil.example".to_owned()), json, 403, "forbidden"),
+        (addr.clone(), Some("null".to_owned()), json, 403, "forbidden"),
+        (addr.clone(), Some("http://127.0.0.1:1".to_owned()), json, 403, "forbidden"),
+        (rebound.clone(), None, json, 421, "misdirected_request"),
+        (rebound.clone(), Some(format!("http://{rebound}")), json, 421, "misdirected_request"),
+        (addr.clone(), None, "text/plain", 415, "unsupported_media_type"),
+        (addr.clone(), Some(format!("http://{addr}")), "text/plain", 415, "unsupported_media_type"),
+    ];
+    for (host, origin, kind, status, code) in refused {
+        let (got, head, body) = initialize(&addr, &host, origin.as_deref(), kind);
+        assert_eq!(got, status, "{host} {origin:?} {kind}: {head}\n{body}");
+        assert!(!head.to_ascii_lowercase().contains("mcp-session-id"), "no session: {head}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["code"], code, "{body}");
+    }
+
+    // The server's own origin, the allowed origin and name, and clients
+    // without `Origin` start a session.
+    let localhost = format!("localhost:{port}");
+    let alias = format!("mcp.example:{port}");
+    let accepted = [
+        (addr.clone(), None),
+        (addr.clone(), Some(format!("http://{addr}"))),
+        (addr.clone(), Some("http://app.example:3000".to_owned())),
+        (localhost.clone(), Some(format!("http://{localhost}"))),
+        (alias.clone(), Some(format!("http://{alias}"))),
+    ];
+    for (host, origin) in accepted {
+        let (status, head, body) = initialize(&addr, &host, origin.as_deref(), json);
+        assert_eq!(status, 200, "{host} {origin:?}: {head}\n{body}");
+        assert!(head.to_ascii_lowercase().contains("mcp-session-id"), "{head}");
+    }
+}
+
+/// `reson mcp serve` over stdio, spoken to line by line. Its answers are
+/// read on a thread, so one that never comes fails the test instead of
+/// hanging it.
+struct StdioServer {
+    _child: Killed,
+    input: ChildStdin,
+    answers: std::sync::mpsc::Receiver<String>,
+}
+
+impl StdioServer {
+    fn start(dir: &TestDir) -> Self {
+        let mut child = Command::new(RESON)
+            .arg("--config")
+            .arg(dir.path().join("reson.toml"))
+            .args(["mcp", "serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let output = BufReader::new(child.stdout.take().unwrap());
+        let (sender, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in output.lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { _child: Killed(child), input, answers }
+    }
+
+    fn send(&mut self, line: &str) {
+        self.input.write_all(line.as_bytes()).unwrap();
+        self.input.write_all(b"\n").unwrap();
+        self.input.flush().unwrap();
+    }
+
+    /// The next response or error, past the server's own requests and
+    /// notifications.
+    fn answer(&mut self) -> Value {
+        loop {
+            let line = self.answers.recv_timeout(Duration::from_secs(60));
+            let line = line.expect("no answer within 60 s");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message.get("method").is_none() {
+                return message;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stdio_line_over_the_limit_is_answered_with_an_error() {
+    let dir = served_dir();
+    let mut server = StdioServer::start(&dir);
+    server.send(
+        &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": { "name": "stdio-test", "version": "1" } } })
+        .to_string(),
+    );
+    assert_eq!(server.answer()["id"], 1);
+    server.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+
+    // Arguments that take a call past the 16 MiB a line may hold.
+    let big = "x".repeat(17 << 20);
+    let call = |text: &str| format!(r#"{{"name":"echo","arguments":{{"text":"{text}"}}}}"#);
+    server.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{}}}"#,
+        call(&big)
+    ));
+    let answer = server.answer();
+    assert_eq!((&answer["id"], &answer["error"]["code"]), (&json!(42), &json!(-32600)), "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("over the limit of 16777216 bytes"), "{message}");
+
+    // An id after the arguments is past what is read of the line: null.
+    server.send(&format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{},"id":43}}"#,
+        call(&big)
+    ));
+    let answer = server.answer();
+    assert!(answer.get("id").is_some_and(Value::is_null), "{answer}");
+    assert_eq!(answer["error"]["code"], -32600);
+
+    // The session goes on.
+    server.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":44,"method":"tools/call","params":{}}}"#,
+        call("still here")
+    ));
+    let answer = server.answer();
+    assert_eq!(answer["id"], 44, "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "still here", "{answer}");
 }
 
 #[test]

@@ -408,9 +408,19 @@ pub struct ServerSettings {
     /// `RESON_SERVER_TOKEN` or `--token` set it too.
     #[serde(skip_serializing)]
     pub token: Option<String>,
-    /// Origins allowed to call the API from a browser (CORS); `"*"` for
-    /// any. None by default: only the page the server serves may.
+    /// Origins of other pages allowed to call the API from a browser
+    /// (`scheme://host[:port]`; CORS headers are sent to them). A request
+    /// with any other `Origin` is refused with 403, WebSockets included.
+    /// `"*"` lets in any page and needs a token. None by default: only
+    /// the page the server serves may.
     pub cors_origins: Vec<String>,
+    /// Names the server is reached by, besides the address a connection
+    /// arrives on (and `localhost` over loopback): `name` (any port) or
+    /// `name:port`. A request whose `Host` is anything else is refused
+    /// with 421, so a DNS name rebound to this machine gets nothing. A
+    /// server bound to `0.0.0.0` or `::` answers on each of the machine's
+    /// addresses by number; the names it is reached by go here.
+    pub allowed_hosts: Vec<String>,
     /// The largest request body.
     pub max_body_bytes: usize,
     /// The largest message a WebSocket client may send.
@@ -426,6 +436,7 @@ impl Default for ServerSettings {
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8000)),
             token: None,
             cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             max_body_bytes: 1 << 20,
             max_ws_message_bytes: 64 << 10,
             approval_timeout_ms: None,
@@ -725,10 +736,12 @@ mod tests {
             (1 << 20, 1 << 16)
         );
         assert!(config.server.token.is_none() && config.server.cors_origins.is_empty());
+        assert!(config.server.allowed_hosts.is_empty());
         let config = Config::parse(
-            "[server]\naddr = \"0.0.0.0:9000\"\ntoken = \"t0ken-abc\"\ncors_origins = [\"http://localhost:3000\"]\napproval_timeout_ms = 500\n",
+            "[server]\naddr = \"0.0.0.0:9000\"\ntoken = \"t0ken-abc\"\ncors_origins = [\"http://localhost:3000\"]\nallowed_hosts = [\"reson.lan\"]\napproval_timeout_ms = 500\n",
         )
         .unwrap();
+        assert_eq!(config.server.allowed_hosts, ["reson.lan"]);
         assert_eq!(config.server.addr.port(), 9000);
         assert_eq!(config.server.token.as_deref(), Some("t0ken-abc"));
         assert_eq!(config.server.approval_timeout_ms, Some(500));

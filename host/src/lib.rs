@@ -35,6 +35,7 @@ pub mod database;
 pub mod experience;
 pub mod jail;
 pub mod mcp;
+pub mod origin_guard;
 pub mod plugin;
 pub mod policy;
 pub mod provider;

@@ -276,15 +276,23 @@ impl Api {
         Reply { status, headers, text }
     }
 
-    /// Sends only the head of a request whose head declares a body, and
-    /// reads the answer. A server that refuses a body without reading it
-    /// closes the connection; a client still writing that body may see the
-    /// reset before the answer, although the answer was sent first.
-    pub async fn send_head_only(&self, head: &str) -> Reply {
+    /// The `host:port` the server listens on.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    /// Sends `request` as written (head and body, every header the test
+    /// wants, forged ones included) over a fresh connection, and reads the
+    /// answer: its head, then its body up to its length or the end of the
+    /// connection. A 101 ends with its head. A request may also be only a
+    /// head that declares a body: a server that refuses the body without
+    /// reading it closes the connection, and a client still writing that
+    /// body may see the reset before the answer, although the answer was
+    /// sent first.
+    pub async fn send_raw(&self, request: &[u8]) -> Reply {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let addr = self.base.trim_start_matches("http://");
-        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
-        socket.write_all(head.as_bytes()).await.unwrap();
+        let mut socket = tokio::net::TcpStream::connect(self.addr()).await.unwrap();
+        socket.write_all(request).await.unwrap();
         let mut read = Vec::new();
         let answer = async {
             loop {
@@ -292,23 +300,33 @@ impl Api {
                 let n = socket.read(&mut chunk).await.unwrap();
                 read.extend_from_slice(&chunk[..n]);
                 let text = String::from_utf8_lossy(&read).into_owned();
-                if let Some((headers, body)) = text.split_once("\r\n\r\n") {
-                    let length = headers.lines().find_map(|l| {
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head.lines().find_map(|l| {
                         l.to_ascii_lowercase()
                             .strip_prefix("content-length:")
                             .map(|v| v.trim().parse::<usize>().unwrap())
                     });
-                    if n == 0 || length.is_some_and(|len| body.len() >= len) {
-                        return (headers.to_owned(), body.to_owned());
+                    let switching = head.starts_with("HTTP/1.1 101");
+                    if n == 0 || switching || length.is_some_and(|len| body.len() >= len) {
+                        return (head.to_owned(), body.to_owned());
                     }
                 }
                 assert!(n > 0, "the connection closed before an answer: {text:?}");
             }
         };
-        let (headers, text) =
+        let (head, text) =
             tokio::time::timeout(Duration::from_secs(30), answer).await.expect("an answer");
-        let status = headers.split_whitespace().nth(1).unwrap().parse().unwrap();
-        Reply { status, headers: reqwest::header::HeaderMap::new(), text }
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        for line in head.lines().skip(1) {
+            if let Some((name, value)) = line.split_once(':') {
+                headers.append(
+                    reqwest::header::HeaderName::from_bytes(name.trim().as_bytes()).unwrap(),
+                    value.trim().parse().unwrap(),
+                );
+            }
+        }
+        Reply { status, headers, text }
     }
 
     pub async fn get(&self, path: &str) -> Reply {

@@ -83,7 +83,8 @@ fn code_of(status: StatusCode) -> &'static str {
         StatusCode::NOT_FOUND => "not_found",
         StatusCode::CONFLICT => "conflict",
         StatusCode::BAD_REQUEST => "bad_request",
-        StatusCode::UNPROCESSABLE_ENTITY | StatusCode::UNSUPPORTED_MEDIA_TYPE => "unprocessable",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::UNAUTHORIZED => "unauthorized",
         StatusCode::BAD_GATEWAY => "bad_gateway",
@@ -105,7 +106,10 @@ pub(crate) struct ErrorBody {
 pub(crate) struct ErrorDetail {
     /// `not_found`, `conflict`, `bad_request`, `unprocessable`,
     /// `payload_too_large`, `unauthorized`, `bad_gateway`,
-    /// `unavailable` or `internal`.
+    /// `unavailable` or `internal`; and from the checks every request
+    /// passes first, `misdirected_request` (421: a `Host` that does not
+    /// name the server), `forbidden` (403: a page of another origin) or
+    /// `unsupported_media_type` (415: a body that is not JSON).
     code: String,
     /// For a person.
     message: String,

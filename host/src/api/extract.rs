@@ -34,7 +34,8 @@ impl<T: Serialize> IntoResponse for Json<T> {
     }
 }
 
-/// A JSON request body, read as JSON whatever its content type. As an
+/// A JSON request body; [`crate::origin_guard`] has refused any body not
+/// declared `application/json` before a handler runs. As an
 /// `Option`, an empty body is `None`: for routes whose fields are all
 /// optional.
 pub(crate) struct JsonBody<T>(pub(crate) T);

@@ -21,7 +21,9 @@
 //! # }
 //! ```
 //!
-//! Every route under `/api` takes the bearer token when one is set; every
+//! Every request passes [`crate::origin_guard`] first: pages of other
+//! sites and DNS-rebound names are refused, and bodies must be JSON. Every
+//! route under `/api` takes the bearer token when one is set; every
 //! error is `{"error":{"code":"...","message":"..."}}`; every body and
 //! frame the server sends passes through [`crate::redact`].
 //!
@@ -46,6 +48,7 @@ pub use error::ApiError;
 use crate::agent::{PendingApprovals, SubAgentSettings};
 use crate::config::Config;
 use crate::database::Database;
+use crate::origin_guard::{self, Guard, LocalAddr};
 use crate::plugin::Runtime;
 use crate::tools::ToolRegistry;
 use crate::trace::TraceStore;
@@ -110,8 +113,14 @@ pub struct ServerConfig {
     pub addr: SocketAddr,
     /// The bearer token of every `/api` request; required off loopback.
     pub token: Option<String>,
-    /// Origins allowed by CORS (`*` for any); CORS is off when empty.
+    /// Origins of other pages that may call the server from a browser
+    /// (`*` for any, with a token only); CORS is off when empty. Any other
+    /// `Origin` is refused.
     pub cors_origins: Vec<String>,
+    /// Names (`name` or `name:port`) the server is reached by, besides the
+    /// address a connection arrives on and `localhost` over loopback; any
+    /// other `Host` is refused.
+    pub allowed_hosts: Vec<String>,
     /// The largest request body.
     pub max_body_bytes: usize,
     /// The largest message a WebSocket client may send; a larger one
@@ -157,6 +166,7 @@ impl ServerConfig {
             addr: server.addr,
             token: server.token.clone(),
             cors_origins: server.cors_origins.clone(),
+            allowed_hosts: server.allowed_hosts.clone(),
             max_body_bytes: server.max_body_bytes,
             max_ws_message_bytes: server.max_ws_message_bytes,
             approval_timeout: Duration::from_millis(
@@ -169,11 +179,13 @@ impl ServerConfig {
     }
 
     /// Refuses what would be unsafe: a token that is empty, a non-loopback
-    /// address without a token. [`Server::bind`] checks it too.
+    /// address without a token, any origin without a token; and allowed
+    /// hosts or origins that do not parse. [`Server::bind`] checks it too.
     pub fn validate(&self) -> Result<(), ApiError> {
         if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(ApiError::Config("the server token is empty".into()));
         }
+        self.guard()?;
         if self.database.is_some() && self.lease < MIN_LEASE {
             return Err(ApiError::Config(format!(
                 "[store] lease_ms is {} ms: a lease must last at least {} ms, three heartbeats",
@@ -189,6 +201,12 @@ impl ServerConfig {
             )));
         }
         Ok(())
+    }
+
+    /// What every request is checked against before the routes see it.
+    fn guard(&self) -> Result<Guard, ApiError> {
+        Guard::new(&self.allowed_hosts, &self.cors_origins, self.token.is_some())
+            .map_err(|e| ApiError::Config(format!("[server] {e}")))
     }
 
     /// The CORS layer, when origins are set.
@@ -231,6 +249,7 @@ impl Server {
         config: ServerConfig,
     ) -> Result<Server, ApiError> {
         config.validate()?;
+        let guard = Arc::new(config.guard()?);
         let cors = config.cors()?;
         let listener = TcpListener::bind(config.addr)
             .await
@@ -287,6 +306,9 @@ impl Server {
         if let Some(cors) = cors {
             app = app.layer(cors);
         }
+        // Outermost: a refused request reaches no handler, upgrade or CORS
+        // preflight.
+        let app = app.layer(from_fn_with_state(guard, origin_guard::enforce));
         Ok(Server { listener, app, state, watchers, cluster })
     }
 
@@ -320,7 +342,7 @@ impl Server {
             }
             closing.closing.cancel();
         };
-        axum::serve(listener, app)
+        axum::serve(listener, app.into_make_service_with_connect_info::<LocalAddr>())
             .with_graceful_shutdown(graceful)
             .await
             .map_err(|e| ApiError::Internal(format!("serving: {e}")))?;
@@ -393,7 +415,28 @@ mod tests {
         assert_eq!(server.approval_timeout, Duration::from_millis(1500));
         assert_eq!(server.max_body_bytes, 10);
         assert!(
-            ServerConfig { cors_origins: vec!["bad\norigin".into()], ..server }.cors().is_err()
+            ServerConfig { cors_origins: vec!["bad\norigin".into()], ..server.clone() }
+                .cors()
+                .is_err()
         );
+    }
+
+    #[test]
+    fn allowed_hosts_and_origins_are_checked_before_binding() {
+        let config = Config::parse(
+            "[server]\nallowed_hosts = [\"reson.lan\"]\ncors_origins = [\"http://app.example:3000\"]\n",
+        )
+        .unwrap();
+        let server = ServerConfig::from_config(&config);
+        assert_eq!(server.allowed_hosts, ["reson.lan"]);
+        assert!(server.validate().is_ok());
+        let error = |config: ServerConfig| config.validate().unwrap_err().to_string();
+        let bad_host = ServerConfig { allowed_hosts: vec!["a b".into()], ..server.clone() };
+        assert!(error(bad_host).starts_with("[server] allowed host \"a b\""));
+        let any = ServerConfig { cors_origins: vec!["*".into()], ..server.clone() };
+        assert!(error(any.clone()).contains("needs a token"));
+        assert!(ServerConfig { token: Some("tok-123".into()), ..any }.validate().is_ok());
+        let null = ServerConfig { cors_origins: vec!["null".into()], ..server };
+        assert!(error(null).contains("null"));
     }
 }

@@ -27,6 +27,15 @@ pub(crate) enum Command {
         /// (required when --http is not a loopback address).
         #[arg(long, default_value = "RESON_MCP_TOKEN")]
         token_env: String,
+        /// With --http: an origin (scheme://host[:port]) whose pages may call the server
+        /// from a browser, besides its own; repeatable. Other origins get 403.
+        #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+        allowed_origins: Vec<String>,
+        /// With --http: a name (host or host:port) the server is reached by, besides the
+        /// address it listens on (and localhost over loopback); repeatable. Other Host
+        /// headers get 421.
+        #[arg(long = "allowed-host", value_name = "HOST")]
+        allowed_hosts: Vec<String>,
         /// Permission preset: default, explore, analyst, or one from the config.
         #[arg(long, default_value = "default")]
         preset: String,
@@ -54,7 +63,7 @@ pub(crate) async fn tools(runtime: &Runtime) -> ToolRegistry {
 
 pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve { http, token_env, preset } => {
+        Command::Serve { http, token_env, allowed_origins, allowed_hosts, preset } => {
             let config = &runtime.options().config;
             let (_, rules) = config.preset(preset).map_err(anyhow::Error::msg)?;
             let timeout = Duration::from_millis(config.permissions.approval_timeout_ms);
@@ -65,7 +74,12 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
                 Some(addr) => {
                     let token = std::env::var(token_env).ok().filter(|t| !t.is_empty());
                     let bound = server
-                        .bind_http(HttpOptions { addr: *addr, token })
+                        .bind_http(HttpOptions {
+                            addr: *addr,
+                            token,
+                            allowed_origins: allowed_origins.clone(),
+                            allowed_hosts: allowed_hosts.clone(),
+                        })
                         .await
                         .map_err(|e| match e {
                             ServeError::NoToken(_) => {

@@ -1,7 +1,10 @@
 //! Streamable HTTP at `/mcp`, on axum. Loopback by default; bound beyond
-//! it, every request must carry the bearer token.
+//! it, every request must carry the bearer token. Every request passes
+//! [`crate::origin_guard`] first, as the MCP specification asks: a foreign
+//! `Origin` gets 403, a `Host` that does not name the server 421.
 
 use super::{McpServer, ServeError};
+use crate::origin_guard::{self, Guard, LocalAddr};
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -23,6 +26,12 @@ pub struct HttpOptions {
     pub addr: SocketAddr,
     /// The bearer token every request must carry; required beyond loopback.
     pub token: Option<String>,
+    /// Origins (`scheme://host[:port]`) of pages that may call the server
+    /// from a browser besides its own; `*` for any, with a token only.
+    pub allowed_origins: Vec<String>,
+    /// Names (`name` or `name:port`) the server is reached by, besides the
+    /// address a connection arrives on and `localhost` over loopback.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// A bound server: its address, and a token that stops it.
@@ -37,20 +46,19 @@ pub struct Bound {
 impl McpServer {
     /// Binds the HTTP endpoint; [`Bound::serve`] then serves it.
     pub async fn bind_http(&self, options: HttpOptions) -> Result<Bound, ServeError> {
-        let loopback = options.addr.ip().is_loopback();
-        if !loopback && options.token.is_none() {
+        if !options.addr.ip().is_loopback() && options.token.is_none() {
             return Err(ServeError::NoToken(options.addr));
         }
+        let guard =
+            Guard::new(&options.allowed_hosts, &options.allowed_origins, options.token.is_some())?;
         let stop = CancellationToken::new();
-        let mut config = StreamableHttpServerConfig::default()
+        // The guard in front checks `Host` against the address each
+        // connection arrived on, which rmcp's fixed list of loopback names
+        // cannot: it would refuse the names the user allowed.
+        let config = StreamableHttpServerConfig::default()
             .with_cancellation_token(stop.child_token())
-            .with_sse_keep_alive(Some(std::time::Duration::from_secs(15)));
-        if !loopback {
-            // The token, not the Host header, decides who gets in: a
-            // server bound beyond loopback is reached under names this
-            // process cannot know.
-            config = config.disable_allowed_hosts();
-        }
+            .with_sse_keep_alive(Some(std::time::Duration::from_secs(15)))
+            .disable_allowed_hosts();
         let server = self.clone();
         let service = StreamableHttpService::new(
             move || Ok(server.session()),
@@ -61,6 +69,8 @@ impl McpServer {
         if let Some(token) = options.token {
             router = router.layer(axum::middleware::from_fn_with_state(Arc::new(token), bearer));
         }
+        let router = router
+            .layer(axum::middleware::from_fn_with_state(Arc::new(guard), origin_guard::enforce));
         let listener = tokio::net::TcpListener::bind(options.addr).await?;
         let addr = listener.local_addr()?;
         Ok(Bound { addr, listener, router, stop })
@@ -74,7 +84,7 @@ impl Bound {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let stop = self.stop;
-        axum::serve(self.listener, self.router)
+        axum::serve(self.listener, self.router.into_make_service_with_connect_info::<LocalAddr>())
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 stop.cancel();

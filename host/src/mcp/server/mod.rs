@@ -6,6 +6,7 @@
 
 mod approval;
 pub mod http;
+mod stdio;
 
 use crate::agent::Permissions;
 use crate::plugin::CallContext;
@@ -38,6 +39,9 @@ pub enum ServeError {
     /// Bound beyond loopback without a bearer token.
     #[error("serving MCP on {0}, beyond loopback, needs a bearer token")]
     NoToken(std::net::SocketAddr),
+    /// An allowed host or origin that cannot be used.
+    #[error("MCP HTTP server: {0}")]
+    Guard(#[from] crate::origin_guard::GuardError),
 }
 
 /// What every session of one server shares: the tools, and the rules a
@@ -63,11 +67,16 @@ impl McpServer {
         Self { shared: Arc::new(Shared { tools, rules, approval_timeout }) }
     }
 
-    /// Serves one client over stdin and stdout until it disconnects.
+    /// Serves one client over stdin and stdout until it disconnects. A
+    /// line over 16 MiB, rmcp's limit, is answered with an error.
     pub async fn serve_stdio(&self) -> Result<(), ServeError> {
         let running = self
             .session()
-            .serve(rmcp::transport::stdio())
+            .serve(stdio::LineTransport::new(
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+                stdio::MAX_LINE,
+            ))
             .await
             .map_err(|e| ServeError::Session(e.to_string()))?;
         running.waiting().await.map_err(|e| ServeError::Session(e.to_string()))?;
