@@ -4,6 +4,9 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+// The PostgreSQL and Chromium harnesses, also built into binaries without
+// this module (the library's own tests, the trace bench), load it too.
+#[allow(clippy::duplicate_mod)]
 pub mod apt;
 pub mod js;
 pub mod llm_server;

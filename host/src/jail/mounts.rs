@@ -146,10 +146,11 @@ fn metadata(dir: &JailDir, cwd: &Path) -> Vec<PathBuf> {
         for name in METADATA {
             let path = current.join(name);
             let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-            if meta.is_file() && *name == ".git" {
-                if let Some(target) = gitdir_target(&path) {
-                    found.push(target);
-                }
+            if meta.is_file()
+                && *name == ".git"
+                && let Some(target) = gitdir_target(&path)
+            {
+                found.push(target);
             }
             if meta.file_type().is_symlink() {
                 // Git follows a `.git` link; what it leads to is kept as the

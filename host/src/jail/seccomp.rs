@@ -98,19 +98,19 @@ pub fn programs() -> Result<Vec<Vec<u8>>, SeccompError> {
     let fail = |reason: String| SeccompError { arch, reason };
     let target = arch.try_into().map_err(|e: seccompiler::BackendError| fail(e.to_string()))?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED.iter().map(|&nr| (i64::from(nr), Vec::new())).collect();
+        DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
     let flag_rules = NAMESPACE_FLAGS
         .iter()
         .map(|&flag| masked(0, flag as u64))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| fail(e.to_string()))?;
-    rules.insert(libc::SYS_clone.into(), flag_rules);
+    rules.insert(libc::SYS_clone, flag_rules);
     let ioctl_rules = DENIED_IOCTLS
         .iter()
-        .map(|&request| equal(1, request as u64))
+        .map(|&request| equal(1, request))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| fail(e.to_string()))?;
-    rules.insert(libc::SYS_ioctl.into(), ioctl_rules);
+    rules.insert(libc::SYS_ioctl, ioctl_rules);
     let eperm = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -119,7 +119,7 @@ pub fn programs() -> Result<Vec<Vec<u8>>, SeccompError> {
     )
     .map_err(|e| fail(e.to_string()))?;
     let clone3 = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3.into(), Vec::new())]),
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         target,
