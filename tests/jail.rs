@@ -331,7 +331,8 @@ async fn repository_metadata_is_read_only_unless_granted() {
          \t-echo '[core]' >> .git/config\n\
          \t-mkdir .reson/x\n\
          \t-printf 'x' > sub/.git/hooks/post-checkout\n\
-         \techo ok > tracked.txt\n";
+         \techo ok > tracked.txt\n\
+         \tls -l /proc/$$$$/fd\n";
     let setup = |ws: &Path| {
         for dir in [".git/hooks", ".reson", "sub/.git/hooks"] {
             std::fs::create_dir_all(ws.join(dir)).unwrap();
@@ -342,6 +343,13 @@ async fn repository_metadata_is_read_only_unless_granted() {
     setup(&h.ws());
     let out = h.make("hook").await.unwrap();
     assert!(out.contains("exit code 0"), "{out}");
+    // The descriptors the jail mounted from are closed before the command:
+    // through one, it could write where the mount says it may not.
+    let listing = out.split("--- stderr ---").next().unwrap();
+    assert!(!listing.contains("/.git") && !listing.contains("/.reson"), "{out}");
+    // Nor does anything else the host holds open: stdout and stderr are
+    // the only pipes.
+    assert_eq!(listing.matches("pipe:[").count(), 2, "{out}");
     assert!(h.ws().join("tracked.txt").exists(), "the working tree stays writable");
     assert!(!h.ws().join(".git/hooks/pre-commit").exists(), "wrote a hook: {out}");
     assert!(!h.ws().join("sub/.git/hooks/post-checkout").exists(), "{out}");

@@ -234,7 +234,9 @@ impl Jail {
             argv.push(fd.as_raw_fd().to_string().into());
             prelude.inherit.push(fd);
         }
-        argv.extend(mounts::arguments(spec, tmp.path(), executable));
+        let mounts = mounts::arguments(spec, tmp.path(), executable);
+        argv.extend(mounts.args);
+        prelude.inherit.extend(mounts.fds);
         argv.push("--chdir".into());
         argv.push(spec.cwd.clone().into());
         argv.push("--".into());

@@ -7,6 +7,7 @@
 
 use super::{JailDir, JailSpec};
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -30,6 +31,13 @@ struct Mount {
     args: Vec<OsString>,
 }
 
+/// The mount arguments, and the descriptors bubblewrap must inherit for
+/// them (it closes each once mounted).
+pub(super) struct Mounts {
+    pub(super) args: Vec<OsString>,
+    pub(super) fds: Vec<OwnedFd>,
+}
+
 impl Mount {
     fn new(dest: &Path, args: &[&std::ffi::OsStr]) -> Self {
         let depth = dest.components().count();
@@ -40,13 +48,22 @@ impl Mount {
         let flag = if writable { "--bind" } else { "--ro-bind" };
         Self::new(dest, &[flag.as_ref(), source.as_os_str(), dest.as_os_str()])
     }
+
+    /// A bind of what `fd` holds open, at `dest`: what a command of
+    /// another call swaps in at that path meanwhile is not what is mounted.
+    fn bind_fd(fd: &OwnedFd, dest: &Path, writable: bool) -> Self {
+        let flag = if writable { "--bind-fd" } else { "--ro-bind-fd" };
+        let fd = OsString::from(fd.as_raw_fd().to_string());
+        Self::new(dest, &[flag.as_ref(), fd.as_os_str(), dest.as_os_str()])
+    }
 }
 
 /// The mount arguments for `spec`, with `tmp` (a host directory) as the
 /// jail's `/tmp` and `program` visible read-only (a program the host chose
 /// by its absolute path may lie outside every other mount).
-pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Vec<OsString> {
+pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Mounts {
     let mut mounts = Vec::new();
+    let mut fds = Vec::new();
     let visible =
         SYSTEM_DIRS.iter().map(Path::new).chain(spec.search_path.iter().map(PathBuf::as_path));
     let program_visible = visible
@@ -106,16 +123,36 @@ pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Vec<OsSt
             .filter(|repo| *repo != dir.path && writable_at(spec, repo))
             .collect();
         repositories.dedup();
-        for repo in repositories {
-            mounts.push(Mount::bind(repo, repo, true));
-        }
-        for path in &found {
-            mounts.push(Mount::bind(path, path, false));
+        // Each is opened first and mounted from the open descriptor, and only
+        // if it really is the path inside a grant that was found.
+        let pinned = repositories.into_iter().map(|p| (p, true));
+        for (path, writable) in pinned.chain(found.iter().map(|p| (p.as_path(), false))) {
+            if let Some(fd) = open_inside(path, spec) {
+                mounts.push(Mount::bind_fd(&fd, path, writable));
+                fds.push(fd);
+            }
         }
     }
     // Stable: at equal depth the system's mounts come first and grants win.
     mounts.sort_by_key(|m| m.depth);
-    mounts.into_iter().flat_map(|m| m.args).collect()
+    Mounts { args: mounts.into_iter().flat_map(|m| m.args).collect(), fds }
+}
+
+/// `path` opened without following a final link, when what was opened is
+/// no link and lies, where it really is, at `path` inside a grant.
+fn open_inside(path: &Path, spec: &JailSpec) -> Option<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    if file.metadata().ok()?.file_type().is_symlink() {
+        return None;
+    }
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+    let granted = spec.dirs.iter().any(|d| real.starts_with(&d.path));
+    (real == path && granted).then(|| file.into())
 }
 
 /// Whether the deepest grant holding `path` is writable.
@@ -228,8 +265,8 @@ fn etc_secrets() -> &'static [(PathBuf, bool)] {
 mod tests {
     use super::*;
 
-    fn strings(args: &[OsString]) -> Vec<String> {
-        args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    fn strings(mounts: &Mounts) -> Vec<String> {
+        mounts.args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
     }
 
     #[test]
@@ -257,13 +294,14 @@ mod tests {
         };
         let ws_rw = at("--bind", &ws).expect("the grant is bound read-write");
         let docs = at("--ro-bind", &ws.join("docs")).expect("the nested read grant");
-        let git = at("--ro-bind", &ws.join(".git")).expect(".git read-only");
-        let inner = at("--ro-bind", &ws.join("libs/inner/.git")).expect("a nested repository");
+        let git = at("--ro-bind-fd", &ws.join(".git")).expect(".git read-only");
+        let inner = at("--ro-bind-fd", &ws.join("libs/inner/.git")).expect("a nested repository");
         assert!(ws_rw < docs && ws_rw < git && ws_rw < inner, "{args:?}");
-        let pinned = at("--bind", &ws.join("libs/inner")).expect("a nested repository is pinned");
+        let pinned =
+            at("--bind-fd", &ws.join("libs/inner")).expect("a nested repository is pinned");
         assert!(pinned < inner, "{args:?}");
-        assert!(at("--bind", &ws.join("docs")).is_none(), "a read-only grant stays read-only");
-        assert!(at("--ro-bind", &ws.join("node_modules/pkg/.git")).is_none());
+        assert!(at("--bind-fd", &ws.join("docs")).is_none(), "a read-only grant stays read-only");
+        assert!(at("--ro-bind-fd", &ws.join("node_modules/pkg/.git")).is_none());
         let tmp = args.windows(3).position(|w| w[0] == "--bind" && w[2] == "/tmp").unwrap();
         assert!(tmp < ws_rw, "the grant mounts over the private /tmp");
     }
@@ -326,7 +364,7 @@ mod tests {
             Path::new("/var/tmp/x"),
             Path::new("/bin/x"),
         ));
-        let ro = args.windows(3).any(|w| w[0] == "--ro-bind" && w[2] == real);
+        let ro = args.windows(3).any(|w| w[0] == "--ro-bind-fd" && w[2] == real);
         assert!(ro, "{args:?}");
         let open = JailDir { metadata_writable: true, ..dir };
         let args =

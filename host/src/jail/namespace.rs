@@ -24,6 +24,7 @@ pub(super) enum Step {
     Loopback,
     ProxySocket,
     HandOver,
+    CloseFds,
     Inherit,
 }
 
@@ -38,6 +39,7 @@ impl Step {
             Self::Loopback,
             Self::ProxySocket,
             Self::HandOver,
+            Self::CloseFds,
             Self::Inherit,
         ]
         .into_iter()
@@ -58,6 +60,7 @@ impl Step {
             Self::Loopback => "bringing up the jail's loopback interface",
             Self::ProxySocket => "opening the network proxy's socket inside the jail",
             Self::HandOver => "handing the proxy socket to the host",
+            Self::CloseFds => "closing the host's descriptors (close_range needs Linux 5.11)",
             Self::Inherit => "passing the seccomp filter to bubblewrap",
         }
     }
@@ -77,7 +80,8 @@ pub(super) struct Prelude {
     pub(super) nproc: Option<u64>,
     /// The child's end of the socket the proxy listener is handed over on.
     pub(super) hand_over: Option<OwnedFd>,
-    /// File descriptors bubblewrap must inherit (the seccomp programs).
+    /// File descriptors bubblewrap must inherit (the seccomp programs and
+    /// what it mounts from open descriptors).
     pub(super) inherit: Vec<OwnedFd>,
     /// The child's end of the pipe that names a failing step.
     report: OwnedFd,
@@ -138,6 +142,11 @@ impl Prelude {
             unsafe { libc::close(listener) };
             sent.map_err(|e| (Step::HandOver, e))?;
         }
+        // Whatever the host holds open without close-on-exec (a jobserver
+        // pipe it inherited, a library's descriptor) stays out of the jail.
+        // SAFETY: marks descriptors of this child close-on-exec.
+        check(unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) })
+            .map_err(|e| (Step::CloseFds, e))?;
         for fd in &self.inherit {
             // SAFETY: clears close-on-exec on a descriptor we own.
             check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) })

@@ -11,6 +11,8 @@ use tokio::task::JoinSet;
 
 /// The largest request head the proxy reads.
 const MAX_HEAD_BYTES: usize = 16 << 10;
+/// Connections one jail may hold open through the proxy at once.
+const MAX_CONNECTIONS: usize = 64;
 /// How long connecting to an allowed host may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -72,11 +74,15 @@ pub(super) fn serve(listener: TcpListener, rules: Vec<NetworkRule>) -> JoinSet<(
     tasks.spawn(async move {
         let mut connections = JoinSet::new();
         while let Ok((client, _)) = listener.accept().await {
+            while connections.try_join_next().is_some() {}
+            // Each connection holds two of the host's descriptors.
+            if connections.len() >= MAX_CONNECTIONS {
+                continue;
+            }
             let rules = rules.clone();
             connections.spawn(async move {
                 let _ = handle(client, &rules).await;
             });
-            while connections.try_join_next().is_some() {}
         }
     });
     tasks
