@@ -225,8 +225,8 @@ fn gitdir_target(file: &Path) -> Option<PathBuf> {
 }
 
 /// What in `/etc` a user other than root could not read (shadow files,
-/// private keys, sudoers, ...): hidden from the jail, whose processes run
-/// as the host's user. Found once per process.
+/// private keys, sudoers, ...) but the host's user can: hidden from the
+/// jail, whose processes run as the host's user. Found once per process.
 fn etc_secrets() -> &'static [(PathBuf, bool)] {
     static SECRETS: OnceLock<Vec<(PathBuf, bool)>> = OnceLock::new();
     SECRETS.get_or_init(|| {
@@ -256,9 +256,20 @@ fn etc_secrets() -> &'static [(PathBuf, bool)] {
                 }
             }
         }
+        // What the host's own user cannot read stays unreadable in the jail,
+        // which runs as that user: only root needs the masks (each costs a
+        // mount per command).
+        found.retain(|(path, _)| readable(path));
         found.sort();
         found
     })
+}
+
+fn readable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return true };
+    // SAFETY: access(2) reads a live C string.
+    unsafe { libc::access(path.as_ptr(), libc::R_OK) == 0 }
 }
 
 #[cfg(test)]
