@@ -81,9 +81,29 @@ fn base() -> Option<&'static Path> {
     BASE.get_or_init(|| {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        candidates(&mounts, &own).into_iter().find(|dir| usable(dir))
+        let base = candidates(&mounts, &own).into_iter().find(|dir| usable(dir))?;
+        remove_stale(&base);
+        Some(base)
     })
     .as_deref()
+}
+
+/// Removes the cgroups a host that died left behind (named after its pid,
+/// which no longer runs); their processes died with their PID namespaces.
+fn remove_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("reson-jail-")) else {
+            continue;
+        };
+        let owner = rest.split('-').next().and_then(|pid| pid.parse::<u32>().ok());
+        let alive = owner.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if owner.is_some() && !alive {
+            kill_all(&entry.path());
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 /// Where the host's cgroup lies in each hierarchy that can count pids, v2
@@ -141,6 +161,20 @@ fn usable(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroups_of_hosts_that_died_are_removed_and_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let dead = base.path().join("reson-jail-999999999-3");
+        let live = base.path().join(format!("reson-jail-{}-0", std::process::id()));
+        let other = base.path().join("reson-jail-probe-1");
+        for dir in [&dead, &live, &other] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        remove_stale(base.path());
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
+    }
 
     #[test]
     fn finds_the_hosts_own_cgroup_in_v1_and_v2_hierarchies() {
