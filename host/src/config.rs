@@ -583,6 +583,9 @@ pub struct PluginGrant {
     /// commands may reach, through the jail's proxy; none by default.
     #[serde(default)]
     pub command_network: Vec<String>,
+    /// Processes and threads one call's commands may hold at once; the
+    /// same as `limits.max_processes` (the tighter of the two holds).
+    pub max_processes: Option<u32>,
     /// Names of secrets the plugin may reference.
     #[serde(default)]
     pub secrets: Vec<String>,
@@ -610,6 +613,7 @@ impl Default for PluginGrant {
             env: Vec::new(),
             exec_vectors: Vec::new(),
             command_network: Vec::new(),
+            max_processes: None,
             secrets: Vec::new(),
             tools: None,
             limits: Limits::default(),

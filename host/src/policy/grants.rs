@@ -136,7 +136,7 @@ impl Grants {
                 .cloned()
                 .collect(),
             tools: grant.tools.clone(),
-            limits: effective_limits(&manifest.limits, &grant.limits, sandbox),
+            limits: effective_limits(&manifest.limits, &granted_limits(grant), sandbox),
             config: grant.config.clone(),
             url_requested: parse_urls(&requests.http)?,
             url_granted: parse_urls(&grant.http)?,
@@ -281,6 +281,15 @@ impl Grants {
     pub fn allows_tool(&self, tool: &str) -> bool {
         self.tools.as_ref().is_none_or(|tools| tools.iter().any(|t| t == tool))
     }
+}
+
+/// The grant's limits, with its top-level `max_processes` folded in.
+fn granted_limits(grant: &PluginGrant) -> Limits {
+    let max_processes = match (grant.limits.max_processes, grant.max_processes) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Limits { max_processes, ..grant.limits.clone() }
 }
 
 fn effective_limits(
@@ -463,6 +472,17 @@ mod tests {
         assert!(!g.allows_url(&Url::parse("https://www.example.com/v1").unwrap()));
         assert!(allows(&g, "git status") && !allows(&g, "ls"));
         assert!(g.allows_secret("KEY") && !g.allows_secret("OTHER"));
+    }
+
+    #[test]
+    fn max_processes_is_granted_in_limits_or_beside_them_and_the_tighter_holds() {
+        let top = PluginGrant { max_processes: Some(8), ..PluginGrant::default() };
+        assert_eq!(grants(Requests::default(), top.clone()).limits.max_processes, 8);
+        let both =
+            PluginGrant { limits: Limits { max_processes: Some(4), ..Limits::default() }, ..top };
+        assert_eq!(grants(Requests::default(), both).limits.max_processes, 4);
+        let none = grants(Requests::default(), PluginGrant::default());
+        assert_eq!(none.limits.max_processes, DEFAULT_MAX_PROCESSES);
     }
 
     #[test]
