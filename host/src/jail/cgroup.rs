@@ -33,11 +33,6 @@ impl PidsCgroup {
     pub(super) fn procs(&self) -> io::Result<File> {
         std::fs::OpenOptions::new().write(true).open(self.dir.join("cgroup.procs"))
     }
-
-    /// The pids still in the cgroup.
-    pub(super) fn members(&self) -> Vec<libc::pid_t> {
-        members(&self.dir)
-    }
 }
 
 fn members(dir: &Path) -> Vec<libc::pid_t> {

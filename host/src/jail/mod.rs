@@ -139,17 +139,17 @@ impl Jail {
         self.build(spec, executable, args, env)
     }
 
-    /// Whether the jail comes up at all here; checked once per process by
-    /// jailing `true`, so that a machine without what the jail needs gets
-    /// one error naming it.
+    /// Whether the jail comes up at all here, by jailing `true` until it
+    /// works once per process, so that a machine without what the jail
+    /// needs gets one error naming it.
     pub async fn check(&self) -> Result<(), JailError> {
-        static PROBE: tokio::sync::OnceCell<Result<(), String>> =
-            tokio::sync::OnceCell::const_new();
+        // Only success is kept: a probe that failed (a machine short of
+        // processes for a moment) is tried again by the next command.
+        static PROBE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
         if !is_executable(&self.bwrap) {
             return Err(JailError::MissingBwrap(self.bwrap.clone()));
         }
-        let probe = PROBE.get_or_init(|| self.probe()).await;
-        probe.clone().map_err(JailError::Unavailable)
+        PROBE.get_or_try_init(|| self.probe()).await.map(|_| ()).map_err(JailError::Unavailable)
     }
 
     async fn probe(&self) -> Result<(), String> {
@@ -250,7 +250,7 @@ impl Jail {
         unsafe {
             command.pre_exec(move || prelude.run());
         }
-        Ok((command, JailGuard { _proxy: proxy, cgroup, _tmp: tmp, report }))
+        Ok((command, JailGuard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report }))
     }
 }
 
@@ -262,7 +262,7 @@ pub struct JailGuard {
     // Field order is drop order: the proxy stops before the cgroup's
     // processes are killed and the private `/tmp` is removed.
     _proxy: JoinSet<()>,
-    cgroup: Option<cgroup::PidsCgroup>,
+    _cgroup: Option<cgroup::PidsCgroup>,
     _tmp: tempfile::TempDir,
     report: OwnedFd,
 }
@@ -275,12 +275,6 @@ impl JailGuard {
             Some(step) => JailError::Setup { step: step.describe(), source: error },
             None => JailError::Io(error),
         }
-    }
-
-    /// Host pids of the processes still in the call's cgroup, when it has
-    /// one.
-    pub fn remaining(&self) -> Option<Vec<i32>> {
-        self.cgroup.as_ref().map(cgroup::PidsCgroup::members)
     }
 }
 
