@@ -12,7 +12,7 @@ bash plugins/build.sh target/plugins
 if ! [ -x /usr/bin/bwrap ]; then
     sudo=$([ "$(id -u)" = 0 ] || echo sudo)
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends bubblewrap
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap
 fi
 cargo build --quiet -p reson
 reson="$root/target/debug/reson"
