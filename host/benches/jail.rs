@@ -14,7 +14,7 @@ use reson::jail::{Jail, JailDir, JailSpec};
 use reson::plugin::{CallContext, Runtime};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use support::{median, ns_per_call};
 
 const TRUE: &str = "/usr/bin/true";
 
@@ -52,20 +52,6 @@ async fn shell_runtime(dir: &support::TestDir, jail: &str) -> Runtime {
          dirs = [{{ path = \"workspace\", access = \"read-write\" }}]\nprocess = [\"true\"]\n"
     ))
     .await
-}
-
-/// Nanoseconds per call of `f` over `calls` calls in a row.
-async fn ns_per_call(mut f: impl AsyncFnMut(), calls: usize) -> f64 {
-    let start = Instant::now();
-    for _ in 0..calls {
-        f().await;
-    }
-    start.elapsed().as_nanos() as f64 / calls as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn bench(c: &mut Criterion) {

@@ -17,7 +17,7 @@ use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt as _};
 use std::hint::black_box;
-use std::time::Instant;
+use support::{median, ns_per_call};
 
 const ARGS: &str = r#"{"text":"hello from the benchmark"}"#;
 
@@ -57,20 +57,6 @@ async fn over_mcp(client: &RunningService<RoleClient, ClientConfig>) -> String {
 
 async fn direct(runtime: &Runtime) -> String {
     runtime.call_tool("echo", ARGS, &CallContext::default()).await.unwrap().text
-}
-
-/// Nanoseconds per call of `f` over `calls` calls in a row.
-async fn ns_per_call(mut f: impl AsyncFnMut(), calls: usize) -> f64 {
-    let start = Instant::now();
-    for _ in 0..calls {
-        f().await;
-    }
-    start.elapsed().as_nanos() as f64 / calls as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn bench(c: &mut Criterion) {

@@ -14,6 +14,7 @@ use reson::plugin::{CallContext, Runtime};
 use std::hint::black_box;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
+use support::{median, ns_per_call};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -145,20 +146,6 @@ async fn warm_runtime(dir: &support::TestDir) -> Runtime {
     let text = std::fs::read_to_string(&manifest).unwrap();
     std::fs::write(&manifest, format!("{text}\n[instance]\nkeep_warm = true\n")).unwrap();
     dir.open("").await
-}
-
-/// Nanoseconds per call of `f` over `calls` calls in a row.
-async fn ns_per_call(mut f: impl AsyncFnMut(), calls: usize) -> f64 {
-    let start = Instant::now();
-    for _ in 0..calls {
-        f().await;
-    }
-    start.elapsed().as_nanos() as f64 / calls as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// How long `calls` calls take, spread over [`CALLERS`] tasks that each

@@ -213,3 +213,18 @@ impl reson::provider::ChatProvider for Recording {
         self.inner.chat(request, cancel)
     }
 }
+
+/// Nanoseconds per call of `f` over `calls` calls in a row.
+pub async fn ns_per_call(mut f: impl AsyncFnMut(), calls: usize) -> f64 {
+    let start = std::time::Instant::now();
+    for _ in 0..calls {
+        f().await;
+    }
+    start.elapsed().as_nanos() as f64 / calls as f64
+}
+
+/// The middle of `v` once sorted.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
