@@ -208,8 +208,7 @@ impl Jail {
             let rules = spec.network.clone();
             proxy.spawn(async move {
                 if let Ok(listener) = listener_from(host_end).await {
-                    let mut served = proxy::serve(listener, rules);
-                    while served.join_next().await.is_some() {}
+                    proxy::serve(listener, rules).await;
                 }
             });
         }
@@ -342,7 +341,8 @@ async fn listener_from(host_end: OwnedFd) -> std::io::Result<tokio::net::TcpList
     }
 }
 
-fn is_executable(path: &Path) -> bool {
+/// Whether `path` is a file someone may execute.
+pub(crate) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }

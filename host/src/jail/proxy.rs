@@ -68,24 +68,21 @@ fn split_host_port(text: &str) -> Option<(String, u16)> {
     (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
 }
 
-/// Serves the proxy on `listener` until the returned set is dropped.
-pub(super) fn serve(listener: TcpListener, rules: Vec<NetworkRule>) -> JoinSet<()> {
-    let mut tasks = JoinSet::new();
-    tasks.spawn(async move {
-        let mut connections = JoinSet::new();
-        while let Ok((client, _)) = listener.accept().await {
-            while connections.try_join_next().is_some() {}
-            // Each connection holds two of the host's descriptors.
-            if connections.len() >= MAX_CONNECTIONS {
-                continue;
-            }
-            let rules = rules.clone();
-            connections.spawn(async move {
-                let _ = handle(client, &rules).await;
-            });
+/// Serves the proxy on `listener` until the future is dropped, which
+/// drops every connection with it.
+pub(super) async fn serve(listener: TcpListener, rules: Vec<NetworkRule>) {
+    let mut connections = JoinSet::new();
+    while let Ok((client, _)) = listener.accept().await {
+        while connections.try_join_next().is_some() {}
+        // Each connection holds two of the host's descriptors.
+        if connections.len() >= MAX_CONNECTIONS {
+            continue;
         }
-    });
-    tasks
+        let rules = rules.clone();
+        connections.spawn(async move {
+            let _ = handle(client, &rules).await;
+        });
+    }
 }
 
 async fn handle(mut client: TcpStream, rules: &[NetworkRule]) -> std::io::Result<()> {

@@ -8,6 +8,7 @@
 //! (exec vectors: `git -c`, `find -exec`, `xargs`, `python3 -c`, ...), and
 //! which environment variables a guest may set.
 
+use crate::jail::is_executable;
 use std::path::{Component, Path, PathBuf};
 
 /// The search path when `[sandbox] command_path` is not set.
@@ -74,11 +75,6 @@ impl SearchPath {
     fn find(&self, name: &str) -> Option<PathBuf> {
         self.0.iter().map(|dir| dir.join(name)).find(|p| is_executable(p))
     }
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// A command as it will run.
