@@ -64,7 +64,7 @@ async fn main() -> Result<()> {
     ] {
         std::fs::write(setup.workspace.join(format!("notes/{name}.txt")), text)?;
     }
-    let config = &setup.runtime.options().config;
+    let config = &setup.config;
     let (_, rules) = config.preset("default").map_err(anyhow::Error::msg)?;
     let store = setup.trace_store()?;
     // Every sub-agent is held to this runner's tools and rules as well as

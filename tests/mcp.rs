@@ -520,7 +520,7 @@ fn hostile_config(dir: &TestDir, args: &[&str], extra: &str) -> Config {
 }
 
 async fn started(config: &Config) -> McpTools {
-    let mcp = McpTools::start(config);
+    let mcp = McpTools::start(&config.mcp, &config.plugins);
     mcp.settled(Duration::from_secs(60)).await;
     mcp
 }
@@ -551,11 +551,11 @@ async fn an_mcp_servers_tools_are_namespaced_and_never_take_a_name() {
     dir.install(support::plugins(), "echo");
     let config = hostile_config(&dir, &[], "");
     let mut options = dir.options("");
-    options.config = config.clone();
+    options.config = config.plugins.clone();
     let runtime = reson::plugin::Runtime::open(options).await.unwrap();
     let mcp = started(&config).await;
     assert_eq!(status(&mcp), Status::Ready);
-    let registry = ToolRegistry::new(runtime).with_mcp(mcp.clone());
+    let registry = ToolRegistry::new(runtime).with_source(Arc::new(mcp.clone()));
     let names: Vec<String> = registry.specs().into_iter().map(|t| t.name).collect();
     assert_eq!(names.iter().filter(|n| *n == "goal").count(), 1, "{names:?}");
     assert!(names.contains(&"echo".to_owned()) && names.contains(&"hostile__goal".to_owned()));
@@ -780,7 +780,7 @@ command = {}
         serde_json::to_string(&argv).unwrap()
     );
     let runtime = dir.open(&toml).await;
-    let config = runtime.options().config.clone();
+    let config = dir.config(&toml);
     let mcp = started(&config).await;
     let wipe = mcp.specs().into_iter().find(|t| t.name == "hostile__wipe").unwrap();
     assert!(wipe.description.starts_with("[from MCP server `hostile`] "), "{}", wipe.description);
@@ -794,7 +794,7 @@ command = {}
     let runner = Runner::new(
         store.clone(),
         Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
-        ToolRegistry::new(runtime.clone()).with_mcp(mcp),
+        ToolRegistry::new(runtime.clone()).with_source(Arc::new(mcp)),
         Hooks::none(),
     )
     .with_permissions(Permissions::new(rules, approvals));

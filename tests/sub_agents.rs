@@ -29,6 +29,7 @@ use support::TestDir;
 struct Setup {
     dir: TestDir,
     runtime: Runtime,
+    config: Config,
     store: Arc<FileTraceStore>,
 }
 
@@ -44,11 +45,12 @@ impl Setup {
         let runtime = dir.open_scripted(&script, &format!("{fs}{extra}")).await;
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
-        Self { dir, runtime, store }
+        let config = Config::load(&dir.path().join("reson.toml")).unwrap();
+        Self { dir, runtime, config, store }
     }
 
     fn config(&self) -> &Config {
-        &self.runtime.options().config
+        &self.config
     }
 
     fn set_script(&self, script: Value) {

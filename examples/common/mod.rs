@@ -28,6 +28,8 @@ pub struct Setup {
     pub workspace: PathBuf,
     /// The plugin runtime.
     pub runtime: Runtime,
+    /// `reson.toml`, every section of it.
+    pub config: Config,
 }
 
 impl Setup {
@@ -67,13 +69,14 @@ impl Setup {
         let config_path = dir.path().join("reson.toml");
         std::fs::write(&config_path, toml)?;
 
-        let mut options = Options::from_config(Config::load(&config_path)?);
+        let config = Config::load(&config_path)?;
+        let mut options = Options::from_config(config.clone());
         options.plugins_dir = plugins;
         // The cache the system tests share, so each plugin compiles once.
         options.cache_dir = root.join("target/test-cache");
         options.lock_file = dir.path().join("reson.lock");
         let runtime = Runtime::open(options).await?;
-        Ok(Self { dir, workspace, runtime })
+        Ok(Self { dir, workspace, runtime, config })
     }
 
     /// The `scripted` provider of this runtime.

@@ -25,23 +25,31 @@
 //!
 //! [`agent`] shows a whole run: a model, tools, a trace, and its events
 //! as a stream.
+//!
+//! This crate is the facade over the crates under `host/`, each one
+//! layer, each depending only on those below it:
+//!
+//! | crate | what it is | re-exported here as |
+//! |---|---|---|
+//! | `reson-text` | the redaction point, safe text | [`redact`], [`text`] |
+//! | `reson-sandbox` | untrusted components under grants | [`contract`], [`plugin`], [`capability`], [`jail`] |
+//! | `reson-trace` | traces and their stores, PostgreSQL | [`trace`], [`database`] |
+//! | `reson-agent` | the agent loop and its tools | [`agent`], [`tools`], [`provider`], [`policy`], [`skills`], [`experience`], [`store`] |
+//! | `reson-mcp` | MCP both ways | [`mcp`] |
+//! | `reson-origin-guard` | what browser-facing servers refuse | [`origin_guard`] |
+//! | `reson-server` | `reson serve`'s HTTP API | [`api`] |
+//!
+//! [`config`] composes `reson.toml` from the sections those crates own.
+//! Embedding code written against these paths keeps compiling as the
+//! crates behind them move.
 
-pub mod agent;
-pub mod api;
-pub mod capability;
 pub mod config;
-pub mod contract;
-pub mod database;
-pub mod experience;
-pub mod jail;
-pub mod mcp;
-pub mod origin_guard;
-pub mod plugin;
-pub mod policy;
-pub mod provider;
-pub mod redact;
-pub mod skills;
-pub mod store;
-pub mod text;
-pub mod tools;
-pub mod trace;
+
+pub use reson_agent::{agent, experience, policy, provider, skills, store, tools};
+pub use reson_mcp as mcp;
+pub use reson_origin_guard as origin_guard;
+pub use reson_sandbox::{capability, contract, jail, plugin};
+pub use reson_server as api;
+pub use reson_text::{redact, text};
+pub use reson_trace as trace;
+pub use reson_trace::database;

@@ -104,7 +104,7 @@ impl InProcess {
         let options = dir.options(toml);
         let config = ServerConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
-            ..ServerConfig::from_config(&options.config)
+            ..ServerConfig::from_config(&dir.config(toml))
         };
         let runtime = reson::plugin::Runtime::open(options).await.expect("runtime opens");
         let traces = dir.path().join("traces");

@@ -1,13 +1,14 @@
 //! `reson skills`, `reson experiences` and `reson traces reflect`: what the
 //! agent knows and learns.
 
-use super::exit;
 use super::run::{ModelArgs, grant_script};
 use super::term::{say, say_err, say_part};
+use super::{Host, exit};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use reson::config::Config;
 use reson::experience::{self, ExperienceStore, FileExperienceStore, Rating};
-use reson::plugin::{Options, Runtime};
+use reson::plugin::Options;
 use reson::provider::LlmParams;
 use reson::skills::Skills;
 use std::path::PathBuf;
@@ -57,17 +58,14 @@ pub(crate) struct ReflectArgs {
 }
 
 /// The skills of the configured directories.
-fn skills(options: &Options) -> anyhow::Result<Skills> {
-    Ok(Skills::from_config(&options.config)?)
+fn skills(config: &Config) -> anyhow::Result<Skills> {
+    Ok(Skills::from_config(config)?)
 }
 
-pub(crate) fn skills_command(
-    options: &Options,
-    command: &SkillsCommand,
-) -> anyhow::Result<ExitCode> {
+pub(crate) fn skills_command(config: &Config, command: &SkillsCommand) -> anyhow::Result<ExitCode> {
     match command {
         SkillsCommand::List => {
-            for skill in skills(options)?.all() {
+            for skill in skills(config)?.all() {
                 let category = if skill.category.is_empty() { "-" } else { &skill.category };
                 say!(
                     "{:<16} {:<12} {:<40} {}",
@@ -83,10 +81,10 @@ pub(crate) fn skills_command(
 }
 
 pub(crate) async fn experiences_command(
-    options: &Options,
+    config: &Config,
     command: &ExperiencesCommand,
 ) -> anyhow::Result<ExitCode> {
-    let store = super::open_stores(&options.config).await?.experiences;
+    let store = super::open_stores(config).await?.experiences;
     match command {
         ExperiencesCommand::List => {
             let all = store.list().await?;
@@ -187,9 +185,9 @@ pub(crate) fn prepare_reflect(options: &mut Options, args: &ReflectArgs) -> anyh
     grant_script(options, args.model.script.as_deref())
 }
 
-pub(crate) async fn reflect(runtime: &Runtime, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn reflect(runtime: &Host, args: &ReflectArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
-    let stores = super::open_stores(&runtime.options().config).await?;
+    let stores = super::open_stores(&runtime.config).await?;
     let provider = args.model.provider(runtime);
     let params = LlmParams { model: args.model.model.clone(), ..LlmParams::default() };
     let store = stores.experiences;

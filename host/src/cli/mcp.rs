@@ -1,13 +1,14 @@
 //! `reson mcp ...`: serve Reson's tools to MCP clients, and look at the MCP
 //! servers the config names.
 
+use super::Host;
 use super::term::{one_line, say};
 use anyhow::Context as _;
 use clap::Subcommand;
+use reson::mcp::client::with_configured;
 use reson::mcp::client::{McpTools, Status};
 use reson::mcp::server::http::HttpOptions;
 use reson::mcp::server::{McpServer, ServeError};
-use reson::plugin::Runtime;
 use reson::tools::ToolRegistry;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -50,21 +51,15 @@ pub(crate) enum Command {
 
 /// The tools of a run: the runtime's plugins, plus the MCP servers the
 /// config names, once they have started (or failed to).
-pub(crate) async fn tools(runtime: &Runtime) -> ToolRegistry {
-    let registry = ToolRegistry::new(runtime.clone());
-    let config = &runtime.options().config;
-    if config.mcp.is_empty() {
-        return registry;
-    }
-    let mcp = McpTools::start(config);
-    mcp.settled(START_WAIT).await;
-    registry.with_mcp(mcp)
+pub(crate) async fn tools(host: &Host) -> ToolRegistry {
+    let registry = ToolRegistry::new(host.runtime.clone());
+    with_configured(registry, &host.config.mcp, &host.config.plugins, START_WAIT).await
 }
 
-pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(runtime: &Host, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve { http, token_env, allowed_origins, allowed_hosts, preset } => {
-            let config = &runtime.options().config;
+            let config = &runtime.config.agent;
             let (_, rules) = config.preset(preset).map_err(anyhow::Error::msg)?;
             let timeout = Duration::from_millis(config.permissions.approval_timeout_ms);
             let _watcher = runtime.watch()?;
@@ -102,7 +97,7 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
             }
         }
         Command::List { json } => {
-            let mcp = McpTools::start(&runtime.options().config);
+            let mcp = McpTools::start(&runtime.config.mcp, &runtime.config.plugins);
             mcp.settled(START_WAIT).await;
             let plugin_tools: Vec<String> = runtime.tools().into_iter().map(|t| t.name).collect();
             let (_, shadowed) = reson::mcp::client::shadowed(mcp.specs(), &plugin_tools);

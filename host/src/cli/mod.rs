@@ -115,33 +115,35 @@ pub async fn main() -> ExitCode {
 async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Plugins(cmd) if cmd.needs_runtime() => {
-            plugins::run(&open(cli, |_| Ok(())).await?, cmd).await
+            plugins::run(&open(cli, |_, _| Ok(())).await?.runtime, cmd).await
         }
         // Making, building and installing only write files and run the
         // toolchain; nothing else is on the runtime to be held up meanwhile.
-        Command::Plugins(cmd) => plugins::run_offline(cmd, &options(cli)?.plugins_dir),
+        Command::Plugins(cmd) => {
+            plugins::run_offline(cmd, &options(cli, &config(cli)?)?.plugins_dir)
+        }
         Command::Wit { dir } => {
             author::write_wit(dir)?;
             term::say!("wrote the reson:plugin contract into {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Tool(cmd) => tool::run(&open(cli, |_| Ok(())).await?, cmd).await,
+        Command::Tool(cmd) => tool::run(&open(cli, |_, _| Ok(())).await?.runtime, cmd).await,
         Command::Run(args) => {
-            run::run(&open(cli, |o| run::prepare_options(o, args)).await?, args).await
+            run::run(&open(cli, |o, _| run::prepare_options(o, args)).await?, args).await
         }
         Command::Task(args) => {
-            task::run(&open(cli, |o| task::prepare_options(o, args)).await?, args).await
+            task::run(&open(cli, |o, _| task::prepare_options(o, args)).await?, args).await
         }
         Command::Traces(traces::Command::Reflect(args)) => {
-            learn::reflect(&open(cli, |o| learn::prepare_reflect(o, args)).await?, args).await
+            learn::reflect(&open(cli, |o, _| learn::prepare_reflect(o, args)).await?, args).await
         }
-        Command::Traces(cmd) => traces::run(&options(cli)?.config, cmd).await,
+        Command::Traces(cmd) => traces::run(&config(cli)?, cmd).await,
         Command::Serve(args) => {
-            serve::run(&open(cli, |o| serve::prepare_options(o, args)).await?, args).await
+            serve::run(&open(cli, |o, c| serve::prepare_options(o, c, args)).await?, args).await
         }
-        Command::Skills(cmd) => learn::skills_command(&options(cli)?, cmd),
-        Command::Experiences(cmd) => learn::experiences_command(&options(cli)?, cmd).await,
-        Command::Mcp(cmd) => mcp::run(&open(cli, |_| Ok(())).await?, cmd).await,
+        Command::Skills(cmd) => learn::skills_command(&config(cli)?, cmd),
+        Command::Experiences(cmd) => learn::experiences_command(&config(cli)?, cmd).await,
+        Command::Mcp(cmd) => mcp::run(&open(cli, |_, _| Ok(())).await?, cmd).await,
     }
 }
 
@@ -169,13 +171,23 @@ impl Drop for LogLine {
     }
 }
 
-fn options(cli: &Cli) -> anyhow::Result<Options> {
-    let config = match &cli.config {
+/// `reson.toml` (or `--config`), with the command line's directories over
+/// it.
+fn config(cli: &Cli) -> anyhow::Result<Config> {
+    let mut config = match &cli.config {
         Some(path) => Config::load(path)?,
         None if std::path::Path::new("reson.toml").exists() => Config::load("reson.toml".as_ref())?,
         None => Config::default(),
     };
-    let mut options = Options::from_config(config);
+    if let Some(dir) = &cli.traces_dir {
+        config.traces.traces_dir = Some(std::path::absolute(dir)?);
+    }
+    Ok(config)
+}
+
+/// The plugin runtime's options from `config` and the command line.
+fn options(cli: &Cli, config: &Config) -> anyhow::Result<Options> {
+    let mut options = Options::from_config(config.plugins.clone());
     if let Some(dir) = &cli.plugins_dir {
         options.plugins_dir = dir.clone();
         if options.config.lock_file.is_none() {
@@ -185,17 +197,33 @@ fn options(cli: &Cli) -> anyhow::Result<Options> {
     if let Some(dir) = &cli.cache_dir {
         options.cache_dir = dir.clone();
     }
-    if let Some(dir) = &cli.traces_dir {
-        options.config.traces_dir = Some(std::path::absolute(dir)?);
-    }
     Ok(options)
+}
+
+/// The configuration and the plugin runtime it opened; it derefs to the
+/// runtime.
+pub(crate) struct Host {
+    /// Every section of `reson.toml`; its plugin section is the runtime's.
+    pub(crate) config: Config,
+    runtime: Runtime,
+}
+
+impl std::ops::Deref for Host {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        &self.runtime
+    }
 }
 
 async fn open(
     cli: &Cli,
-    adjust: impl FnOnce(&mut Options) -> anyhow::Result<()>,
-) -> anyhow::Result<Runtime> {
-    let mut options = options(cli)?;
-    adjust(&mut options)?;
-    Runtime::open(options).await.context("cannot start the plugin runtime")
+    adjust: impl FnOnce(&mut Options, &Config) -> anyhow::Result<()>,
+) -> anyhow::Result<Host> {
+    let mut config = config(cli)?;
+    let mut options = options(cli, &config)?;
+    adjust(&mut options, &config)?;
+    config.plugins = options.config.clone();
+    let runtime = Runtime::open(options).await.context("cannot start the plugin runtime")?;
+    Ok(Host { config, runtime })
 }

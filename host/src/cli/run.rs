@@ -1,7 +1,7 @@
 //! `reson run`: run an agent and print it as it happens.
 
-use super::exit;
 use super::term::{clean, one_line, say, say_err};
+use super::{Host, exit};
 use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
@@ -171,7 +171,7 @@ pub(crate) struct RunArgs {
 
 impl RunArgs {
     /// The config's budget with the command line's limits over it.
-    fn budget(&self, config: &reson::config::Config) -> anyhow::Result<reson::policy::Budget> {
+    fn budget(&self, config: &reson::config::AgentConfig) -> anyhow::Result<reson::policy::Budget> {
         let mut budget = config.budget;
         budget.max_tokens = self.max_tokens.or(budget.max_tokens);
         budget.max_cost_usd = self.max_cost.or(budget.max_cost_usd);
@@ -226,8 +226,8 @@ pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyh
 /// The preset `name` and its permissions. Someone at a terminal answers
 /// `ask`; with no one there, requests wait on the event stream and are
 /// denied when the configured timeout passes.
-pub(crate) fn permissions(runtime: &Runtime, name: &str) -> anyhow::Result<(Preset, Permissions)> {
-    let config = &runtime.options().config;
+pub(crate) fn permissions(host: &Host, name: &str) -> anyhow::Result<(Preset, Permissions)> {
+    let config = &host.config.agent;
     let (preset, rules) = config.preset(name).map_err(anyhow::Error::msg)?;
     let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() {
         Arc::new(TerminalApprover::new()?)
@@ -237,20 +237,23 @@ pub(crate) fn permissions(runtime: &Runtime, name: &str) -> anyhow::Result<(Pres
     Ok((preset, Permissions::new(rules, approver)))
 }
 
-pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
-    let stores = super::open_stores(&runtime.options().config).await?;
+    let stores = super::open_stores(&runtime.config).await?;
     let provider = Arc::new(args.model.provider(runtime));
     let (preset, permissions) = permissions(runtime, &args.model.preset)?;
-    let config = &runtime.options().config;
+    let config = &runtime.config.agent;
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
-    let tools = reson::tools::ToolRegistry::configured(
-        runtime,
-        stores.experiences.clone(),
+    let tools =
+        reson::tools::ToolRegistry::configured(runtime, config, stores.experiences.clone())?;
+    let tools = reson::mcp::client::with_configured(
+        tools,
+        &runtime.config.mcp,
+        &runtime.config.plugins,
         super::mcp::START_WAIT,
     )
-    .await?;
+    .await;
     let runner = Runner::new(stores.traces, provider, tools, Hooks::none())
         .with_permissions(permissions)
         .with_sub_agents(sub_agents);

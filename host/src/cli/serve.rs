@@ -1,12 +1,13 @@
 //! `reson serve`: the HTTP + WebSocket API and the trace viewer page.
 
+use super::Host;
 use super::run::{self, ModelArgs};
 use super::term::{say, say_err};
 use anyhow::Context as _;
 use clap::Args;
 use reson::api::{RunDefaults, Server, ServerConfig};
 use reson::config::Config;
-use reson::plugin::{Options, Runtime};
+use reson::plugin::Options;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use tokio::signal::unix::{SignalKind, signal};
@@ -26,8 +27,12 @@ pub(crate) struct ServeArgs {
 
 /// What the command line grants, applied before the runtime loads plugins;
 /// an unsafe address is refused before then.
-pub(crate) fn prepare_options(options: &mut Options, args: &ServeArgs) -> anyhow::Result<()> {
-    server_config(&options.config, args).validate()?;
+pub(crate) fn prepare_options(
+    options: &mut Options,
+    config: &Config,
+    args: &ServeArgs,
+) -> anyhow::Result<()> {
+    server_config(config, args).validate()?;
     args.model.grant_vendor(options)?;
     run::grant_script(options, args.model.script.as_deref())
 }
@@ -44,9 +49,8 @@ fn server_config(config: &Config, args: &ServeArgs) -> ServerConfig {
     server
 }
 
-pub(crate) async fn run(runtime: &Runtime, args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let options = runtime.options();
-    let mut config = server_config(&options.config, args);
+pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut config = server_config(&runtime.config, args);
     config.defaults = RunDefaults {
         provider: args.model.provider_name().to_owned(),
         model: args.model.model.clone(),
@@ -55,14 +59,14 @@ pub(crate) async fn run(runtime: &Runtime, args: &ServeArgs) -> anyhow::Result<E
         ..RunDefaults::default()
     };
     // `[store]`: files here, or a database other hosts may share.
-    let stores = super::open_stores(&options.config).await?;
+    let stores = super::open_stores(&runtime.config).await?;
     config.database = stores.database;
     // Registered before the server answers anything, so that no signal
     // from then on ends the process without stopping its runs.
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
-    let server = Server::bind(runtime.clone(), stores.traces, config).await?;
+    let server = Server::bind(runtime.runtime.clone(), stores.traces, config).await?;
     // The first line on stdout: tests and scripts read the port from it.
     say!("listening on http://{}", server.local_addr());
     let shutdown = async move {

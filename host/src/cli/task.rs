@@ -1,14 +1,14 @@
 //! `reson task`: plan a goal (or take a plan), then execute it step by step.
 
-use super::exit;
 use super::term::{say, say_err, say_part};
+use super::{Host, exit};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use reson::agent::{
     AgentBuilder, BasicAgent, FailurePolicy, Hooks, Plan, PlanParser, PluginPlanParser, StepStatus,
     TaskAgent,
 };
-use reson::plugin::{Options, Runtime};
+use reson::plugin::Options;
 use reson::provider::LlmParams;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,9 +46,9 @@ pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow:
     super::run::grant_script(options, args.model.script.as_deref())
 }
 
-pub(crate) async fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
-    let store = super::open_stores(&runtime.options().config).await?.traces;
+    let store = super::open_stores(&runtime.config).await?.traces;
     let bundle = AgentBuilder::new()
         .provider(Arc::new(args.model.provider(runtime)))
         .tools(super::mcp::tools(runtime).await)
@@ -57,7 +57,7 @@ pub(crate) async fn run(runtime: &Runtime, args: &TaskArgs) -> anyhow::Result<Ex
         .params(LlmParams { model: args.model.model.clone(), ..LlmParams::default() })
         .permissions(super::run::permissions(runtime, &args.model.preset)?.1)
         .build()?;
-    let parser = Arc::new(PluginPlanParser::new(runtime.clone(), args.parser.clone()));
+    let parser = Arc::new(PluginPlanParser::new(runtime.runtime.clone(), args.parser.clone()));
     let policy = match args.on_failure {
         OnFailure::Stop => FailurePolicy::Stop,
         OnFailure::Skip => FailurePolicy::Skip,

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::{Subcommand, ValueEnum};
 use reson::config::{Config, StoreKind};
 use reson::database::Database;
-use reson::store::{database_options, traces_dir};
+use reson::store::database_options;
 use reson::trace::{Durability, FileTraceStore, PgTraceStore, Trace, TraceFilter, TraceStore};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,9 +66,9 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
     }
     let store = super::open_stores(config).await?.traces;
     let store = &*store;
-    let place = match config.store.kind {
-        StoreKind::File => traces_dir(config).display().to_string(),
-        StoreKind::Postgres => database_options(config)?.display_url(),
+    let place = match config.traces.store.kind {
+        StoreKind::File => config.traces.traces_dir().display().to_string(),
+        StoreKind::Postgres => database_options(&config.traces, &config.plugins)?.display_url(),
     };
     match command {
         Command::Reflect(_) | Command::Migrate { .. } => {
@@ -217,15 +217,15 @@ async fn migrate(
 ) -> anyhow::Result<ExitCode> {
     let mut config = config.clone();
     if let Some(url) = url {
-        config.store.url = Some(url.to_owned());
+        config.traces.store.url = Some(url.to_owned());
     }
-    if config.store.url.is_none() {
+    if config.traces.store.url.is_none() {
         anyhow::bail!("traces migrate needs a database: give --url or set [store] url");
     }
-    let options = database_options(&config)?;
+    let options = database_options(&config.traces, &config.plugins)?;
     let database = Database::connect_with(&options).await.context("cannot open the database")?;
     let database_store = PgTraceStore::new(database.clone());
-    let dir = dir.unwrap_or_else(|| traces_dir(&config));
+    let dir = dir.unwrap_or_else(|| config.traces.traces_dir());
     let file_store = FileTraceStore::open(&dir, Durability::Batched)?;
     let (from, into, from_name, into_name): (&dyn TraceStore, &dyn TraceStore, String, String) =
         match to {

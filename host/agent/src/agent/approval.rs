@@ -1,0 +1,342 @@
+//! Permissions at run time: the host's rules decide each tool call; `ask`
+//! goes to an approver (a person at a terminal, or a library caller answering
+//! pending approvals). The model cannot change any of it.
+
+use crate::policy::{Decision, RuleSet};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// A call waiting for someone's approval.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ApprovalRequest {
+    /// Answer with this id.
+    pub id: u64,
+    /// The trace.
+    pub trace_id: String,
+    /// The model's call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments, as the model wrote them.
+    pub arguments: String,
+    /// The rule that asked, rendered; none when the default did.
+    pub rule: Option<String>,
+}
+
+/// An answer to an [`ApprovalRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// Run this call.
+    Once,
+    /// Run this call and, for the rest of the run, every call the same rule
+    /// (or, without a rule, the same tool) asks about.
+    Always,
+    /// Do not run it.
+    Deny,
+}
+
+/// Puts an approval request on the run's event stream. A named type so
+/// that `#[async_trait]` leaves the lifetime of its argument free (written
+/// out, `&(dyn Fn(&ApprovalRequest) + Send + Sync)` gets a fixed one).
+pub type Announce = dyn Fn(&ApprovalRequest) + Send + Sync;
+
+/// Someone who answers approval requests. `None` means no answer came in
+/// time, which denies.
+#[async_trait]
+pub trait Approver: Send + Sync {
+    /// Answers `request` once there is an answer. `announce` puts the
+    /// request on the run's event stream; call it once the approver is
+    /// ready to take an answer. A stop of the run drops this future, so an
+    /// approver must not rely on running to its end.
+    async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer>;
+}
+
+/// Approvals answered through a library call: each request waits, up to a
+/// timeout, for [`PendingApprovals::answer`]. One set may serve many runs
+/// at once: request ids are unique in the process.
+pub struct PendingApprovals {
+    timeout: Duration,
+    waiting: Mutex<HashMap<u64, (ApprovalRequest, oneshot::Sender<Answer>)>>,
+}
+
+impl PendingApprovals {
+    /// Requests wait `timeout` for an answer, then are denied.
+    pub fn new(timeout: Duration) -> Arc<Self> {
+        Arc::new(Self { timeout, waiting: Mutex::default() })
+    }
+
+    /// Answers request `id`; false when it is not waiting (answered, timed
+    /// out, or unknown).
+    pub fn answer(&self, id: u64, answer: Answer) -> bool {
+        match self.waiting.lock().expect("approvals").remove(&id) {
+            Some((_, reply)) => reply.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The requests waiting for an answer, oldest first.
+    pub fn pending(&self) -> Vec<ApprovalRequest> {
+        let mut pending: Vec<ApprovalRequest> =
+            self.waiting.lock().expect("approvals").values().map(|(r, _)| r.clone()).collect();
+        pending.sort_by_key(|r| r.id);
+        pending
+    }
+}
+
+/// Takes a request off the waiting list however its wait ends: answered,
+/// timed out, or dropped by a stop of the run.
+struct Waiting<'a> {
+    approvals: &'a PendingApprovals,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.approvals.waiting.lock().expect("approvals").remove(&self.id);
+    }
+}
+
+#[async_trait]
+impl Approver for PendingApprovals {
+    async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
+        let (reply, answer) = oneshot::channel();
+        self.waiting.lock().expect("approvals").insert(request.id, (request.clone(), reply));
+        let _waiting = Waiting { approvals: self, id: request.id };
+        announce(request);
+        tokio::time::timeout(self.timeout, answer).await.ok()?.ok()
+    }
+}
+
+/// What the checker decided for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ruling {
+    /// Whether the call may run.
+    pub run: bool,
+    /// `allow`, `deny`, `ask-once`, `ask-always`, `ask-remembered`,
+    /// `ask-denied` or `ask-timeout`.
+    pub decision: &'static str,
+    /// The rule that decided, when one did.
+    pub rule: Option<String>,
+}
+
+/// Approval request ids, unique in the process so that runs sharing one
+/// approver (a server's [`PendingApprovals`]) never collide.
+static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The rules and the approver of a run.
+pub struct Permissions {
+    /// Every set must agree: a call gets the strictest of their decisions.
+    /// One set for a root run; a sub-agent adds its preset's to its
+    /// parent's.
+    rules: Vec<RuleSet>,
+    approver: Arc<dyn Approver>,
+    always: Mutex<HashSet<String>>,
+}
+
+impl Permissions {
+    /// Decides with `rules`; `ask` goes to `approver`.
+    pub fn new(rules: RuleSet, approver: Arc<dyn Approver>) -> Self {
+        Self { rules: vec![rules], approver, always: Mutex::default() }
+    }
+
+    /// A sub-agent's permissions: these rules and `rules` too, each call
+    /// getting the stricter decision (deny over ask over allow), so a
+    /// sub-agent can never do more than its parent. `ask` goes to the same
+    /// approver; approvals given "always" to the parent are not inherited.
+    pub(crate) fn narrowed(&self, rules: RuleSet) -> Self {
+        let mut all = self.rules.clone();
+        all.push(rules);
+        Self { rules: all, approver: self.approver.clone(), always: Mutex::default() }
+    }
+
+    /// Whether `tool` is offered to the model at all.
+    pub fn offered(&self, tool: &str) -> bool {
+        self.rules.iter().all(|rules| rules.offered(tool))
+    }
+
+    /// Decides one call; `announce` puts an approval request on the run's
+    /// event stream.
+    pub async fn check(
+        &self,
+        trace_id: &str,
+        call: &reson_trace::ToolCall,
+        announce: &Announce,
+    ) -> Ruling {
+        let args = serde_json::from_str(&call.arguments).unwrap_or(serde_json::Value::Null);
+        let strictness = |d: Decision| match d {
+            Decision::Allow => 0,
+            Decision::Ask => 1,
+            Decision::Deny => 2,
+        };
+        let verdict = self
+            .rules
+            .iter()
+            .map(|rules| rules.decide(&call.name, &args))
+            .reduce(|a, b| if strictness(b.decision) > strictness(a.decision) { b } else { a })
+            .expect("at least one rule set");
+        let rule = verdict.rule.clone();
+        let ruling = |run, decision| Ruling { run, decision, rule: rule.clone() };
+        match verdict.decision {
+            Decision::Allow => ruling(true, "allow"),
+            Decision::Deny => ruling(false, "deny"),
+            Decision::Ask => {
+                // "Always" covers what the same rule asks about; without a
+                // rule, the same tool.
+                let key = verdict.rule.clone().unwrap_or_else(|| format!("tool {}", call.name));
+                if self.always.lock().expect("always").contains(&key) {
+                    return ruling(true, "ask-remembered");
+                }
+                let request = ApprovalRequest {
+                    id: NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed),
+                    trace_id: trace_id.to_owned(),
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    rule: verdict.rule.clone(),
+                };
+                match self.approver.approve(&request, announce).await {
+                    Some(Answer::Once) => ruling(true, "ask-once"),
+                    Some(Answer::Always) => {
+                        self.always.lock().expect("always").insert(key);
+                        ruling(true, "ask-always")
+                    }
+                    Some(Answer::Deny) => ruling(false, "ask-denied"),
+                    None => ruling(false, "ask-timeout"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: u64) -> ApprovalRequest {
+        ApprovalRequest {
+            id,
+            trace_id: "t".into(),
+            call_id: "c".into(),
+            tool: "shell".into(),
+            arguments: "{}".into(),
+            rule: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_the_waiting_request_once() {
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let answering = approvals.clone();
+        let announce = move |r: &ApprovalRequest| {
+            // Announced only once the request can take its answer.
+            assert!(answering.answer(r.id, Answer::Always));
+        };
+        assert_eq!(approvals.approve(&request(7), &announce).await, Some(Answer::Always));
+        assert!(!approvals.answer(7, Answer::Once), "a request is answered once");
+    }
+
+    #[tokio::test]
+    async fn pending_lists_the_waiting_requests_until_they_end() {
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let listing = approvals.clone();
+        let announce = move |r: &ApprovalRequest| {
+            let pending = listing.pending();
+            assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), [r.id]);
+            assert_eq!(pending[0].call_id, "c");
+            assert!(listing.answer(r.id, Answer::Deny));
+        };
+        assert_eq!(approvals.approve(&request(9), &announce).await, Some(Answer::Deny));
+        assert!(approvals.pending().is_empty(), "an answered request is no longer pending");
+    }
+
+    #[tokio::test]
+    async fn runs_sharing_an_approver_get_distinct_request_ids() {
+        let rule = crate::policy::Rule {
+            decision: Decision::Ask,
+            tool: "shell".into(),
+            pattern: None,
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        };
+        let rules = RuleSet::compile(&[rule]).unwrap();
+        let approvals = PendingApprovals::new(Duration::from_millis(1));
+        let (a, b) = (
+            Permissions::new(rules.clone(), approvals.clone()),
+            Permissions::new(rules, approvals.clone()),
+        );
+        let call =
+            reson_trace::ToolCall { id: "c".into(), name: "shell".into(), arguments: "{}".into() };
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let seen = ids.clone();
+        let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id);
+        for permissions in [&a, &b, &a, &b] {
+            assert_eq!(permissions.check("t", &call, &announce).await.decision, "ask-timeout");
+        }
+        let mut ids = ids.lock().unwrap().clone();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 4, "ids collided: {ids:?}");
+    }
+
+    #[tokio::test]
+    async fn no_answer_in_time_denies() {
+        let approvals = PendingApprovals::new(Duration::from_millis(20));
+        assert_eq!(approvals.approve(&request(1), &|_: &ApprovalRequest| {}).await, None);
+        assert!(!approvals.answer(1, Answer::Once));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_wait_is_no_longer_waiting() {
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let (request, announce) = (request(2), |_: &ApprovalRequest| {});
+        let wait = approvals.approve(&request, &announce);
+        let cut = tokio::time::timeout(Duration::from_millis(20), wait).await;
+        assert!(cut.is_err(), "the wait ended on its own: {cut:?}");
+        assert!(!approvals.answer(2, Answer::Once), "a dropped wait still took an answer");
+    }
+
+    #[tokio::test]
+    async fn narrowed_permissions_take_the_stricter_decision_and_share_request_ids() {
+        use crate::policy::Rule;
+        let rule = |decision, tool: &str| Rule {
+            decision,
+            tool: tool.into(),
+            pattern: None,
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        };
+        let parent_rules =
+            RuleSet::compile(&[rule(Decision::Ask, "write"), rule(Decision::Allow, "read")])
+                .unwrap()
+                .with_default(Decision::Allow);
+        let approvals = PendingApprovals::new(Duration::from_secs(30));
+        let parent = Permissions::new(parent_rules, approvals.clone());
+        // The child's own rules would allow everything and deny `read`.
+        let child_rules =
+            RuleSet::compile(&[rule(Decision::Allow, "*"), rule(Decision::Deny, "read")]).unwrap();
+        let child = parent.narrowed(child_rules);
+        assert!(parent.offered("read") && !child.offered("read"));
+        let call = |name: &str| reson_trace::ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: "{}".into(),
+        };
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let (seen, answering) = (ids.clone(), approvals.clone());
+        let announce = move |r: &ApprovalRequest| {
+            seen.lock().unwrap().push(r.id);
+            assert!(answering.answer(r.id, Answer::Once));
+        };
+        assert_eq!(child.check("t", &call("read"), &announce).await.decision, "deny");
+        assert_eq!(child.check("t", &call("write"), &announce).await.decision, "ask-once");
+        assert_eq!(parent.check("t", &call("write"), &announce).await.decision, "ask-once");
+        assert_eq!(child.check("t", &call("list"), &announce).await.decision, "allow");
+        assert_eq!(*ids.lock().unwrap(), vec![1, 2], "one approver, one sequence of ids");
+    }
+}

@@ -1,0 +1,186 @@
+//! The sections of `reson.toml` the agent reads: `[permissions]`,
+//! `[presets.NAME]`, `[budget]`, `[sub_agents]`, `[skills]`,
+//! `[experiences]` and `[compaction]`.
+
+use crate::agent::compaction::CompactionConfig;
+use crate::policy::{Budget, Decision, Preset, Rule, RuleError, RuleSet, SearchPath};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What `reson.toml` says about runs. Relative paths are relative to the
+/// file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct AgentConfig {
+    /// Permission rules for tool calls, checked by the host.
+    pub permissions: PermissionsConfig,
+    /// User presets by name; they override built-ins of the same name.
+    pub presets: BTreeMap<String, Preset>,
+    /// What a run and all its sub-agents may spend together.
+    pub budget: Budget,
+    /// Limits on sub-agents (the `agent` and `evaluate` tools).
+    pub sub_agents: SubAgentsConfig,
+    /// Where project skills live.
+    pub skills: SkillsConfig,
+    /// The experiences file and how runs use it.
+    pub experiences: ExperiencesConfig,
+    /// When and how a run's history is compacted.
+    pub compaction: CompactionConfig,
+    /// The directory relative paths resolve against.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// Where `shell` rules resolve program names: `[sandbox]
+    /// command_path`, which the sandbox's section owns.
+    #[serde(skip)]
+    pub search_path: Option<SearchPath>,
+}
+
+impl AgentConfig {
+    /// Checks what the types alone cannot. Permission rules are compiled
+    /// and their examples checked here, so a rule that does not do what
+    /// its examples say is a config error, not a surprise at run time.
+    pub fn validate(&self) -> Result<(), String> {
+        self.budget.validate().map_err(|e| format!("[budget]: {e}"))?;
+        self.sub_agents.validate().map_err(|e| format!("[sub_agents]: {e}"))?;
+        let global = self.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
+        for (name, preset) in &self.presets {
+            let preset = Preset { name: name.clone(), ..preset.clone() };
+            preset.rule_set(&global).map_err(|e| format!("[presets.{name}]: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The rules in force under preset `name` (a user preset, else a
+    /// built-in), with the preset itself.
+    pub fn preset(&self, name: &str) -> Result<(Preset, RuleSet), String> {
+        let preset = Preset::resolve(name, &self.presets).map_err(|e| e.to_string())?;
+        let global = self.rule_set().map_err(|e| e.to_string())?;
+        let rules = preset.rule_set(&global).map_err(|e| e.to_string())?;
+        Ok((preset, rules))
+    }
+
+    /// The global rules, matching `shell` commands with programs resolved
+    /// on the search path.
+    pub fn rule_set(&self) -> Result<RuleSet, RuleError> {
+        let rules = self.permissions.rule_set()?;
+        Ok(match &self.search_path {
+            Some(path) => rules.with_search_path(path.clone()),
+            None => rules,
+        })
+    }
+
+    /// Resolves a path from the file against the file's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() { path.to_path_buf() } else { self.base_dir.join(path) }
+    }
+}
+
+impl AsRef<AgentConfig> for AgentConfig {
+    fn as_ref(&self) -> &AgentConfig {
+        self
+    }
+}
+
+/// `[sub_agents]`: how deep and how wide sub-agents may go, and what
+/// each may spend at most.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubAgentsConfig {
+    /// Deepest nesting: a root agent is at depth 0, and an agent at this
+    /// depth may not start sub-agents.
+    pub max_depth: u32,
+    /// Most sub-agents one agent runs at once.
+    pub max_fan_out: usize,
+    /// A cap on each sub-agent's budget, under what its parent has left.
+    pub child_budget: Budget,
+}
+
+impl Default for SubAgentsConfig {
+    fn default() -> Self {
+        Self { max_depth: 3, max_fan_out: 8, child_budget: Budget::default() }
+    }
+}
+
+impl SubAgentsConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.max_fan_out == 0 {
+            return Err("max_fan_out must be at least 1".into());
+        }
+        self.child_budget.validate().map_err(|e| format!("child_budget: {e}"))
+    }
+}
+
+/// `[skills]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SkillsConfig {
+    /// Directories of project skills (`*.md`), relative to the config file.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        Self { dirs: vec![PathBuf::from("skills")] }
+    }
+}
+
+/// `[experiences]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExperiencesConfig {
+    /// The file, relative to the config file.
+    pub path: PathBuf,
+    /// Most experiences put into a new trace's first message (0: none).
+    pub top_k: usize,
+    /// Provider plugin of the tagging call; the run's when unset.
+    pub utility_provider: Option<String>,
+    /// Model of the tagging call; the run's when unset.
+    pub utility_model: Option<String>,
+}
+
+impl Default for ExperiencesConfig {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from(".reson/experiences.md"),
+            top_k: 3,
+            utility_provider: None,
+            utility_model: None,
+        }
+    }
+}
+
+/// `[permissions]`: the host's rules for tool calls.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsConfig {
+    /// The decision when no rule matches.
+    pub default: Decision,
+    /// How long a headless approval waits for an answer before denying.
+    pub approval_timeout_ms: u64,
+    /// Rules; the last that matches a call decides it.
+    pub rules: Vec<Rule>,
+    /// Programs (`git`, `find`, `python`, `sh`, ...) whose exec vectors
+    /// `shell` allow patterns may cover; they never do otherwise.
+    pub exec_vectors: Vec<String>,
+}
+
+impl Default for PermissionsConfig {
+    fn default() -> Self {
+        Self {
+            default: Decision::Ask,
+            approval_timeout_ms: 60_000,
+            rules: Vec::new(),
+            exec_vectors: Vec::new(),
+        }
+    }
+}
+
+impl PermissionsConfig {
+    /// The global rules, compiled.
+    pub fn rule_set(&self) -> Result<RuleSet, RuleError> {
+        Ok(RuleSet::compile(&self.rules)?
+            .with_default(self.default)
+            .with_exec_vectors(self.exec_vectors.clone()))
+    }
+}

@@ -1,0 +1,57 @@
+//! The built-in `skill` tool: loads a skill's instructions into the
+//! conversation when the model decides it needs them.
+
+use crate::skills::Skills;
+use reson_sandbox::plugin::ToolSpec;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// The tool's name.
+pub const NAME: &str = "skill";
+
+/// Arguments of `skill`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SkillArgs {
+    /// The skill's name.
+    name: String,
+}
+
+/// The tool's spec, listing the skills it can load.
+pub fn spec(skills: &Skills) -> ToolSpec {
+    let names: Vec<&str> = skills.all().iter().map(|s| s.name.as_str()).collect();
+    ToolSpec {
+        name: NAME.to_owned(),
+        description: format!(
+            "Load a skill's instructions into the conversation. Skills: {}.",
+            names.join(", ")
+        ),
+        input_schema: serde_json::to_value(schemars::schema_for!(SkillArgs))
+            .expect("a derived schema serialises"),
+        plugin: "builtin".to_owned(),
+    }
+}
+
+/// Runs one call. `Err` is a message for the model.
+pub fn call(skills: &Skills, arguments: &str) -> Result<String, String> {
+    let args: SkillArgs = serde_json::from_str(arguments)
+        .map_err(|e| format!("Error: invalid skill arguments: {e}"))?;
+    let skill = skills.get(args.name.trim()).map_err(|e| format!("Error: {e}"))?;
+    Ok(format!("## Skill: {}\n{}\n\n{}", skill.name, skill.description, skill.body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_a_skill_and_names_the_others_when_unknown() {
+        let skills = Skills::load(&[]).unwrap();
+        let out = call(&skills, r#"{"name":"research"}"#).unwrap();
+        assert!(out.starts_with("## Skill: research\n"), "{out}");
+        let err = call(&skills, r#"{"name":"cooking"}"#).unwrap_err();
+        assert_eq!(err, "Error: no skill `cooking` (skills: planning, research)");
+        assert!(call(&skills, "{}").unwrap_err().contains("invalid skill arguments"));
+        assert!(spec(&skills).description.contains("planning, research"));
+    }
+}

@@ -1,0 +1,266 @@
+//! `reson mcp serve`: the tools on offer, served to MCP clients. A call
+//! takes the path a run's call takes — the preset's permission rules, the
+//! tool's schema check, the sandbox and its limits — and its result goes
+//! out redacted. An `ask` becomes an elicitation when the client supports
+//! one; otherwise no one can answer, and the call is denied.
+
+mod approval;
+pub mod http;
+mod stdio;
+
+use approval::ClientApprover;
+use base64::Engine as _;
+use reson_agent::agent::Permissions;
+use reson_agent::policy::RuleSet;
+use reson_agent::tools::{ToolRegistry, ToolResult};
+use reson_sandbox::plugin::CallContext;
+use reson_text::redact::redact;
+use reson_trace::ToolCall;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why serving stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The MCP session could not start (a failed handshake, say).
+    #[error("MCP session failed: {0}")]
+    Session(String),
+    /// The listening socket could not be set up or failed.
+    #[error("MCP HTTP server: {0}")]
+    Http(#[from] std::io::Error),
+    /// Bound beyond loopback without a bearer token.
+    #[error("serving MCP on {0}, beyond loopback, needs a bearer token")]
+    NoToken(std::net::SocketAddr),
+    /// An allowed host or origin that cannot be used.
+    #[error("MCP HTTP server: {0}")]
+    Guard(#[from] reson_origin_guard::GuardError),
+}
+
+/// What every session of one server shares: the tools, and the rules a
+/// session's permissions start from.
+struct Shared {
+    tools: ToolRegistry,
+    rules: RuleSet,
+    approval_timeout: Duration,
+}
+
+/// Serves a [`ToolRegistry`] over MCP. Cheap to clone; each connection
+/// (each HTTP session) gets a session of its own, with its own approvals.
+#[derive(Clone)]
+pub struct McpServer {
+    shared: Arc<Shared>,
+}
+
+impl McpServer {
+    /// Serves `tools` under `rules` (a preset's, from
+    /// [`Config::preset`](crate::config::Config::preset)); an elicitation
+    /// waits up to `approval_timeout` for the person at the client.
+    pub fn new(tools: ToolRegistry, rules: RuleSet, approval_timeout: Duration) -> Self {
+        Self { shared: Arc::new(Shared { tools, rules, approval_timeout }) }
+    }
+
+    /// Serves one client over stdin and stdout until it disconnects. A
+    /// line over 16 MiB, rmcp's limit, is answered with an error.
+    pub async fn serve_stdio(&self) -> Result<(), ServeError> {
+        let running = self
+            .session()
+            .serve(stdio::LineTransport::new(
+                tokio::io::stdin(),
+                tokio::io::stdout(),
+                stdio::MAX_LINE,
+            ))
+            .await
+            .map_err(|e| ServeError::Session(e.to_string()))?;
+        running.waiting().await.map_err(|e| ServeError::Session(e.to_string()))?;
+        Ok(())
+    }
+
+    fn session(&self) -> Session {
+        let approver = Arc::new(ClientApprover::new(self.shared.approval_timeout));
+        let permissions = Permissions::new(self.shared.rules.clone(), approver.clone());
+        Session { shared: self.shared.clone(), permissions: Arc::new(permissions), approver }
+    }
+}
+
+/// One client's connection.
+#[derive(Clone)]
+struct Session {
+    shared: Arc<Shared>,
+    permissions: Arc<Permissions>,
+    approver: Arc<ClientApprover>,
+}
+
+impl Session {
+    /// The tools offered to the client: those the rules do not deny
+    /// outright. Built-ins live inside a run (the goal tree), so they are
+    /// not served.
+    fn tools(&self) -> Vec<Tool> {
+        self.shared
+            .tools
+            .specs()
+            .into_iter()
+            .filter(|t| !ToolRegistry::is_builtin(&t.name) && self.permissions.offered(&t.name))
+            .map(|spec| {
+                let schema = match spec.input_schema {
+                    serde_json::Value::Object(map) => map,
+                    _ => JsonObject::from_iter([("type".to_owned(), "object".into())]),
+                };
+                Tool::new(spec.name, spec.description, Arc::new(schema))
+            })
+            .collect()
+    }
+
+    /// Sends `notifications/tools/list_changed` whenever the offered tools
+    /// change (a plugin replaced, an MCP server's list changed), until the
+    /// client is gone.
+    fn follow_changes(&self, peer: rmcp::Peer<RoleServer>) {
+        let mut changes = self.shared.tools.changes();
+        if changes.is_empty() {
+            return;
+        }
+        let session = self.clone();
+        tokio::spawn(async move {
+            let mut listed = session.tools();
+            loop {
+                let ticks = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
+                let (tick, _, _) = futures::future::select_all(ticks).await;
+                if tick.is_err() || peer.is_transport_closed() {
+                    return;
+                }
+                let now = session.tools();
+                if now != listed {
+                    listed = now;
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let name = request.name.to_string();
+        if !self.tools().iter().any(|t| t.name == name) {
+            let offered: Vec<String> = self.tools().into_iter().map(|t| t.name.into()).collect();
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{name}`; offered tools: {}", offered.join(", ")),
+                None,
+            ));
+        }
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let call = ToolCall {
+            id: format!("mcp-{}", context.id),
+            name: name.clone(),
+            arguments: arguments.to_string(),
+        };
+        self.approver.attach(&context.peer);
+        let ruling = self.permissions.check("mcp", &call, &|_| {}).await;
+        if !ruling.run {
+            let text = match ruling.decision {
+                "ask-denied" => format!("Error: the user denied this call of `{name}`."),
+                "ask-timeout" if !approval::can_ask(&context.peer) => format!(
+                    "Error: calling `{name}` needs approval, and this MCP client cannot be asked \
+                     (it does not support elicitation): allow it with a permission rule in reson.toml."
+                ),
+                "ask-timeout" => {
+                    format!("Error: no one approved this call of `{name}` in time; it was denied.")
+                }
+                _ => {
+                    let why = ruling
+                        .rule
+                        .map_or_else(|| "no rule allows it".to_owned(), |r| format!("rule {r}"));
+                    format!("Error: permission denied for `{name}` ({why}).")
+                }
+            };
+            return Ok(CallToolResult::error(vec![ContentBlock::text(redact(&text))]));
+        }
+        let cx = CallContext { call_id: call.id.clone(), trace_id: None, cancel: Some(context.ct) };
+        Ok(to_mcp(self.shared.tools.call(&call, &cx).await))
+    }
+}
+
+/// A tool result as MCP has it: the text (redacted), a JSON object result
+/// also as `structuredContent`, images as image content, failures (limits
+/// and traps named in the text) as `isError`.
+fn to_mcp(result: ToolResult) -> CallToolResult {
+    let text = redact(&result.text).into_owned();
+    let structured = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value @ serde_json::Value::Object(_)) if result.ok => Some(value),
+        _ => None,
+    };
+    let mut content = vec![ContentBlock::text(text)];
+    for image in &result.images {
+        let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+        content.push(ContentBlock::image(data, image.media_type.clone()));
+    }
+    let mut out =
+        if result.ok { CallToolResult::success(content) } else { CallToolResult::error(content) };
+    out.structured_content = structured;
+    out
+}
+
+impl ServerHandler for Session {
+    fn get_info(&self) -> InitializeResult {
+        let capabilities =
+            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+        InitializeResult::new(capabilities)
+            .with_protocol_version(super::PROTOCOL_VERSION)
+            .with_server_info(Implementation::new("reson", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Reson's tools, each call run in a WebAssembly sandbox under the host's permission rules.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&super::PROTOCOL_VERSION))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.approver.attach(&context.peer);
+        self.follow_changes(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await.map(CallToolResponse::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_json_object_result_is_structured_and_failures_are_is_error() {
+        let object = to_mcp(ToolResult::text(r#"{"a":1}"#.into()));
+        assert_eq!(object.structured_content, Some(serde_json::json!({ "a": 1 })));
+        assert_eq!(object.is_error, Some(false));
+        assert_eq!(object.content[0].as_text().unwrap().text, r#"{"a":1}"#);
+        assert_eq!(to_mcp(ToolResult::text("[1]".into())).structured_content, None);
+        let failed = to_mcp(ToolResult::error(r#"{"a":1}"#.into()));
+        assert_eq!((failed.is_error, failed.structured_content), (Some(true), None));
+    }
+}

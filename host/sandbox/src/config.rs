@@ -1,0 +1,284 @@
+//! The sections of `reson.toml` the sandbox reads: where plugins live, the
+//! engine-wide `[sandbox]` settings, what each plugin is granted
+//! (`[plugins.NAME]`), and `[secrets]`.
+//!
+//! Nothing here can be widened by a plugin or a model: a plugin gets the
+//! intersection of what its manifest requests and what these grant.
+
+use crate::policy::{CommandError, DEFAULT_COMMAND_PATH, SearchPath, UrlPattern};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What `reson.toml` says about plugins: the keys `plugins_dir`,
+/// `cache_dir`, `lock_file` and the tables `[sandbox]`, `[plugins.NAME]`
+/// and `[secrets]`. Relative paths are relative to the file.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct PluginsConfig {
+    /// Directory holding `<name>.wasm` + `<name>.toml` pairs.
+    pub plugins_dir: Option<PathBuf>,
+    /// Directory for compiled code, keyed by digest and engine settings.
+    pub cache_dir: Option<PathBuf>,
+    /// The lock file pinning each plugin's digest and requests.
+    pub lock_file: Option<PathBuf>,
+    /// Engine-wide sandbox settings.
+    pub sandbox: SandboxConfig,
+    /// Grants per plugin name. A plugin not listed here is granted nothing
+    /// beyond computing and logging.
+    pub plugins: BTreeMap<String, PluginGrant>,
+    /// Secrets by name, for plugins granted those names: a value
+    /// (`NAME = "value"`) or a table (`[secrets.NAME] value = "..."`,
+    /// `urls = [...]`) that binds the secret to the URLs it may be sent to.
+    /// Environment variables of the same name take precedence over values.
+    #[serde(skip_serializing)]
+    pub secrets: BTreeMap<String, SecretConfig>,
+    /// The directory relative paths resolve against.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+impl PluginsConfig {
+    /// Checks what the types alone cannot: secret URL patterns and the
+    /// command search path.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, secret) in &self.secrets {
+            for pattern in secret.urls.iter().flatten() {
+                UrlPattern::parse(pattern).map_err(|e| format!("[secrets.{name}]: {e}"))?;
+            }
+        }
+        self.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
+        Ok(())
+    }
+
+    /// Resolves a path from the file against the file's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() { path.to_path_buf() } else { self.base_dir.join(path) }
+    }
+
+    /// The grant for `plugin`, or the empty grant.
+    pub fn grant(&self, plugin: &str) -> PluginGrant {
+        self.plugins.get(plugin).cloned().unwrap_or_default()
+    }
+}
+
+impl AsRef<PluginsConfig> for PluginsConfig {
+    fn as_ref(&self) -> &PluginsConfig {
+        self
+    }
+}
+
+/// One entry of `[secrets]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "SecretEntry")]
+pub struct SecretConfig {
+    /// The value, used when the environment has no variable of this name.
+    pub value: Option<String>,
+    /// URL patterns (`[scheme://]host[:port][/path-prefix]`) the secret may
+    /// be sent to. Unbound (`None`), it may go only to URLs that the
+    /// plugin's own `http` grant names by an exact host (not `*` or
+    /// `*.domain`).
+    pub urls: Option<Vec<String>>,
+}
+
+/// `NAME = "value"` or `[secrets.NAME]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SecretEntry {
+    Value(String),
+    Table(SecretTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretTable {
+    value: Option<String>,
+    urls: Option<Vec<String>>,
+}
+
+impl From<SecretEntry> for SecretConfig {
+    fn from(entry: SecretEntry) -> Self {
+        match entry {
+            SecretEntry::Value(value) => Self { value: Some(value), urls: None },
+            SecretEntry::Table(SecretTable { value, urls }) => Self { value, urls },
+        }
+    }
+}
+
+/// Engine-wide settings. Changing them changes the compiled-code cache key.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Count fuel, so that plugins with a `fuel` limit can be held to it.
+    /// Costs some speed for every plugin.
+    pub fuel: bool,
+    /// Most plugin instances alive at once (the pooling allocator's size).
+    pub max_instances: u32,
+    /// The largest memory any plugin may be granted, in MiB.
+    pub max_memory_mb: u64,
+    /// Default limits for plugins that set none.
+    pub defaults: Limits,
+    /// The fixed search path for the programs plugins run and for the
+    /// program names in `shell` permission rules: absolute directories,
+    /// searched in order. Never the host's or a guest's `PATH`.
+    pub command_path: Vec<PathBuf>,
+    /// Whether the commands plugins start run in the OS jail
+    /// ([`crate::jail`]): `"on"` (the default) or `"off"`, which runs them
+    /// with all of the host's rights and is warned about on every call.
+    pub jail: JailMode,
+    /// Where bubblewrap is, for the jail.
+    pub bwrap: PathBuf,
+}
+
+/// `[sandbox] jail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JailMode {
+    /// Every command runs jailed, or not at all.
+    #[default]
+    On,
+    /// Commands run unjailed, with the host's rights.
+    Off,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            fuel: false,
+            max_instances: 64,
+            max_memory_mb: 1024,
+            defaults: Limits::default(),
+            command_path: DEFAULT_COMMAND_PATH.iter().map(PathBuf::from).collect(),
+            jail: JailMode::On,
+            bwrap: PathBuf::from(crate::jail::DEFAULT_BWRAP),
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// `command_path`, checked.
+    pub fn search_path(&self) -> Result<SearchPath, CommandError> {
+        SearchPath::new(&self.command_path)
+    }
+}
+
+/// Access to a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// No access.
+    #[default]
+    None,
+    /// Read files and list directories.
+    Read,
+    /// Read, create, change and delete.
+    ReadWrite,
+}
+
+/// A directory the user grants to a plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// Host directory (relative to the config file).
+    pub path: PathBuf,
+    /// The most the plugin may do there.
+    pub access: Access,
+    /// Where the guest sees it; defaults to the absolute host path, so paths
+    /// a model reads in one tool's output work in another's arguments.
+    pub mount: Option<String>,
+    /// What commands may do to `.git` and `.reson` in a writable directory:
+    /// read-only unless this says `"read-write"` (`git commit` on purpose).
+    #[serde(default = "read_only")]
+    pub metadata: Access,
+}
+
+fn read_only() -> Access {
+    Access::Read
+}
+
+/// Resource limits. `None` means "no opinion": the tighter of the
+/// plugin's request and the user's grant wins, then the host default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock deadline of one call, including time in host calls.
+    pub timeout_ms: Option<u64>,
+    /// Linear memory cap of one instance, in MiB.
+    pub memory_mb: Option<u64>,
+    /// Fuel per call (only when `sandbox.fuel` is on).
+    pub fuel: Option<u64>,
+    /// Cap on the bytes a call may return.
+    pub output_bytes: Option<u64>,
+    /// Processes and threads the commands of one call may hold at once.
+    pub max_processes: Option<u32>,
+}
+
+/// What the user grants one plugin.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginGrant {
+    /// Set to false to keep the plugin unloaded.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Directories, preopened for WASI.
+    #[serde(default)]
+    pub dirs: Vec<DirGrant>,
+    /// URL patterns: `host[:port][/path-prefix]`, `*.host` for subdomains.
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// Command-line globs such as `git *`, matched against the canonical
+    /// command line (program resolved on `[sandbox] command_path`).
+    #[serde(default)]
+    pub process: Vec<String>,
+    /// Environment variables the plugin may pass to commands, by exact
+    /// name, beyond the safe built-ins (`LANG`, `LC_*`, `TZ`, `NO_COLOR`,
+    /// `TERM`, `COLUMNS`).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Programs (`git`, `find`, `python`, `sh`, ...) whose exec vectors
+    /// (`git -c`, `find -exec`, `python -c`, any use of `sh`) may run when
+    /// a granted pattern matches.
+    #[serde(default)]
+    pub exec_vectors: Vec<String>,
+    /// `host:port` pairs (`*.host:port` for subdomains) the plugin's
+    /// commands may reach, through the jail's proxy; none by default.
+    #[serde(default)]
+    pub command_network: Vec<String>,
+    /// Processes and threads one call's commands may hold at once; the
+    /// same as `limits.max_processes` (the tighter of the two holds).
+    pub max_processes: Option<u32>,
+    /// Names of secrets the plugin may reference.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Only these tools of the plugin are offered; all when unset.
+    pub tools: Option<Vec<String>>,
+    /// Limits the user sets for this plugin.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Non-secret settings the plugin reads through `config`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for PluginGrant {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dirs: Vec::new(),
+            http: Vec::new(),
+            process: Vec::new(),
+            env: Vec::new(),
+            exec_vectors: Vec::new(),
+            command_network: Vec::new(),
+            max_processes: None,
+            secrets: Vec::new(),
+            tools: None,
+            limits: Limits::default(),
+            config: BTreeMap::new(),
+        }
+    }
+}

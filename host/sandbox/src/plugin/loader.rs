@@ -1,0 +1,614 @@
+//! Turning a `<name>.wasm` + `<name>.toml` pair into a [`LoadedPlugin`]:
+//! manifest, digest and lock, compile (or cache), contract check, grants,
+//! linking, and the tool list.
+
+use super::cache::{self, Source};
+use super::engine::{KeptMark, Sandbox};
+use super::error::{CallError, Limit, LoadError, ToolFailure};
+use super::instance::{CallStore, Site};
+use super::lock::LockFile;
+use super::manifest::Manifest;
+use crate::capability::{DeltaSink, HostState, Secrets};
+use crate::config::PluginsConfig;
+use crate::contract::bindings::plan_parser::PlanParserPluginPre;
+use crate::contract::bindings::plan_parser::exports::reson::plugin::plan_parser as plan;
+use crate::contract::bindings::provider::ProviderPluginPre;
+use crate::contract::bindings::provider::reson::plugin::chat_types as chat;
+use crate::contract::bindings::tool::exports::reson::plugin::tool as wit;
+use crate::contract::bindings::tool::{ToolPlugin, ToolPluginPre};
+use crate::contract::{self, World};
+use crate::policy::Grants;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+const MAX_TOOL_NAME: usize = 64;
+/// Most tools one plugin may list: enough for any real toolbox, and small
+/// enough that a hostile list cannot make every start-up slow.
+pub(crate) const MAX_TOOLS_PER_PLUGIN: usize = 256;
+/// Longest tool description, in bytes.
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 8 << 10;
+/// Longest input schema (as JSON text), in bytes.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 64 << 10;
+/// The longest `list()` may take, whatever the plugin's call limit: every
+/// start-up and reload waits for it.
+pub(crate) const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolSpec {
+    /// Unique tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub input_schema: serde_json::Value,
+    /// The plugin serving it.
+    pub plugin: String,
+}
+
+/// An image in a tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Image {
+    /// IANA media type.
+    pub media_type: String,
+    /// Raw bytes.
+    #[serde(skip)]
+    pub data: Vec<u8>,
+}
+
+/// A tool's successful result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolOutput {
+    /// The text for the model.
+    pub text: String,
+    /// A summary that replaces `text` in later history.
+    pub long_term_memory: Option<String>,
+    /// Send `text` once, then only the summary.
+    pub include_output_only_once: bool,
+    /// Accompanying images.
+    pub images: Vec<Image>,
+}
+
+/// What the caller tells a tool about the call.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The model's id for this tool call.
+    pub call_id: String,
+    /// The trace the call belongs to.
+    pub trace_id: Option<String>,
+    /// Cancel it to cut the call short (it then fails with
+    /// [`CallError::Cancelled`]).
+    pub cancel: Option<CancellationToken>,
+}
+
+pub(crate) struct ToolEntry {
+    pub(crate) spec: ToolSpec,
+    pub(crate) validator: jsonschema::Validator,
+}
+
+pub(crate) enum Exports {
+    Tool { pre: ToolPluginPre<HostState>, tools: Vec<ToolEntry> },
+    Provider { pre: ProviderPluginPre<HostState> },
+    PlanParser { pre: PlanParserPluginPre<HostState> },
+}
+
+/// One generation of a loaded plugin. Calls hold an `Arc` to it, so a
+/// reload never disturbs a call already running.
+pub(crate) struct LoadedPlugin {
+    /// Idle instances kept between calls, for plugins whose manifest asks
+    /// (`[instance] keep_warm`); dropped with this generation.
+    warm: Mutex<Vec<WarmTool>>,
+    pub(crate) name: Arc<str>,
+    pub(crate) manifest: Manifest,
+    pub(crate) sha256: String,
+    pub(crate) world: World,
+    pub(crate) grants: Arc<Grants>,
+    pub(crate) exports: Exports,
+    pub(crate) generation: u64,
+    pub(crate) from_cache: bool,
+}
+
+/// A tool plugin's Store and instance, kept for the next call.
+struct WarmTool {
+    call: CallStore,
+    instance: ToolPlugin,
+    /// Counts it among the kept instances while it is idle.
+    _mark: Option<KeptMark>,
+}
+
+/// Idle kept instances per plugin: enough for calls that overlap a little.
+const MAX_WARM_PER_PLUGIN: usize = 2;
+
+/// What loading needs from the runtime.
+pub(crate) struct LoadContext<'a> {
+    pub(crate) sandbox: &'a Sandbox,
+    pub(crate) config: &'a PluginsConfig,
+    pub(crate) cache_dir: &'a Path,
+    pub(crate) lock: &'a Mutex<LockFile>,
+    pub(crate) secrets: &'a Arc<Secrets>,
+}
+
+/// The manifest path beside a plugin file.
+pub(crate) fn manifest_path(file: &Path) -> PathBuf {
+    file.with_extension("toml")
+}
+
+/// A plugin's files as read once from disk: the component's bytes and
+/// digest, and the manifest text (if there is one).
+pub(crate) struct PluginFiles {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) sha256: String,
+    manifest: Option<String>,
+}
+
+impl PluginFiles {
+    pub(crate) fn read(file: &Path) -> Result<Self, LoadError> {
+        let bytes = read_capped(file, MAX_COMPONENT_BYTES)?;
+        let manifest = match read_capped(&manifest_path(file), MAX_MANIFEST_BYTES) {
+            Ok(bytes) => Some(String::from_utf8(bytes).map_err(|_| LoadError::Io {
+                file: manifest_path(file),
+                reason: "the manifest is not UTF-8 text".into(),
+            })?),
+            Err(LoadError::Io { reason, .. }) if reason == NOT_FOUND => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Self { sha256: sha256(&bytes), bytes, manifest })
+    }
+
+    /// Identifies this exact pair of files, to skip reloads that change nothing.
+    pub(crate) fn fingerprint(&self) -> String {
+        let manifest = self.manifest.as_deref().unwrap_or_default();
+        sha256(&[self.sha256.as_bytes(), manifest.as_bytes()].concat())
+    }
+
+    /// The manifest, checked to name the file's plugin.
+    pub(crate) fn manifest(&self, name: &str, file: &Path) -> Result<Manifest, LoadError> {
+        let Some(text) = &self.manifest else {
+            return Err(LoadError::MissingManifest {
+                file: file.into(),
+                manifest: manifest_path(file),
+            });
+        };
+        let manifest = Manifest::parse(text)
+            .map_err(|reason| LoadError::BadManifest { file: file.into(), reason })?;
+        if manifest.name != name {
+            return Err(LoadError::BadManifest {
+                file: file.into(),
+                reason: format!(
+                    "it names the plugin `{}`, but the file is `{name}.wasm`",
+                    manifest.name
+                ),
+            });
+        }
+        Ok(manifest)
+    }
+}
+
+/// Largest component file loaded: compiling is not interruptible, so its
+/// input is bounded instead.
+const MAX_COMPONENT_BYTES: u64 = 128 << 20;
+/// Largest manifest read.
+const MAX_MANIFEST_BYTES: u64 = 64 << 10;
+const NOT_FOUND: &str = "no such file";
+
+/// Reads a regular file of at most `cap` bytes. Anything else (a FIFO would
+/// block the loader, a device would never end) is an error naming it.
+fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, LoadError> {
+    let io = |reason: String| LoadError::Io { file: path.into(), reason };
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => io(NOT_FOUND.into()),
+        _ => io(e.to_string()),
+    })?;
+    if !meta.is_file() {
+        return Err(io("not a regular file".into()));
+    }
+    if meta.len() > cap {
+        return Err(io(format!("{} bytes; at most {cap} are loaded", meta.len())));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, cap + 1), &mut bytes))
+        .map_err(|e| io(e.to_string()))?;
+    if bytes.len() as u64 > cap {
+        return Err(io(format!("more than {cap} bytes; at most {cap} are loaded")));
+    }
+    Ok(bytes)
+}
+
+/// SHA-256 of `bytes`, hex.
+pub(crate) fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Checks the header: wasm magic, and the component layer.
+fn check_header(file: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadError::NotWasm { file: file.into() });
+    }
+    // Bytes 6..8 are the layer: 0 for a core module, 1 for a component.
+    if bytes[6..8] == [0, 0] {
+        return Err(LoadError::CoreModule { file: file.into() });
+    }
+    Ok(())
+}
+
+/// Loads one plugin. Every failure is a one-line [`LoadError`].
+pub(crate) async fn load(
+    cx: &LoadContext<'_>,
+    name: &str,
+    file: &Path,
+    files: &PluginFiles,
+    generation: u64,
+) -> Result<LoadedPlugin, LoadError> {
+    let manifest = files.manifest(name, file)?;
+    let (bytes, sha256) = (&files.bytes, files.sha256.clone());
+    check_header(file, bytes)?;
+    cx.lock.lock().expect("lock file mutex").admit(name, &sha256, &manifest.requests).map_err(
+        |grown| LoadError::NeedsApproval { file: file.into(), name: name.into(), grown },
+    )?;
+
+    let (engine, fingerprint) = (cx.sandbox.engine.clone(), cx.sandbox.fingerprint.clone());
+    let (dir, digest, wasm) = (cx.cache_dir.to_owned(), sha256.clone(), bytes.clone());
+    let compiled = tokio::task::spawn_blocking(move || {
+        cache::load_or_compile(&engine, &fingerprint, &dir, &digest, &wasm)
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("the compiler failed: {e}")));
+    let (component, source) =
+        compiled.map_err(|reason| LoadError::Invalid { file: file.into(), reason })?;
+    let world = contract::inspect(&cx.sandbox.engine, &component)
+        .map_err(|source| LoadError::Contract { file: file.into(), source })?;
+    let grants = Grants::intersect(&manifest, &cx.config.grant(name), &cx.config.sandbox, |p| {
+        cx.config.resolve(p)
+    })
+    .map_err(|e| LoadError::Grant { file: file.into(), reason: e.to_string() })?;
+    let grants = Arc::new(grants);
+
+    let link = |reason: wasmtime::Error| LoadError::Link {
+        file: file.into(),
+        reason: format!("{reason:#}"),
+    };
+    let pre = cx.sandbox.linker.instantiate_pre(&component).map_err(link)?;
+    let name: Arc<str> = name.into();
+    let exports = match world {
+        World::ToolPlugin => {
+            let pre = ToolPluginPre::new(pre).map_err(link)?;
+            let tools = list_tools(cx, &name, &grants, &pre)
+                .await
+                .map_err(|reason| LoadError::Tools { file: file.into(), reason })?;
+            Exports::Tool { pre, tools }
+        }
+        World::ProviderPlugin => {
+            Exports::Provider { pre: ProviderPluginPre::new(pre).map_err(link)? }
+        }
+        World::PlanParserPlugin => {
+            Exports::PlanParser { pre: PlanParserPluginPre::new(pre).map_err(link)? }
+        }
+    };
+    Ok(LoadedPlugin {
+        warm: Mutex::new(Vec::new()),
+        name,
+        manifest,
+        sha256,
+        world,
+        grants,
+        exports,
+        generation,
+        from_cache: source == Source::Cache,
+    })
+}
+
+/// Asks the component for its tools, under the same sandbox as a call.
+async fn list_tools(
+    cx: &LoadContext<'_>,
+    plugin: &Arc<str>,
+    grants: &Arc<Grants>,
+    pre: &ToolPluginPre<HostState>,
+) -> Result<Vec<ToolEntry>, String> {
+    let site = Site { plugin, tool: "list" };
+    let timeout = grants.limits.timeout.min(LIST_TIMEOUT);
+    let mut call = CallStore::new(cx.sandbox, plugin, grants, cx.secrets, None, site, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (deadline, cancel) = call.limits();
+    let list = async {
+        let instance = pre.instantiate_async(&mut call.store).await?;
+        instance.reson_plugin_tool().call_list(&mut call.store).await
+    };
+    let specs = CallStore::bounded(deadline, cancel, list)
+        .await
+        .map_err(|e| format!("listing its tools failed: {}", call.classify(&e, site)))?;
+    drop(call);
+    if specs.len() > MAX_TOOLS_PER_PLUGIN {
+        return Err(format!(
+            "it lists {} tools; a plugin may serve at most {MAX_TOOLS_PER_PLUGIN}",
+            specs.len()
+        ));
+    }
+    let mut tools: Vec<ToolEntry> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let name_ok = !spec.name.is_empty()
+            && spec.name.len() <= MAX_TOOL_NAME
+            && spec.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            && !spec.name.contains("__");
+        if !name_ok {
+            return Err(format!(
+                "tool {:?}: a tool name must match [a-zA-Z0-9_-]{{1,{MAX_TOOL_NAME}}} without \
+                 `__` (reserved for the host's namespaced tools)",
+                spec.name.chars().take(MAX_TOOL_NAME).collect::<String>()
+            ));
+        }
+        let bad = |reason: String| format!("tool `{}`: {reason}", spec.name);
+        if spec.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(bad(format!(
+                "its description has {} bytes; at most {MAX_DESCRIPTION_BYTES} are allowed",
+                spec.description.len()
+            )));
+        }
+        if spec.input_schema.len() > MAX_SCHEMA_BYTES {
+            return Err(bad(format!(
+                "its input schema has {} bytes; at most {MAX_SCHEMA_BYTES} are allowed",
+                spec.input_schema.len()
+            )));
+        }
+        // One name to the runtime, whatever its case.
+        if tools.iter().any(|t| t.spec.name.eq_ignore_ascii_case(&spec.name)) {
+            return Err(bad("listed twice (names differing only by case are one name)".into()));
+        }
+        let schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
+            .map_err(|e| bad(format!("input schema is not JSON: {e}")))?;
+        if !schema.is_object() {
+            return Err(bad("input schema must be a JSON object".into()));
+        }
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|e| bad(format!("invalid input schema: {e}")))?;
+        tools.push(ToolEntry {
+            spec: ToolSpec {
+                name: spec.name,
+                description: spec.description,
+                input_schema: schema,
+                plugin: plugin.to_string(),
+            },
+            validator,
+        });
+    }
+    Ok(tools)
+}
+
+/// `text` from a guest, on its way to the model, with every secret
+/// redacted: a tool reads what its grant reaches (a project's `.env`, a
+/// command's output), and what it returns is the model's next prompt,
+/// sent to the provider as it is.
+fn scrub(text: String) -> String {
+    match reson_text::redact::redact(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(redacted) => redacted,
+    }
+}
+
+impl LoadedPlugin {
+    /// Runs `tool` in a fresh instance, or in a kept one when the manifest
+    /// asks for `keep_warm`. `args` has passed the schema.
+    pub(crate) async fn call_tool(
+        &self,
+        sandbox: &Sandbox,
+        secrets: &Arc<Secrets>,
+        tool: &str,
+        args: &str,
+        context: &CallContext,
+    ) -> Result<ToolOutput, CallError> {
+        let site = Site { plugin: &self.name, tool };
+        let Exports::Tool { pre, .. } = &self.exports else {
+            return Err(CallError::Internal {
+                plugin: self.name.to_string(),
+                tool: tool.into(),
+                message: format!("plugin is a {}, not a tool plugin", self.world),
+            });
+        };
+        let timeout = self.grants.limits.timeout;
+        let kept = self.take_warm();
+        let (mut call, instance) = match kept {
+            Some(WarmTool { mut call, instance, .. }) => {
+                let fuel = sandbox.fuel.then(|| self.grants.limits.fuel.unwrap_or(u64::MAX));
+                call.rearm(context.cancel.clone(), timeout, fuel)?;
+                (call, instance)
+            }
+            None => {
+                let mut call = CallStore::new(
+                    sandbox,
+                    &self.name,
+                    &self.grants,
+                    secrets,
+                    context.cancel.clone(),
+                    site,
+                    timeout,
+                )
+                .await?;
+                let (deadline, cancel) = call.limits();
+                let instance =
+                    CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store))
+                        .await
+                        .map_err(|e| call.classify(&e, site))?;
+                (call, instance)
+            }
+        };
+        let wit_context = wit::CallContext {
+            call_id: context.call_id.clone(),
+            trace_id: context.trace_id.clone(),
+            cwd: self.grants.dirs.first().map(|d| d.guest.clone()),
+        };
+        let (deadline, cancel) = call.limits();
+        let args = args.to_owned();
+        let result = CallStore::bounded(
+            deadline,
+            cancel,
+            instance.reson_plugin_tool().call_call(&mut call.store, tool, &args, &wit_context),
+        )
+        .await;
+        let result = match result {
+            Ok(answer) => {
+                // The guest returned normally: its instance can be entered again.
+                self.keep_warm(sandbox, WarmTool { call, instance, _mark: None });
+                answer
+            }
+            Err(e) => return Err(call.classify(&e, site)),
+        };
+        match result {
+            Ok(out) => self.checked_output(tool, out),
+            Err(failure) => Err(CallError::Tool {
+                plugin: self.name.to_string(),
+                tool: tool.into(),
+                failure: match failure {
+                    wit::ToolError::InvalidArguments(m) => ToolFailure::InvalidArguments(scrub(m)),
+                    wit::ToolError::UnknownTool(m) => ToolFailure::UnknownTool(scrub(m)),
+                    wit::ToolError::Denied(m) => ToolFailure::Denied(scrub(m)),
+                    wit::ToolError::Failed(m) => ToolFailure::Failed(scrub(m)),
+                },
+            }),
+        }
+    }
+
+    /// An idle kept instance, if the plugin keeps them and one is free.
+    fn take_warm(&self) -> Option<WarmTool> {
+        if !self.manifest.instance.keep_warm {
+            return None;
+        }
+        self.warm.lock().expect("warm pool").pop()
+    }
+
+    /// Keeps `warm` for the next call when the plugin asks for that, the
+    /// instance has used at most half its memory cap, the pool has room, and
+    /// kept instances would still leave most slots to fresh calls; otherwise
+    /// it is dropped (and its slot freed).
+    fn keep_warm(&self, sandbox: &Sandbox, warm: WarmTool) {
+        // An instance whose memory grew past half its cap is let go before
+        // its state makes some later call run out.
+        let has_room = warm.call.stderr_has_room() && warm.call.store.data().limiter.has_headroom();
+        if !self.manifest.instance.keep_warm || !has_room {
+            return;
+        }
+        let mut pool = self.warm.lock().expect("warm pool");
+        if pool.len() < MAX_WARM_PER_PLUGIN
+            && let Some(mark) = sandbox.slots.keep()
+        {
+            pool.push(WarmTool { _mark: Some(mark), ..warm });
+        }
+    }
+
+    /// Runs one chat call of a provider plugin in a fresh instance;
+    /// `deltas` receives streamed pieces while it runs.
+    pub(crate) async fn chat(
+        &self,
+        sandbox: &Sandbox,
+        secrets: &Arc<Secrets>,
+        request: &chat::ChatRequest,
+        deltas: Option<DeltaSink>,
+        cancel: Option<CancellationToken>,
+    ) -> Result<Result<chat::ChatResponse, chat::ProviderError>, CallError> {
+        let site = Site { plugin: &self.name, tool: "chat" };
+        let Exports::Provider { pre } = &self.exports else {
+            return Err(CallError::Internal {
+                plugin: self.name.to_string(),
+                tool: "chat".into(),
+                message: format!("plugin is a {}, not a provider plugin", self.world),
+            });
+        };
+        let mut call = CallStore::new(
+            sandbox,
+            &self.name,
+            &self.grants,
+            secrets,
+            cancel,
+            site,
+            self.grants.limits.timeout,
+        )
+        .await?;
+        call.store.data_mut().deltas = deltas;
+        let (deadline, cancel) = call.limits();
+        let chat = async {
+            let instance = pre.instantiate_async(&mut call.store).await?;
+            instance.reson_plugin_provider().call_chat(&mut call.store, request).await
+        };
+        let answer = CallStore::bounded(deadline, cancel, chat)
+            .await
+            .map_err(|e| call.classify(&e, site))?;
+        // A cancel cuts the guest's waits short, and the guest may then
+        // still finish before the next epoch tick stops it: a stop asked for
+        // during the call wins over an answer that races it.
+        if call.store.data().cancelled() {
+            return Err(CallError::Cancelled {
+                plugin: self.name.to_string(),
+                tool: "chat".into(),
+            });
+        }
+        Ok(answer)
+    }
+
+    /// Parses `raw` with a plan parser plugin in a fresh instance.
+    pub(crate) async fn parse_plan(
+        &self,
+        sandbox: &Sandbox,
+        secrets: &Arc<Secrets>,
+        raw: &str,
+        goal: &str,
+    ) -> Result<Result<plan::Plan, plan::ParseError>, CallError> {
+        let site = Site { plugin: &self.name, tool: "parse" };
+        let Exports::PlanParser { pre } = &self.exports else {
+            return Err(CallError::Internal {
+                plugin: self.name.to_string(),
+                tool: "parse".into(),
+                message: format!("plugin is a {}, not a plan parser plugin", self.world),
+            });
+        };
+        let mut call = CallStore::new(
+            sandbox,
+            &self.name,
+            &self.grants,
+            secrets,
+            None,
+            site,
+            self.grants.limits.timeout,
+        )
+        .await?;
+        let (deadline, cancel) = call.limits();
+        let parse = async {
+            let instance = pre.instantiate_async(&mut call.store).await?;
+            instance.reson_plugin_plan_parser().call_parse(&mut call.store, raw, goal).await
+        };
+        CallStore::bounded(deadline, cancel, parse).await.map_err(|e| call.classify(&e, site))
+    }
+
+    fn checked_output(&self, tool: &str, out: wit::ToolOutput) -> Result<ToolOutput, CallError> {
+        let returned = out.text.len()
+            + out.long_term_memory.as_ref().map_or(0, String::len)
+            + out.images.iter().map(|i| i.data.len() + i.media_type.len()).sum::<usize>();
+        let cap = self.grants.limits.output_bytes;
+        if returned as u64 > cap {
+            return Err(CallError::LimitExceeded {
+                plugin: self.name.to_string(),
+                tool: tool.into(),
+                limit: Limit::Output { returned: returned as u64, bytes: cap },
+            });
+        }
+        Ok(ToolOutput {
+            text: scrub(out.text),
+            long_term_memory: out.long_term_memory.map(scrub),
+            include_output_only_once: out.include_output_only_once,
+            images: out
+                .images
+                .into_iter()
+                .map(|i| Image { media_type: i.media_type, data: i.data })
+                .collect(),
+        })
+    }
+
+    pub(crate) fn tools(&self) -> &[ToolEntry] {
+        match &self.exports {
+            Exports::Tool { tools, .. } => tools,
+            _ => &[],
+        }
+    }
+}

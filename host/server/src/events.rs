@@ -1,0 +1,367 @@
+//! What wakes a trace's watchers: the trace store, wrapped so that each
+//! appended event signals them, and the live frames (text deltas, approval
+//! requests) of the runs this server started.
+//!
+//! Only traces with a watcher have a channel; the runs look theirs up per
+//! event and never wait on a watcher: the event signal is a
+//! `tokio::sync::watch` (a slow watcher sees the latest id and reads what
+//! it missed from the store), the live frames a bounded broadcast.
+
+use super::runs::LiveSource;
+use super::state::Runs;
+use async_trait::async_trait;
+use reson_trace::{
+    Event, EventKind, GoalTree, Message, Trace, TraceError, TraceFilter, TraceStore,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{broadcast, watch};
+
+/// Live frames a watcher may fall behind by before it is closed.
+const LIVE_BACKLOG: usize = 1024;
+
+/// The watchers' channels, by trace, and the live sources of the runs.
+#[derive(Default)]
+pub(crate) struct Channels {
+    traces: Mutex<HashMap<String, Channel>>,
+    sources: Mutex<HashMap<String, Arc<LiveSource>>>,
+}
+
+struct Channel {
+    /// The last event id appended.
+    events: watch::Sender<u64>,
+    /// Live frames.
+    live: broadcast::Sender<LiveFrame>,
+}
+
+/// A frame only live watchers get, placed among the stored events: it
+/// came after event `after` and before the next.
+#[derive(Clone)]
+pub(crate) struct LiveFrame {
+    pub(crate) after: u64,
+    /// The JSON text.
+    pub(crate) text: Arc<str>,
+}
+
+/// One watcher's receivers; its trace's channel goes when the last
+/// watcher's does.
+pub(crate) struct Subscription {
+    channels: Arc<Channels>,
+    trace_id: String,
+    /// Changes whenever an event is appended.
+    pub(crate) events: watch::Receiver<u64>,
+    /// The live frames.
+    pub(crate) live: broadcast::Receiver<LiveFrame>,
+}
+
+impl Channels {
+    /// Subscribes to `trace_id`'s events and live frames.
+    pub(crate) fn subscribe(self: &Arc<Self>, trace_id: &str) -> Subscription {
+        let mut traces = self.traces.lock().expect("channels");
+        let channel = traces.entry(trace_id.to_owned()).or_insert_with(|| Channel {
+            events: watch::Sender::new(0),
+            live: broadcast::Sender::new(LIVE_BACKLOG),
+        });
+        Subscription {
+            channels: self.clone(),
+            trace_id: trace_id.to_owned(),
+            events: channel.events.subscribe(),
+            live: channel.live.subscribe(),
+        }
+    }
+
+    /// Wakes `trace_id`'s watchers: event `id` was appended (here, or by
+    /// another host).
+    pub(crate) fn appended(&self, trace_id: &str, id: u64) {
+        if let Some(channel) = self.traces.lock().expect("channels").get(trace_id) {
+            channel.events.send_replace(id);
+        }
+    }
+
+    /// Wakes every watcher to read the store: events may have been stored
+    /// while no notification of them could come.
+    pub(crate) fn wake_all(&self) {
+        for channel in self.traces.lock().expect("channels").values() {
+            channel.events.send_modify(|_| {});
+        }
+    }
+
+    /// Sends a live frame to `trace_id`'s watchers, if it has any.
+    pub(crate) fn live(&self, trace_id: &str, frame: LiveFrame) {
+        if let Some(channel) = self.traces.lock().expect("channels").get(trace_id) {
+            // No receiver left is no error: the channel is going.
+            let _ = channel.live.send(frame);
+        }
+    }
+
+    /// Makes `source` the live source of its trace while its run goes.
+    pub(crate) fn add_source(&self, source: Arc<LiveSource>) {
+        self.sources.lock().expect("sources").insert(source.trace_id().to_owned(), source);
+    }
+
+    /// Forgets `source`, unless a later run of its trace has replaced it
+    /// (a trace is free for its next run once its last event is stored).
+    pub(crate) fn remove_source(&self, source: &Arc<LiveSource>) {
+        let mut sources = self.sources.lock().expect("sources");
+        if sources.get(source.trace_id()).is_some_and(|s| Arc::ptr_eq(s, source)) {
+            sources.remove(source.trace_id());
+        }
+    }
+
+    fn source(&self, trace_id: &str) -> Option<Arc<LiveSource>> {
+        self.sources.lock().expect("sources").get(trace_id).cloned()
+    }
+
+    /// How many traces have watchers.
+    #[cfg(test)]
+    fn watched(&self) -> usize {
+        self.traces.lock().expect("channels").len()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut traces = self.channels.traces.lock().expect("channels");
+        // Subscribing happens under this lock too, so the count is exact:
+        // this subscription's receiver is the last when it is 1.
+        if traces.get(&self.trace_id).is_some_and(|c| c.events.receiver_count() <= 1) {
+            traces.remove(&self.trace_id);
+        }
+    }
+}
+
+/// A store whose event writes (`append_event`, `add_message_with_event`,
+/// `commit_with_event`) wake the trace's watchers once the event is written
+/// (after freeing the trace for its next run, when the event ends a run);
+/// everything else goes straight to the store inside.
+pub(crate) struct NotifyingStore {
+    inner: Arc<dyn TraceStore>,
+    channels: Arc<Channels>,
+    runs: Arc<Runs>,
+}
+
+impl NotifyingStore {
+    pub(crate) fn new(
+        inner: Arc<dyn TraceStore>,
+        channels: Arc<Channels>,
+        runs: Arc<Runs>,
+    ) -> Self {
+        Self { inner, channels, runs }
+    }
+
+    /// Before an event is stored: the run's live frames so far go out, so
+    /// no watcher sees them after it. (The run writes the event itself, so
+    /// it emits nothing meanwhile.) Returns the run's live source.
+    fn before_event(&self, trace_id: &str) -> Option<Arc<LiveSource>> {
+        let source = self.channels.source(trace_id);
+        if let Some(source) = &source {
+            source.drain();
+        }
+        source
+    }
+
+    /// Once `event` is stored: places later live frames after it, frees
+    /// the trace when the event ends its run, and wakes the watchers.
+    fn after_event(&self, trace_id: &str, source: Option<Arc<LiveSource>>, event: &Event) {
+        if let Some(source) = &source {
+            source.stored(event.id);
+        }
+        if matches!(event.kind, EventKind::TraceFinished { .. }) {
+            self.runs.finished(trace_id);
+        }
+        self.channels.appended(trace_id, event.id);
+    }
+}
+
+#[async_trait]
+impl TraceStore for NotifyingStore {
+    async fn create_trace(&self, trace: &Trace) -> Result<(), TraceError> {
+        self.inner.create_trace(trace).await
+    }
+
+    async fn get_trace(&self, id: &str) -> Result<Option<Trace>, TraceError> {
+        self.inner.get_trace(id).await
+    }
+
+    async fn update_trace(&self, trace: &Trace) -> Result<(), TraceError> {
+        self.inner.update_trace(trace).await
+    }
+
+    async fn list_traces(&self, filter: &TraceFilter) -> Result<Vec<Trace>, TraceError> {
+        self.inner.list_traces(filter).await
+    }
+
+    async fn add_message(
+        &self,
+        trace: &mut Trace,
+        message: Message,
+        parent: Option<u64>,
+    ) -> Result<Message, TraceError> {
+        self.inner.add_message(trace, message, parent).await
+    }
+
+    async fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError> {
+        self.inner.set_head(trace, sequence).await
+    }
+
+    async fn get_messages(&self, id: &str) -> Result<Vec<Message>, TraceError> {
+        self.inner.get_messages(id).await
+    }
+
+    async fn get_message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError> {
+        self.inner.get_message(id, sequence).await
+    }
+
+    async fn get_main_path_messages(
+        &self,
+        id: &str,
+        head: u64,
+    ) -> Result<Vec<Message>, TraceError> {
+        self.inner.get_main_path_messages(id, head).await
+    }
+
+    async fn get_messages_by_goal(
+        &self,
+        id: &str,
+        goal_id: &str,
+    ) -> Result<Vec<Message>, TraceError> {
+        self.inner.get_messages_by_goal(id, goal_id).await
+    }
+
+    async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
+        let source = self.before_event(&trace.id);
+        let event = self.inner.append_event(trace, kind).await?;
+        self.after_event(&trace.id, source, &event);
+        Ok(event)
+    }
+
+    async fn add_message_with_event(
+        &self,
+        trace: &mut Trace,
+        message: Message,
+        parent: Option<u64>,
+    ) -> Result<(Message, Event), TraceError> {
+        let source = self.before_event(&trace.id);
+        let (message, event) = self.inner.add_message_with_event(trace, message, parent).await?;
+        self.after_event(&trace.id, source, &event);
+        Ok((message, event))
+    }
+
+    async fn commit_with_event(
+        &self,
+        trace: &mut Trace,
+        goals: &GoalTree,
+        kind: EventKind,
+    ) -> Result<Event, TraceError> {
+        let source = self.before_event(&trace.id);
+        let event = self.inner.commit_with_event(trace, goals, kind).await?;
+        self.after_event(&trace.id, source, &event);
+        Ok(event)
+    }
+
+    async fn events_after(&self, id: &str, after_event_id: u64) -> Result<Vec<Event>, TraceError> {
+        self.inner.events_after(id, after_event_id).await
+    }
+
+    async fn get_goals(&self, id: &str) -> Result<GoalTree, TraceError> {
+        self.inner.get_goals(id).await
+    }
+
+    async fn save_goals(&self, id: &str, tree: &GoalTree) -> Result<(), TraceError> {
+        self.inner.save_goals(id, tree).await
+    }
+
+    async fn import_trace(&self, snapshot: &reson_trace::TraceSnapshot) -> Result<(), TraceError> {
+        self.inner.import_trace(snapshot).await
+    }
+
+    async fn sync(&self) -> Result<(), TraceError> {
+        self.inner.sync().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reson_trace::{MemoryTraceStore, TraceMode};
+
+    #[tokio::test]
+    async fn an_appended_event_wakes_the_watchers_of_its_trace_only() {
+        let channels = Arc::new(Channels::default());
+        let runs = Runs::new();
+        let store =
+            NotifyingStore::new(Arc::new(MemoryTraceStore::new()), channels.clone(), runs.clone());
+        let (mut a, mut b) = (
+            Trace::new(TraceMode::Agent, "a", "default"),
+            Trace::new(TraceMode::Agent, "b", "default"),
+        );
+        store.create_trace(&a).await.unwrap();
+        store.create_trace(&b).await.unwrap();
+        let mut watching_a = channels.subscribe(&a.id);
+        let mut watching_b = channels.subscribe(&b.id);
+        watching_a.events.borrow_and_update();
+        watching_b.events.borrow_and_update();
+        store.append_event(&mut a, EventKind::TraceStarted).await.unwrap();
+        assert!(watching_a.events.has_changed().unwrap());
+        assert_eq!(*watching_a.events.borrow_and_update(), 1);
+        assert!(!watching_b.events.has_changed().unwrap());
+        store.append_event(&mut b, EventKind::TraceStarted).await.unwrap();
+        assert!(watching_b.events.has_changed().unwrap());
+        let _claim = runs.claim(&b.id).unwrap();
+        let finished =
+            EventKind::TraceFinished { status: reson_trace::TraceStatus::Stopped, error: None };
+        store.append_event(&mut b, finished).await.unwrap();
+        assert!(!runs.is_running(&b.id), "the run's end frees the trace");
+    }
+
+    #[tokio::test]
+    async fn write_groups_wake_the_watchers_and_free_the_trace_as_events_do() {
+        let channels = Arc::new(Channels::default());
+        let runs = Runs::new();
+        let store =
+            NotifyingStore::new(Arc::new(MemoryTraceStore::new()), channels.clone(), runs.clone());
+        let mut trace = Trace::new(TraceMode::Agent, "a", "default");
+        store.create_trace(&trace).await.unwrap();
+        let mut watching = channels.subscribe(&trace.id);
+        watching.events.borrow_and_update();
+        let _claim = runs.claim(&trace.id).unwrap();
+        let said = Message::new(reson_trace::Role::User, "hi");
+        store.add_message_with_event(&mut trace, said, None).await.unwrap();
+        assert_eq!(*watching.events.borrow_and_update(), 1);
+        let finished =
+            EventKind::TraceFinished { status: reson_trace::TraceStatus::Completed, error: None };
+        store.commit_with_event(&mut trace, &GoalTree::new(), finished).await.unwrap();
+        assert_eq!(*watching.events.borrow_and_update(), 2);
+        assert!(!runs.is_running(&trace.id), "the run's end frees the trace");
+    }
+
+    #[test]
+    fn an_ended_run_leaves_the_next_run_s_source_in_place() {
+        let channels = Arc::new(Channels::default());
+        let old = Arc::new(LiveSource::new("t".into(), channels.clone()));
+        let new = Arc::new(LiveSource::new("t".into(), channels.clone()));
+        channels.add_source(old.clone());
+        channels.add_source(new.clone());
+        channels.remove_source(&old);
+        assert!(channels.source("t").is_some_and(|s| Arc::ptr_eq(&s, &new)));
+        channels.remove_source(&new);
+        assert!(channels.source("t").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_channel_lives_as_long_as_its_watchers() {
+        let channels = Arc::new(Channels::default());
+        let first = channels.subscribe("t");
+        let mut second = channels.subscribe("t");
+        let frame = |text: &str| LiveFrame { after: 0, text: text.into() };
+        channels.live("t", frame("one"));
+        drop(first);
+        assert_eq!(channels.watched(), 1, "a watcher is left");
+        assert_eq!(&*second.live.recv().await.unwrap().text, "one");
+        drop(second);
+        assert_eq!(channels.watched(), 0);
+        channels.live("t", frame("nobody"));
+        channels.appended("t", 3);
+        assert_eq!(channels.watched(), 0, "frames without watchers make no channel");
+    }
+}

@@ -1,0 +1,55 @@
+//! Approvals over HTTP: the pending asks of every run, and answers.
+
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{Json, JsonBody};
+use crate::state::AppState;
+use axum::extract::{Path, State};
+use reson_agent::agent::{Answer, ApprovalRequest};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// The pending asks.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Approvals {
+    approvals: Vec<ApprovalRequest>,
+}
+
+/// Tool calls waiting for an answer, in every run, oldest first.
+#[utoipa::path(get, path = "/api/approvals", responses((status = 200, body = Approvals)))]
+pub(crate) async fn list(State(state): State<AppState>) -> Json<Approvals> {
+    Json(Approvals { approvals: state.approvals.pending() })
+}
+
+/// An answer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AnswerBody {
+    /// `once`, `always` (this rule, for the rest of the run) or `deny`.
+    answer: Answer,
+}
+
+/// The answer given.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Answered {
+    id: u64,
+    answer: Answer,
+}
+
+/// Answers a pending ask.
+#[utoipa::path(post, path = "/api/approvals/{id}", request_body = AnswerBody,
+    params(("id" = u64, Path, description = "Approval id")),
+    responses((status = 200, body = Answered),
+        (status = 404, description = "Not pending: answered, timed out or unknown", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub(crate) async fn answer(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<AnswerBody>,
+) -> Result<Json<Answered>, ApiError> {
+    let not_pending = || ApiError::NotFound(format!("no pending approval {id}"));
+    let id: u64 = id.parse().map_err(|_| not_pending())?;
+    if !state.approvals.answer(id, body.answer) {
+        return Err(not_pending());
+    }
+    Ok(Json(Answered { id, answer: body.answer }))
+}

@@ -1,0 +1,55 @@
+//! Text renderings of a trace's message tree, for people.
+
+use super::{Message, MessageTree, Role};
+use reson_text::text::{Lines, escape_controls};
+use std::collections::{BTreeMap, HashSet};
+
+/// The message tree as text, one message a line, `*` marking the main path
+/// from the root to `head`: a chain continues at the same depth, and each
+/// branch point indents its children.
+pub fn render_tree(messages: &[Message], head: Option<u64>) -> String {
+    let tree = MessageTree::from_messages(messages);
+    let main: HashSet<u64> =
+        head.map(|h| tree.main_path(h).into_iter().collect()).unwrap_or_default();
+    let mut children: BTreeMap<Option<u64>, Vec<&Message>> = BTreeMap::new();
+    for m in messages {
+        children.entry(m.parent_sequence).or_default().push(m);
+    }
+    let mut out = String::new();
+    let mut stack: Vec<(&Message, usize)> = children
+        .get(&None)
+        .map(|roots| roots.iter().rev().map(|m| (*m, 0)).collect())
+        .unwrap_or_default();
+    while let Some((m, depth)) = stack.pop() {
+        let mark = if main.contains(&m.sequence) { '*' } else { ' ' };
+        out.push_str(&format!(
+            "{mark} {:indent$}#{} {}\n",
+            "",
+            m.sequence,
+            line(m),
+            indent = depth * 2
+        ));
+        let kids = children.get(&Some(m.sequence)).map(Vec::as_slice).unwrap_or_default();
+        let child_depth = if kids.len() > 1 { depth + 1 } else { depth };
+        stack.extend(kids.iter().rev().map(|k| (*k, child_depth)));
+    }
+    out
+}
+
+fn line(m: &Message) -> String {
+    let text: String = m.text().replace('\n', " ").chars().take(70).collect();
+    // Names come from the model: one line each, whatever they hold.
+    let name = |n: &str| escape_controls(n, Lines::Escape).into_owned();
+    match m.role {
+        Role::Tool => format!("tool {}: {text}", name(m.name.as_deref().unwrap_or("?"))),
+        Role::Assistant if !m.tool_calls.is_empty() => {
+            let calls: Vec<String> =
+                m.tool_calls.iter().map(|c| format!("{}()", name(&c.name))).collect();
+            format!("assistant: {text} → {}", calls.join(", "))
+        }
+        role => format!(
+            "{}: {text}",
+            serde_json::to_value(role).unwrap_or_default().as_str().unwrap_or("")
+        ),
+    }
+}

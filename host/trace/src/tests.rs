@@ -1,0 +1,1026 @@
+//! The stores against the scenarios the runner depends on: continue,
+//! rewind, goals, events. The conformance scenarios run against
+//! [`FileTraceStore`], [`MemoryTraceStore`] and [`PgTraceStore`] (on a real
+//! throwaway PostgreSQL); crash leftovers and the on-disk layout are the
+//! file store's own, several hosts on one database PostgreSQL's.
+
+use super::*;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Runs each scenario, an `async fn(&dyn TraceStore)`, against a fresh
+/// store of each kind, as the tests `scenario::file`, `scenario::memory`
+/// and `scenario::postgres`.
+macro_rules! conformance {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test]
+            async fn file() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$scenario(&open(dir.path())).await;
+            }
+
+            #[tokio::test]
+            async fn memory() {
+                super::$scenario(&MemoryTraceStore::new()).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::$scenario(&pg_store().await).await;
+            }
+        }
+    )*};
+}
+
+/// A [`PgTraceStore`] on a fresh database of the test cluster.
+async fn pg_store() -> PgTraceStore {
+    let url = crate::database::test_cluster::cluster().fresh_database().await;
+    PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap())
+}
+
+conformance!(
+    create_get_and_list_with_filters,
+    ids_must_be_new_and_safe,
+    unknown_traces_are_not_found,
+    add_message_assigns_sequence_id_parent_and_totals,
+    continue_and_rewind_keep_every_message_and_never_reuse_sequences,
+    rewinding_onto_tool_calls_keeps_their_results,
+    orphaned_calls_of_an_interrupted_run_can_be_healed,
+    messages_by_goal_filters_on_the_goal_in_focus,
+    goals_are_saved_and_read_back,
+    a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages,
+    results_without_snapshots_are_replayed_with_their_calls_in_path_order,
+    events_get_increasing_ids_and_can_be_read_after_an_id,
+    a_stale_update_is_reconciled_with_later_messages_and_events,
+    what_the_store_keeps_passes_the_redaction_point,
+    write_groups_store_their_event_with_them,
+);
+
+fn open(dir: &Path) -> FileTraceStore {
+    FileTraceStore::open(dir, Durability::Batched).unwrap()
+}
+
+async fn new_trace(store: &dyn TraceStore, id: &str) -> Trace {
+    let mut trace = Trace::new(TraceMode::Agent, "fix the bug", "default");
+    trace.id = id.into();
+    store.create_trace(&trace).await.unwrap();
+    trace
+}
+
+fn call(id: &str) -> ToolCall {
+    ToolCall { id: id.into(), name: "read".into(), arguments: r#"{"path":"a"}"#.into() }
+}
+
+fn texts(messages: &[Message]) -> Vec<String> {
+    messages.iter().map(Message::text).collect()
+}
+
+fn sequences(messages: &[Message]) -> Vec<u64> {
+    messages.iter().map(|m| m.sequence).collect()
+}
+
+async fn create_get_and_list_with_filters(store: &dyn TraceStore) {
+    let mut parent = Trace::new(TraceMode::Agent, "parent", "default");
+    parent.created_at_ms = 1_000;
+    store.create_trace(&parent).await.unwrap();
+    let mut child = Trace::new(TraceMode::Task, "child", "explorer");
+    child.parent_trace_id = Some(parent.id.clone());
+    child.parent_goal_id = Some("g2".into());
+    child.created_at_ms = 2_000;
+    store.create_trace(&child).await.unwrap();
+    let mut done = Trace::new(TraceMode::Task, "done", "default");
+    done.status = TraceStatus::Completed;
+    done.created_at_ms = 3_000;
+    store.create_trace(&done).await.unwrap();
+
+    assert_eq!(store.get_trace(&child.id).await.unwrap().as_ref(), Some(&child));
+    assert_eq!(store.get_trace("tr_000000000000").await.unwrap(), None);
+
+    let ids = async |filter: TraceFilter| {
+        store.list_traces(&filter).await.unwrap().into_iter().map(|t| t.id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(TraceFilter::default()).await, [done.id.as_str(), &child.id, &parent.id]);
+    assert_eq!(
+        ids(TraceFilter { status: Some(TraceStatus::Running), ..TraceFilter::default() }).await,
+        [child.id.as_str(), &parent.id]
+    );
+    assert_eq!(
+        ids(TraceFilter { parent_trace_id: Some(parent.id.clone()), ..TraceFilter::default() })
+            .await,
+        [child.id.as_str()]
+    );
+    assert_eq!(
+        ids(TraceFilter { roots_only: true, ..TraceFilter::default() }).await,
+        [done.id.as_str(), &parent.id]
+    );
+
+    child.status = TraceStatus::Failed;
+    child.error_message = Some("boom".into());
+    store.update_trace(&child).await.unwrap();
+    assert_eq!(
+        ids(TraceFilter { status: Some(TraceStatus::Failed), ..TraceFilter::default() }).await,
+        [child.id.as_str()]
+    );
+    store.sync().await.unwrap();
+}
+
+async fn ids_must_be_new_and_safe(store: &dyn TraceStore) {
+    let trace = new_trace(store, "mine-1").await;
+    assert!(
+        matches!(store.create_trace(&trace).await, Err(TraceError::AlreadyExists(id)) if id == "mine-1")
+    );
+    for bad in ["", "../x", ".hidden", "a/b", "é"] {
+        assert!(matches!(store.get_trace(bad).await, Err(TraceError::InvalidId(_))), "{bad:?}");
+        let mut trace = Trace::new(TraceMode::Agent, "t", "default");
+        trace.id = bad.into();
+        assert!(matches!(store.create_trace(&trace).await, Err(TraceError::InvalidId(_))));
+    }
+}
+
+#[tokio::test]
+async fn a_half_created_trace_directory_is_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // A directory left by a create that crashed before meta.json.
+    fs::create_dir(dir.path().join("half")).unwrap();
+    assert_eq!(store.get_trace("half").await.unwrap(), None);
+    assert!(
+        store.list_traces(&TraceFilter::default()).await.unwrap().iter().all(|t| t.id != "half")
+    );
+    new_trace(&store, "half").await;
+}
+
+async fn unknown_traces_are_not_found(store: &dyn TraceStore) {
+    let mut ghost = Trace::new(TraceMode::Agent, "t", "default");
+    let not_found = |r: Result<(), TraceError>| matches!(r, Err(TraceError::NotFound(_)));
+    assert!(not_found(store.update_trace(&ghost).await));
+    assert!(not_found(
+        store.add_message(&mut ghost, Message::new(Role::User, "hi"), None).await.map(drop)
+    ));
+    assert!(not_found(store.append_event(&mut ghost, EventKind::TraceStarted).await.map(drop)));
+    assert!(not_found(store.get_messages(&ghost.id).await.map(drop)));
+    assert!(not_found(store.get_message(&ghost.id, 1).await.map(drop)));
+    assert!(not_found(store.get_main_path_messages(&ghost.id, 1).await.map(drop)));
+    assert!(not_found(store.events_after(&ghost.id, 0).await.map(drop)));
+    assert!(not_found(store.get_goals(&ghost.id).await.map(drop)));
+    assert!(not_found(store.save_goals(&ghost.id, &GoalTree::new()).await));
+    assert_eq!(ghost.last_sequence, 0);
+}
+
+async fn add_message_assigns_sequence_id_parent_and_totals(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    let system =
+        store.add_message(&mut trace, Message::new(Role::System, "be brief"), None).await.unwrap();
+    assert_eq!((system.sequence, system.parent_sequence, system.id.as_str()), (1, None, "t1-0001"));
+    assert_eq!(system.trace_id, "t1");
+    assert!(system.created_at_ms > 0);
+
+    let mut answer = Message::new(Role::Assistant, "hello");
+    answer.usage =
+        Usage { prompt_tokens: 10, completion_tokens: 5, cache_read_tokens: 3, ..Usage::default() };
+    answer.cost = 0.25;
+    answer.duration_ms = 40;
+    let answer = store.add_message(&mut trace, answer, None).await.unwrap();
+    assert_eq!((answer.sequence, answer.parent_sequence), (2, Some(1)));
+    assert_eq!((trace.last_sequence, trace.head_sequence), (2, Some(2)));
+    assert_eq!(trace.totals.messages, 2);
+    assert_eq!(trace.totals.usage.prompt_tokens, 10);
+    assert_eq!(trace.totals.usage.cache_read_tokens, 3);
+    assert_eq!((trace.totals.cost, trace.totals.duration_ms), (0.25, 40));
+
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(store.get_message("t1", 2).await.unwrap().unwrap(), answer);
+    assert_eq!(store.get_message("t1", 3).await.unwrap(), None);
+}
+
+async fn continue_and_rewind_keep_every_message_and_never_reuse_sequences(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    for (role, text) in
+        [(Role::System, "sys"), (Role::User, "q1"), (Role::Assistant, "a1"), (Role::User, "q2")]
+    {
+        store.add_message(&mut trace, Message::new(role, text), None).await.unwrap();
+    }
+    // Continue: after the head.
+    store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
+    assert_eq!(
+        texts(&store.get_main_path_messages("t1", 5).await.unwrap()),
+        ["sys", "q1", "a1", "q2", "a2"]
+    );
+
+    // Rewind to after a1: a new branch, sequence 6.
+    let q2b =
+        store.add_message(&mut trace, Message::new(Role::User, "q2b"), Some(3)).await.unwrap();
+    assert_eq!((q2b.sequence, q2b.parent_sequence), (6, Some(3)));
+    store.add_message(&mut trace, Message::new(Role::Assistant, "a2b"), None).await.unwrap();
+    assert_eq!(
+        texts(&store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap()),
+        ["sys", "q1", "a1", "q2b", "a2b"]
+    );
+    assert_eq!(sequences(&store.get_main_path_messages("t1", 7).await.unwrap()), [1, 2, 3, 6, 7]);
+
+    // The old branch is still there, whole.
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(
+        texts(&store.get_main_path_messages("t1", 5).await.unwrap()),
+        ["sys", "q1", "a1", "q2", "a2"]
+    );
+
+    // Switching back to it, then continuing there.
+    store.set_head(&mut trace, 5).await.unwrap();
+    let next = store.add_message(&mut trace, Message::new(Role::User, "q3"), None).await.unwrap();
+    assert_eq!((next.sequence, next.parent_sequence), (8, Some(5)));
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap().head_sequence, Some(8));
+
+    assert!(matches!(
+        store.add_message(&mut trace, Message::new(Role::User, "x"), Some(99)).await,
+        Err(TraceError::NoSuchMessage { sequence: 99, .. })
+    ));
+    assert!(matches!(
+        store.set_head(&mut trace, 42).await,
+        Err(TraceError::NoSuchMessage { sequence: 42, .. })
+    ));
+    assert!(matches!(
+        store.get_main_path_messages("t1", 42).await,
+        Err(TraceError::NoSuchMessage { sequence: 42, .. })
+    ));
+    assert_eq!(trace.last_sequence, 8);
+}
+
+async fn rewinding_onto_tool_calls_keeps_their_results(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "read a and b"), None).await.unwrap();
+    let mut calls = Message::new(Role::Assistant, "");
+    calls.tool_calls = vec![call("c1"), call("c2")];
+    store.add_message(&mut trace, calls, None).await.unwrap();
+    store.add_message(&mut trace, Message::tool_result(&call("c1"), "A"), None).await.unwrap();
+    store.add_message(&mut trace, Message::tool_result(&call("c2"), "B"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::Assistant, "done"), None).await.unwrap();
+
+    let mut tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
+    let parent = tree.rewind_point(2);
+    assert_eq!(parent, 4);
+    let retry = store
+        .add_message(&mut trace, Message::new(Role::User, "now only a"), Some(parent))
+        .await
+        .unwrap();
+    tree.insert(&retry);
+    let path = store.get_main_path_messages("t1", retry.sequence).await.unwrap();
+    assert_eq!(sequences(&path), [1, 2, 3, 4, 6]);
+    assert_eq!(sequences(&path), tree.main_path(6));
+    assert!(tree.orphaned_tool_calls(6).is_empty());
+}
+
+#[tokio::test]
+async fn meta_json_is_rewritten_for_branches_and_every_32nd_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    let on_disk = || -> Trace {
+        serde_json::from_slice(&fs::read(dir.path().join("t1/meta.json")).unwrap()).unwrap()
+    };
+    for text in ["a", "b", "c"] {
+        store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
+    }
+    assert!(dir.path().join("t1/messages/000003.json").is_file());
+    assert_eq!(on_disk().last_sequence, 0, "continuations leave meta.json to `get_trace`");
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
+
+    store.add_message(&mut trace, Message::new(Role::User, "branch"), Some(1)).await.unwrap();
+    assert_eq!((on_disk().last_sequence, on_disk().head_sequence), (4, Some(4)));
+    while trace.last_sequence < 32 {
+        store.add_message(&mut trace, Message::new(Role::User, "more"), None).await.unwrap();
+    }
+    assert_eq!(on_disk(), trace);
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
+}
+
+async fn orphaned_calls_of_an_interrupted_run_can_be_healed(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "go"), None).await.unwrap();
+    let mut calls = Message::new(Role::Assistant, "");
+    calls.tool_calls = vec![call("c1"), call("c2")];
+    store.add_message(&mut trace, calls, None).await.unwrap();
+    store.add_message(&mut trace, Message::tool_result(&call("c1"), "A"), None).await.unwrap();
+    // The host died here. Reloaded, the runner finds c2 unanswered.
+    drop(trace);
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    let tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
+    let orphans = tree.orphaned_tool_calls(trace.head_sequence.unwrap());
+    assert_eq!(orphans, [(2, call("c2"))]);
+    let mut healed = Message::tool_result(&orphans[0].1, "interrupted");
+    healed.synthetic = true;
+    let healed = store.add_message(&mut trace, healed, None).await.unwrap();
+    let tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
+    assert!(tree.orphaned_tool_calls(healed.sequence).is_empty());
+}
+
+async fn messages_by_goal_filters_on_the_goal_in_focus(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    for (goal, text) in [(None, "q"), (Some("g1"), "a"), (Some("g2"), "b"), (Some("g1"), "c")] {
+        let mut m = Message::new(Role::Assistant, text);
+        m.goal_id = goal.map(str::to_owned);
+        store.add_message(&mut trace, m, None).await.unwrap();
+    }
+    assert_eq!(texts(&store.get_messages_by_goal("t1", "g1").await.unwrap()), ["a", "c"]);
+    assert!(store.get_messages_by_goal("t1", "g9").await.unwrap().is_empty());
+}
+
+async fn goals_are_saved_and_read_back(store: &dyn TraceStore) {
+    new_trace(store, "t1").await;
+    assert!(store.get_goals("t1").await.unwrap().is_empty());
+    let mut tree = GoalTree::new();
+    tree.ensure_root("fix the bug").unwrap();
+    tree.add("reproduce").unwrap();
+    store.save_goals("t1", &tree).await.unwrap();
+    assert_eq!(store.get_goals("t1").await.unwrap(), tree);
+}
+
+/// Stores the branch `root → a (goal call) → result → b (goal call) →
+/// result` and returns the trace; the results carry `snapshots`.
+async fn goal_branch(store: &dyn TraceStore, snapshots: [Option<GoalTree>; 2]) -> Trace {
+    let mut trace = new_trace(store, "t1").await;
+    let mut root = Message::new(Role::User, "plan it");
+    root.goal_id = Some("g1".into());
+    store.add_message(&mut trace, root, None).await.unwrap();
+    for (i, snapshot) in snapshots.into_iter().enumerate() {
+        let call = ToolCall {
+            id: format!("c{i}"),
+            name: "goal".into(),
+            arguments: format!(r#"{{"add":"step {i}"}}"#),
+        };
+        let mut answer = Message::new(Role::Assistant, "");
+        answer.tool_calls = vec![call.clone()];
+        answer.goal_id = Some("g1".into());
+        answer.attempts = 2;
+        answer.usage.prompt_tokens = 10;
+        let head = trace.head_sequence;
+        store.add_message(&mut trace, answer, head).await.unwrap();
+        let mut result = Message::tool_result(&call, format!("added g{}", i + 2));
+        result.goal_id = Some("g1".into());
+        result.goals = snapshot;
+        let head = trace.head_sequence;
+        store.add_message(&mut trace, result, head).await.unwrap();
+    }
+    trace
+}
+
+fn tree_with(steps: &[&str]) -> GoalTree {
+    let mut tree = GoalTree::new();
+    tree.ensure_root("plan it").unwrap();
+    for step in steps {
+        tree.add(step).unwrap();
+    }
+    tree
+}
+
+async fn a_branch_takes_its_last_goal_snapshot_with_stats_from_its_own_messages(
+    store: &dyn TraceStore,
+) {
+    let mut with_stats = tree_with(&["step 0", "step 1"]);
+    with_stats.record("g2", &GoalStats { messages: 99, ..GoalStats::default() }).unwrap();
+    let trace =
+        goal_branch(store, [Some(tree_with(&["step 0"]).snapshot()), Some(with_stats.snapshot())])
+            .await;
+    let path = store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap();
+    let mut replayed = 0;
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| replayed += 1);
+    assert_eq!(replayed, 0, "results with snapshots are not replayed");
+    let ids: Vec<&str> = tree.goals().iter().map(|g| g.id.as_str()).collect();
+    assert_eq!(ids, ["g1", "g2", "g3"]);
+    // Stats come from the path, not from the snapshot: 5 messages, of which
+    // 2 answers that took 2 requests each.
+    let root = tree.get("g1").unwrap();
+    assert_eq!(root.self_stats.messages, 5);
+    assert_eq!(root.self_stats.requests, 4);
+    assert_eq!(root.self_stats.usage.prompt_tokens, 20);
+    assert_eq!(tree.get("g2").unwrap().self_stats, GoalStats::default());
+    assert_eq!(trace.totals.requests, 4, "the trace's totals count requests too");
+
+    // Cut after the first result: that branch has only its own goal.
+    let path = store.get_main_path_messages("t1", 3).await.unwrap();
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| {});
+    assert_eq!(tree.goals().len(), 2);
+    // And before any goal call: the initial tree, with the root's stats.
+    let path = store.get_main_path_messages("t1", 1).await.unwrap();
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| {});
+    assert_eq!(tree.goals().len(), 1);
+    assert_eq!(tree.get("g1").unwrap().self_stats.messages, 1);
+}
+
+async fn results_without_snapshots_are_replayed_with_their_calls_in_path_order(
+    store: &dyn TraceStore,
+) {
+    let trace = goal_branch(store, [None, Some(tree_with(&["step 0", "step 1"]).snapshot())]).await;
+    let path = store.get_main_path_messages("t1", trace.head_sequence.unwrap()).await.unwrap();
+    let mut seen = Vec::new();
+    let tree = GoalTree::of_branch(&path, tree_with(&[]), |tree, call, result| {
+        seen.push((call.id.clone(), result.text()));
+        tree.add("replayed").unwrap();
+    });
+    assert_eq!(seen, [("c0".to_owned(), "added g2".to_owned())]);
+    // The later snapshot replaces what the replay built.
+    let descriptions: Vec<&str> = tree.goals().iter().map(|g| g.description.as_str()).collect();
+    assert_eq!(descriptions, ["plan it", "step 0", "step 1"]);
+
+    // With the id of the first call reused by the second answer (as Gemini
+    // does), each result is replayed with its own call.
+    let mut reused = path.clone();
+    reused[3].tool_calls[0].id = "c0".into();
+    reused[4].tool_call_id = Some("c0".into());
+    reused[4].goals = None;
+    let mut replayed = Vec::new();
+    GoalTree::of_branch(&reused, tree_with(&[]), |_, call, _| {
+        replayed.push(call.arguments.clone())
+    });
+    assert_eq!(replayed, [r#"{"add":"step 0"}"#, r#"{"add":"step 1"}"#]);
+
+    // A synthetic result (a healed call) and a result whose call is not on
+    // the path are skipped.
+    let mut healed = path[..3].to_vec();
+    healed[2].synthetic = true;
+    let mut orphan = path[..3].to_vec();
+    orphan.remove(1);
+    for path in [healed, orphan] {
+        let tree = GoalTree::of_branch(&path, tree_with(&[]), |_, _, _| panic!("replayed"));
+        assert_eq!(tree.goals().len(), 1);
+    }
+}
+
+#[test]
+fn messages_of_older_traces_load_without_attempts_or_snapshots() {
+    let old = r#"{"id":"t1-0002","trace_id":"t1","sequence":2,"parent_sequence":1,
+        "role":"assistant","content":[{"type":"text","text":"hi"}],"created_at_ms":5}"#;
+    let message: Message = serde_json::from_str(old).unwrap();
+    assert_eq!((message.attempts, message.goals.is_none()), (0, true));
+    assert_eq!(GoalStats::of(&message).requests, 1, "an answer took at least one request");
+    let line = serde_json::to_string(&message).unwrap();
+    assert!(!line.contains("attempts") && !line.contains("goals"), "{line}");
+    let mut result = Message::new(Role::Tool, "added g2");
+    result.goals = Some(tree_with(&["x"]));
+    let back: Message = serde_json::from_str(&serde_json::to_string(&result).unwrap()).unwrap();
+    assert_eq!(back.goals, result.goals);
+    assert_eq!(GoalStats::of(&back).requests, 0);
+}
+
+async fn events_get_increasing_ids_and_can_be_read_after_an_id(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    assert!(store.events_after("t1", 0).await.unwrap().is_empty());
+    let started = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    let message =
+        store.add_message(&mut trace, Message::new(Role::User, "hi"), None).await.unwrap();
+    store
+        .append_event(&mut trace, EventKind::MessageAdded { message: message.clone() })
+        .await
+        .unwrap();
+    let finished = EventKind::TraceFinished { status: TraceStatus::Completed, error: None };
+    store.append_event(&mut trace, finished.clone()).await.unwrap();
+    assert_eq!(started.id, 1);
+    assert_eq!(trace.last_event_id, 3);
+
+    let all = store.events_after("t1", 0).await.unwrap();
+    assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(all[1].kind, EventKind::MessageAdded { message });
+    let later = store.events_after("t1", 2).await.unwrap();
+    assert_eq!((later.len(), &later[0].kind), (1, &finished));
+    assert!(store.events_after("t1", 3).await.unwrap().is_empty());
+    // meta.json was last written before events 2 and 3; the file says more.
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap().last_event_id, 3);
+}
+
+async fn a_stale_update_is_reconciled_with_later_messages_and_events(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    let stale = trace.clone();
+    let mut answer = Message::new(Role::Assistant, "a");
+    answer.cost = 0.5;
+    store.add_message(&mut trace, answer, None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "q2"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "side"), Some(1)).await.unwrap();
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    // A writer that missed messages 2..4 and the event stores its copy.
+    store.update_trace(&stale).await.unwrap();
+
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!(trace.last_sequence, 4);
+    assert_eq!(trace.head_sequence, Some(3), "advanced along 2 and 3, not onto the side branch");
+    assert_eq!((trace.totals.messages, trace.totals.cost), (4, 0.5));
+    assert_eq!(trace.last_event_id, 1);
+    let next =
+        store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
+    assert_eq!((next.sequence, next.parent_sequence), (5, Some(3)));
+    assert_eq!(store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap().id, 2);
+}
+
+async fn what_the_store_keeps_passes_the_redaction_point(store: &dyn TraceStore) {
+    let secret = "trace-key-4Zr/p\"8Lm";
+    reson_text::redact::register(secret).unwrap();
+    let mut trace = Trace::new(TraceMode::Agent, format!("use {secret}"), "default");
+    trace.id = "t1".into();
+    store.create_trace(&trace).await.unwrap();
+    let said = store
+        .add_message(&mut trace, Message::new(Role::User, format!("key {secret}")), None)
+        .await
+        .unwrap();
+    // The caller's copy is the message as given; what is kept is redacted.
+    assert_eq!(said.text(), format!("key {secret}"));
+    let kept = store.get_message("t1", said.sequence).await.unwrap().unwrap();
+    assert_eq!(kept.text(), "key [REDACTED]");
+    let event = EventKind::MessageAdded { message: said };
+    store.append_event(&mut trace, event).await.unwrap();
+    let mut goals = GoalTree::new();
+    goals.ensure_root(&format!("find {secret}")).unwrap();
+    store.save_goals("t1", &goals).await.unwrap();
+
+    let everything = format!(
+        "{:?}{:?}{:?}{:?}",
+        store.get_trace("t1").await.unwrap(),
+        store.get_messages("t1").await.unwrap(),
+        store.events_after("t1", 0).await.unwrap(),
+        store.get_goals("t1").await.unwrap(),
+    );
+    assert!(!everything.contains("4Zr"), "{everything}");
+    assert_eq!(everything.matches("[REDACTED]").count(), 4, "{everything}");
+}
+
+/// Runs writing different traces at once, as the runner's tasks do, each
+/// end with its own messages and events, whole.
+async fn concurrent_writers_keep_their_traces_apart(store: Arc<dyn TraceStore>) {
+    let writers = (0..16).map(|w| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let mut trace = new_trace(&*store, &format!("w{w}")).await;
+            for i in 0..20 {
+                let text = format!("{w}/{i}");
+                store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
+                store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+            }
+            trace
+        })
+    });
+    for (w, writer) in writers.collect::<Vec<_>>().into_iter().enumerate() {
+        let trace = writer.await.unwrap();
+        assert_eq!(store.get_trace(&trace.id).await.unwrap().unwrap(), trace);
+        let path = store.get_main_path_messages(&trace.id, 20).await.unwrap();
+        let expected: Vec<String> = (0..20).map(|i| format!("{w}/{i}")).collect();
+        assert_eq!(texts(&path), expected);
+        assert_eq!(store.events_after(&trace.id, 0).await.unwrap().len(), 20);
+    }
+    assert_eq!(store.list_traces(&TraceFilter::default()).await.unwrap().len(), 16);
+    store.sync().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_keep_their_traces_apart_in_files() {
+    let dir = tempfile::tempdir().unwrap();
+    concurrent_writers_keep_their_traces_apart(Arc::new(open(dir.path()))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_keep_their_traces_apart_in_memory() {
+    concurrent_writers_keep_their_traces_apart(Arc::new(MemoryTraceStore::new())).await;
+}
+
+#[tokio::test]
+async fn a_torn_event_line_is_ignored_then_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    store
+        .append_event(
+            &mut trace,
+            EventKind::ToolStarted {
+                call_id: "c1".into(),
+                name: "read".into(),
+                arguments: "{}".into(),
+            },
+        )
+        .await
+        .unwrap();
+    // A crash in the middle of appending event 3.
+    let events = dir.path().join("t1/events.jsonl");
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .unwrap()
+        .write_all(br#"{"id":3,"at_ms":1,"kind":"tool_fin"#)
+        .unwrap();
+    drop(store);
+
+    let store = open(dir.path());
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!(trace.last_event_id, 2);
+    assert_eq!(store.events_after("t1", 0).await.unwrap().len(), 2);
+    let next = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    assert_eq!(next.id, 3);
+    assert_eq!(
+        store.events_after("t1", 0).await.unwrap().iter().map(|e| e.id).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    let text = fs::read_to_string(&events).unwrap();
+    assert_eq!(text.lines().count(), 3);
+    assert!(!text.contains("tool_fin\""), "{text}");
+}
+
+#[tokio::test]
+async fn a_corrupt_complete_event_line_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("t1/events.jsonl"))
+        .unwrap()
+        .write_all(b"garbage\n")
+        .unwrap();
+    let err = store.events_after("t1", 0).await.unwrap_err();
+    assert!(
+        matches!(&err, TraceError::Corrupt { reason, .. } if reason.starts_with("line 2:")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_message_written_without_its_meta_update_is_reconciled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    let stale = trace.clone();
+    let mut answer = Message::new(Role::Assistant, "a");
+    answer.cost = 0.5;
+    store.add_message(&mut trace, answer, None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "q2"), None).await.unwrap();
+    // A message on another branch, also written just before the crash.
+    let mut side = store.get_message("t1", 3).await.unwrap().unwrap();
+    side.sequence = 4;
+    side.parent_sequence = Some(1);
+    side.id = "t1-0004".into();
+    fs::write(dir.path().join("t1/messages/000004.json"), serde_json::to_vec(&side).unwrap())
+        .unwrap();
+    // meta.json as it was before messages 2..4.
+    fs::write(dir.path().join("t1/meta.json"), serde_json::to_vec(&stale).unwrap()).unwrap();
+    drop(store);
+
+    let store = open(dir.path());
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!(trace.last_sequence, 4);
+    assert_eq!(trace.head_sequence, Some(3), "advanced along 2 and 3, not onto the side branch");
+    assert_eq!(trace.totals.messages, 4);
+    assert_eq!(trace.totals.cost, 0.5);
+    let next =
+        store.add_message(&mut trace, Message::new(Role::Assistant, "a2"), None).await.unwrap();
+    assert_eq!((next.sequence, next.parent_sequence), (5, Some(3)));
+    assert_eq!(sequences(&store.get_main_path_messages("t1", 5).await.unwrap()), [1, 2, 3, 5]);
+}
+
+#[tokio::test]
+async fn an_empty_message_file_left_by_a_power_loss_counts_as_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::Assistant, "a"), None).await.unwrap();
+    fs::write(dir.path().join("t1/messages/000002.json"), b"").unwrap();
+    drop(store);
+
+    let store = open(dir.path());
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!((trace.last_sequence, trace.head_sequence), (2, Some(1)));
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1]);
+    let next =
+        store.add_message(&mut trace, Message::new(Role::Assistant, "again"), None).await.unwrap();
+    assert_eq!((next.sequence, next.parent_sequence), (3, Some(1)));
+}
+
+#[tokio::test]
+async fn leftover_temporary_files_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    fs::write(dir.path().join("t1/messages/.000002.json.tmp"), b"{\"partial").unwrap();
+    fs::write(dir.path().join("t1/.meta.json.tmp"), b"{").unwrap();
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!(trace.last_sequence, 1);
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1]);
+    assert_eq!(
+        store.add_message(&mut trace, Message::new(Role::User, "q2"), None).await.unwrap().sequence,
+        2
+    );
+}
+
+#[tokio::test]
+async fn immediate_durability_gives_the_same_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileTraceStore::open(dir.path(), Durability::Immediate).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "a"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::User, "b"), Some(1)).await.unwrap();
+    store.set_head(&mut trace, 2).await.unwrap();
+    store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    store.save_goals("t1", &GoalTree::new()).await.unwrap();
+    store.sync().await.unwrap();
+    let batched = open(dir.path());
+    assert_eq!(batched.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(batched.events_after("t1", 0).await.unwrap().len(), 1);
+    assert_eq!(sequences(&batched.get_main_path_messages("t1", 2).await.unwrap()), [1, 2]);
+}
+
+/// Immediate durability fsyncs several times per call; those are awaited
+/// on the store's sync thread, so other tasks keep running meanwhile, even
+/// on a runtime with a single thread.
+#[tokio::test]
+async fn immediate_fsyncs_leave_the_runtime_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileTraceStore::open(dir.path(), Durability::Immediate).unwrap();
+    let mut trace = new_trace(&store, "t1").await;
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let ticker = tokio::spawn({
+        let (ticks, done) = (Arc::clone(&ticks), Arc::clone(&done));
+        async move {
+            while !done.load(Ordering::Relaxed) {
+                ticks.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    for text in ["a", "b", "c", "d", "e"] {
+        store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
+        store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    ticker.await.unwrap();
+    // Blocking fsyncs would give the ticker no turn before the writes end.
+    assert!(ticks.load(Ordering::Relaxed) > 0, "the writes never yielded");
+    assert_eq!(store.get_messages("t1").await.unwrap().len(), 5);
+}
+
+/// Set in the child process of the kill -9 test: where it writes.
+const CRASH_DIR: &str = "RESON_TRACE_CRASH_DIR";
+
+/// In the kill -9 test's child process: writes loop iterations to one trace
+/// until killed. In an ordinary test run it returns at once.
+#[tokio::test]
+async fn crash_writer_child() {
+    let Some(dir) = std::env::var_os(CRASH_DIR) else { return };
+    let store = open(Path::new(&dir));
+    let mut trace = match store.get_trace("t1").await.unwrap() {
+        Some(trace) => trace,
+        None => new_trace(&store, "t1").await,
+    };
+    let mut goals = store.get_goals("t1").await.unwrap();
+    goals.ensure_root("loop").unwrap();
+    for i in 0.. {
+        let mut calls = Message::new(Role::Assistant, "x".repeat(i % 5000));
+        calls.tool_calls = vec![call(&format!("c{i}"))];
+        let calls = store.add_message(&mut trace, calls, None).await.unwrap();
+        store
+            .append_event(&mut trace, EventKind::MessageAdded { message: calls.clone() })
+            .await
+            .unwrap();
+        let result = store
+            .add_message(&mut trace, Message::tool_result(&calls.tool_calls[0], "ok"), None)
+            .await
+            .unwrap();
+        store.append_event(&mut trace, EventKind::MessageAdded { message: result }).await.unwrap();
+        goals.record("g1", &GoalStats { messages: 2, ..GoalStats::default() }).unwrap();
+        store.save_goals("t1", &goals).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn kill_9_at_any_instant_leaves_a_loadable_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    for round in 0..6u64 {
+        let mut child = std::process::Command::new(&exe)
+            .args(["--exact", "tests::crash_writer_child", "--nocapture", "--test-threads=1"])
+            .env(CRASH_DIR, dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(150 + 37 * round)).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        let store = open(dir.path());
+        let Some(mut trace) = store.get_trace("t1").await.unwrap() else { continue };
+        let messages = store.get_messages("t1").await.unwrap();
+        assert_eq!(
+            messages.last().map(|m| m.sequence),
+            Some(trace.last_sequence).filter(|&s| s > 0)
+        );
+        assert_eq!(messages.len() as u64, trace.totals.messages);
+        let head = trace.head_sequence.unwrap();
+        assert_eq!(
+            store.get_main_path_messages("t1", head).await.unwrap().len() as u64,
+            head,
+            "one chain"
+        );
+        let events = store.events_after("t1", 0).await.unwrap();
+        assert!(events.iter().map(|e| e.id).eq(1..=trace.last_event_id));
+        store.get_goals("t1").await.unwrap();
+
+        // The next run heals what the kill interrupted and goes on.
+        let tree = MessageTree::from_messages(&messages);
+        for (_, orphan) in tree.orphaned_tool_calls(head) {
+            store
+                .add_message(&mut trace, Message::tool_result(&orphan, "interrupted"), None)
+                .await
+                .unwrap();
+        }
+        let next = store.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+        assert_eq!(next.id as usize, events.len() + 1);
+        let tree = MessageTree::from_messages(&store.get_messages("t1").await.unwrap());
+        assert!(tree.orphaned_tool_calls(trace.head_sequence.unwrap()).is_empty());
+    }
+    let store = open(dir.path());
+    assert!(
+        store.get_trace("t1").await.unwrap().unwrap().last_sequence > 0,
+        "the child never wrote"
+    );
+}
+
+async fn write_groups_store_their_event_with_them(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    let (said, event) = store
+        .add_message_with_event(&mut trace, Message::new(Role::User, "q"), None)
+        .await
+        .unwrap();
+    assert_eq!((said.sequence, event.id), (1, 1));
+    assert_eq!(event.kind, EventKind::MessageAdded { message: said.clone() });
+    assert_eq!((trace.last_sequence, trace.head_sequence, trace.last_event_id), (1, Some(1), 1));
+
+    let mut goals = GoalTree::new();
+    goals.ensure_root("fix the bug").unwrap();
+    trace.status = TraceStatus::Completed;
+    trace.result_summary = Some("fixed".into());
+    let finished = EventKind::TraceFinished { status: TraceStatus::Completed, error: None };
+    let event = store.commit_with_event(&mut trace, &goals, finished.clone()).await.unwrap();
+    assert_eq!((event.id, &event.kind), (2, &finished));
+    assert_eq!(trace.last_event_id, 2);
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(store.get_goals("t1").await.unwrap(), goals);
+    let events = store.events_after("t1", 0).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(events[0].kind, EventKind::MessageAdded { message: said });
+
+    // A group that fails writes nothing.
+    assert!(matches!(
+        store.add_message_with_event(&mut trace, Message::new(Role::User, "x"), Some(9)).await,
+        Err(TraceError::NoSuchMessage { sequence: 9, .. })
+    ));
+    let mut ghost = Trace::new(TraceMode::Agent, "t", "default");
+    assert!(matches!(
+        store.commit_with_event(&mut ghost, &goals, EventKind::TraceStarted).await,
+        Err(TraceError::NotFound(_))
+    ));
+    assert_eq!((trace.last_sequence, trace.last_event_id), (1, 2));
+    assert_eq!(store.events_after("t1", 0).await.unwrap().len(), 2);
+    assert_eq!(store.get_messages("t1").await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_keep_their_traces_apart_in_postgres() {
+    concurrent_writers_keep_their_traces_apart(Arc::new(pg_store().await)).await;
+}
+
+/// A trace with rewinds, a regenerate and a branch off a branch, built
+/// through `store`; returns every message.
+async fn branched_trace(store: &dyn TraceStore) -> Vec<Message> {
+    let mut trace = new_trace(store, "t1").await;
+    let add = async |trace: &mut Trace, text: &str, parent: Option<u64>| {
+        store.add_message(trace, Message::new(Role::User, text), parent).await.unwrap().sequence
+    };
+    for i in 0..6 {
+        add(&mut trace, &format!("main {i}"), None).await;
+    }
+    // A rewind to 3, continued.
+    let b = add(&mut trace, "b0", Some(3)).await;
+    add(&mut trace, "b1", None).await;
+    let b2 = add(&mut trace, "b2", None).await;
+    // A branch off that branch, and another off its first message.
+    add(&mut trace, "c0", Some(b)).await;
+    add(&mut trace, "c1", None).await;
+    add(&mut trace, "d0", Some(b2)).await;
+    // A regenerate: back to 5, then a new answer there.
+    store.set_head(&mut trace, 5).await.unwrap();
+    add(&mut trace, "r0", None).await;
+    add(&mut trace, "r1", None).await;
+    // Back onto the old main path's end, continued; a second root.
+    store.set_head(&mut trace, 6).await.unwrap();
+    add(&mut trace, "main 6", None).await;
+    add(&mut trace, "again", Some(1)).await;
+    add(&mut trace, "again 2", Some(1)).await;
+    store.get_messages("t1").await.unwrap()
+}
+
+#[tokio::test]
+async fn the_postgres_main_path_is_the_tree_s_from_every_head() {
+    let store = pg_store().await;
+    let messages = branched_trace(&store).await;
+    let tree = MessageTree::from_messages(&messages);
+    for head in messages.iter().map(|m| m.sequence) {
+        let path = store.get_main_path_messages("t1", head).await.unwrap();
+        assert_eq!(sequences(&path), tree.main_path(head), "head {head}");
+        let by_seq = |s: u64| messages.iter().find(|m| m.sequence == s).unwrap();
+        assert!(path.iter().all(|m| m == by_seq(m.sequence)));
+    }
+    assert!(matches!(
+        store.get_main_path_messages("t1", 999).await,
+        Err(TraceError::NoSuchMessage { sequence: 999, .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_trace_exported_from_one_store_imports_into_postgres_unchanged() {
+    let memory = MemoryTraceStore::new();
+    let messages = branched_trace(&memory).await;
+    let mut trace = memory.get_trace("t1").await.unwrap().unwrap();
+    memory.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    let mut goals = GoalTree::new();
+    goals.ensure_root("fix the bug").unwrap();
+    memory.save_goals("t1", &goals).await.unwrap();
+    let snapshot = memory.export_trace("t1").await.unwrap().unwrap();
+
+    let pg = pg_store().await;
+    pg.import_trace(&snapshot).await.unwrap();
+    assert_eq!(pg.export_trace("t1").await.unwrap().unwrap(), snapshot);
+    assert!(matches!(pg.import_trace(&snapshot).await, Err(TraceError::AlreadyExists(_))));
+    // Imported chains serve the main path as written ones do.
+    let tree = MessageTree::from_messages(&messages);
+    for head in messages.iter().map(|m| m.sequence) {
+        let path = pg.get_main_path_messages("t1", head).await.unwrap();
+        assert_eq!(sequences(&path), tree.main_path(head), "head {head}");
+    }
+    // And the trace goes on where it was.
+    let mut trace = pg.get_trace("t1").await.unwrap().unwrap();
+    let next = pg.add_message(&mut trace, Message::new(Role::User, "on"), None).await.unwrap();
+    assert_eq!(next.sequence, snapshot.trace.last_sequence + 1);
+    assert_eq!(pg.append_event(&mut trace, EventKind::TraceStarted).await.unwrap().id, 2);
+    assert_eq!(pg.export_trace("nope").await.unwrap(), None);
+
+    // A snapshot no store could have written is refused, and nothing of it kept.
+    let mut bad = snapshot.clone();
+    bad.trace.id = "t2".into();
+    for m in &mut bad.messages {
+        m.trace_id = "t2".into();
+    }
+    bad.messages[3].parent_sequence = Some(bad.messages[3].sequence);
+    assert!(matches!(pg.import_trace(&bad).await, Err(TraceError::Corrupt { .. })));
+    bad.messages.swap(1, 2);
+    assert!(matches!(pg.import_trace(&bad).await, Err(TraceError::Corrupt { .. })));
+    assert_eq!(pg.get_trace("t2").await.unwrap(), None);
+}
+
+/// Two hosts on one database: what one writes, the other reads at once,
+/// and each event is announced on `reson_events` when it is readable.
+#[tokio::test]
+async fn a_second_host_reads_what_the_first_wrote_and_hears_its_events() {
+    let url = crate::database::test_cluster::cluster().fresh_database().await;
+    let first = PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap());
+    let second = PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap());
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener.listen("reson_events").await.unwrap();
+
+    let mut trace = new_trace(&first, "t1").await;
+    let (said, _) = first
+        .add_message_with_event(&mut trace, Message::new(Role::User, "hello"), None)
+        .await
+        .unwrap();
+    first.append_event(&mut trace, EventKind::TraceStarted).await.unwrap();
+    for id in 1..=2 {
+        let note = listener.recv().await.unwrap();
+        assert_eq!(note.payload(), format!("t1 {id}"));
+        assert_eq!(second.events_after("t1", id - 1).await.unwrap()[0].id, id);
+    }
+    assert_eq!(second.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(second.get_main_path_messages("t1", 1).await.unwrap(), [said]);
+
+    // The second host takes the trace over from what it reads.
+    let mut taken = second.get_trace("t1").await.unwrap().unwrap();
+    second.add_message(&mut taken, Message::new(Role::Assistant, "hi"), None).await.unwrap();
+    assert_eq!(second.append_event(&mut taken, EventKind::TraceStarted).await.unwrap().id, 3);
+    assert_eq!(listener.recv().await.unwrap().payload(), "t1 3");
+    assert_eq!(first.get_trace("t1").await.unwrap().unwrap(), taken);
+
+    // The first host, its copy now behind, is refused rather than writing
+    // a second message 2 or event 3; nothing of its write group is kept.
+    let late = first.add_message_with_event(&mut trace, Message::new(Role::User, "late"), None);
+    assert!(matches!(late.await, Err(TraceError::Database(_))));
+    let late = first.append_event(&mut trace, EventKind::TraceStarted).await;
+    assert!(matches!(late, Err(TraceError::Database(_))));
+    assert_eq!(second.get_trace("t1").await.unwrap().unwrap(), taken);
+    assert_eq!(texts(&second.get_messages("t1").await.unwrap()), ["hello", "hi"]);
+    assert_eq!(second.events_after("t1", 0).await.unwrap().len(), 3);
+}
