@@ -37,7 +37,17 @@ fn run_example(name: &str) {
             None => panic!("no profile directory above {}", exe.display()),
         };
         let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "reson", "--examples", "--profile", profile, "--target-dir"])
+            .args([
+                "build",
+                "-p",
+                "reson",
+                "-p",
+                "reson-sandbox",
+                "--examples",
+                "--profile",
+                profile,
+            ])
+            .arg("--target-dir")
             .arg(profile_dir.parent().expect("<target>/<profile dir>"))
             .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
             .status()
@@ -95,4 +105,10 @@ fn sub_agents() {
 #[test]
 fn learning() {
     run_example("learning");
+}
+
+/// The sandbox crate alone, without the agent: grants and limits hold.
+#[test]
+fn sandbox_embed() {
+    run_example("sandbox_embed");
 }

@@ -1,3 +1,5 @@
+//! # reson-origin-guard
+//!
 //! The checks in front of Reson's HTTP servers (`reson serve` and
 //! `reson mcp serve --http`) against the web pages a user's browser opens.
 //!
@@ -23,6 +25,10 @@
 //! Serve the router with
 //! `into_make_service_with_connect_info::<LocalAddr>()` and add
 //! [`enforce`] as its outermost layer.
+//!
+//! It depends on nothing of Reson's, so any of its HTTP servers can use
+//! it. It must never let a request through on a guess: what it cannot
+//! place (no `Host`, an origin that does not parse) is refused.
 
 use axum::body::HttpBody as _;
 use axum::extract::connect_info::Connected;

@@ -5,10 +5,12 @@
 //! Nothing here can be widened by a plugin or a model: a plugin gets the
 //! intersection of what its manifest requests and what these grant.
 
-use crate::policy::{CommandError, DEFAULT_COMMAND_PATH, SearchPath, UrlPattern};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// The search path when `[sandbox] command_path` is not set.
+pub const DEFAULT_COMMAND_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
 
 /// What `reson.toml` says about plugins: the keys `plugins_dir`,
 /// `cache_dir`, `lock_file` and the tables `[sandbox]`, `[plugins.NAME]`
@@ -39,18 +41,6 @@ pub struct PluginsConfig {
 }
 
 impl PluginsConfig {
-    /// Checks what the types alone cannot: secret URL patterns and the
-    /// command search path.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, secret) in &self.secrets {
-            for pattern in secret.urls.iter().flatten() {
-                UrlPattern::parse(pattern).map_err(|e| format!("[secrets.{name}]: {e}"))?;
-            }
-        }
-        self.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
-        Ok(())
-    }
-
     /// Resolves a path from the file against the file's directory.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         if path.is_absolute() { path.to_path_buf() } else { self.base_dir.join(path) }
@@ -152,13 +142,6 @@ impl Default for SandboxConfig {
             jail: JailMode::On,
             bwrap: PathBuf::from(crate::jail::DEFAULT_BWRAP),
         }
-    }
-}
-
-impl SandboxConfig {
-    /// `command_path`, checked.
-    pub fn search_path(&self) -> Result<SearchPath, CommandError> {
-        SearchPath::new(&self.command_path)
     }
 }
 

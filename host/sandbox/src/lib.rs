@@ -36,5 +36,6 @@ pub mod capability;
 pub mod config;
 pub mod contract;
 pub mod jail;
+pub mod manifest;
 pub mod plugin;
 pub mod policy;

@@ -1,18 +1,22 @@
+//! # reson-server
+//!
 //! The HTTP + WebSocket API of `reson serve`: runs start in the background
 //! and are watched over a WebSocket; approvals are answered over HTTP; a
 //! viewer page is served at `/`.
 //!
 //! ```no_run
-//! use reson::api::{Server, ServerConfig};
-//! use reson::config::Config;
-//! use reson::plugin::{Options, Runtime};
-//! use reson::trace::{Durability, FileTraceStore};
+//! use reson_sandbox::config::PluginsConfig;
+//! use reson_sandbox::plugin::{Options, Runtime};
+//! use reson_server::{Server, ServerConfig};
+//! use reson_trace::{Durability, FileTraceStore};
 //! use std::sync::Arc;
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = Config::load("reson.toml".as_ref())?;
-//! let server_config = ServerConfig::from_config(&config);
-//! let runtime = Runtime::open(Options::from_config(config)).await?;
+//! // `reson::config::Config` reads every section of the file; with it,
+//! // `ServerConfig::from_config(&config)` takes `[server]` and the rest.
+//! let plugins: PluginsConfig = toml::from_str(&std::fs::read_to_string("reson.toml")?)?;
+//! let server_config = ServerConfig::default();
+//! let runtime = Runtime::open(Options::from_config(plugins)).await?;
 //! let store = Arc::new(FileTraceStore::open(".reson/traces", Durability::Batched)?);
 //! let server = Server::bind(runtime, store, server_config).await?;
 //! println!("listening on http://{}", server.local_addr());
@@ -32,6 +36,12 @@
 //! [`PgTraceStore`](reson_trace::PgTraceStore) on it as its store). A run
 //! is then owned by one host through a lease, stopped and watched from any
 //! host, and continued by another when its host dies.
+//!
+//! It depends on `reson-agent` (runs), `reson-mcp` (the MCP tools runs
+//! get), `reson-sandbox`, `reson-trace`, `reson-text` and
+//! `reson-origin-guard`; nothing depends on it but the `reson` facade and
+//! binary. It must never answer before the origin guard and the token have
+//! passed, nor send a byte that has not passed the redaction point.
 
 mod auth;
 mod cluster;

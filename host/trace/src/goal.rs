@@ -1,9 +1,8 @@
 //! The goal tree of a trace: what the agent set out to do, broken down,
 //! with what each part cost.
 
-use super::message::{Message, Role, ToolCall, Usage};
+use super::usage::Usage;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::fmt;
 
 /// Messages, tokens, cost and time spent: a goal's own share, or (as
@@ -21,22 +20,6 @@ pub struct GoalStats {
     pub duration_ms: u64,
     /// Model requests, failed attempts included.
     pub requests: u64,
-}
-
-impl GoalStats {
-    /// The share of one message.
-    pub fn of(message: &Message) -> Self {
-        Self {
-            messages: 1,
-            usage: message.usage,
-            cost: message.cost,
-            duration_ms: message.duration_ms,
-            requests: match message.role {
-                Role::Assistant => u64::from(message.attempts.max(1)),
-                _ => 0,
-            },
-        }
-    }
 }
 
 impl std::ops::AddAssign<&GoalStats> for GoalStats {
@@ -318,44 +301,6 @@ impl GoalTree {
         for goal in &mut tree.goals {
             goal.self_stats = GoalStats::default();
             goal.cumulative_stats = GoalStats::default();
-        }
-        tree
-    }
-
-    /// The tree of the branch `path` (its messages, root first): the last
-    /// snapshot on the path, or `initial` when there is none. A tool result
-    /// stored without a snapshot (by a host that kept one tree per trace)
-    /// goes to `replay` with the call it answers, which applies it if it
-    /// changed goals. Stats are counted from the path's messages.
-    pub fn of_branch(
-        path: &[Message],
-        initial: GoalTree,
-        mut replay: impl FnMut(&mut GoalTree, &ToolCall, &Message),
-    ) -> GoalTree {
-        let mut tree = initial;
-        // Ids are unique only within one answer (Gemini numbers each
-        // answer's calls from `call_0`): a result answers the latest call
-        // with its id.
-        let mut calls: HashMap<&str, &ToolCall> = HashMap::new();
-        for message in path {
-            calls.extend(message.tool_calls.iter().map(|call| (call.id.as_str(), call)));
-            if message.role != Role::Tool || message.synthetic {
-                continue;
-            }
-            let call = message.tool_call_id.as_deref().and_then(|id| calls.get(id));
-            match (&message.goals, call) {
-                (Some(snapshot), _) => tree = snapshot.clone(),
-                (None, Some(call)) => replay(&mut tree, call, message),
-                (None, None) => {}
-            }
-        }
-        let mut tree = tree.snapshot();
-        for message in path {
-            if let Some(goal_id) = &message.goal_id {
-                // A goal missing from the tree (a hand-edited file) is
-                // not counted.
-                let _ = tree.record(goal_id, &GoalStats::of(message));
-            }
         }
         tree
     }

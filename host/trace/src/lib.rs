@@ -1,3 +1,15 @@
+//! # reson-trace
+//!
+//! What a run leaves behind, and what every later step reads: the models
+//! (traces, messages, goal trees, events), the stores (memory, crash-safe
+//! files, PostgreSQL through [`database`]) behind one async [`TraceStore`],
+//! and `[store]`, the config section that picks one ([`config`]).
+//!
+//! It depends only on `reson-text` (every string it writes passes the
+//! redaction point). It must never know about plugins, models, agents or
+//! servers: they write traces through [`TraceStore`], and a trace must stay
+//! readable by any of them, and by a later version of each.
+//!
 //! Traces: the durable, branchable history of every run. Every agent is a
 //! trace; a sub-agent's names its caller in `parent_trace_id`.
 //!
@@ -11,10 +23,10 @@
 //! semantics, for embedding, tests and benchmarks.
 //!
 //! ```
-//! use reson::trace::{MemoryTraceStore, Message, Role, Trace, TraceMode, TraceStore};
+//! use reson_trace::{MemoryTraceStore, Message, Role, Trace, TraceMode, TraceStore};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), reson::trace::TraceError> {
+//! # async fn main() -> Result<(), reson_trace::TraceError> {
 //! let store = MemoryTraceStore::new();
 //! let mut trace = Trace::new(TraceMode::Agent, "say hello", "default");
 //! store.create_trace(&trace).await?;
@@ -91,6 +103,7 @@
 //! awaits them. The writes themselves are a few
 //! small syscalls each, done inline: cheaper than a hop to a blocking thread.
 
+mod branch;
 pub mod config;
 pub mod database;
 mod event;
@@ -105,6 +118,7 @@ mod postgres;
 mod render;
 mod store;
 mod tree;
+mod usage;
 
 pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};

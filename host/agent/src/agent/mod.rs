@@ -14,17 +14,17 @@
 //!
 //! ```no_run
 //! use futures::StreamExt;
-//! use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
-//! use reson::config::Config;
-//! use reson::plugin::{Options, Runtime};
-//! use reson::provider::PluginProvider;
-//! use reson::tools::ToolRegistry;
-//! use reson::trace::{Durability, FileTraceStore, Message, Role};
+//! use reson_agent::agent::{AgentEvent, Hooks, RunConfig, Runner};
+//! use reson_agent::provider::PluginProvider;
+//! use reson_agent::tools::ToolRegistry;
+//! use reson_sandbox::config::PluginsConfig;
+//! use reson_sandbox::plugin::{Options, Runtime};
+//! use reson_trace::{Durability, FileTraceStore, Message, Role};
 //! use std::sync::Arc;
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = Config::load("reson.toml".as_ref())?;
-//! let runtime = Runtime::open(Options::from_config(config)).await?;
+//! let plugins: PluginsConfig = toml::from_str(&std::fs::read_to_string("reson.toml")?)?;
+//! let runtime = Runtime::open(Options::from_config(plugins)).await?;
 //! let store = Arc::new(FileTraceStore::open(".reson/traces", Durability::Batched)?);
 //! let provider = Arc::new(PluginProvider::new(runtime.clone(), "openai"));
 //! let runner = Runner::new(store, provider, ToolRegistry::new(runtime), Hooks::none());

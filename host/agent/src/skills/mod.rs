@@ -10,7 +10,7 @@
 //! demand.
 //!
 //! ```
-//! use reson::skills::Skills;
+//! use reson_agent::skills::Skills;
 //!
 //! let skills = Skills::load(&[]).unwrap();
 //! let chosen = skills.select(Some(&["planning".to_owned()])).unwrap();

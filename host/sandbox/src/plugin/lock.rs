@@ -3,7 +3,7 @@
 //! back until accepted again. It also records which plugin serves each tool
 //! name, so that a plugin added later can never take a name over.
 
-use super::manifest::Requests;
+use crate::manifest::Requests;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;

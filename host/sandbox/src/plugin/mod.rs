@@ -7,13 +7,13 @@ mod error;
 mod instance;
 mod loader;
 mod lock;
-mod manifest;
+
 mod runtime;
 mod watch;
 
+pub use crate::manifest::{Manifest, Requests};
 pub use error::{CallError, Limit, LoadError, ToolFailure, TrapKind};
 pub use loader::{CallContext, Image, ToolOutput, ToolSpec};
-pub use manifest::{Manifest, Requests};
 pub use runtime::{
     Options, PluginInfo, PluginStatus, RESERVED_TOOL_NAMES, RefusedTool, Runtime, RuntimeError,
 };

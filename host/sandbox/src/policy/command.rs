@@ -11,8 +11,7 @@
 use crate::jail::is_executable;
 use std::path::{Component, Path, PathBuf};
 
-/// The search path when `[sandbox] command_path` is not set.
-pub const DEFAULT_COMMAND_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
+pub use crate::config::DEFAULT_COMMAND_PATH;
 
 /// Why a command cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

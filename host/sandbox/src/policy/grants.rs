@@ -4,7 +4,7 @@ use super::command::{self, CommandError, ResolvedCommand, SearchPath};
 use super::patterns::{CommandPattern, PatternError, UrlPattern};
 use crate::config::{Access, JailMode, Limits, PluginGrant, SandboxConfig};
 use crate::jail::{DEFAULT_MAX_PROCESSES, Jail, JailDir, JailSpec, NetworkRule, NetworkRuleError};
-use crate::plugin::Manifest;
+use crate::manifest::Manifest;
 use reqwest::Url;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -377,7 +377,7 @@ pub enum CommandDenial {
 mod tests {
     use super::*;
     use crate::config::DirGrant;
-    use crate::plugin::Requests;
+    use crate::manifest::Requests;
 
     fn manifest(requests: Requests, limits: Limits) -> Manifest {
         Manifest {

@@ -12,3 +12,26 @@ pub use command::{
 };
 pub use grants::{CommandDenial, EffectiveLimits, Grants, MountedDir};
 pub use patterns::{CommandPattern, PatternError, UrlPattern};
+
+use crate::config::{PluginsConfig, SandboxConfig};
+
+impl SandboxConfig {
+    /// `command_path`, checked.
+    pub fn search_path(&self) -> Result<SearchPath, CommandError> {
+        SearchPath::new(&self.command_path)
+    }
+}
+
+impl PluginsConfig {
+    /// Checks what the types alone cannot: secret URL patterns and the
+    /// command search path.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, secret) in &self.secrets {
+            for pattern in secret.urls.iter().flatten() {
+                UrlPattern::parse(pattern).map_err(|e| format!("[secrets.{name}]: {e}"))?;
+            }
+        }
+        self.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
+        Ok(())
+    }
+}
