@@ -2,7 +2,6 @@
 //! `[presets.NAME]`, `[budget]`, `[sub_agents]`, `[skills]`,
 //! `[experiences]` and `[compaction]`.
 
-use crate::agent::compaction::CompactionConfig;
 use crate::policy::{Budget, Decision, Preset, Rule, RuleError, RuleSet, SearchPath};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -182,5 +181,26 @@ impl PermissionsConfig {
         Ok(RuleSet::compile(&self.rules)?
             .with_default(self.default)
             .with_exec_vectors(self.exec_vectors.clone()))
+    }
+}
+
+/// How and when to compact; `[compaction]` in `reson.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompactionConfig {
+    /// Compact at all.
+    pub enabled: bool,
+    /// The model's context window in tokens; known models' own when unset
+    /// (see [`context_window`](crate::agent::compaction::context_window)).
+    pub context_window: Option<u64>,
+    /// Compact when the request exceeds this share of the window.
+    pub threshold: f64,
+    /// The model of the level-2 summary call; the run's when unset.
+    pub model: Option<String>,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self { enabled: true, context_window: None, threshold: 0.8, model: None }
     }
 }

@@ -15,8 +15,6 @@
 //! this host's watchers of that trace.
 
 use super::error::ApiError;
-use super::events::Channels;
-use super::state::Runs;
 use reson_trace::database::Database;
 use reson_trace::{EVENTS_CHANNEL, TraceStatus, TraceStore};
 use sqlx::postgres::PgListener;
@@ -309,15 +307,14 @@ impl Cluster {
     /// host, until `closing`; connects again when the database drops.
     pub(crate) async fn listen(
         self: Arc<Self>,
-        runs: Arc<Runs>,
-        channels: Arc<Channels>,
+        notified: Arc<dyn Notified>,
         closing: CancellationToken,
     ) {
         let mut wait = Duration::from_millis(100);
         loop {
             let listened = tokio::select! {
                 () = closing.cancelled() => return,
-                listened = self.listen_once(&runs, &channels, &mut wait) => listened,
+                listened = self.listen_once(&*notified, &mut wait) => listened,
             };
             if let Err(e) = listened {
                 tracing::warn!(
@@ -335,38 +332,47 @@ impl Cluster {
     /// One connection's notifications: returns when it fails.
     async fn listen_once(
         &self,
-        runs: &Runs,
-        channels: &Channels,
+        notified: &dyn Notified,
         wait: &mut Duration,
     ) -> Result<(), sqlx::Error> {
         let mut listener = PgListener::connect_with(self.db.pool()).await?;
         listener.listen_all([STOP_CHANNEL, EVENTS_CHANNEL]).await?;
         *wait = Duration::from_millis(100);
         // Whatever was stored while no connection listened is read now.
-        channels.wake_all();
+        notified.wake_all();
         loop {
             let Some(notification) = listener.try_recv().await? else {
                 // The connection dropped and a new one listens again:
                 // notifications in between are lost.
-                channels.wake_all();
+                notified.wake_all();
                 continue;
             };
             let payload = notification.payload();
             match notification.channel() {
-                STOP_CHANNEL if runs.stop(payload) => {
+                STOP_CHANNEL if notified.stop(payload) => {
                     tracing::info!("trace {payload}: stopped at another host's request");
                 }
                 EVENTS_CHANNEL => {
                     if let Some((trace_id, id)) = payload.split_once(' ')
                         && let Ok(id) = id.parse()
                     {
-                        channels.appended(trace_id, id);
+                        notified.appended(trace_id, id);
                     }
                 }
                 _ => {}
             }
         }
     }
+}
+
+/// What a host does with the notifications of the others.
+pub(crate) trait Notified: Send + Sync {
+    /// Another host asks for trace `trace_id` to stop: whether it ran here.
+    fn stop(&self, trace_id: &str) -> bool;
+    /// A host stored event `id` of trace `trace_id`.
+    fn appended(&self, trace_id: &str, id: u64);
+    /// Notifications may have been missed: every watcher reads again.
+    fn wake_all(&self);
 }
 
 /// This machine's name, for people reading who holds a trace.
@@ -385,6 +391,28 @@ fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::Channels;
+    use crate::registry::Runs;
+
+    /// The host's side of the notifications, as the server wires it.
+    struct Hub {
+        runs: Arc<Runs>,
+        channels: Arc<Channels>,
+    }
+
+    impl Notified for Hub {
+        fn stop(&self, trace_id: &str) -> bool {
+            self.runs.stop(trace_id)
+        }
+
+        fn appended(&self, trace_id: &str, id: u64) {
+            self.channels.appended(trace_id, id);
+        }
+
+        fn wake_all(&self) {
+            self.channels.wake_all();
+        }
+    }
     use crate::test_cluster;
     use reson_trace::MemoryTraceStore;
 
@@ -543,8 +571,8 @@ mod tests {
         let runs = Runs::with_cluster(Some(a.clone()));
         let channels = Arc::new(Channels::default());
         let closing = CancellationToken::new();
-        let listening =
-            tokio::spawn(a.clone().listen(runs.clone(), channels.clone(), closing.clone()));
+        let hub = Arc::new(Hub { runs: runs.clone(), channels: channels.clone() });
+        let listening = tokio::spawn(a.clone().listen(hub, closing.clone()));
         let mut watching = channels.subscribe("t");
         // The listener wakes the watchers once it listens.
         tokio::time::timeout(Duration::from_secs(30), watching.events.changed())

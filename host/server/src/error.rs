@@ -120,7 +120,7 @@ fn error_response(status: StatusCode, message: &str) -> Response {
     let body = ErrorBody {
         error: ErrorDetail { code: code_of(status).to_owned(), message: message.to_owned() },
     };
-    let mut response = (status, super::extract::Json(body)).into_response();
+    let mut response = (status, super::response::Json(body)).into_response();
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }

@@ -7,15 +7,20 @@
 //! `tokio::sync::watch` (a slow watcher sees the latest id and reads what
 //! it missed from the store), the live frames a bounded broadcast.
 
-use super::runs::LiveSource;
-use super::state::Runs;
+use super::registry::Runs;
+use super::response::to_json;
 use async_trait::async_trait;
+use futures::StreamExt as _;
+use reson_agent::agent::{AgentEvent, ApprovalRequest, RunHandle};
 use reson_trace::{
     Event, EventKind, GoalTree, Message, Trace, TraceError, TraceFilter, TraceStore,
 };
+use serde::Serialize;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::{broadcast, watch};
+use std::task::{Context, Poll, Waker};
+use tokio::sync::{Notify, broadcast, watch};
 
 /// Live frames a watcher may fall behind by before it is closed.
 const LIVE_BACKLOG: usize = 1024;
@@ -280,10 +285,165 @@ impl TraceStore for NotifyingStore {
     }
 }
 
+/// A frame only live watchers get; never stored, never replayed.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum LiveFrameBody<'a> {
+    TextDelta { text: &'a str },
+    ReasoningDelta { text: &'a str },
+    ApprovalNeeded { request: &'a ApprovalRequest },
+}
+
+/// The most events forwarded in one poll, so a run streaming without pause
+/// cannot hold the pump's thread.
+const MAX_PER_POLL: usize = 1024;
+
+/// The most deltas merged into one live frame.
+const MAX_MERGED: usize = 512;
+
+/// A run's events, turned into live frames for its trace's watchers. The
+/// pump forwards them as they come; the store forwards what is queued
+/// before it stores an event, so a frame never reaches a watcher after an
+/// event that followed it.
+pub(crate) struct LiveSource {
+    trace_id: String,
+    channels: Arc<Channels>,
+    handle: Mutex<Option<RunHandle>>,
+    /// The trace's last stored event: frames forwarded now follow it.
+    last_event: AtomicU64,
+    repoll: Notify,
+}
+
+impl LiveSource {
+    pub(crate) fn new(trace_id: String, channels: Arc<Channels>) -> Self {
+        Self {
+            trace_id,
+            channels,
+            handle: Mutex::new(None),
+            last_event: AtomicU64::new(0),
+            repoll: Notify::new(),
+        }
+    }
+
+    pub(crate) fn trace_id(&self) -> &str {
+        &self.trace_id
+    }
+
+    pub(crate) fn attach(&self, handle: RunHandle) {
+        *self.handle.lock().expect("live source") = Some(handle);
+    }
+
+    pub(crate) fn detach(&self) -> Option<RunHandle> {
+        self.handle.lock().expect("live source").take()
+    }
+
+    pub(crate) fn stop(&self) {
+        if let Some(handle) = self.handle.lock().expect("live source").as_ref() {
+            handle.stop();
+        }
+    }
+
+    /// Event `id` was stored.
+    pub(crate) fn stored(&self, id: u64) {
+        self.last_event.store(id, Ordering::Release);
+    }
+
+    /// Forwards what the run has queued, now.
+    pub(crate) fn drain(&self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        while self.poll_forward(&mut cx) == Poll::Ready(false) {}
+        self.repoll.notify_one();
+    }
+
+    /// Resolves when the store has drained the run's events: the pump then
+    /// polls again, so that the run wakes the pump, not the store's no-op.
+    pub(crate) async fn repolled(&self) {
+        self.repoll.notified().await;
+    }
+
+    /// Forwards the events ready on the run's stream: `Ready(true)` once
+    /// the stream has ended, `Ready(false)` when there may be more ready.
+    pub(crate) fn poll_forward(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut handle = self.handle.lock().expect("live source");
+        let Some(events) = handle.as_mut() else { return Poll::Pending };
+        // Read under the lock the store takes to drain: frames taken here
+        // came after this event.
+        let after = self.last_event.load(Ordering::Acquire);
+        let mut frames = Frames::new(|frame: &LiveFrameBody| {
+            if let Ok(text) = to_json(frame) {
+                self.channels.live(&self.trace_id, LiveFrame { after, text: text.into() });
+            }
+        });
+        for _ in 0..MAX_PER_POLL {
+            match events.poll_next_unpin(cx) {
+                Poll::Ready(Some(event)) => frames.push(event),
+                Poll::Ready(None) => {
+                    frames.flush();
+                    return Poll::Ready(true);
+                }
+                Poll::Pending => {
+                    frames.flush();
+                    return Poll::Pending;
+                }
+            }
+        }
+        frames.flush();
+        Poll::Ready(false)
+    }
+}
+
+/// Turns events into frames, merging runs of deltas of one kind.
+struct Frames<F: Fn(&LiveFrameBody)> {
+    send: F,
+    /// (reasoning?, text, deltas) merged so far.
+    merged: Option<(bool, String, usize)>,
+}
+
+impl<F: Fn(&LiveFrameBody)> Frames<F> {
+    fn new(send: F) -> Self {
+        Self { send, merged: None }
+    }
+
+    fn push(&mut self, event: AgentEvent) {
+        let delta = match &event {
+            AgentEvent::TextDelta { text } => Some((false, text)),
+            AgentEvent::ReasoningDelta { text } => Some((true, text)),
+            _ => None,
+        };
+        match (delta, &mut self.merged) {
+            (Some((reasoning, text)), Some((kind, so_far, count)))
+                if *kind == reasoning && *count < MAX_MERGED =>
+            {
+                so_far.push_str(text);
+                *count += 1;
+            }
+            (Some((reasoning, text)), _) => {
+                self.flush();
+                self.merged = Some((reasoning, text.clone(), 1));
+            }
+            (None, _) => {
+                self.flush();
+                if let Some(request) = event.approval_request() {
+                    (self.send)(&LiveFrameBody::ApprovalNeeded { request });
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        match self.merged.take() {
+            Some((false, text, _)) => (self.send)(&LiveFrameBody::TextDelta { text: &text }),
+            Some((true, text, _)) => (self.send)(&LiveFrameBody::ReasoningDelta { text: &text }),
+            None => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use reson_trace::{MemoryTraceStore, TraceMode};
+    use std::cell::RefCell;
 
     #[tokio::test]
     async fn an_appended_event_wakes_the_watchers_of_its_trace_only() {
@@ -363,5 +523,33 @@ mod tests {
         channels.live("t", frame("nobody"));
         channels.appended("t", 3);
         assert_eq!(channels.watched(), 0, "frames without watchers make no channel");
+    }
+
+    #[test]
+    fn deltas_queued_together_become_one_frame_of_each_kind() {
+        let sent = RefCell::new(Vec::new());
+        let mut frames =
+            Frames::new(|f: &LiveFrameBody| sent.borrow_mut().push(to_json(f).unwrap()));
+        let text = |t: &str| AgentEvent::TextDelta { text: t.into() };
+        frames.push(text("Hel"));
+        frames.push(text("lo"));
+        frames.push(AgentEvent::ReasoningDelta { text: "hm".into() });
+        frames.push(AgentEvent::ModelRequest { iteration: 2 });
+        frames.push(text("!"));
+        frames.flush();
+        for _ in 0..MAX_MERGED + 1 {
+            frames.push(text("w"));
+        }
+        frames.flush();
+        let sent = sent.into_inner();
+        assert_eq!(
+            sent[..3],
+            [
+                r#"{"kind":"text_delta","text":"Hello"}"#,
+                r#"{"kind":"reasoning_delta","text":"hm"}"#,
+                r#"{"kind":"text_delta","text":"!"}"#,
+            ]
+        );
+        assert_eq!(sent.len(), 5, "a merged frame holds at most {MAX_MERGED} deltas");
     }
 }

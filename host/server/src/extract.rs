@@ -1,38 +1,13 @@
-//! JSON in and out: request bodies and query strings whose failures are the
-//! API's errors, and responses that pass through [`reson_text::redact`].
+//! JSON in: request bodies and query strings whose failures are the API's
+//! errors.
 
 use super::error::ApiError;
 use super::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, OptionalFromRequest, Query, Request};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
-
-/// A JSON response, redacted on its way out.
-pub(crate) struct Json<T>(pub(crate) T);
-
-/// `value` as JSON text, redacted: everything the server sends (bodies and
-/// WebSocket frames) is made here.
-pub(crate) fn to_json<T: Serialize>(value: &T) -> Result<String, serde_json::Error> {
-    let text = serde_json::to_string(value)?;
-    Ok(reson_text::redact::redact(&text).into_owned())
-}
-
-impl<T: Serialize> IntoResponse for Json<T> {
-    fn into_response(self) -> Response {
-        match to_json(&self.0) {
-            Ok(text) => {
-                ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], text)
-                    .into_response()
-            }
-            // Only a map with non-string keys fails to serialise; none is sent.
-            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-        }
-    }
-}
 
 /// A JSON request body; [`reson_origin_guard`] has refused any body not
 /// declared `application/json` before a handler runs. As an
@@ -102,6 +77,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::response::to_json;
     use serde::Deserialize;
 
     #[derive(Debug, Deserialize, PartialEq)]

@@ -100,7 +100,7 @@ impl Default for StoreConfig {
 
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let url = self.url.as_ref().map(|u| crate::database::DatabaseOptions::new(u).display_url());
+        let url = self.url.as_ref().map(|u| redact_url(u));
         f.debug_struct("StoreConfig")
             .field("kind", &self.kind)
             .field("url", &url)
@@ -116,9 +116,7 @@ fn serialize_redacted_url<S: serde::Serializer>(
     url: &Option<String>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    url.as_ref()
-        .map(|u| crate::database::DatabaseOptions::new(u).display_url())
-        .serialize(serializer)
+    url.as_ref().map(|u| redact_url(u)).serialize(serializer)
 }
 
 impl StoreConfig {
@@ -138,5 +136,17 @@ impl StoreConfig {
             _ if self.lease_ms < 1_000 => Err("lease_ms must be at least 1000".into()),
             _ => Ok(()),
         }
+    }
+}
+
+/// `url` with the password part of its user info replaced, for messages.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("[REDACTED]"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_owned(),
+        Err(_) => "(unparsable URL)".to_owned(),
     }
 }

@@ -105,6 +105,7 @@
 
 mod branch;
 pub mod config;
+#[cfg(feature = "postgres")]
 pub mod database;
 mod event;
 mod file;
@@ -114,6 +115,7 @@ mod memory;
 mod message;
 mod migrate;
 mod model;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod render;
 mod store;
@@ -129,8 +131,8 @@ pub use migrate::{Migration, copy_traces};
 pub use model::{
     Collaborator, CollaboratorKind, CollaboratorStatus, Trace, TraceContext, TraceMode, TraceStatus,
 };
-pub use postgres::EVENTS_CHANNEL;
-pub use postgres::PgTraceStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{EVENTS_CHANNEL, PgTraceStore};
 pub use render::render_tree;
 pub use store::{TraceError, TraceFilter, TraceSnapshot, TraceStore};
 pub use tree::MessageTree;

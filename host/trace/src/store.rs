@@ -40,6 +40,7 @@ pub enum TraceError {
     },
     /// The database failed (it went away, refused a write, ...).
     #[error(transparent)]
+    #[cfg(feature = "postgres")]
     Database(#[from] crate::database::DatabaseError),
     /// A file holds something the store did not write.
     #[error("{}: corrupt: {reason}", path.display())]

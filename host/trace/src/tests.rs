@@ -30,6 +30,7 @@ macro_rules! conformance {
                 super::$scenario(&MemoryTraceStore::new()).await;
             }
 
+            #[cfg(feature = "postgres")]
             #[tokio::test]
             async fn postgres() {
                 super::$scenario(&pg_store().await).await;
@@ -39,6 +40,7 @@ macro_rules! conformance {
 }
 
 /// A [`PgTraceStore`] on a fresh database of the test cluster.
+#[cfg(feature = "postgres")]
 async fn pg_store() -> PgTraceStore {
     let url = crate::database::test_cluster::cluster().fresh_database().await;
     PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap())
@@ -890,6 +892,7 @@ async fn write_groups_store_their_event_with_them(store: &dyn TraceStore) {
     assert_eq!(store.get_messages("t1").await.unwrap().len(), 1);
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_keep_their_traces_apart_in_postgres() {
     concurrent_writers_keep_their_traces_apart(Arc::new(pg_store().await)).await;
@@ -897,6 +900,7 @@ async fn concurrent_writers_keep_their_traces_apart_in_postgres() {
 
 /// A trace with rewinds, a regenerate and a branch off a branch, built
 /// through `store`; returns every message.
+#[cfg(feature = "postgres")]
 async fn branched_trace(store: &dyn TraceStore) -> Vec<Message> {
     let mut trace = new_trace(store, "t1").await;
     let add = async |trace: &mut Trace, text: &str, parent: Option<u64>| {
@@ -925,6 +929,7 @@ async fn branched_trace(store: &dyn TraceStore) -> Vec<Message> {
     store.get_messages("t1").await.unwrap()
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn the_postgres_main_path_is_the_tree_s_from_every_head() {
     let store = pg_store().await;
@@ -942,6 +947,7 @@ async fn the_postgres_main_path_is_the_tree_s_from_every_head() {
     ));
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_trace_exported_from_one_store_imports_into_postgres_unchanged() {
     let memory = MemoryTraceStore::new();
@@ -985,6 +991,7 @@ async fn a_trace_exported_from_one_store_imports_into_postgres_unchanged() {
 
 /// Two hosts on one database: what one writes, the other reads at once,
 /// and each event is announced on `reson_events` when it is readable.
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_second_host_reads_what_the_first_wrote_and_hears_its_events() {
     let url = crate::database::test_cluster::cluster().fresh_database().await;

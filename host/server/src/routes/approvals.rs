@@ -1,7 +1,8 @@
 //! Approvals over HTTP: the pending asks of every run, and answers.
 
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{Json, JsonBody};
+use crate::extract::JsonBody;
+use crate::response::Json;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use reson_agent::agent::{Answer, ApprovalRequest};

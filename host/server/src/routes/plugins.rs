@@ -1,6 +1,6 @@
 //! The server's health and its plugins.
 
-use crate::extract::Json;
+use crate::response::Json;
 use crate::state::AppState;
 use axum::extract::State;
 use reson_sandbox::plugin::PluginInfo;

@@ -3,7 +3,8 @@
 //! listing them.
 
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{Json, JsonBody};
+use crate::extract::JsonBody;
+use crate::response::Json;
 use crate::routes::traces::load;
 use crate::runs::{self, RunRequest};
 use crate::state::AppState;

@@ -2,7 +2,8 @@
 //! sub-traces, and its messages.
 
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{Json, Params};
+use crate::extract::Params;
+use crate::response::Json;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use reson_trace::{GoalTree, Message, Trace, TraceFilter, TraceStatus};

@@ -12,7 +12,8 @@
 
 use crate::error::{ApiError, ErrorBody};
 use crate::events::{LiveFrame, Subscription};
-use crate::extract::{Params, to_json};
+use crate::extract::Params;
+use crate::response::to_json;
 use crate::routes::traces::load;
 use crate::state::AppState;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;

@@ -77,7 +77,7 @@ impl std::fmt::Debug for DatabaseOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The password never reaches a log, whichever way it was given.
         f.debug_struct("DatabaseOptions")
-            .field("url", &redact_url(&self.url))
+            .field("url", &crate::config::redact_url(&self.url))
             .field("password", &self.password.as_ref().map(|_| "[REDACTED]"))
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
@@ -120,7 +120,7 @@ impl DatabaseOptions {
 
     /// The URL with any password replaced, for messages.
     pub fn display_url(&self) -> String {
-        redact_url(&self.url)
+        crate::config::redact_url(&self.url)
     }
 }
 
@@ -198,18 +198,6 @@ async fn migrate(pool: &PgPool) -> Result<(), DatabaseError> {
             Err(DatabaseError::SchemaModified { version })
         }
         Err(other) => Err(DatabaseError::Migrate(other.to_string())),
-    }
-}
-
-/// `url` with the password part of its user info replaced.
-fn redact_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("[REDACTED]"));
-            parsed.to_string()
-        }
-        Ok(_) => url.to_owned(),
-        Err(_) => "(unparsable URL)".to_owned(),
     }
 }
 

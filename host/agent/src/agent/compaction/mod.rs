@@ -25,29 +25,8 @@ mod tokens;
 
 pub use tokens::{TokenCounter, context_window};
 
+pub use crate::config::CompactionConfig;
 use reson_trace::{GoalStatus, GoalTree, Message, Role};
-use serde::{Deserialize, Serialize};
-
-/// How and when to compact; `[compaction]` in `reson.toml`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CompactionConfig {
-    /// Compact at all.
-    pub enabled: bool,
-    /// The model's context window in tokens; known models' own when unset
-    /// (see [`context_window`]).
-    pub context_window: Option<u64>,
-    /// Compact when the request exceeds this share of the window.
-    pub threshold: f64,
-    /// The model of the level-2 summary call; the run's when unset.
-    pub model: Option<String>,
-}
-
-impl Default for CompactionConfig {
-    fn default() -> Self {
-        Self { enabled: true, context_window: None, threshold: 0.8, model: None }
-    }
-}
 
 impl CompactionConfig {
     /// The token budget of a request to `model`.
