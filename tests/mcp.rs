@@ -555,7 +555,7 @@ async fn an_mcp_servers_tools_are_namespaced_and_never_take_a_name() {
     let runtime = reson::plugin::Runtime::open(options).await.unwrap();
     let mcp = started(&config).await;
     assert_eq!(status(&mcp), Status::Ready);
-    let registry = ToolRegistry::new(runtime).with_mcp(mcp.clone());
+    let registry = ToolRegistry::new(runtime).with_source(Arc::new(mcp.clone()));
     let names: Vec<String> = registry.specs().into_iter().map(|t| t.name).collect();
     assert_eq!(names.iter().filter(|n| *n == "goal").count(), 1, "{names:?}");
     assert!(names.contains(&"echo".to_owned()) && names.contains(&"hostile__goal".to_owned()));
@@ -794,7 +794,7 @@ command = {}
     let runner = Runner::new(
         store.clone(),
         Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
-        ToolRegistry::new(runtime.clone()).with_mcp(mcp),
+        ToolRegistry::new(runtime.clone()).with_source(Arc::new(mcp)),
         Hooks::none(),
     )
     .with_permissions(Permissions::new(rules, approvals));

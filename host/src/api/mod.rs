@@ -50,7 +50,6 @@ use crate::config::Config;
 use crate::database::Database;
 use crate::origin_guard::{self, Guard, LocalAddr};
 use crate::plugin::Runtime;
-use crate::tools::ToolRegistry;
 use crate::trace::TraceStore;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -261,7 +260,7 @@ impl Server {
                 &runtime.options().config,
             )),
         };
-        let tools = ToolRegistry::configured(&runtime, experiences, MCP_START_WAIT)
+        let tools = crate::mcp::client::configured_registry(&runtime, experiences, MCP_START_WAIT)
             .await
             .map_err(|e| ApiError::Config(e.to_string()))?;
         let sub_agents =

@@ -11,6 +11,7 @@ use reson::plugin::Runtime;
 use reson::tools::ToolRegistry;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a command waits for the configured MCP servers to start.
@@ -58,7 +59,7 @@ pub(crate) async fn tools(runtime: &Runtime) -> ToolRegistry {
     }
     let mcp = McpTools::start(config);
     mcp.settled(START_WAIT).await;
-    registry.with_mcp(mcp)
+    registry.with_source(Arc::new(mcp))
 }
 
 pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {

@@ -245,7 +245,7 @@ pub(crate) async fn run(runtime: &Runtime, args: &RunArgs) -> anyhow::Result<Exi
     let config = &runtime.options().config;
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
-    let tools = reson::tools::ToolRegistry::configured(
+    let tools = reson::mcp::client::configured_registry(
         runtime,
         stores.experiences.clone(),
         super::mcp::START_WAIT,

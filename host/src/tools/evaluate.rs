@@ -2,8 +2,8 @@
 //! goal's result meets its requirement. This module is its contract with
 //! the model: the arguments, the evaluator's mission and the verdict.
 
-use super::agent::{ContextMessage, SubAgentStats};
 use crate::plugin::ToolSpec;
+use crate::tools::agent::{ContextMessage, SubAgentStats};
 use crate::trace::Goal;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -3,6 +3,9 @@
 
 use crate::experience::{self, Experiences};
 use crate::plugin::ToolSpec;
+use crate::tools::{ToolContext, ToolResult, ToolSource};
+use crate::trace::ToolCall;
+use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -47,4 +50,15 @@ pub async fn call(experiences: &Experiences, arguments: &str) -> Result<String, 
         return Ok("No experience matches these tags.".into());
     }
     Ok(experience::render_list(&found))
+}
+
+#[async_trait]
+impl ToolSource for Experiences {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec()]
+    }
+
+    async fn call(&self, call: &ToolCall, _: &mut ToolContext<'_>) -> ToolResult {
+        self::call(self, &call.arguments).await.map_or_else(ToolResult::error, ToolResult::text)
+    }
 }

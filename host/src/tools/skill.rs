@@ -3,6 +3,9 @@
 
 use crate::plugin::ToolSpec;
 use crate::skills::Skills;
+use crate::tools::{ToolContext, ToolResult, ToolSource};
+use crate::trace::ToolCall;
+use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -38,6 +41,17 @@ pub fn call(skills: &Skills, arguments: &str) -> Result<String, String> {
         .map_err(|e| format!("Error: invalid skill arguments: {e}"))?;
     let skill = skills.get(args.name.trim()).map_err(|e| format!("Error: {e}"))?;
     Ok(format!("## Skill: {}\n{}\n\n{}", skill.name, skill.description, skill.body))
+}
+
+#[async_trait]
+impl ToolSource for Skills {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec(self)]
+    }
+
+    async fn call(&self, call: &ToolCall, _: &mut ToolContext<'_>) -> ToolResult {
+        self::call(self, &call.arguments).map_or_else(ToolResult::error, ToolResult::text)
+    }
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@
 pub mod config;
 mod connect;
 
-use crate::plugin::{CallContext, Image, RESERVED_TOOL_NAMES, RefusedTool, ToolSpec};
+use crate::plugin::{CallContext, Image, RefusedTool, Runtime, ToolSpec};
 use crate::text::{Lines, escape_controls};
-use crate::tools::ToolResult;
+use crate::tools::{ToolContext, ToolRegistry, ToolResult, ToolSource};
+use crate::trace::ToolCall;
+use async_trait::async_trait;
 use base64::Engine as _;
 pub use config::ServerConfig;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents, Tool};
@@ -257,6 +259,43 @@ impl McpTools {
         let (server, tool) = self.find(name)?;
         Some(call(&server, &tool, args, context).await)
     }
+}
+
+#[async_trait]
+impl ToolSource for McpTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        McpTools::specs(self)
+    }
+
+    async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        McpTools::call(self, &call.name, &call.arguments, &context.call_context())
+            .await
+            .unwrap_or_else(|| {
+                ToolResult::error(format!("Error: no MCP server serves `{}` now", call.name))
+            })
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(McpTools::changes(self))
+    }
+}
+
+/// The registry a run gets from the runtime's config
+/// ([`ToolRegistry::configured`]) plus the tools of the configured MCP
+/// servers, started here; waits up to `start` for them to come up.
+pub async fn configured_registry(
+    runtime: &Runtime,
+    experiences: Arc<dyn crate::experience::ExperienceStore>,
+    start: Duration,
+) -> Result<ToolRegistry, crate::skills::SkillError> {
+    let registry = ToolRegistry::configured(runtime, experiences)?;
+    let config = &runtime.options().config;
+    if config.mcp.is_empty() {
+        return Ok(registry);
+    }
+    let mcp = McpTools::start(config);
+    mcp.settled(start).await;
+    Ok(registry.with_source(Arc::new(mcp)))
 }
 
 async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallContext) -> ToolResult {
@@ -569,32 +608,22 @@ fn accept_tools(server: &str, listed: Vec<Tool>) -> (Vec<Arc<RemoteTool>>, Vec<R
 }
 
 /// Drops from `specs` (MCP tools) the names a built-in or a plugin tool
-/// already serves, ASCII case ignored; the plugin or built-in keeps its
-/// name. Returns the dropped ones with the reason.
+/// already serves, ASCII case ignored, as a registry does (see
+/// [`crate::tools::unclaimed`]); the plugin or built-in keeps its name.
+/// Returns the dropped ones with the reason.
 pub fn shadowed(
     specs: Vec<ToolSpec>,
     served: &[String],
 ) -> (Vec<ToolSpec>, BTreeMap<String, RefusedTool>) {
-    let taken: HashSet<String> = served
-        .iter()
-        .map(|s| s.to_ascii_lowercase())
-        .chain(RESERVED_TOOL_NAMES.iter().map(|s| s.to_string()))
-        .collect();
-    let mut dropped = BTreeMap::new();
-    let kept = specs
+    let (kept, dropped) = crate::tools::unclaimed(specs, served);
+    let dropped = dropped
         .into_iter()
-        .filter(|spec| {
-            let free = !taken.contains(&spec.name.to_ascii_lowercase());
-            if !free {
-                dropped.insert(
-                    spec.name.clone(),
-                    RefusedTool {
-                        name: spec.name.clone(),
-                        reason: "a built-in or plugin tool of that name is served instead".into(),
-                    },
-                );
-            }
-            free
+        .map(|spec| {
+            let refused = RefusedTool {
+                name: spec.name.clone(),
+                reason: "a built-in or plugin tool of that name is served instead".into(),
+            };
+            (spec.name, refused)
         })
         .collect();
     (kept, dropped)
