@@ -191,7 +191,7 @@ impl ToolRegistry {
 
     /// Specs of the tools on offer that work outside a run (all but those
     /// that need a run's goal tree or start runs), as an MCP client gets.
-    pub fn standalone_specs(&self) -> Vec<ToolSpec> {
+    pub(crate) fn standalone_specs(&self) -> Vec<ToolSpec> {
         self.served()
             .into_iter()
             .filter(|(source, _)| !source.needs_run())
@@ -212,7 +212,7 @@ impl ToolRegistry {
     }
 
     /// How calls of `name` are scheduled; `None` when it is not on offer.
-    pub fn dispatch(&self, name: &str) -> Option<Dispatch> {
+    pub(crate) fn dispatch(&self, name: &str) -> Option<Dispatch> {
         self.source_of(name).map(|s| s.dispatch())
     }
 
@@ -237,7 +237,11 @@ impl ToolRegistry {
 
     /// Runs a tool with all a run gives it. Every failure becomes a result
     /// the model can read and act on; none ends the run.
-    pub async fn call_with(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+    pub(crate) async fn call_with(
+        &self,
+        call: &ToolCall,
+        context: &mut ToolContext<'_>,
+    ) -> ToolResult {
         match self.source_of(&call.name) {
             Some(source) => source.call(call, context).await,
             None => {
@@ -265,7 +269,7 @@ fn claim(specs: Vec<ToolSpec>, taken: &HashSet<String>) -> (Vec<ToolSpec>, Vec<T
 /// Splits the specs of a source that comes after the plugins into those it
 /// may serve and those it may not: a reserved name, or one in `served`
 /// (the names of the built-ins and plugin tools), ASCII case ignored.
-pub fn unclaimed(specs: Vec<ToolSpec>, served: &[String]) -> (Vec<ToolSpec>, Vec<ToolSpec>) {
+pub(crate) fn unclaimed(specs: Vec<ToolSpec>, served: &[String]) -> (Vec<ToolSpec>, Vec<ToolSpec>) {
     let taken: HashSet<String> = served
         .iter()
         .map(|s| s.to_ascii_lowercase())

@@ -13,9 +13,9 @@
 //! flight all end when it is cancelled.
 //!
 //! This module holds the public types and the loop; each phase has a file
-//! of its own: [`prepare`] (the trace a run writes), [`model`] (the model
-//! call), [`tools`] (tool execution), [`finish`] (the end of a run), and
-//! [`compact`] (compaction before a model call).
+//! of its own: `prepare` (the trace a run writes), `model` (the model
+//! call), `tools` (tool execution), `finish` (the end of a run), and
+//! `compact` (compaction before a model call).
 
 mod compact;
 mod finish;

@@ -608,8 +608,8 @@ fn accept_tools(server: &str, listed: Vec<Tool>) -> (Vec<Arc<RemoteTool>>, Vec<R
 }
 
 /// Drops from `specs` (MCP tools) the names a built-in or a plugin tool
-/// already serves, ASCII case ignored, as a registry does (see
-/// [`crate::tools::unclaimed`]); the plugin or built-in keeps its name.
+/// already serves, ASCII case ignored, by the rule a registry follows;
+/// the plugin or built-in keeps its name.
 /// Returns the dropped ones with the reason.
 pub fn shadowed(
     specs: Vec<ToolSpec>,
