@@ -126,7 +126,7 @@ pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};
 pub use goal::{AgentMode, Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
 pub use memory::MemoryTraceStore;
-pub use message::{ContentPart, Message, Role, ToolCall, Usage};
+pub use message::{ContentPart, INTERRUPTED, Message, Role, ToolCall, Usage};
 pub use migrate::{Migration, copy_traces};
 pub use model::{
     Collaborator, CollaboratorKind, CollaboratorStatus, Trace, TraceContext, TraceMode, TraceStatus,

@@ -46,6 +46,10 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// The text of a healed tool call's synthetic result: the call did not
+/// finish, and a later run (or a reader of the trace) records it so.
+pub const INTERRUPTED: &str = "Interrupted: this tool call did not finish; the run stopped or crashed before its result was recorded.";
+
 /// A message as stored in a trace. `sequence` is unique in its trace and
 /// never reused; `parent_sequence` links messages into a tree whose main
 /// path runs from the trace's head back to the root.

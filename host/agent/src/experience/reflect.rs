@@ -77,7 +77,7 @@ pub async fn reflect(
     // main path is not written to.
     let all = store.get_messages(trace_id).await?;
     for (_, call) in MessageTree::from_messages(&all).orphaned_tool_calls(head) {
-        history.push(Message::tool_result(&call, crate::agent::INTERRUPTED));
+        history.push(Message::tool_result(&call, reson_trace::INTERRUPTED));
     }
     let mut prompt = Message::new(Role::User, prompt_text(focus));
     prompt.synthetic = true;

@@ -1,8 +1,8 @@
 //! The built-in `agent` tool: hands work to sub-agents, each a trace of its
 //! own under the calling goal. A string `task` delegates to one sub-agent;
-//! a list explores, one sub-agent per item, all at once. The runner runs it
-//! through [`crate::agent`]'s sub-agent support; this module is its
-//! contract with the model: the arguments and the result.
+//! a list explores, one sub-agent per item, all at once. The agent
+//! module's sub-agent support runs it; this module is its contract with the
+//! model: the arguments and the result.
 
 use reson_sandbox::plugin::ToolSpec;
 use reson_trace::{AgentMode, Message, Role};

@@ -2,7 +2,7 @@
 //! goal's result meets its requirement. This module is its contract with
 //! the model: the arguments, the evaluator's mission and the verdict.
 
-use super::agent::{ContextMessage, SubAgentStats};
+use crate::tools::agent::{ContextMessage, SubAgentStats};
 use reson_sandbox::plugin::ToolSpec;
 use reson_trace::Goal;
 use schemars::JsonSchema;

@@ -2,7 +2,10 @@
 //! past runs by intent and state tags.
 
 use crate::experience::{self, Experiences};
+use crate::tools::{ToolContext, ToolResult, ToolSource};
+use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
+use reson_trace::ToolCall;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -47,4 +50,15 @@ pub async fn call(experiences: &Experiences, arguments: &str) -> Result<String, 
         return Ok("No experience matches these tags.".into());
     }
     Ok(experience::render_list(&found))
+}
+
+#[async_trait]
+impl ToolSource for Experiences {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec()]
+    }
+
+    async fn call(&self, call: &ToolCall, _: &mut ToolContext<'_>) -> ToolResult {
+        self::call(self, &call.arguments).await.map_or_else(ToolResult::error, ToolResult::text)
+    }
 }

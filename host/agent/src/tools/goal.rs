@@ -1,8 +1,11 @@
 //! The built-in `goal` tool: the model plans and tracks its work as a goal
-//! tree kept in the trace. It runs in the host, on the trace's own tree.
+//! tree kept in the trace. It runs in the host, in call order, on the
+//! run's own tree.
 
+use crate::tools::{Dispatch, ToolContext, ToolResult, ToolSource};
+use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
-use reson_trace::{GoalError, GoalTree, Message};
+use reson_trace::{GoalError, GoalTree, Message, ToolCall};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -103,6 +106,31 @@ pub fn apply(tree: &mut GoalTree, arguments: &str) -> Result<String, String> {
     match done {
         Ok(what) => Ok(format!("{what}\n{}", tree.render())),
         Err(e) => Err(format!("Error: {e}")),
+    }
+}
+
+/// The `goal` tool as a source: it needs the run's goal tree in hand.
+pub(crate) struct GoalTool;
+
+#[async_trait]
+impl ToolSource for GoalTool {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec()]
+    }
+
+    async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        let Some(goals) = context.goals.as_deref_mut() else {
+            return ToolResult::error(format!("Error: `{NAME}` works only inside a run"));
+        };
+        apply(goals, &call.arguments).map_or_else(ToolResult::error, ToolResult::text)
+    }
+
+    fn dispatch(&self) -> Dispatch {
+        Dispatch::InOrder
+    }
+
+    fn needs_run(&self) -> bool {
+        true
     }
 }
 

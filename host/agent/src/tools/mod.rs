@@ -1,33 +1,25 @@
-//! One registry for every tool a model can call: plugin tools served by the
-//! plugin runtime, the host's built-ins (`goal`; `agent` and `evaluate`
-//! when the runner has sub-agents; `skill` with skills, `get_experience`
-//! with experiences), and the tools of other sources ([`ToolSource`]: the
-//! tools of MCP servers, `SERVER__tool`).
+//! One registry for every tool a model can call, whatever its source: the
+//! host's built-ins (`goal`; `skill` with skills, `get_experience` with
+//! experiences; `agent` and `evaluate` when the runner has sub-agents),
+//! plugin tools served by the plugin runtime, and any other
+//! [`ToolSource`] (the tools of MCP servers, `SERVER__tool`).
 
 pub mod agent;
 pub mod evaluate;
 pub mod experience;
 pub mod goal;
+mod plugin;
 pub mod skill;
+mod source;
+
+pub use source::{Dispatch, Extensions, ToolContext, ToolSource};
 
 use crate::experience::Experiences;
 use crate::skills::Skills;
-use reson_sandbox::plugin::{CallContext, CallError, Image, Runtime, ToolSpec};
+use reson_sandbox::plugin::{CallContext, Image, RESERVED_TOOL_NAMES, Runtime, ToolSpec};
 use reson_trace::ToolCall;
+use std::collections::HashSet;
 use std::sync::Arc;
-
-/// Tools served from outside the sandbox and the built-ins, such as the
-/// tools of MCP servers. They come after plugin tools: a name a built-in
-/// or a plugin serves stays theirs.
-#[async_trait::async_trait]
-pub trait ToolSource: Send + Sync {
-    /// The tools on offer now.
-    fn specs(&self) -> Vec<ToolSpec>;
-    /// Runs tool `name`; `None` when this source does not serve it.
-    async fn call(&self, name: &str, arguments: &str, context: &CallContext) -> Option<ToolResult>;
-    /// Ticks when the tools on offer may have changed.
-    fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
-}
 
 /// The result of one tool call, as it goes back to the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,22 +57,25 @@ impl ToolResult {
 /// The tools on offer to a run.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    runtime: Option<Runtime>,
     allow: Option<Vec<String>>,
     skills: Option<Arc<Skills>>,
     experiences: Option<Arc<Experiences>>,
+    /// Built-ins after `goal`, `skill` and `get_experience`.
+    builtins: Vec<Arc<dyn ToolSource>>,
+    /// The plugin runtime's tools, then the sources added after, in order.
     sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl ToolRegistry {
     /// The plugin tools of `runtime` plus the built-ins.
     pub fn new(runtime: Runtime) -> Self {
-        Self { runtime: Some(runtime), ..Self::default() }
+        Self::builtins_only().with_source(Arc::new(runtime))
     }
 
     /// The registry a run gets from `config`: the plugin tools of
     /// `runtime`, skills, and the experiences in `experiences` (the store
-    /// [`Stores::open`](crate::store::Stores::open) gives).
+    /// [`Stores::open`](crate::store::Stores::open) gives). The tools of
+    /// MCP servers are a source of their own, added by the caller.
     pub fn configured(
         runtime: &Runtime,
         config: &impl AsRef<crate::config::AgentConfig>,
@@ -91,38 +86,25 @@ impl ToolRegistry {
             .with_experiences(Arc::new(Experiences::configured(runtime, experiences, config))))
     }
 
-    /// Adds the tools of `source`. A name a built-in or a plugin serves
-    /// stays theirs.
+    /// Adds the tools of `source`, after every source already here. A name
+    /// a built-in or an earlier source serves stays theirs (ASCII case
+    /// ignored), and the built-ins' reserved names are never served.
     pub fn with_source(mut self, source: Arc<dyn ToolSource>) -> Self {
         self.sources.push(source);
+        self
+    }
+
+    /// Adds a built-in source: it comes before the plugin tools and every
+    /// other source, and may serve the reserved names.
+    pub(crate) fn with_builtin(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.builtins.push(source);
         self
     }
 
     /// Ticks when the tools on offer may have changed (a plugin reloaded,
     /// an MCP server's list changed).
     pub fn changes(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
-        let runtime = self.runtime.as_ref().map(Runtime::changes);
-        runtime.into_iter().chain(self.sources.iter().map(|s| s.changes())).collect()
-    }
-
-    /// The other sources' tools on offer: those no built-in, plugin tool
-    /// or earlier source serves (names compared without case), each with
-    /// its source.
-    fn source_specs(&self, plugin_tools: &[ToolSpec]) -> Vec<(ToolSpec, &Arc<dyn ToolSource>)> {
-        let mut taken: std::collections::HashSet<String> = plugin_tools
-            .iter()
-            .map(|t| t.name.to_ascii_lowercase())
-            .chain(reson_sandbox::plugin::RESERVED_TOOL_NAMES.iter().map(|s| s.to_string()))
-            .collect();
-        let mut specs = Vec::new();
-        for source in &self.sources {
-            for spec in source.specs() {
-                if taken.insert(spec.name.to_ascii_lowercase()) {
-                    specs.push((spec, source));
-                }
-            }
-        }
-        specs
+        self.sources().iter().filter_map(|s| s.changes()).collect()
     }
 
     /// Only the built-ins.
@@ -161,75 +143,139 @@ impl ToolRegistry {
     }
 
     /// Whether `name` passes this registry's `only` list.
-    pub(crate) fn offered(&self, name: &str) -> bool {
+    fn offered(&self, name: &str) -> bool {
         self.allow.as_ref().is_none_or(|names| names.iter().any(|n| n == name))
+    }
+
+    /// Every source, first claim first.
+    fn sources(&self) -> Vec<Arc<dyn ToolSource>> {
+        let goal: Arc<dyn ToolSource> = Arc::new(goal::GoalTool);
+        let skills = self.skills.clone().map(|s| s as Arc<dyn ToolSource>);
+        let experiences = self.experiences.clone().map(|e| e as Arc<dyn ToolSource>);
+        std::iter::once(goal)
+            .chain(skills)
+            .chain(experiences)
+            .chain(self.builtins.iter().cloned())
+            .chain(self.sources.iter().cloned())
+            .collect()
+    }
+
+    /// Every source with the specs it serves: built-ins first, then the
+    /// others in order, none taking a name served before it.
+    fn served(&self) -> Vec<(Arc<dyn ToolSource>, Vec<ToolSpec>)> {
+        let sources = self.sources();
+        let builtins = sources.len() - self.sources.len();
+        let mut taken = HashSet::new();
+        sources
+            .into_iter()
+            .enumerate()
+            .map(|(i, source)| {
+                if i == builtins {
+                    taken.extend(RESERVED_TOOL_NAMES.iter().map(|n| n.to_string()));
+                }
+                let (kept, _) = claim(source.specs(), &taken);
+                taken.extend(kept.iter().map(|t| t.name.to_ascii_lowercase()));
+                (source, kept)
+            })
+            .collect()
     }
 
     /// Specs of every tool on offer, built-ins first.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
-        let skill = self.skills.as_deref().map(skill::spec);
-        let experience = self.experiences.as_ref().map(|_| experience::spec());
-        let source_tools: Vec<ToolSpec> =
-            self.source_specs(&plugin_tools).into_iter().map(|(spec, _)| spec).collect();
-        std::iter::once(goal::spec())
-            .chain(skill)
-            .chain(experience)
-            .chain(plugin_tools)
-            .chain(source_tools)
+        self.served()
+            .into_iter()
+            .flat_map(|(_, specs)| specs)
             .filter(|t| self.offered(&t.name))
             .collect()
     }
 
-    /// Whether `name` is a built-in the runner executes itself.
-    pub fn is_builtin(name: &str) -> bool {
-        [goal::NAME, agent::NAME, evaluate::NAME].contains(&name)
+    /// Specs of the tools on offer that work outside a run (all but those
+    /// that need a run's goal tree or start runs), as an MCP client gets.
+    pub fn standalone_specs(&self) -> Vec<ToolSpec> {
+        self.served()
+            .into_iter()
+            .filter(|(source, _)| !source.needs_run())
+            .flat_map(|(_, specs)| specs)
+            .filter(|t| self.offered(&t.name))
+            .collect()
     }
 
-    /// Runs a plugin tool, or the `skill` or `get_experience` built-in.
-    /// Every failure becomes a result the model can read and act on; none
-    /// ends the run.
+    /// The source serving `name`, when it is on offer.
+    fn source_of(&self, name: &str) -> Option<Arc<dyn ToolSource>> {
+        if !self.offered(name) {
+            return None;
+        }
+        self.served()
+            .into_iter()
+            .find(|(_, specs)| specs.iter().any(|t| t.name == name))
+            .map(|(source, _)| source)
+    }
+
+    /// How calls of `name` are scheduled; `None` when it is not on offer.
+    pub(crate) fn dispatch(&self, name: &str) -> Option<Dispatch> {
+        self.source_of(name).map(|s| s.dispatch())
+    }
+
+    /// The result for a call of `name` that a crash or stop cut off, as
+    /// its source has it; `None` for the usual one.
+    pub(crate) async fn interrupted(
+        &self,
+        call: &ToolCall,
+        trace: &mut reson_trace::Trace,
+        store: &dyn reson_trace::TraceStore,
+    ) -> Option<String> {
+        let source =
+            self.served().into_iter().find(|(_, specs)| specs.iter().any(|t| t.name == call.name));
+        source?.0.interrupted(call, trace, store).await
+    }
+
+    /// Runs a tool outside a run, as an MCP client's call does. Every
+    /// failure becomes a result the model can read and act on.
     pub async fn call(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
-        let unknown = || {
-            let names: Vec<String> = self.specs().into_iter().map(|t| t.name).collect();
-            ToolResult::error(format!(
-                "Error: unknown tool `{}`. Available tools: {}",
-                call.name,
-                names.join(", ")
-            ))
-        };
-        if !self.offered(&call.name) {
-            return unknown();
-        }
-        let builtin = match (call.name.as_str(), &self.skills, &self.experiences) {
-            (skill::NAME, Some(skills), _) => Some(skill::call(skills, &call.arguments)),
-            (experience::NAME, _, Some(found)) => {
-                Some(experience::call(found, &call.arguments).await)
+        self.call_with(call, &mut ToolContext::from(context)).await
+    }
+
+    /// Runs a tool with all a run gives it. Every failure becomes a result
+    /// the model can read and act on; none ends the run.
+    pub(crate) async fn call_with(
+        &self,
+        call: &ToolCall,
+        context: &mut ToolContext<'_>,
+    ) -> ToolResult {
+        match self.source_of(&call.name) {
+            Some(source) => source.call(call, context).await,
+            None => {
+                let names: Vec<String> = self.specs().into_iter().map(|t| t.name).collect();
+                unknown_tool(&call.name, &names)
             }
-            _ => None,
-        };
-        if let Some(result) = builtin {
-            return result.map_or_else(ToolResult::error, ToolResult::text);
-        }
-        let plugin_tools = self.runtime.as_ref().map(Runtime::tools).unwrap_or_default();
-        if let Some((_, source)) =
-            self.source_specs(&plugin_tools).into_iter().find(|(spec, _)| spec.name == call.name)
-        {
-            return source.call(&call.name, &call.arguments, context).await.unwrap_or_else(unknown);
-        }
-        let Some(runtime) = &self.runtime else { return unknown() };
-        match runtime.call_tool(&call.name, &call.arguments, context).await {
-            Ok(out) => ToolResult {
-                text: out.text,
-                ok: true,
-                long_term_memory: out.long_term_memory,
-                include_output_only_once: out.include_output_only_once,
-                images: out.images,
-            },
-            Err(CallError::UnknownTool { .. }) => unknown(),
-            Err(e) => ToolResult::error(format!("Error: {e}")),
         }
     }
+}
+
+/// The result of a call of a tool not on offer.
+pub(crate) fn unknown_tool(name: &str, offered: &[String]) -> ToolResult {
+    ToolResult::error(format!(
+        "Error: unknown tool `{name}`: no tool of that name was offered. Offered tools: {}.",
+        offered.join(", ")
+    ))
+}
+
+/// Splits `specs` into those whose names (ASCII case ignored) are not in
+/// `taken` (lowercase), and the others.
+fn claim(specs: Vec<ToolSpec>, taken: &HashSet<String>) -> (Vec<ToolSpec>, Vec<ToolSpec>) {
+    specs.into_iter().partition(|t| !taken.contains(&t.name.to_ascii_lowercase()))
+}
+
+/// Splits the specs of a source that comes after the plugins into those it
+/// may serve and those it may not: a reserved name, or one in `served`
+/// (the names of the built-ins and plugin tools), ASCII case ignored.
+pub fn unclaimed(specs: Vec<ToolSpec>, served: &[String]) -> (Vec<ToolSpec>, Vec<ToolSpec>) {
+    let taken: HashSet<String> = served
+        .iter()
+        .map(|s| s.to_ascii_lowercase())
+        .chain(RESERVED_TOOL_NAMES.iter().map(|s| s.to_string()))
+        .collect();
+    claim(specs, &taken)
 }
 
 #[cfg(test)]
@@ -241,8 +287,12 @@ mod tests {
         for name in [goal::NAME, agent::NAME, evaluate::NAME, skill::NAME, experience::NAME] {
             assert!(reson_sandbox::plugin::RESERVED_TOOL_NAMES.contains(&name), "{name}");
         }
-        for name in [goal::NAME, agent::NAME, evaluate::NAME] {
-            assert!(ToolRegistry::is_builtin(name));
-        }
+    }
+
+    #[test]
+    fn the_goal_tool_is_not_served_outside_a_run() {
+        let registry = ToolRegistry::builtins_only();
+        assert_eq!(registry.dispatch(goal::NAME), Some(Dispatch::InOrder));
+        assert!(registry.standalone_specs().is_empty());
     }
 }

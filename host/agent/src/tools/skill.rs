@@ -2,7 +2,10 @@
 //! conversation when the model decides it needs them.
 
 use crate::skills::Skills;
+use crate::tools::{ToolContext, ToolResult, ToolSource};
+use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
+use reson_trace::ToolCall;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -38,6 +41,17 @@ pub fn call(skills: &Skills, arguments: &str) -> Result<String, String> {
         .map_err(|e| format!("Error: invalid skill arguments: {e}"))?;
     let skill = skills.get(args.name.trim()).map_err(|e| format!("Error: {e}"))?;
     Ok(format!("## Skill: {}\n{}\n\n{}", skill.name, skill.description, skill.body))
+}
+
+#[async_trait]
+impl ToolSource for Skills {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec(self)]
+    }
+
+    async fn call(&self, call: &ToolCall, _: &mut ToolContext<'_>) -> ToolResult {
+        self::call(self, &call.arguments).map_or_else(ToolResult::error, ToolResult::text)
+    }
 }
 
 #[cfg(test)]

@@ -11,12 +11,14 @@
 pub mod config;
 mod connect;
 
+use async_trait::async_trait;
 use base64::Engine as _;
 pub use config::{McpConfig, ServerConfig};
-use reson_agent::tools::{ToolRegistry, ToolResult, ToolSource};
+use reson_agent::tools::{ToolContext, ToolRegistry, ToolResult, ToolSource};
 use reson_sandbox::config::PluginsConfig;
-use reson_sandbox::plugin::{CallContext, Image, RESERVED_TOOL_NAMES, RefusedTool, ToolSpec};
+use reson_sandbox::plugin::{CallContext, Image, RefusedTool, ToolSpec};
 use reson_text::text::{Lines, escape_controls};
+use reson_trace::ToolCall;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents, Tool};
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde::Serialize;
@@ -261,6 +263,42 @@ impl McpTools {
     }
 }
 
+#[async_trait]
+impl ToolSource for McpTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        McpTools::specs(self)
+    }
+
+    async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        McpTools::call(self, &call.name, &call.arguments, &context.call_context())
+            .await
+            .unwrap_or_else(|| {
+                ToolResult::error(format!("Error: no MCP server serves `{}` now", call.name))
+            })
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(McpTools::changes(self))
+    }
+}
+
+/// `registry` with the tools of the MCP servers of `mcp` (`[mcp.*]`),
+/// when it names any: started here as [`McpTools::start`] does, waiting
+/// up to `wait` for them to list their tools.
+pub async fn with_configured(
+    registry: ToolRegistry,
+    mcp: &McpConfig,
+    config: &PluginsConfig,
+    wait: Duration,
+) -> ToolRegistry {
+    if mcp.servers.is_empty() {
+        return registry;
+    }
+    let tools = McpTools::start(mcp, config);
+    tools.settled(wait).await;
+    registry.with_source(Arc::new(tools))
+}
+
 async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallContext) -> ToolResult {
     let name = &tool.spec.name;
     let fail = |why: String| ToolResult::error(format!("Error: {why}"));
@@ -323,38 +361,6 @@ async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallCont
         }
         Ok(Ok(result)) => from_mcp(server, name, result),
     }
-}
-
-#[async_trait::async_trait]
-impl ToolSource for McpTools {
-    fn specs(&self) -> Vec<ToolSpec> {
-        McpTools::specs(self)
-    }
-
-    async fn call(&self, name: &str, arguments: &str, context: &CallContext) -> Option<ToolResult> {
-        McpTools::call(self, name, arguments, context).await
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        McpTools::changes(self)
-    }
-}
-
-/// `registry` with the tools of the MCP servers of `mcp` (`[mcp.*]`),
-/// when it names any: started here as [`McpTools::start`] does, waiting
-/// up to `wait` for them to list their tools.
-pub async fn with_configured(
-    registry: ToolRegistry,
-    mcp: &McpConfig,
-    config: &PluginsConfig,
-    wait: Duration,
-) -> ToolRegistry {
-    if mcp.servers.is_empty() {
-        return registry;
-    }
-    let tools = McpTools::start(mcp, config);
-    tools.settled(wait).await;
-    registry.with_source(Arc::new(tools))
 }
 
 /// A server's result as a tool result: text blocks joined, images kept,
@@ -603,32 +609,22 @@ fn accept_tools(server: &str, listed: Vec<Tool>) -> (Vec<Arc<RemoteTool>>, Vec<R
 }
 
 /// Drops from `specs` (MCP tools) the names a built-in or a plugin tool
-/// already serves, ASCII case ignored; the plugin or built-in keeps its
-/// name. Returns the dropped ones with the reason.
+/// already serves, ASCII case ignored, by the rule a registry follows;
+/// the plugin or built-in keeps its name.
+/// Returns the dropped ones with the reason.
 pub fn shadowed(
     specs: Vec<ToolSpec>,
     served: &[String],
 ) -> (Vec<ToolSpec>, BTreeMap<String, RefusedTool>) {
-    let taken: HashSet<String> = served
-        .iter()
-        .map(|s| s.to_ascii_lowercase())
-        .chain(RESERVED_TOOL_NAMES.iter().map(|s| s.to_string()))
-        .collect();
-    let mut dropped = BTreeMap::new();
-    let kept = specs
+    let (kept, dropped) = reson_agent::tools::unclaimed(specs, served);
+    let dropped = dropped
         .into_iter()
-        .filter(|spec| {
-            let free = !taken.contains(&spec.name.to_ascii_lowercase());
-            if !free {
-                dropped.insert(
-                    spec.name.clone(),
-                    RefusedTool {
-                        name: spec.name.clone(),
-                        reason: "a built-in or plugin tool of that name is served instead".into(),
-                    },
-                );
-            }
-            free
+        .map(|spec| {
+            let refused = RefusedTool {
+                name: spec.name.clone(),
+                reason: "a built-in or plugin tool of that name is served instead".into(),
+            };
+            (spec.name, refused)
         })
         .collect();
     (kept, dropped)

@@ -100,14 +100,14 @@ struct Session {
 
 impl Session {
     /// The tools offered to the client: those the rules do not deny
-    /// outright. Built-ins live inside a run (the goal tree), so they are
-    /// not served.
+    /// outright. Tools that live inside a run (the goal tree) are not
+    /// served.
     fn tools(&self) -> Vec<Tool> {
         self.shared
             .tools
-            .specs()
+            .standalone_specs()
             .into_iter()
-            .filter(|t| !ToolRegistry::is_builtin(&t.name) && self.permissions.offered(&t.name))
+            .filter(|t| self.permissions.offered(&t.name))
             .map(|spec| {
                 let schema = match spec.input_schema {
                     serde_json::Value::Object(map) => map,

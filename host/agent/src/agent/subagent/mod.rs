@@ -5,16 +5,21 @@
 //! call gets the stricter decision, and `ask` goes to the root's
 //! approver), a budget carved from what the caller has left, one level
 //! deeper, under the depth and fan-out limits.
+//!
+//! The two tools are one [`ToolSource`] that
+//! [`Runner::with_sub_agents`] adds to the runner's registry; each call
+//! finds its calling run ([`Caller`]) in its context, and reports what the
+//! calling trace must record as a [`TraceUpdate`].
 
-use super::approval::{Announce, Answer, ApprovalRequest, Approver, Permissions};
-use super::runner::{AgentEvent, INTERRUPTED, Link, RunConfig, Runner};
+use crate::agent::approval::{Announce, Answer, ApprovalRequest, Approver, Permissions};
+use crate::agent::runner::{AgentEvent, Caller, INTERRUPTED, Link, RunConfig, Runner, TraceUpdate};
 use crate::config::AgentConfig;
-use crate::policy::{Budget, Meter, Preset, RuleSet};
-use crate::tools::ToolResult;
-use crate::tools::agent::{AgentArgs, AgentCallResult, SubAgentResult, SubAgentStats};
+use crate::policy::{Budget, Preset, RuleSet};
+use crate::tools::agent::{self, AgentArgs, AgentCallResult, SubAgentResult, SubAgentStats};
 use crate::tools::evaluate::{self, EvaluateArgs, EvaluateResult, Verdict};
+use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
-use futures::future::BoxFuture;
+use reson_sandbox::plugin::ToolSpec;
 use reson_trace::{
     AgentMode, Collaborator, CollaboratorKind, CollaboratorStatus, GoalStats, GoalTree, Message,
     Role, ToolCall, Trace, TraceError, TraceFilter, TraceMode, TraceStatus, TraceStore,
@@ -22,8 +27,6 @@ use reson_trace::{
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 /// Key in a sub-trace's `context.extra`: the id of the call that started it.
 const PARENT_CALL_KEY: &str = "parent_call_id";
@@ -88,16 +91,65 @@ impl SubAgentSettings {
     }
 }
 
-/// A runner's sub-agent support: the settings and how deep it runs.
-#[derive(Debug, Clone)]
-pub(crate) struct SubAgents {
-    pub(crate) settings: Arc<SubAgentSettings>,
-    pub(crate) depth: u32,
+impl Runner {
+    /// The same runner offering the `agent` and `evaluate` tools: the model
+    /// can hand work to sub-agents, each a trace under the calling goal,
+    /// never allowed more than its caller, within `settings`' limits.
+    pub fn with_sub_agents(self, settings: SubAgentSettings) -> Self {
+        let tools = self.tools().clone().with_builtin(Arc::new(SubAgents { settings }));
+        self.with_tools(tools)
+    }
+}
+
+/// The `agent` and `evaluate` tools.
+struct SubAgents {
+    settings: SubAgentSettings,
+}
+
+#[async_trait]
+impl ToolSource for SubAgents {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![agent::spec(), evaluate::spec()]
+    }
+
+    /// Runs one `agent` or `evaluate` call to its end. Every failure is a
+    /// result the model can read.
+    async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        let Some(caller) = context.extensions.get::<Caller>() else {
+            return ToolResult::error(format!("Error: `{}` works only inside a run", call.name));
+        };
+        let settings = &self.settings;
+        if caller.depth >= settings.max_depth {
+            return ToolResult::error(format!(
+                "Error: sub-agent depth limit reached: this agent is at depth {} and sub-agents \
+                 may go {} deep (sub_agents.max_depth); do the work yourself",
+                caller.depth, settings.max_depth
+            ));
+        }
+        if call.name == evaluate::NAME {
+            run_evaluate(settings, &caller, call).await
+        } else {
+            run_agent(settings, &caller, call).await
+        }
+    }
+
+    fn needs_run(&self) -> bool {
+        true
+    }
+
+    async fn interrupted(
+        &self,
+        call: &ToolCall,
+        trace: &mut Trace,
+        store: &dyn TraceStore,
+    ) -> Option<String> {
+        Some(healed(store, trace, call).await)
+    }
 }
 
 /// A change the calling run records in its trace and goal tree.
 #[derive(Debug)]
-pub(crate) enum Update {
+enum Update {
     /// A sub-agent's trace exists and runs, under `goal_id`.
     Started {
         goal_id: String,
@@ -119,51 +171,12 @@ pub(crate) enum Update {
     },
 }
 
-/// What a sub-agent call needs from the run that makes it.
-pub(crate) struct Caller {
-    pub(crate) runner: Runner,
-    pub(crate) trace_id: String,
-    pub(crate) agent_type: String,
-    pub(crate) goal_id: Option<String>,
-    pub(crate) goals: GoalTree,
-    pub(crate) config: RunConfig,
-    pub(crate) meter: Arc<Meter>,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) events: mpsc::UnboundedSender<AgentEvent>,
-    pub(crate) updates: mpsc::UnboundedSender<Update>,
-    /// Sub-agents of this run running now.
-    pub(crate) active: Arc<AtomicUsize>,
-}
-
-/// Whether `name` is a tool this module runs.
-pub(crate) fn handles(name: &str) -> bool {
-    name == crate::tools::agent::NAME || name == evaluate::NAME
-}
-
-/// Runs one `agent` or `evaluate` call to its end. Every failure is a
-/// result the model can read. Boxed as `Send`: a sub-agent's run runs
-/// this again, and the recursion needs a named type.
-pub(crate) fn call(caller: Arc<Caller>, call: ToolCall) -> BoxFuture<'static, ToolResult> {
-    Box::pin(async move {
-        let Some(sub) = caller.runner.sub_agents() else {
-            return ToolResult::error(format!(
-                "Error: `{}` is not enabled on this runner",
-                call.name
-            ));
-        };
-        if sub.depth >= sub.settings.max_depth {
-            return ToolResult::error(format!(
-                "Error: sub-agent depth limit reached: this agent is at depth {} and sub-agents \
-                 may go {} deep (sub_agents.max_depth); do the work yourself",
-                sub.depth, sub.settings.max_depth
-            ));
-        }
-        if call.name == evaluate::NAME {
-            evaluate(&caller, &call).await
-        } else {
-            agent(&caller, &call).await
-        }
-    })
+/// Sends `update` to the calling run, which records it in its trace and
+/// goal tree.
+fn report(caller: &Caller, update: Update) {
+    let record: TraceUpdate = Box::new(move |trace, goals| apply(update, trace, goals));
+    // A caller that has ended records nothing more.
+    let _ = caller.updates.send(record);
 }
 
 /// Places held for sub-agents of one run, given back when dropped.
@@ -193,12 +206,11 @@ impl Drop for Slots {
     }
 }
 
-async fn agent(caller: &Caller, call: &ToolCall) -> ToolResult {
+async fn run_agent(settings: &SubAgentSettings, caller: &Caller, call: &ToolCall) -> ToolResult {
     let args = match AgentArgs::parse(&call.arguments) {
         Ok(args) => args,
         Err(e) => return ToolResult::error(e),
     };
-    let settings = caller.runner.sub_agents().expect("checked by the caller").settings;
     let tasks = args.tasks();
     let _slots = match Slots::take(caller, tasks.len(), settings.max_fan_out) {
         Ok(slots) => slots,
@@ -216,7 +228,7 @@ async fn agent(caller: &Caller, call: &ToolCall) -> ToolResult {
             skills: args.skills.clone(),
             goal_id: None,
         };
-        match prepare(caller, call, start).await {
+        match prepare(settings, caller, call, start).await {
             Ok(child) => prepared.push(child),
             Err(e) => return ToolResult::error(e),
         }
@@ -230,7 +242,7 @@ async fn agent(caller: &Caller, call: &ToolCall) -> ToolResult {
     ToolResult { ok, ..ToolResult::text(text) }
 }
 
-async fn evaluate(caller: &Caller, call: &ToolCall) -> ToolResult {
+async fn run_evaluate(settings: &SubAgentSettings, caller: &Caller, call: &ToolCall) -> ToolResult {
     let args = match EvaluateArgs::parse(&call.arguments) {
         Ok(args) => args,
         Err(e) => return ToolResult::error(e),
@@ -243,11 +255,7 @@ async fn evaluate(caller: &Caller, call: &ToolCall) -> ToolResult {
     let Some(goal) = caller.goals.get(&target) else {
         return ToolResult::error(format!("Error: there is no goal {target} to evaluate"));
     };
-    let _slots = match Slots::take(
-        caller,
-        1,
-        caller.runner.sub_agents().map_or(1, |s| s.settings.max_fan_out),
-    ) {
+    let _slots = match Slots::take(caller, 1, settings.max_fan_out) {
         Ok(slots) => slots,
         Err(e) => return ToolResult::error(e),
     };
@@ -260,7 +268,7 @@ async fn evaluate(caller: &Caller, call: &ToolCall) -> ToolResult {
         // With no goal in focus, the evaluation belongs to the goal judged.
         goal_id: caller.goal_id.is_none().then(|| target.clone()),
     };
-    let child = match prepare(caller, call, start).await {
+    let child = match prepare(settings, caller, call, start).await {
         Ok(child) => child,
         Err(e) => return ToolResult::error(e),
     };
@@ -307,8 +315,12 @@ struct Prepared {
 
 /// Checks and builds one sub-agent: its preset, tools, permissions and
 /// budget, each no more than the caller's.
-async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepared, String> {
-    let sub = caller.runner.sub_agents().expect("checked by the caller");
+async fn prepare(
+    settings: &SubAgentSettings,
+    caller: &Caller,
+    call: &ToolCall,
+    start: Start,
+) -> Result<Prepared, String> {
     let store = caller.runner.store().clone();
     let continued = match &start.continue_from {
         Some(id) => {
@@ -332,7 +344,7 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
     let explicit =
         start.agent_type.clone().or_else(|| continued.as_ref().map(|t| t.agent_type.clone()));
     let name = explicit.clone().unwrap_or_else(|| caller.agent_type.clone());
-    let preset = match sub.settings.preset(&name) {
+    let preset = match settings.preset(&name) {
         Ok(found) => Some(found),
         // The caller's own type need not be a preset (a library runner's);
         // its child then gets exactly the caller's tools and rules.
@@ -350,7 +362,7 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
         }
         (None, None) => None,
     };
-    let meter = caller.meter.carve(sub.settings.child_budget).map_err(|e| format!("Error: {e}"))?;
+    let meter = caller.meter.carve(settings.child_budget).map_err(|e| format!("Error: {e}"))?;
     let child_runner = caller.runner.child(tools, permissions);
     let mut params = caller.config.params.clone();
     if let Some(temperature) = preset.as_ref().and_then(|(p, _)| p.temperature) {
@@ -392,7 +404,7 @@ async fn prepare(caller: &Caller, call: &ToolCall, start: Start) -> Result<Prepa
     };
     let mut messages = start.context;
     messages.push(Message::new(Role::User, start.task.clone()));
-    let link = Link { meter, cancel: caller.cancel.child_token(), extra };
+    let link = Link { meter, cancel: caller.cancel.child_token(), extra, depth: caller.depth + 1 };
     Ok(Prepared {
         runner: child_runner,
         messages,
@@ -425,13 +437,16 @@ async fn run(caller: &Caller, call: &ToolCall, child: Prepared, mode: AgentMode)
         }
     };
     let id = handle.trace_id().to_owned();
-    let _ = caller.updates.send(Update::Started {
-        goal_id: goal_id.clone(),
-        sub_trace_id: id.clone(),
-        task: task.clone(),
-        agent_type,
-        mode,
-    });
+    report(
+        caller,
+        Update::Started {
+            goal_id: goal_id.clone(),
+            sub_trace_id: id.clone(),
+            task: task.clone(),
+            agent_type,
+            mode,
+        },
+    );
     let mut waiting = false;
     while let Some(event) = handle.next_event().await {
         let asks = matches!(event, AgentEvent::ApprovalNeeded { .. });
@@ -439,7 +454,7 @@ async fn run(caller: &Caller, call: &ToolCall, child: Prepared, mode: AgentMode)
             waiting = asks;
             let status =
                 if asks { CollaboratorStatus::Waiting } else { CollaboratorStatus::Running };
-            let _ = caller.updates.send(Update::Status { sub_trace_id: id.clone(), status });
+            report(caller, Update::Status { sub_trace_id: id.clone(), status });
         }
         let _ = caller.events.send(AgentEvent::SubAgent {
             call_id: call.id.clone(),
@@ -459,13 +474,16 @@ async fn run(caller: &Caller, call: &ToolCall, child: Prepared, mode: AgentMode)
         "completed" => CollaboratorStatus::Completed,
         _ => CollaboratorStatus::Failed,
     };
-    let _ = caller.updates.send(Update::Finished {
-        goal_id,
-        sub_trace_id: id,
-        status,
-        summary: result.summary.clone().or_else(|| result.error.clone()),
-        spent,
-    });
+    report(
+        caller,
+        Update::Finished {
+            goal_id,
+            sub_trace_id: id,
+            status,
+            summary: result.summary.clone().or_else(|| result.error.clone()),
+            spent,
+        },
+    );
     if result.status != "completed" && result.resume.is_none() {
         result.resume = Some(resume_hint(&result.sub_trace_id));
     }
@@ -565,7 +583,7 @@ fn minus(after: &GoalStats, before: &GoalStats) -> GoalStats {
 
 /// Records `update` in the calling trace (its collaborators) and goal tree
 /// (the calling goal's sub-traces and cumulative stats).
-pub(crate) fn apply(update: Update, trace: &mut Trace, goals: &mut GoalTree) {
+fn apply(update: Update, trace: &mut Trace, goals: &mut GoalTree) {
     let collaborators = &mut trace.context.collaborators;
     match update {
         Update::Started { goal_id, sub_trace_id, task, agent_type, mode } => {
@@ -610,36 +628,10 @@ pub(crate) fn apply(update: Update, trace: &mut Trace, goals: &mut GoalTree) {
     }
 }
 
-/// The `## Active Collaborators` section of a goal reminder; empty when
-/// there are none.
-pub(crate) fn collaborators_section(trace: &Trace) -> String {
-    use std::fmt::Write as _;
-    let collaborators = &trace.context.collaborators;
-    if collaborators.is_empty() {
-        return String::new();
-    }
-    let mut out = "\n## Active Collaborators\n".to_owned();
-    for c in collaborators {
-        let json = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
-        let kind = json(serde_json::to_value(c.kind).unwrap_or_default());
-        let status = json(serde_json::to_value(c.status).unwrap_or_default());
-        let _ = write!(out, "- {} ({kind}, {status}", c.name);
-        if let Some(id) = &c.trace_id {
-            let _ = write!(out, ", trace {id}");
-        }
-        let _ = write!(out, "): {}", c.description);
-        if let Some(summary) = &c.summary {
-            let _ = write!(out, " — {summary}");
-        }
-        out.push('\n');
-    }
-    out
-}
-
 /// The synthetic result of an `agent` or `evaluate` call that a crash or
 /// stop cut off: the usual result, each sub-agent as its trace now stands,
 /// with how to resume it. The calling trace's collaborators say so too.
-pub(crate) async fn healed(store: &dyn TraceStore, trace: &mut Trace, call: &ToolCall) -> String {
+async fn healed(store: &dyn TraceStore, trace: &mut Trace, call: &ToolCall) -> String {
     let text = healed_result(store, &trace.id, call).await;
     let ids: Vec<String> = serde_json::from_str::<serde_json::Value>(&text)
         .ok()
@@ -723,6 +715,7 @@ impl Approver for NobodyToAsk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::runner::collaborators_section;
 
     #[test]
     fn collaborators_are_kept_current_and_shown_only_when_there_are_some() {

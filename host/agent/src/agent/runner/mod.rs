@@ -11,23 +11,35 @@
 //! Each run is one tokio task, stopped through its [`CancellationToken`]:
 //! the model call, the tool calls, the retry wait and an approval wait in
 //! flight all end when it is cancelled.
+//!
+//! This module holds the public types and the loop; each phase has a file
+//! of its own: `prepare` (the trace a run writes), `model` (the model
+//! call), `tools` (tool execution), `finish` (the end of a run), and
+//! `compact` (compaction before a model call).
 
 mod compact;
+mod finish;
+mod model;
+mod prepare;
+mod tools;
 
-use super::approval::{ApprovalRequest, Permissions};
-use super::compaction::CompactionConfig;
-use super::doom::DoomLoopDetector;
-use super::error::AgentError;
-use super::hooks::{HookEvent, HookPoint, Hooks};
-use super::subagent::{self, Caller, SubAgentSettings, SubAgents, Update};
+#[cfg(test)]
+pub(crate) use model::collaborators_section;
+pub(crate) use tools::{Caller, TraceUpdate};
+
+use crate::agent::approval::{ApprovalRequest, Permissions};
+use crate::agent::compaction::CompactionConfig;
+use crate::agent::doom::DoomLoopDetector;
+use crate::agent::error::AgentError;
+use crate::agent::hooks::{HookEvent, HookPoint, Hooks};
 use crate::policy::{Budget, Meter};
-use crate::provider::{self, ChatProvider, ChatRequest, ChatResponse, Delta, LlmParams};
-use crate::tools::{ToolRegistry, ToolResult, goal};
-use futures::stream::{FuturesUnordered, Stream, StreamExt};
-use reson_sandbox::plugin::CallContext;
+use crate::provider::{ChatProvider, LlmParams};
+use crate::tools::ToolRegistry;
+use futures::stream::Stream;
+use reson_sandbox::plugin::ToolSpec;
 use reson_trace::{
-    EventKind, GoalStats, GoalTree, Message, MessageTree, Role, ToolCall, Trace, TraceMode,
-    TraceStatus, TraceStore, Usage,
+    EventKind, GoalStats, GoalTree, Message, MessageTree, Trace, TraceMode, TraceStatus,
+    TraceStore, Usage,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -40,23 +52,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-/// Key in `Trace::context.extra` under which the system prompt is kept,
-/// so a continue without one reuses it.
-const SYSTEM_PROMPT_KEY: &str = "system_prompt";
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// The text of a healed tool call's synthetic result.
-pub const INTERRUPTED: &str = "Interrupted: this tool call did not finish; the run stopped or crashed before its result was recorded.";
-
-/// The result of a call the run reached only after `stop()`: it was
-/// neither asked about nor run.
-pub const STOPPED_BEFORE_CALL: &str =
-    "Stopped: the run was stopped before this tool call ran; it was not run.";
+pub use reson_trace::INTERRUPTED;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -356,7 +352,17 @@ struct Inner {
     permissions: Option<Arc<Permissions>>,
     /// Shared with the runners of sub-agents, so `stop` reaches them too.
     running: Arc<Mutex<HashMap<String, CancellationToken>>>,
-    sub_agents: Option<SubAgents>,
+}
+
+impl Inner {
+    /// The tool specs the model is offered.
+    fn offered_tools(&self) -> Vec<ToolSpec> {
+        let specs = self.tools.specs();
+        match &self.permissions {
+            Some(p) => specs.into_iter().filter(|t| p.offered(&t.name)).collect(),
+            None => specs,
+        }
+    }
 }
 
 /// What a sub-agent's run gets from its caller.
@@ -367,6 +373,8 @@ pub(crate) struct Link {
     pub(crate) cancel: CancellationToken,
     /// Put in a new trace's `context.extra`.
     pub(crate) extra: serde_json::Map<String, serde_json::Value>,
+    /// How many runs are above it: its caller's depth plus one.
+    pub(crate) depth: u32,
 }
 
 /// A trace's entry in the set of running traces, removed when this is
@@ -413,15 +421,8 @@ impl Runner {
         tools: ToolRegistry,
         hooks: Hooks,
     ) -> Self {
-        let inner = Inner {
-            store,
-            provider,
-            tools,
-            hooks,
-            permissions: None,
-            running: Arc::default(),
-            sub_agents: None,
-        };
+        let inner =
+            Inner { store, provider, tools, hooks, permissions: None, running: Arc::default() };
         Self { inner: Arc::new(inner) }
     }
 
@@ -441,33 +442,22 @@ impl Runner {
         Self { inner: Arc::new(inner) }
     }
 
-    /// The same runner offering the `agent` and `evaluate` tools: the model
-    /// can hand work to sub-agents, each a trace under the calling goal,
-    /// never allowed more than its caller, within `settings`' limits.
-    pub fn with_sub_agents(self, settings: SubAgentSettings) -> Self {
-        let sub_agents = SubAgents { settings: Arc::new(settings), depth: 0 };
-        let inner = Inner { sub_agents: Some(sub_agents), ..(*self.inner).clone() };
+    /// The same runner offering `tools` instead, sharing the set of
+    /// running traces.
+    pub(crate) fn with_tools(self, tools: ToolRegistry) -> Self {
+        let inner = Inner { tools, ..(*self.inner).clone() };
         Self { inner: Arc::new(inner) }
     }
 
-    /// A sub-agent's runner: one level deeper, offering only `tools`,
-    /// checked by `permissions`, sharing the set of running traces.
+    /// A sub-agent's runner: offering only `tools`, checked by
+    /// `permissions`, sharing the set of running traces.
     pub(crate) fn child(&self, tools: Vec<String>, permissions: Option<Arc<Permissions>>) -> Self {
         let inner = Inner {
             tools: self.inner.tools.clone().only(tools),
             permissions,
-            sub_agents: self
-                .inner
-                .sub_agents
-                .as_ref()
-                .map(|s| SubAgents { settings: s.settings.clone(), depth: s.depth + 1 }),
             ..(*self.inner).clone()
         };
         Self { inner: Arc::new(inner) }
-    }
-
-    pub(crate) fn sub_agents(&self) -> Option<SubAgents> {
-        self.inner.sub_agents.clone()
     }
 
     pub(crate) fn permissions(&self) -> Option<Arc<Permissions>> {
@@ -476,20 +466,7 @@ impl Runner {
 
     /// The names of the tools the model is offered.
     pub(crate) fn offered_names(&self) -> Vec<String> {
-        Self::offered_tools(&self.inner).into_iter().map(|t| t.name).collect()
-    }
-
-    /// The tool specs the model is offered.
-    fn offered_tools(inner: &Inner) -> Vec<reson_sandbox::plugin::ToolSpec> {
-        let mut specs = inner.tools.specs();
-        if inner.sub_agents.is_some() {
-            let builtins = [crate::tools::agent::spec(), crate::tools::evaluate::spec()];
-            specs.extend(builtins.into_iter().filter(|t| inner.tools.offered(&t.name)));
-        }
-        match &inner.permissions {
-            Some(p) => specs.into_iter().filter(|t| p.offered(&t.name)).collect(),
-            None => specs,
-        }
+        self.inner.offered_tools().into_iter().map(|t| t.name).collect()
     }
 
     /// The one entry point. `config.trace_id` and `config.after_sequence`
@@ -514,13 +491,20 @@ impl Runner {
         link: Option<Link>,
     ) -> Result<RunHandle, AgentError> {
         let (events, receiver) = mpsc::unbounded_channel();
-        let (meter, cancel, extra) = match link {
-            Some(Link { meter, cancel, extra }) => (meter, cancel, Some(extra)),
+        let link = match link {
+            Some(link) => link,
             None => {
                 config.budget.validate().map_err(|e| AgentError::Config(e.to_string()))?;
-                (Meter::root(config.budget), CancellationToken::new(), None)
+                let meter = Meter::root(config.budget);
+                Link {
+                    meter,
+                    cancel: CancellationToken::new(),
+                    extra: Default::default(),
+                    depth: 0,
+                }
             }
         };
+        let cancel = link.cancel.clone();
         let mut claim = Claim { inner: self.inner.clone(), trace_id: None };
         // An existing trace is claimed before it is prepared: preparing
         // writes to it (heals calls, moves the head, adds messages), which
@@ -528,14 +512,7 @@ impl Runner {
         if let Some(id) = config.trace_id.as_ref().or(config.new_trace_id.as_ref()) {
             claim.take(id, &cancel)?;
         }
-        let run = Run::prepare(
-            self.inner.clone(),
-            messages,
-            config,
-            (events, cancel.clone(), meter),
-            extra,
-        )
-        .await?;
+        let run = Run::prepare(self.inner.clone(), messages, config, events, link).await?;
         let trace_id = run.trace.id.clone();
         if claim.trace_id.is_none() {
             claim.take(&trace_id, &cancel)?;
@@ -582,13 +559,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// `message` with its content replaced by `text`.
-fn with_text(message: &Message, text: String) -> Message {
-    let mut shown = message.clone();
-    shown.content = vec![reson_trace::ContentPart::Text { text }];
-    shown
-}
-
 /// One run's state, owned by its task.
 struct Run {
     inner: Arc<Inner>,
@@ -607,178 +577,15 @@ struct Run {
     requests: u32,
     /// What this run and its sub-agents spent, against their budgets.
     meter: Arc<Meter>,
-    /// Sub-agents of this run running now.
+    /// Runs started by this run's calls (sub-agents), running now.
     active: Arc<AtomicUsize>,
-    /// Whether this run is a sub-agent's (started by a caller's run).
-    sub_agent: bool,
+    /// How many runs are above this one (0 for a root run).
+    depth: u32,
     /// Compaction's state in this run.
     compaction: compact::State,
 }
 
-/// One tool call's result, kept until the results of the calls before it
-/// in its message are stored: results are stored (and sent to the model)
-/// in the order of the calls, as some providers pair them by position.
-struct CallOutcome {
-    result: ToolResult,
-    took: Duration,
-    /// The goal in focus when the call ran.
-    goal_id: Option<String>,
-    /// For a `goal` call: the tree after it.
-    goals: Option<GoalTree>,
-}
-
 impl Run {
-    async fn prepare(
-        inner: Arc<Inner>,
-        mut messages: Vec<Message>,
-        config: RunConfig,
-        (events, cancel, meter): (mpsc::UnboundedSender<AgentEvent>, CancellationToken, Arc<Meter>),
-        extra: Option<serde_json::Map<String, serde_json::Value>>,
-    ) -> Result<Self, AgentError> {
-        let sub_agent = extra.is_some();
-        let store = inner.store.clone();
-        let (trace, mode) = match &config.trace_id {
-            None => {
-                if messages.is_empty() {
-                    return Err(AgentError::Config("a new run needs at least one message".into()));
-                }
-                let task = config.task.clone().unwrap_or_else(|| {
-                    messages
-                        .iter()
-                        .find(|m| m.role == Role::User)
-                        .map(Message::text)
-                        .unwrap_or_default()
-                });
-                compact::add_experience(&inner, &config, &mut messages, &task, &cancel).await?;
-                let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
-                if let Some(id) = &config.new_trace_id {
-                    trace.id.clone_from(id);
-                }
-                trace.model = Some(config.params.model.clone()).filter(|m| !m.is_empty());
-                trace.provider = Some(inner.provider.name().to_owned());
-                trace.tools = Runner::offered_tools(&inner).into_iter().map(|t| t.name).collect();
-                trace.llm_params = serde_json::to_value(&config.params).unwrap_or_default();
-                if let Some((parent_trace, parent_goal)) = &config.parent {
-                    trace.parent_trace_id = Some(parent_trace.clone());
-                    trace.parent_goal_id = Some(parent_goal.clone());
-                }
-                trace.context.extra.extend(extra.unwrap_or_default());
-                store.create_trace(&trace).await?;
-                (trace, RunMode::New)
-            }
-            Some(id) => {
-                let trace = store
-                    .get_trace(id)
-                    .await?
-                    .ok_or_else(|| AgentError::NoSuchTrace(id.clone()))?;
-                let mode = match (config.after_sequence, messages.is_empty()) {
-                    (None, _) => RunMode::Continue,
-                    (Some(_), false) => RunMode::Rewind,
-                    (Some(_), true) => RunMode::Regenerate,
-                };
-                (trace, mode)
-            }
-        };
-        let all = store.get_messages(&trace.id).await?;
-        let tree = MessageTree::from_messages(&all);
-        let goals = store.get_goals(&trace.id).await?;
-        let system_prompt = match (mode, inner.tools.skills()) {
-            (RunMode::New, Some(skills)) => Some(
-                skills
-                    .system_prompt(config.system_prompt.as_deref(), config.skills.as_deref())
-                    .map_err(|e| AgentError::Config(e.to_string()))?,
-            ),
-            _ => config.system_prompt.clone(),
-        };
-        let system_prompt = system_prompt.or_else(|| {
-            trace.context.extra.get(SYSTEM_PROMPT_KEY).and_then(|v| v.as_str()).map(str::to_owned)
-        });
-        let mut run = Self {
-            inner,
-            config,
-            trace,
-            tree,
-            path: Vec::new(),
-            goals,
-            system_prompt,
-            events,
-            cancel,
-            usage: Usage::default(),
-            cost: 0.0,
-            requests: 0,
-            meter,
-            active: Arc::default(),
-            sub_agent,
-            compaction: compact::State::default(),
-        };
-        // First on the stream, before the messages this preparation adds.
-        run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
-        if let Some(prompt) = &run.system_prompt {
-            run.trace.context.extra.insert(SYSTEM_PROMPT_KEY.into(), prompt.clone().into());
-        }
-        let mut parent = run.trace.head_sequence;
-        if let Some(after) = run.config.after_sequence {
-            if !all.iter().any(|m| m.sequence == after) {
-                return Err(AgentError::NoSuchMessage {
-                    trace_id: run.trace.id.clone(),
-                    sequence: after,
-                    last: run.trace.last_sequence,
-                });
-            }
-            parent = Some(run.tree.rewind_point(after));
-        }
-        run.load_path(&all, parent);
-        // Rewind and regenerate move the head back; new messages follow it.
-        if run.config.after_sequence.is_some()
-            && let Some(point) = parent
-        {
-            run.inner.store.set_head(&mut run.trace, point).await?;
-        }
-        // A rewind runs on another branch, with that branch's goals; a
-        // continue stays on the head's branch, whose tree goal.json holds.
-        // Every message carries a goal: the task is the root goal until the
-        // model plans its own.
-        if run.config.after_sequence.is_some() {
-            run.goals = goal::branch_tree(&run.path, &run.trace.task)
-                .map_err(|e| AgentError::Other(e.to_string()))?;
-            run.goal_changed().await?;
-        } else if run.goals.is_empty() {
-            run.goals =
-                goal::initial(&run.trace.task).map_err(|e| AgentError::Other(e.to_string()))?;
-            run.goal_changed().await?;
-        }
-        // A crash or stop may have left calls without results.
-        run.heal().await?;
-        for message in messages {
-            run.persist(message).await?;
-        }
-        if run.path.last().is_none_or(|m| m.role == Role::Assistant && m.tool_calls.is_empty()) {
-            return Err(AgentError::Config(
-                "nothing for the model to answer: add a message, or rewind to before an answer"
-                    .into(),
-            ));
-        }
-        run.trace.status = TraceStatus::Running;
-        run.trace.error_message = None;
-        run.trace.finished_at_ms = None;
-        run.inner.store.update_trace(&run.trace).await?;
-        run.inner.store.append_event(&mut run.trace, EventKind::TraceStarted).await?;
-        Ok(run)
-    }
-
-    fn load_path(&mut self, all: &[Message], head: Option<u64>) {
-        let by_seq: HashMap<u64, &Message> = all.iter().map(|m| (m.sequence, m)).collect();
-        self.path = head
-            .map(|h| {
-                self.tree
-                    .main_path(h)
-                    .iter()
-                    .filter_map(|s| by_seq.get(s).map(|m| (*m).clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-    }
-
     fn emit(&self, event: AgentEvent) {
         // A caller that stopped listening does not stop the run.
         let _ = self.events.send(event);
@@ -820,24 +627,6 @@ impl Run {
         Ok(stored)
     }
 
-    /// Gives every tool call on the main path that has no result a
-    /// persisted "interrupted" result.
-    async fn heal(&mut self) -> Result<(), AgentError> {
-        let Some(head) = self.trace.head_sequence else { return Ok(()) };
-        for (_, call) in self.tree.orphaned_tool_calls(head) {
-            let text = if subagent::handles(&call.name) {
-                let store = self.inner.store.clone();
-                subagent::healed(&*store, &mut self.trace, &call).await
-            } else {
-                INTERRUPTED.to_owned()
-            };
-            let mut result = Message::tool_result(&call, text);
-            result.synthetic = true;
-            self.persist(result).await?;
-        }
-        Ok(())
-    }
-
     fn stopped(&self) -> bool {
         self.cancel.is_cancelled()
     }
@@ -861,60 +650,9 @@ impl Run {
             });
             AbortOnDrop(timer)
         });
-        let mut result = self.run_loop(&mut iterations).await;
+        let result = self.run_loop(&mut iterations).await;
         drop(deadline);
-        if let Ok(TraceStatus::Stopped) = result
-            && let Some(reason) = self.meter.exceeded()
-        {
-            result = Err(AgentError::LimitExceeded(reason));
-        }
-        let (status, error) = match &result {
-            Ok(status) => (*status, None),
-            Err(e) => {
-                let mut event = self.hook(HookPoint::OnError, iterations);
-                event.error = Some(e.to_string());
-                // A failing run cannot be blocked further; the hook observes.
-                let _ = self.inner.hooks.fire(&event).await;
-                (TraceStatus::Failed, Some(e.to_string()))
-            }
-        };
-        self.finish(status, error.clone()).await?;
-        self.emit(AgentEvent::Finished { status, error });
-        result.map(|status| RunOutcome {
-            trace_id: self.trace.id.clone(),
-            status,
-            final_text: self.trace.result_summary.clone(),
-            iterations,
-            requests: self.requests,
-            usage: self.usage,
-            cost: self.cost,
-        })
-    }
-
-    async fn finish(
-        &mut self,
-        status: TraceStatus,
-        error: Option<String>,
-    ) -> Result<(), AgentError> {
-        self.trace.status = status;
-        self.trace.error_message = error.clone();
-        self.trace.finished_at_ms = Some(now_ms());
-        self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
-        self.inner
-            .store
-            .commit_with_event(
-                &mut self.trace,
-                &self.goals,
-                EventKind::TraceFinished { status, error },
-            )
-            .await?;
-        // A sub-agent's writes are synced with its root's, at the root's
-        // end: waiting for a disk flush per sub-agent would make fan-out
-        // pay it once per child.
-        if !self.sub_agent {
-            self.inner.store.sync().await?;
-        }
-        Ok(())
+        self.end(result, iterations).await
     }
 
     async fn run_loop(&mut self, iterations: &mut u32) -> Result<TraceStatus, AgentError> {
@@ -969,136 +707,6 @@ impl Run {
         }
     }
 
-    /// Every `goal_reminder_every` iterations, appends the goal tree (and
-    /// collaborators) at the tail of the history; earlier messages are never
-    /// rewritten, so prompt caches keep their prefix.
-    async fn remind_goals(&mut self, iteration: u32) -> Result<(), AgentError> {
-        let every = self.config.goal_reminder_every;
-        if every == 0
-            || iteration == 1
-            || !(iteration - 1).is_multiple_of(every)
-            || self.goals.is_empty()
-        {
-            return Ok(());
-        }
-        let mut text = format!("<goal-tree>\n{}</goal-tree>", self.goals.render());
-        text.push_str(&subagent::collaborators_section(&self.trace));
-        let mut reminder = Message::new(Role::User, text);
-        reminder.synthetic = true;
-        self.persist(reminder).await?;
-        Ok(())
-    }
-
-    /// The history sent to the model. Tool results older than the last
-    /// assistant message are sent as their long-term memory when they have
-    /// one, or left out when they asked to be shown only once; the newest
-    /// results always go in full.
-    fn history(&self) -> Vec<Message> {
-        let system = self.system_prompt.as_ref().map(|p| Message::new(Role::System, p.clone()));
-        let last_answer = self.path.iter().rposition(|m| m.role == Role::Assistant);
-        let shown = self.path.iter().enumerate().map(|(i, m)| {
-            let older = last_answer.is_some_and(|a| i < a);
-            match (&m.long_term_memory, m.include_output_only_once) {
-                (Some(memory), _) if older && m.role == Role::Tool => with_text(m, memory.clone()),
-                (None, true) if older && m.role == Role::Tool => {
-                    with_text(m, "[output shown once; omitted from later history]".into())
-                }
-                _ => m.clone(),
-            }
-        });
-        system.into_iter().chain(shown).collect()
-    }
-
-    /// The model's answer and the requests it took; `None` when the run was
-    /// stopped meanwhile. Requests that produced no stored answer are
-    /// counted in the trace's totals here; the others with their answer.
-    async fn call_model(
-        &mut self,
-        iteration: u32,
-    ) -> Result<Option<(ChatResponse, u32)>, AgentError> {
-        let tools = Runner::offered_tools(&self.inner);
-        let Some(messages) = self.compacted_history(iteration, &tools).await? else {
-            return Ok(None);
-        };
-        let request = ChatRequest { messages, tools, params: self.config.params.clone() };
-        let provider = self.inner.provider.clone();
-        let cancel = self.cancel.clone();
-        let mut attempt = 1;
-        loop {
-            let events = self.events.clone();
-            let on_delta = move |delta: Delta| {
-                let event = match delta {
-                    Delta::Text { text } => AgentEvent::TextDelta { text },
-                    Delta::Reasoning { text } => AgentEvent::ReasoningDelta { text },
-                    Delta::ToolCall { .. } => return,
-                };
-                let _ = events.send(event);
-            };
-            self.requests += 1;
-            let call = provider::complete(&*provider, request.clone(), cancel.clone(), on_delta);
-            // A stop cuts the call in flight at once, even on a provider
-            // slow to see its token, and wins over an answer racing it.
-            let result = tokio::select! {
-                biased;
-                () = cancel.cancelled() => None,
-                result = call => Some(result),
-            };
-            let result = result.map(|result| {
-                result.and_then(|response| match response.filtered(provider.name()) {
-                    Some(blocked) => Err(blocked),
-                    None => Ok(response),
-                })
-            });
-            match result {
-                Some(Ok(response)) => return Ok(Some((response, attempt))),
-                None => {
-                    self.unanswered(attempt);
-                    return Ok(None);
-                }
-                // A provider may end a cut call with an error of its own.
-                Some(Err(_)) if self.stopped() => {
-                    self.unanswered(attempt);
-                    return Ok(None);
-                }
-                Some(Err(e)) if e.is_retryable() && attempt <= self.config.max_retries => {
-                    let backoff = self.config.retry_base_delay * 2u32.saturating_pow(attempt - 1);
-                    let jitter = backoff.mul_f64(fastrand::f64() * 0.25);
-                    let delay = e.retry_after().unwrap_or(backoff + jitter);
-                    attempt += 1;
-                    let mut event = self.hook(HookPoint::OnRetry, iteration);
-                    event.attempt = Some(attempt);
-                    event.error = Some(e.to_string());
-                    if let Err(blocked) = self.inner.hooks.fire(&event).await {
-                        self.unanswered(attempt - 1);
-                        return Err(blocked);
-                    }
-                    self.emit(AgentEvent::Retrying {
-                        attempt,
-                        error: e.to_string(),
-                        delay_ms: delay.as_millis() as u64,
-                    });
-                    let stopped = tokio::select! {
-                        () = tokio::time::sleep(delay) => false,
-                        () = cancel.cancelled() => true,
-                    };
-                    if stopped {
-                        self.unanswered(attempt - 1);
-                        return Ok(None);
-                    }
-                }
-                Some(Err(e)) => {
-                    self.unanswered(attempt);
-                    return Err(AgentError::Llm(e));
-                }
-            }
-        }
-    }
-
-    /// Counts requests that produced no answer in the trace's totals.
-    fn unanswered(&mut self, requests: u32) {
-        self.trace.totals.requests += u64::from(requests);
-    }
-
     async fn goal_changed(&mut self) -> Result<(), AgentError> {
         self.trace.current_goal_id = self.goals.current().map(|g| g.id.clone());
         // The tree, the trace (with the goal in focus) and the event are
@@ -1108,280 +716,18 @@ impl Run {
         self.emit(AgentEvent::GoalChanged { tree: self.goals.render() });
         Ok(())
     }
-
-    /// Runs the calls of one assistant message: once the run is stopped,
-    /// every call left gets a "stopped" result; a call of a tool never
-    /// offered gets an error at once, then permissions decide; the built-in
-    /// goal tool runs here, plugin tools concurrently. Each result is
-    /// stored as soon as the results of every call before it are, so they
-    /// stay in call order; `ToolFinished` goes out as each call ends.
-    async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
-        for call in calls {
-            self.inner
-                .store
-                .append_event(
-                    &mut self.trace,
-                    EventKind::ToolStarted {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                    },
-                )
-                .await?;
-            self.emit(AgentEvent::ToolStarted {
-                call_id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            });
-        }
-        let offered: Vec<String> =
-            Runner::offered_tools(&self.inner).into_iter().map(|t| t.name).collect();
-        let mut done: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
-        let mut stored = 0;
-        let mut plugin_calls = Vec::new();
-        for (i, call) in calls.iter().enumerate() {
-            // A stop (perhaps given while an earlier call awaited approval)
-            // ends the message here: no more prompts, nothing more runs.
-            let now = if self.stopped() {
-                Some(self.finished(call, ToolResult::error(STOPPED_BEFORE_CALL.into()), None))
-            } else if !offered.contains(&call.name) {
-                // Checked before the permissions: a name the model made up
-                // must not wait for an approval no one can give.
-                Some(self.finished(call, ToolResult::error(unknown_tool(call, &offered)), None))
-            } else if let Some(denied) = self.permitted(call).await? {
-                Some(self.finished(call, denied, None))
-            } else if subagent::handles(&call.name) {
-                // Sub-agents run concurrently, as plugin tools do.
-                plugin_calls.push(i);
-                None
-            } else if ToolRegistry::is_builtin(&call.name) {
-                let started = Instant::now();
-                let result = match goal::apply(&mut self.goals, &call.arguments) {
-                    Ok(text) => ToolResult::text(text),
-                    Err(text) => ToolResult::error(text),
-                };
-                if result.ok {
-                    self.goal_changed().await?;
-                }
-                let mut finished = self.finished(call, result, Some(self.goals.snapshot()));
-                finished.took = started.elapsed();
-                Some(finished)
-            } else {
-                plugin_calls.push(i);
-                None
-            };
-            done[i] = now;
-            self.store_ready(calls, &mut done, &mut stored).await?;
-        }
-        if self.stopped() {
-            for &i in &plugin_calls {
-                let stopped = ToolResult::error(STOPPED_BEFORE_CALL.into());
-                done[i] = Some(self.finished(&calls[i], stopped, None));
-            }
-            return self.store_ready(calls, &mut done, &mut stored).await;
-        }
-        // The calls are futures of this task, so they end with it; each
-        // gets the run's token, so a stop cuts them. While a result is
-        // stored the others are not polled: a store is short next to a
-        // tool call, and their deadlines run on the clock meanwhile.
-        let tools = self.inner.tools.clone();
-        let (updates, mut updated) = mpsc::unbounded_channel();
-        let caller = Arc::new(Caller {
-            runner: Runner { inner: self.inner.clone() },
-            trace_id: self.trace.id.clone(),
-            agent_type: self.trace.agent_type.clone(),
-            goal_id: self.goals.current().map(|g| g.id.clone()),
-            goals: self.goals.clone(),
-            config: self.config.clone(),
-            meter: self.meter.clone(),
-            cancel: self.cancel.clone(),
-            events: self.events.clone(),
-            updates,
-            active: self.active.clone(),
-        });
-        let (trace_id, cancel) = (&self.trace.id, &self.cancel);
-        let mut running: FuturesUnordered<_> = plugin_calls
-            .iter()
-            .map(|&i| {
-                let context = CallContext {
-                    call_id: calls[i].id.clone(),
-                    trace_id: Some(trace_id.clone()),
-                    cancel: Some(cancel.clone()),
-                };
-                let (tools, caller) = (&tools, caller.clone());
-                async move {
-                    let started = Instant::now();
-                    let result = if subagent::handles(&calls[i].name) {
-                        subagent::call(caller, calls[i].clone()).await
-                    } else {
-                        tools.call(&calls[i], &context).await
-                    };
-                    (i, result, started.elapsed())
-                }
-            })
-            .collect();
-        loop {
-            tokio::select! {
-                next = running.next() => {
-                    let Some((i, result, took)) = next else { break };
-                    let mut finished = self.finished(&calls[i], result, None);
-                    finished.took = took;
-                    done[i] = Some(finished);
-                    self.store_ready(calls, &mut done, &mut stored).await?;
-                }
-                Some(update) = updated.recv() => self.sub_agent_update(update).await?,
-            }
-        }
-        while let Ok(update) = updated.try_recv() {
-            self.sub_agent_update(update).await?;
-        }
-        Ok(())
-    }
-
-    /// Records what a sub-agent call reported in the trace and goal tree.
-    async fn sub_agent_update(&mut self, update: Update) -> Result<(), AgentError> {
-        subagent::apply(update, &mut self.trace, &mut self.goals);
-        // The trace (its collaborators) is stored with the goal change.
-        self.goal_changed().await
-    }
-
-    /// A call has its result: the live event goes out now, the result waits
-    /// for its turn to be stored.
-    fn finished(
-        &self,
-        call: &ToolCall,
-        result: ToolResult,
-        goals: Option<GoalTree>,
-    ) -> CallOutcome {
-        self.emit(AgentEvent::ToolFinished {
-            call_id: call.id.clone(),
-            name: call.name.clone(),
-            ok: result.ok,
-            output: result.text.clone(),
-        });
-        CallOutcome {
-            result,
-            took: Duration::ZERO,
-            goal_id: self.goals.current().map(|g| g.id.clone()),
-            goals,
-        }
-    }
-
-    /// Stores the results from `stored` on, in call order, up to the first
-    /// call still running.
-    async fn store_ready(
-        &mut self,
-        calls: &[ToolCall],
-        done: &mut [Option<CallOutcome>],
-        stored: &mut usize,
-    ) -> Result<(), AgentError> {
-        while let Some(finished) = done.get_mut(*stored).and_then(Option::take) {
-            self.record_result(&calls[*stored], finished).await?;
-            *stored += 1;
-        }
-        Ok(())
-    }
-
-    /// Checks one call against the permissions; a call that may not run
-    /// gets its result (the reason). Every decision is recorded.
-    async fn permitted(&mut self, call: &ToolCall) -> Result<Option<ToolResult>, AgentError> {
-        let Some(permissions) = self.inner.permissions.clone() else { return Ok(None) };
-        let events = self.events.clone();
-        let announce = move |request: &ApprovalRequest| {
-            let _ = events.send(AgentEvent::ApprovalNeeded { request: request.clone() });
-        };
-        let cancel = self.cancel.clone();
-        let ruling = tokio::select! {
-            biased;
-            () = cancel.cancelled() => None,
-            ruling = permissions.check(&self.trace.id, call, &announce) => Some(ruling),
-        };
-        // A stop ends an approval wait at once; nothing was decided, and
-        // the call does not run.
-        let Some(ruling) = ruling else {
-            return Ok(Some(ToolResult::error(STOPPED_BEFORE_CALL.into())));
-        };
-        self.inner
-            .store
-            .append_event(
-                &mut self.trace,
-                EventKind::PermissionDecided {
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
-                    decision: ruling.decision.to_owned(),
-                    rule: ruling.rule.clone(),
-                },
-            )
-            .await?;
-        if ruling.run {
-            return Ok(None);
-        }
-        let why =
-            ruling.rule.map_or_else(|| "no rule allows it".to_owned(), |r| format!("rule {r}"));
-        let text = match ruling.decision {
-            "ask-denied" => format!("Error: the user denied this call of `{}`.", call.name),
-            "ask-timeout" => format!(
-                "Error: no one approved this call of `{}` in time; it was denied.",
-                call.name
-            ),
-            _ => format!("Error: permission denied for `{}` ({why}).", call.name),
-        };
-        Ok(Some(ToolResult::error(text)))
-    }
-
-    async fn record_result(
-        &mut self,
-        call: &ToolCall,
-        finished: CallOutcome,
-    ) -> Result<(), AgentError> {
-        let CallOutcome { result, took, goal_id, goals } = finished;
-        let mut message = Message::tool_result(call, result.text.clone());
-        message.long_term_memory = result.long_term_memory;
-        message.include_output_only_once = result.include_output_only_once;
-        message.goal_id = goal_id;
-        message.goals = goals;
-        for image in &result.images {
-            use base64::Engine as _;
-            let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
-            message.content.push(reson_trace::ContentPart::ImageUrl {
-                url: format!("data:{};base64,{data}", image.media_type),
-            });
-        }
-        message.duration_ms = took.as_millis() as u64;
-        self.persist(message).await?;
-        let summary: String = result.text.chars().take(200).collect();
-        self.inner
-            .store
-            .append_event(
-                &mut self.trace,
-                EventKind::ToolFinished {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    ok: result.ok,
-                    summary,
-                },
-            )
-            .await?;
-        Ok(())
-    }
-}
-
-/// The result of a call to a tool the model was not offered.
-fn unknown_tool(call: &ToolCall, offered: &[String]) -> String {
-    format!(
-        "Error: unknown tool `{}`: no tool of that name was offered. Offered tools: {}.",
-        call.name,
-        offered.join(", ")
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::runner::tools::STOPPED_BEFORE_CALL;
     use crate::agent::{Answer, PendingApprovals};
     use crate::policy::{Decision, Rule, RuleSet};
-    use crate::provider::{ChatEvent, ChatStream, ProviderError};
-    use reson_trace::MemoryTraceStore;
+    use crate::provider::{ChatEvent, ChatRequest, ChatResponse, ChatStream, ProviderError};
+    use crate::tools::{ToolContext, ToolResult, ToolSource, goal};
+    use futures::StreamExt;
+    use reson_trace::{MemoryTraceStore, Role, ToolCall};
 
     /// What the fake model does on one call.
     enum Turn {
@@ -1577,5 +923,82 @@ mod tests {
         assert!(matches!(&err, AgentError::AlreadyRunning(id) if id == handle.trace_id()), "{err}");
         handle.stop();
         assert_eq!(handle.wait().await.unwrap().status, TraceStatus::Stopped);
+    }
+
+    /// A source the runner has never heard of: `shout` answers its
+    /// `text` argument in capitals, and names the trace it ran for.
+    struct Shout;
+
+    #[async_trait::async_trait]
+    impl ToolSource for Shout {
+        fn specs(&self) -> Vec<ToolSpec> {
+            let spec = ToolSpec {
+                name: "shout".into(),
+                description: "Say it louder.".into(),
+                input_schema: serde_json::json!({ "type": "object" }),
+                plugin: "test".into(),
+            };
+            vec![spec]
+        }
+
+        async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+            let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
+            let text = args["text"].as_str().unwrap_or_default().to_uppercase();
+            ToolResult::text(format!("{text} ({})", context.trace_id.as_deref().unwrap_or("?")))
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_tool_source_is_offered_called_recorded_and_checked() {
+        let shout = |id: &str, text: &str| ToolCall {
+            id: id.into(),
+            name: "shout".into(),
+            arguments: serde_json::json!({ "text": text }).to_string(),
+        };
+        let fake = Fake::new(vec![Turn::Answer(vec![shout("a", "hi"), shout("b", "secret")])]);
+        let store = Arc::new(MemoryTraceStore::new());
+        let tools = ToolRegistry::builtins_only().with_source(Arc::new(Shout));
+        let rule = Rule {
+            decision: Decision::Ask,
+            tool: "shout".into(),
+            pattern: None,
+            examples: Vec::new(),
+            counter_examples: Vec::new(),
+        };
+        let rules = RuleSet::compile(&[rule]).unwrap().with_default(Decision::Allow);
+        let approvals = PendingApprovals::new(Duration::from_secs(60));
+        let runner = Runner::new(store.clone(), fake, tools, Hooks::none())
+            .with_permissions(Permissions::new(rules, approvals.clone()));
+        let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
+        for answer in [Answer::Once, Answer::Deny] {
+            let request = until(&mut handle, |e| match e {
+                AgentEvent::ApprovalNeeded { request } => Some(request.id),
+                _ => None,
+            })
+            .await;
+            assert!(approvals.answer(request, answer));
+        }
+        let outcome = handle.wait().await.unwrap();
+        assert_eq!(outcome.status, TraceStatus::Completed);
+        let trace = store.get_trace(&outcome.trace_id).await.unwrap().unwrap();
+        assert_eq!(trace.tools, ["goal", "shout"], "offered after the built-ins");
+        let messages = store.get_messages(&outcome.trace_id).await.unwrap();
+        let results: Vec<String> =
+            messages.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
+        assert_eq!(results[0], format!("HI ({})", outcome.trace_id));
+        assert_eq!(results[1], "Error: the user denied this call of `shout`.");
+        let events = store.events_after(&outcome.trace_id, 0).await.unwrap();
+        let decided: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::PermissionDecided { decision, .. } => Some(decision.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(decided, ["ask-once", "ask-denied"]);
+        assert!(events.iter().any(|e| matches!(
+            &e.kind,
+            EventKind::ToolFinished { name, ok: true, .. } if name == "shout"
+        )));
     }
 }

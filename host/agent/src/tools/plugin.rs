@@ -1,0 +1,32 @@
+//! Plugin tools as a tool source: the plugin runtime serves them.
+
+use crate::tools::{ToolContext, ToolResult, ToolSource};
+use async_trait::async_trait;
+use reson_sandbox::plugin::Runtime;
+use reson_sandbox::plugin::ToolSpec;
+use reson_trace::ToolCall;
+use tokio::sync::watch;
+
+#[async_trait]
+impl ToolSource for Runtime {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.tools()
+    }
+
+    async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        match self.call_tool(&call.name, &call.arguments, &context.call_context()).await {
+            Ok(out) => ToolResult {
+                text: out.text,
+                ok: true,
+                long_term_memory: out.long_term_memory,
+                include_output_only_once: out.include_output_only_once,
+                images: out.images,
+            },
+            Err(e) => ToolResult::error(format!("Error: {e}")),
+        }
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(Runtime::changes(self))
+    }
+}
