@@ -414,6 +414,40 @@ mod tests {
     #[test]
     fn rejects_unknown_keys_with_position() {
         let err = Config::parse("[plugins.fs]\ndirz = []\n").unwrap_err();
-        assert!(err.contains("dirz"), "{err}");
+        assert!(err.contains("dirz") && err.contains("line 2"), "{err}");
+        // Every crate's section, and the file's top level, the same way.
+        for (text, key) in [
+            ("plugins_dir = \"p\"\ntraces_dri = \"t\"\n", "traces_dri"),
+            ("[store]\nknd = \"file\"\n", "knd"),
+            ("[permissions]\ndefualt = \"allow\"\n", "defualt"),
+            ("[mcp.a]\ncomand = [\"x\"]\n", "comand"),
+            ("[server]\nadr = \"127.0.0.1:1\"\n", "adr"),
+        ] {
+            let err = Config::parse(text).unwrap_err();
+            assert!(err.contains(key) && err.contains("line 2"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn each_crate_gets_its_own_section() {
+        let config = Config::parse(
+            "plugins_dir = \"p\"\ntraces_dir = \"t\"\n[budget]\nmax_tokens = 5\n\
+             [server]\nmax_body_bytes = 7\n[mcp.a]\nurl = \"http://127.0.0.1:1/mcp\"\n",
+        )
+        .unwrap();
+        let plugins: &PluginsConfig = config.as_ref();
+        let traces: &TraceConfig = config.as_ref();
+        let agent: &AgentConfig = config.as_ref();
+        let mcp: &McpConfig = config.as_ref();
+        let server: &ServerSettings = config.as_ref();
+        assert_eq!(plugins.plugins_dir.as_deref(), Some(Path::new("p")));
+        assert_eq!(traces.traces_dir(), Path::new("./t"));
+        assert_eq!(agent.budget.max_tokens, Some(5));
+        assert!(mcp.servers.contains_key("a"));
+        assert_eq!(server.max_body_bytes, 7);
+        // The composed file serialises back to what it read.
+        let again = Config::parse(&toml::to_string(&config).unwrap()).unwrap();
+        assert_eq!(again.server.max_body_bytes, 7);
+        assert_eq!(again.agent.budget, config.agent.budget);
     }
 }
