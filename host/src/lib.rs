@@ -41,7 +41,12 @@
 //!
 //! [`config`] composes `reson.toml` from the sections those crates own.
 //! Embedding code written against these paths keeps compiling as the
-//! crates behind them move.
+//! crates behind them move. The `reson` binary (`src/cli/`) is built on
+//! this facade only.
+//!
+//! It may depend on every crate above; nothing depends on it. It must
+//! hold no logic of its own beyond composing the configuration: a feature
+//! belongs to the crate of its layer.
 
 pub mod config;
 

@@ -11,6 +11,8 @@
 //!   file, hot reload, and calls into instances.
 //! - [`capability`]: the host side of every import a guest may call
 //!   (files, `http`, `process`, secrets, clock, logs).
+//! - [`manifest`]: what a plugin requests, beside its component.
+//! - [`config`]: what the user grants, the `reson.toml` sections above.
 //! - [`policy`]: grants (a manifest's requests intersected with the
 //!   user's) and the command policy.
 //! - [`jail`]: the OS jail every granted command runs in.
