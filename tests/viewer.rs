@@ -47,9 +47,8 @@ impl Served {
 
     /// Serves `dir` (plugins, script and traces) on `addr`.
     async fn serve(dir: TestDir, addr: SocketAddr, token: Option<&str>) -> Self {
-        let runtime = dir
-            .open(&format!(
-                r#"
+        let toml = format!(
+            r#"
                 [permissions]
                 rules = [{{ decision = "allow", tool = "echo" }}]
                 [presets.careful]
@@ -58,13 +57,18 @@ impl Served {
                 dirs = [{{ path = ".", access = "read" }}]
                 config = {{ script = "{}" }}
                 "#,
-                dir.path().join("script.json").display()
-            ))
-            .await;
+            dir.path().join("script.json").display()
+        );
+        let runtime = dir.open(&toml).await;
         let store: Arc<dyn TraceStore> =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
-        let config =
-            ServerConfig { addr, token: token.map(str::to_owned), ..ServerConfig::default() };
+        // The file's rules and presets reach the server's runs through its
+        // config, as `reson serve` gives them.
+        let config = ServerConfig {
+            addr,
+            token: token.map(str::to_owned),
+            ..ServerConfig::from_config(&dir.config(&toml))
+        };
         let server = Server::bind(runtime, store, config).await.expect("the server binds");
         let base = format!("http://{}", server.local_addr());
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
