@@ -120,9 +120,12 @@ pub struct ServerConfig {
     /// How long a run's lease lasts without a heartbeat: when its host
     /// dies, another may continue the trace after this long.
     pub lease: Duration,
-    /// How runs go: presets, sub-agents, skills, experiences.
+    /// How runs go: permission rules, presets, sub-agents, skills,
+    /// experiences. [`ServerConfig::from_config`] takes them from the file;
+    /// the default has no rules (an unmatched call asks) and the built-in
+    /// presets only.
     pub agent: AgentConfig,
-    /// The MCP servers whose tools runs may call.
+    /// The MCP servers whose tools runs may call; none by default.
     pub mcp: McpConfig,
 }
 
