@@ -180,10 +180,17 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// Specs of every tool on offer, built-ins first.
+    /// Specs of every tool on offer: `goal`, `skill` and `get_experience`
+    /// first, then plugin tools and the other sources, then the sub-agent
+    /// tools. Only the display order: the built-ins' claim on their names
+    /// comes before everyone's.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.served()
+        let mut served = self.served();
+        let first = served.len() - self.sources.len() - self.builtins.len();
+        let late: Vec<_> = served.drain(first..first + self.builtins.len()).collect();
+        served
             .into_iter()
+            .chain(late)
             .flat_map(|(_, specs)| specs)
             .filter(|t| self.offered(&t.name))
             .collect()
