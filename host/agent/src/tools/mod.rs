@@ -18,7 +18,7 @@ use crate::experience::Experiences;
 use crate::skills::Skills;
 use reson_sandbox::plugin::{CallContext, Image, RESERVED_TOOL_NAMES, Runtime, ToolSpec};
 use reson_trace::ToolCall;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The result of one tool call, as it goes back to the model.
@@ -185,15 +185,29 @@ impl ToolRegistry {
     /// tools. Only the display order: the built-ins' claim on their names
     /// comes before everyone's.
     pub fn specs(&self) -> Vec<ToolSpec> {
+        self.listing().into_iter().map(|(spec, _)| spec).collect()
+    }
+
+    /// Every tool on offer with its source, in the order of [`Self::specs`].
+    fn listing(&self) -> Vec<(ToolSpec, Arc<dyn ToolSource>)> {
         let mut served = self.served();
         let first = served.len() - self.sources.len() - self.builtins.len();
         let late: Vec<_> = served.drain(first..first + self.builtins.len()).collect();
         served
             .into_iter()
             .chain(late)
-            .flat_map(|(_, specs)| specs)
-            .filter(|t| self.offered(&t.name))
+            .flat_map(|(source, specs)| specs.into_iter().map(move |t| (t, source.clone())))
+            .filter(|(t, _)| self.offered(&t.name))
             .collect()
+    }
+
+    /// The tools on offer now, listed once: every source's specs are built
+    /// (plugin schemas cloned) per listing, so a run lists them once per
+    /// message, not once per call.
+    pub(crate) fn on_offer(&self) -> OnOffer {
+        let listing = self.listing();
+        let names = listing.iter().map(|(t, _)| t.name.clone()).collect();
+        OnOffer { names, sources: listing.into_iter().map(|(t, s)| (t.name, s)).collect() }
     }
 
     /// Specs of the tools on offer that work outside a run (all but those
@@ -207,20 +221,9 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// The source serving `name`, when it is on offer.
-    fn source_of(&self, name: &str) -> Option<Arc<dyn ToolSource>> {
-        if !self.offered(name) {
-            return None;
-        }
-        self.served()
-            .into_iter()
-            .find(|(_, specs)| specs.iter().any(|t| t.name == name))
-            .map(|(source, _)| source)
-    }
-
     /// How calls of `name` are scheduled; `None` when it is not on offer.
-    pub(crate) fn dispatch(&self, name: &str) -> Option<Dispatch> {
-        self.source_of(name).map(|s| s.dispatch())
+    pub fn dispatch(&self, name: &str) -> Option<Dispatch> {
+        self.on_offer().dispatch(name)
     }
 
     /// The result for a call of `name` that a crash or stop cut off, as
@@ -239,22 +242,29 @@ impl ToolRegistry {
     /// Runs a tool outside a run, as an MCP client's call does. Every
     /// failure becomes a result the model can read and act on.
     pub async fn call(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
-        self.call_with(call, &mut ToolContext::from(context)).await
+        self.on_offer().call(call, &mut ToolContext::from(context)).await
+    }
+}
+
+/// The tools on offer at one moment, by name, with the source of each.
+pub(crate) struct OnOffer {
+    /// In the order of [`ToolRegistry::specs`], for the unknown-tool text.
+    names: Vec<String>,
+    sources: HashMap<String, Arc<dyn ToolSource>>,
+}
+
+impl OnOffer {
+    /// How calls of `name` are scheduled; `None` when it is not on offer.
+    pub(crate) fn dispatch(&self, name: &str) -> Option<Dispatch> {
+        self.sources.get(name).map(|s| s.dispatch())
     }
 
     /// Runs a tool with all a run gives it. Every failure becomes a result
     /// the model can read and act on; none ends the run.
-    pub(crate) async fn call_with(
-        &self,
-        call: &ToolCall,
-        context: &mut ToolContext<'_>,
-    ) -> ToolResult {
-        match self.source_of(&call.name) {
+    pub(crate) async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        match self.sources.get(&call.name) {
             Some(source) => source.call(call, context).await,
-            None => {
-                let names: Vec<String> = self.specs().into_iter().map(|t| t.name).collect();
-                unknown_tool(&call.name, &names)
-            }
+            None => unknown_tool(&call.name, &self.names),
         }
     }
 }

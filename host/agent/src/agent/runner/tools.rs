@@ -8,7 +8,7 @@ use crate::agent::approval::ApprovalRequest;
 use crate::agent::error::AgentError;
 use crate::agent::runner::{AgentEvent, Run, RunConfig, Runner};
 use crate::policy::Meter;
-use crate::tools::{Dispatch, ToolContext, ToolResult, unknown_tool};
+use crate::tools::{Dispatch, OnOffer, ToolContext, ToolResult, unknown_tool};
 use futures::stream::{FuturesUnordered, StreamExt};
 use reson_trace::{ContentPart, EventKind, GoalTree, Message, ToolCall, Trace};
 use std::sync::Arc;
@@ -91,6 +91,7 @@ impl Run {
             });
         }
         let offered: Vec<String> = self.inner.offered_tools().into_iter().map(|t| t.name).collect();
+        let on_offer = self.inner.tools.on_offer();
         let mut done: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
         let mut stored = 0;
         let mut concurrent = Vec::new();
@@ -105,8 +106,8 @@ impl Run {
                 Some(self.finished(call, unknown_tool(&call.name, &offered), None))
             } else if let Some(denied) = self.permitted(call).await? {
                 Some(self.finished(call, denied, None))
-            } else if self.inner.tools.dispatch(&call.name) == Some(Dispatch::InOrder) {
-                Some(self.in_order(call).await?)
+            } else if on_offer.dispatch(&call.name) == Some(Dispatch::InOrder) {
+                Some(self.in_order(&on_offer, call).await?)
             } else {
                 concurrent.push(i);
                 None
@@ -125,7 +126,6 @@ impl Run {
         // gets the run's token, so a stop cuts them. While a result is
         // stored the others are not polled: a store is short next to a
         // tool call, and their deadlines run on the clock meanwhile.
-        let tools = self.inner.tools.clone();
         let (updates, mut updated) = mpsc::unbounded_channel();
         let caller = Arc::new(Caller {
             runner: Runner { inner: self.inner.clone() },
@@ -152,10 +152,10 @@ impl Run {
                     ..ToolContext::default()
                 };
                 context.extensions.insert(caller.clone());
-                let tools = &tools;
+                let on_offer = &on_offer;
                 async move {
                     let started = Instant::now();
-                    let result = tools.call_with(&calls[i], &mut context).await;
+                    let result = on_offer.call(&calls[i], &mut context).await;
                     (i, result, started.elapsed())
                 }
             })
@@ -181,7 +181,11 @@ impl Run {
     /// Runs an in-order call here, with the goal tree in hand; a tree a
     /// successful call may have changed is stored, and the result carries
     /// the tree after it.
-    async fn in_order(&mut self, call: &ToolCall) -> Result<CallOutcome, AgentError> {
+    async fn in_order(
+        &mut self,
+        on_offer: &OnOffer,
+        call: &ToolCall,
+    ) -> Result<CallOutcome, AgentError> {
         let started = Instant::now();
         let result = {
             let mut context = ToolContext {
@@ -191,7 +195,7 @@ impl Run {
                 goals: Some(&mut self.goals),
                 ..ToolContext::default()
             };
-            self.inner.tools.call_with(call, &mut context).await
+            on_offer.call(call, &mut context).await
         };
         if result.ok {
             self.goal_changed().await?;
