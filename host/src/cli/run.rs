@@ -151,6 +151,10 @@ pub(crate) struct RunArgs {
     /// System prompt.
     #[arg(long)]
     system: Option<String>,
+    /// The user the run belongs to: its trace carries it, and it sees that
+    /// user's experiences. With --trace: only that user's trace.
+    #[arg(long, value_name = "UID")]
+    user: Option<String>,
     /// Most model calls in this run.
     #[arg(long, default_value_t = 50)]
     max_iterations: u32,
@@ -274,6 +278,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
         },
         max_iterations: preset.max_iterations.unwrap_or(args.max_iterations),
         agent_type: preset.name.clone(),
+        uid: args.user.clone(),
         budget,
         skills: (!preset.skills.is_empty()).then(|| preset.skills.clone()),
         compaction: config.compaction.clone(),

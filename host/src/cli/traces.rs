@@ -21,6 +21,9 @@ pub(crate) enum Command {
         /// Only root traces, not sub-agents'.
         #[arg(long)]
         roots: bool,
+        /// Only this user's traces.
+        #[arg(long, value_name = "UID")]
+        user: Option<String>,
     },
     /// One trace: its message tree (branches visible) and goal tree.
     Show {
@@ -74,8 +77,9 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
         Command::Reflect(_) | Command::Migrate { .. } => {
             unreachable!("reflect needs a provider and migrate two stores: handled apart")
         }
-        Command::List { json, roots } => {
-            let filter = TraceFilter { roots_only: *roots, ..TraceFilter::default() };
+        Command::List { json, roots, user } => {
+            let filter =
+                TraceFilter { roots_only: *roots, uid: user.clone(), ..TraceFilter::default() };
             let traces = store.list_traces(&filter).await?;
             if *json {
                 say!("{}", serde_json::to_string_pretty(&traces)?);

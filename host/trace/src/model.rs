@@ -99,6 +99,11 @@ pub struct Trace {
     pub task: String,
     /// The agent preset, for example `default`.
     pub agent_type: String,
+    /// The user the trace belongs to; `None` for a run nobody owns (a
+    /// local one without `--user`). Sub-agents' traces carry their
+    /// caller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// For a sub-agent: the trace that called it.
     #[serde(default)]
     pub parent_trace_id: Option<String>,
@@ -161,6 +166,7 @@ impl Trace {
             mode,
             task: task.into(),
             agent_type: agent_type.into(),
+            uid: None,
             parent_trace_id: None,
             parent_goal_id: None,
             status: TraceStatus::Running,

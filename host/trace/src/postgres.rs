@@ -319,16 +319,20 @@ impl TraceStore for PgTraceStore {
         if filter.roots_only {
             conditions.push("t.parent_trace_id IS NULL");
         }
+        if filter.uid.is_some() {
+            conditions.push("t.uid = $3");
+        }
         let mut sql = TRACE_COLUMNS.to_owned();
         if !conditions.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&conditions.join(" AND "));
         }
         sql.push_str(" ORDER BY t.created_at_ms DESC, t.id DESC");
-        // Unused parameters are still typed, so both are always bound.
+        // Unused parameters are still typed, so all are always bound.
         let rows: Vec<TraceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(filter.status.map(status_name))
             .bind(filter.parent_trace_id.as_deref())
+            .bind(filter.uid.as_deref())
             .fetch_all(self.db.pool())
             .await
             .map_err(db)?;
@@ -706,7 +710,8 @@ fn kept<T: Serialize>(trace_id: &str, value: &T) -> Result<String, TraceError> {
 }
 
 /// Inserts a new trace row, with its goal tree when given;
-/// `AlreadyExists` when the id is taken.
+/// `AlreadyExists` when the id is taken. The `uid` column is written here
+/// only: a trace's user is set when it is created and never changes.
 async fn insert_trace<'e>(
     executor: impl sqlx::PgExecutor<'e>,
     trace: &Trace,
@@ -714,8 +719,8 @@ async fn insert_trace<'e>(
 ) -> Result<(), TraceError> {
     let done = sqlx::query(
         "INSERT INTO traces \
-             (id, status, parent_trace_id, created_at_ms, last_sequence, meta, goals) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+             (id, status, parent_trace_id, created_at_ms, last_sequence, meta, goals, uid) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
     )
     .bind(&trace.id)
     .bind(status_name(trace.status))
@@ -724,6 +729,7 @@ async fn insert_trace<'e>(
     .bind(to_i64(trace.last_sequence))
     .bind(kept(&trace.id, trace)?)
     .bind(goals.map(|g| kept(&trace.id, g)).transpose()?)
+    .bind(trace.uid.as_deref())
     .execute(executor)
     .await
     .map_err(db)?;

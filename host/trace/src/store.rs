@@ -61,6 +61,8 @@ pub struct TraceFilter {
     pub parent_trace_id: Option<String>,
     /// Only root traces (those that are no sub-agent's).
     pub roots_only: bool,
+    /// Only traces of this user.
+    pub uid: Option<String>,
 }
 
 impl TraceFilter {
@@ -71,6 +73,7 @@ impl TraceFilter {
                 .as_ref()
                 .is_none_or(|p| trace.parent_trace_id.as_ref() == Some(p))
             && (!self.roots_only || trace.parent_trace_id.is_none())
+            && self.uid.as_ref().is_none_or(|u| trace.uid.as_ref() == Some(u))
     }
 }
 

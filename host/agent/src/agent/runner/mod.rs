@@ -71,6 +71,8 @@ pub struct RunConfig {
     pub mode: TraceMode,
     /// Recorded in the trace.
     pub agent_type: String,
+    /// The user the run belongs to; sub-agents inherit it.
+    pub uid: Option<String>,
     /// A new trace's task (and root goal); the first user message when unset.
     pub task: Option<String>,
     /// Model and sampling.
@@ -107,6 +109,7 @@ impl Default for RunConfig {
             system_prompt: None,
             mode: TraceMode::Agent,
             agent_type: "default".into(),
+            uid: None,
             task: None,
             params: LlmParams::default(),
             max_iterations: 50,

@@ -24,7 +24,7 @@ impl Run {
     pub(super) async fn prepare(
         inner: Arc<Inner>,
         mut messages: Vec<Message>,
-        config: RunConfig,
+        mut config: RunConfig,
         events: mpsc::UnboundedSender<AgentEvent>,
         link: Link,
     ) -> Result<Self, AgentError> {
@@ -44,6 +44,7 @@ impl Run {
                 });
                 compact::add_experience(&inner, &config, &mut messages, &task, &cancel).await?;
                 let mut trace = Trace::new(config.mode, task, config.agent_type.clone());
+                trace.uid.clone_from(&config.uid);
                 if let Some(id) = &config.new_trace_id {
                     trace.id.clone_from(id);
                 }
@@ -60,10 +61,15 @@ impl Run {
                 (trace, RunMode::New)
             }
             Some(id) => {
+                // Another user's trace is not there for this run: the same
+                // error as a missing one, so that its existence stays hidden.
                 let trace = store
                     .get_trace(id)
                     .await?
+                    .filter(|t| config.uid.is_none() || t.uid == config.uid)
                     .ok_or_else(|| AgentError::NoSuchTrace(id.clone()))?;
+                // A run of a trace is its owner's, whoever started it.
+                config.uid.clone_from(&trace.uid);
                 let mode = match (config.after_sequence, messages.is_empty()) {
                     (None, _) => RunMode::Continue,
                     (Some(_), false) => RunMode::Rewind,
