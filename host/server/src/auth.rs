@@ -1,19 +1,57 @@
-//! The bearer token: checked on every `/api` route when one is set, in
-//! constant time. The watch route also takes it as `?token=`, since a
-//! browser cannot set headers on a WebSocket.
+//! Who is calling: the bearer token of every `/api` request, checked in
+//! constant time against the single `token` and the users' hashed tokens
+//! (see [`crate::users`]). The watch route also takes it as `?token=`,
+//! since a browser cannot set headers on a WebSocket. A handler learns the
+//! caller from the [`Caller`] extractor.
 
 use super::error::ApiError;
 use super::state::AppState;
-use axum::extract::{Request, State};
+use super::users::{Identity, Users};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use subtle::ConstantTimeEq;
 
-/// Whether `given` is the token. The time taken depends on the lengths
-/// only, never on where the two differ.
-pub(crate) fn token_matches(expected: &str, given: &str) -> bool {
-    bool::from(expected.as_bytes().ct_eq(given.as_bytes()))
+/// The caller of a request: a user, or an admin. Routes answer a user only
+/// for what is theirs (a trace, an approval, an experience): anything else
+/// is answered exactly as if it did not exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The user's name; `None` for the single `[server] token` and for a
+    /// server with no token at all, both admins.
+    pub uid: Option<String>,
+    /// Sees and drives everyone's.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// Whether something of `owner` (a trace's `uid`, ...) is visible to
+    /// the caller: an admin sees everything, a user only their own.
+    pub fn sees(&self, owner: Option<&str>) -> bool {
+        self.admin || (self.uid.is_some() && self.uid.as_deref() == owner)
+    }
+
+    /// The user whose things a list should be narrowed to: `None` for an
+    /// admin (everything).
+    pub fn only(&self) -> Option<&str> {
+        if self.admin { None } else { self.uid.as_deref() }
+    }
+}
+
+impl From<Identity> for Caller {
+    fn from(identity: Identity) -> Self {
+        Self { uid: identity.uid, admin: identity.admin }
+    }
+}
+
+/// Set by the auth middleware; a route outside it has no caller (a 401).
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parts.extensions.get::<Caller>().cloned().ok_or(ApiError::Unauthorized)
+    }
 }
 
 /// The token of an `Authorization: Bearer T` header.
@@ -33,19 +71,23 @@ fn query_token(query: Option<&str>) -> Option<String> {
     axum::extract::Query::<Token>::try_from_uri(&uri).ok().map(|q| q.0.token)
 }
 
-/// Whether a request may pass: no token is set, or it sent the token (in
-/// the header, or in the query where `query_allowed`).
-pub(crate) fn authorized(
-    expected: Option<&str>,
+/// Who a request is: an admin when no token of any kind is set; else the
+/// one its token (in the header, or in the query where `query_allowed`)
+/// names, if any.
+pub(crate) fn caller(
+    users: &Users,
     headers: &HeaderMap,
     query: Option<&str>,
     query_allowed: bool,
-) -> bool {
-    let Some(expected) = expected else { return true };
-    if bearer(headers).is_some_and(|t| token_matches(expected, t)) {
-        return true;
+) -> Option<Caller> {
+    if users.open() {
+        return Some(Caller { uid: None, admin: true });
     }
-    query_allowed && query_token(query).is_some_and(|t| token_matches(expected, &t))
+    if let Some(found) = bearer(headers).and_then(|t| users.identify(t)) {
+        return Some(found.into());
+    }
+    let token = query_token(query).filter(|_| query_allowed)?;
+    users.identify(&token).map(Caller::from)
 }
 
 /// Middleware for the `/api` routes that take the token in the header only.
@@ -68,22 +110,22 @@ pub(crate) async fn require_header_or_query(
 
 async fn check(
     state: &AppState,
-    request: Request,
+    mut request: Request,
     next: Next,
     query_allowed: bool,
 ) -> Result<Response, ApiError> {
-    let token = state.config.token.as_deref();
-    if authorized(token, request.headers(), request.uri().query(), query_allowed) {
-        Ok(next.run(request).await)
-    } else {
-        Err(ApiError::Unauthorized)
-    }
+    let found = caller(&state.users, request.headers(), request.uri().query(), query_allowed);
+    let found = found.ok_or(ApiError::Unauthorized)?;
+    request.extensions_mut().insert(found);
+    Ok(next.run(request).await)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::users::{Role, UserSettings, hash_token};
     use axum::http::HeaderValue;
+    use std::collections::BTreeMap;
 
     fn with_auth(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
@@ -91,33 +133,48 @@ mod tests {
         headers
     }
 
-    #[test]
-    fn the_token_must_match_exactly() {
-        assert!(token_matches("s3cret-token", "s3cret-token"));
-        for wrong in ["s3cret-toke", "s3cret-token!", "S3cret-token", ""] {
-            assert!(!token_matches("s3cret-token", wrong), "{wrong:?}");
-        }
+    fn single(token: &str) -> Users {
+        Users::new(Some(token.into()), &BTreeMap::new(), None).unwrap()
     }
+
+    const ADMIN: Caller = Caller { uid: None, admin: true };
 
     #[test]
     fn a_bearer_header_carries_the_token() {
         let none = HeaderMap::new();
-        assert!(authorized(None, &none, None, false), "no token set: everything passes");
-        assert!(!authorized(Some("tok-123"), &none, None, false));
-        assert!(authorized(Some("tok-123"), &with_auth("Bearer tok-123"), None, false));
-        assert!(authorized(Some("tok-123"), &with_auth("bearer  tok-123 "), None, false));
-        assert!(!authorized(Some("tok-123"), &with_auth("Bearer tok-124"), None, false));
-        assert!(!authorized(Some("tok-123"), &with_auth("Basic tok-123"), None, false));
-        assert!(!authorized(Some("tok-123"), &with_auth("tok-123"), None, false));
+        let open = Users::new(None, &BTreeMap::new(), None).unwrap();
+        assert_eq!(caller(&open, &none, None, false), Some(ADMIN), "no token set: an admin");
+        let users = single("tok-123");
+        assert_eq!(caller(&users, &none, None, false), None);
+        assert_eq!(caller(&users, &with_auth("Bearer tok-123"), None, false), Some(ADMIN));
+        assert_eq!(caller(&users, &with_auth("bearer  tok-123 "), None, false), Some(ADMIN));
+        for wrong in ["Bearer tok-124", "Basic tok-123", "tok-123", "Bearer tok-12", "Bearer "] {
+            assert_eq!(caller(&users, &with_auth(wrong), None, false), None, "{wrong}");
+        }
     }
 
     #[test]
     fn the_query_token_counts_only_where_allowed() {
         let none = HeaderMap::new();
         let query = Some("since=3&token=tok%2B1");
-        assert!(authorized(Some("tok+1"), &none, query, true));
-        assert!(!authorized(Some("tok+1"), &none, query, false));
-        assert!(!authorized(Some("tok+2"), &none, query, true));
-        assert!(!authorized(Some("tok+1"), &none, Some("since=3"), true));
+        assert!(caller(&single("tok+1"), &none, query, true).is_some());
+        assert!(caller(&single("tok+1"), &none, query, false).is_none());
+        assert!(caller(&single("tok+2"), &none, query, true).is_none());
+        assert!(caller(&single("tok+1"), &none, Some("since=3"), true).is_none());
+    }
+
+    #[test]
+    fn a_user_s_token_names_the_user_and_role() {
+        let users = BTreeMap::from([(
+            "alice".to_owned(),
+            UserSettings { token_sha256: hash_token("alice-tok"), role: Role::User },
+        )]);
+        let users = Users::new(None, &users, None).unwrap();
+        let alice = caller(&users, &with_auth("Bearer alice-tok"), None, false).unwrap();
+        assert_eq!(alice, Caller { uid: Some("alice".into()), admin: false });
+        assert!(alice.sees(Some("alice")));
+        assert!(!alice.sees(Some("bob")) && !alice.sees(None));
+        assert_eq!(alice.only(), Some("alice"));
+        assert!(ADMIN.sees(Some("bob")) && ADMIN.sees(None) && ADMIN.only().is_none());
     }
 }

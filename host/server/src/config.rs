@@ -2,6 +2,7 @@
 //! settings a server is bound with.
 
 use crate::error::ApiError;
+use crate::users::{UserSettings, Users};
 use axum::http::{HeaderValue, Method, header};
 use reson_agent::config::AgentConfig;
 use reson_mcp::client::McpConfig;
@@ -9,7 +10,9 @@ use reson_origin_guard::Guard;
 use reson_trace::config::TraceConfig;
 use reson_trace::database::Database;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
@@ -19,10 +22,17 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 pub struct ServerSettings {
     /// Where to listen. Anything but a loopback address needs a token.
     pub addr: std::net::SocketAddr,
-    /// The bearer token every `/api` request must carry; none by default.
-    /// `RESON_SERVER_TOKEN` or `--token` set it too.
+    /// A bearer token that lets its holder in as an admin without a user
+    /// name; none by default. `RESON_SERVER_TOKEN` or `--token` set it too.
     #[serde(skip_serializing)]
     pub token: Option<String>,
+    /// Users by name, each with the SHA-256 of their token and a role:
+    /// `[server.users.alice] token_sha256 = "…", role = "user"`.
+    pub users: BTreeMap<String, UserSettings>,
+    /// A file of users' hashed tokens that `reson users add|revoke` edit;
+    /// changes count from the next request, without a restart. Relative
+    /// to the config file.
+    pub token_file: Option<PathBuf>,
     /// Origins of other pages allowed to call the API from a browser
     /// (`scheme://host[:port]`; CORS headers are sent to them). A request
     /// with any other `Origin` is refused with 403, WebSockets included.
@@ -50,6 +60,8 @@ impl Default for ServerSettings {
         Self {
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8000)),
             token: None,
+            users: BTreeMap::new(),
+            token_file: None,
             cors_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_body_bytes: 1 << 20,
@@ -94,8 +106,14 @@ impl Default for RunDefaults {
 pub struct ServerConfig {
     /// Where to listen; port 0 picks a free one.
     pub addr: SocketAddr,
-    /// The bearer token of every `/api` request; required off loopback.
+    /// A bearer token that makes its holder an admin with no user name.
+    /// This, `users` or `token_file` is required off loopback; with none
+    /// of them every request is an admin's.
     pub token: Option<String>,
+    /// Users by name, with their hashed tokens and roles.
+    pub users: BTreeMap<String, UserSettings>,
+    /// The token file (see [`crate::users`]), read again when it changes.
+    pub token_file: Option<PathBuf>,
     /// Origins of other pages that may call the server from a browser
     /// (`*` for any, with a token only); CORS is off when empty. Any other
     /// `Origin` is refused.
@@ -145,7 +163,9 @@ impl ServerConfig {
         C: AsRef<ServerSettings> + AsRef<AgentConfig> + AsRef<TraceConfig> + AsRef<McpConfig>,
     {
         let (agent, traces): (&AgentConfig, &TraceConfig) = (config.as_ref(), config.as_ref());
+        let server: &ServerSettings = config.as_ref();
         Self {
+            token_file: server.token_file.as_deref().map(|path| agent.resolve(path)),
             agent: agent.clone(),
             mcp: AsRef::<McpConfig>::as_ref(config).clone(),
             ..Self::from_settings(
@@ -160,6 +180,8 @@ impl ServerConfig {
         Self {
             addr: server.addr,
             token: server.token.clone(),
+            users: server.users.clone(),
+            token_file: server.token_file.clone(),
             cors_origins: server.cors_origins.clone(),
             allowed_hosts: server.allowed_hosts.clone(),
             max_body_bytes: server.max_body_bytes,
@@ -175,13 +197,21 @@ impl ServerConfig {
         }
     }
 
+    /// Whether requests must carry a token: one is set, or users are.
+    pub fn has_tokens(&self) -> bool {
+        self.token.is_some() || !self.users.is_empty() || self.token_file.is_some()
+    }
+
     /// Refuses what would be unsafe: a token that is empty, a non-loopback
-    /// address without a token, any origin without a token; and allowed
-    /// hosts or origins that do not parse. [`Server::bind`] checks it too.
+    /// address without a token, any origin without a token; users whose
+    /// entries are wrong (a hash that is not a SHA-256, a malformed token
+    /// file); and allowed hosts or origins that do not parse.
+    /// [`Server::bind`] checks it too.
     pub fn validate(&self) -> Result<(), ApiError> {
         if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(ApiError::Config("the server token is empty".into()));
         }
+        self.users()?;
         self.guard()?;
         if self.database.is_some() && self.lease < MIN_LEASE {
             return Err(ApiError::Config(format!(
@@ -190,10 +220,11 @@ impl ServerConfig {
                 MIN_LEASE.as_millis()
             )));
         }
-        if !self.addr.ip().is_loopback() && self.token.is_none() {
+        if !self.addr.ip().is_loopback() && !self.has_tokens() {
             return Err(ApiError::Config(format!(
-                "{} is not a loopback address: set a token (--token, RESON_SERVER_TOKEN or \
-                 [server] token) so that only its holders can run agents here",
+                "{} is not a loopback address: set a token (--token, RESON_SERVER_TOKEN, \
+                 [server] token, [server.users] or [server] token_file) so that only its \
+                 holders can run agents here",
                 self.addr
             )));
         }
@@ -202,7 +233,13 @@ impl ServerConfig {
 
     /// What every request is checked against before the routes see it.
     pub(crate) fn guard(&self) -> Result<Guard, ApiError> {
-        Guard::new(&self.allowed_hosts, &self.cors_origins, self.token.is_some())
+        Guard::new(&self.allowed_hosts, &self.cors_origins, self.has_tokens())
+            .map_err(|e| ApiError::Config(format!("[server] {e}")))
+    }
+
+    /// Who may call the API, from the token, the users and the token file.
+    pub(crate) fn users(&self) -> Result<Users, ApiError> {
+        Users::new(self.token.clone(), &self.users, self.token_file.as_deref())
             .map_err(|e| ApiError::Config(format!("[server] {e}")))
     }
 

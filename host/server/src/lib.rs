@@ -54,12 +54,14 @@ mod response;
 mod routes;
 mod runs;
 mod state;
+pub mod users;
 mod viewer;
 
 #[cfg(test)]
 #[path = "../../../tests/support/postgres.rs"]
 mod test_cluster;
 
+pub use auth::Caller;
 pub use config::{RunDefaults, ServerConfig};
 pub use error::ApiError;
 
@@ -134,6 +136,7 @@ impl Server {
         )
         .await;
         let sub_agents = SubAgentSettings::from_config(&config.agent).map_err(ApiError::Config)?;
+        let users = Arc::new(config.users()?);
         let channels = Arc::new(events::Channels::default());
         let watchers = TaskTracker::new();
         let cluster = config.database.clone().map(|db| cluster::Cluster::new(db, config.lease));
@@ -148,6 +151,7 @@ impl Server {
             channels,
             closing: CancellationToken::new(),
             watchers: watchers.clone(),
+            users,
             config: Arc::new(config),
         };
         let (api, openapi) = routes::api(&state).split_for_parts();

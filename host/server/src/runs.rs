@@ -2,6 +2,7 @@
 //! with the server's shared approvals, in the background; its live frames
 //! go to the trace's watchers.
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::events::LiveSource;
 use super::registry::Claim;
@@ -28,24 +29,25 @@ pub(crate) struct RunRequest {
     pub(crate) preset: Option<String>,
     pub(crate) max_iterations: Option<u32>,
     pub(crate) budget: Option<Budget>,
+    /// A new trace's user; a run of an existing trace is its owner's.
+    pub(crate) uid: Option<String>,
 }
 
 /// Starts a run and returns its trace and mode once the trace is prepared;
 /// the run goes on in the background.
 pub(crate) async fn start(
     state: &AppState,
+    caller: &Caller,
     request: RunRequest,
 ) -> Result<(String, RunMode), ApiError> {
     let defaults = &state.config.defaults;
     let existing = match &request.trace_id {
-        Some(id) => Some(
-            state
-                .store
-                .get_trace(id)
-                .await?
-                .ok_or_else(|| ApiError::NotFound(format!("no trace {id}")))?,
-        ),
+        Some(id) => Some(crate::routes::traces::load(state, caller, id).await?),
         None => None,
+    };
+    let uid = match &existing {
+        Some(trace) => trace.uid.clone(),
+        None => request.uid.clone(),
     };
     // A continue keeps the trace's provider, model and preset unless the
     // request names others.
@@ -96,6 +98,7 @@ pub(crate) async fn start(
             .system_prompt
             .or_else(|| existing.is_none().then(|| defaults.system_prompt.clone()).flatten()),
         agent_type: preset.name.clone(),
+        uid,
         task: request.task,
         params,
         max_iterations,

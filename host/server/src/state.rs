@@ -23,6 +23,8 @@ pub(crate) struct AppState {
     /// The store, waking watchers on each event.
     pub(crate) store: Arc<dyn TraceStore>,
     pub(crate) config: Arc<ServerConfig>,
+    /// Who may call, and as whom.
+    pub(crate) users: Arc<super::users::Users>,
     /// Every run's approval requests, answered over HTTP.
     pub(crate) approvals: Arc<PendingApprovals>,
     pub(crate) runs: Arc<Runs>,

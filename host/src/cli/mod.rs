@@ -11,6 +11,7 @@ mod task;
 mod term;
 mod tool;
 mod traces;
+mod users;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -72,6 +73,9 @@ enum Command {
     /// Serve Reson's tools over MCP, or list the MCP servers Reson uses.
     #[command(subcommand)]
     Mcp(mcp::Command),
+    /// The users of `reson serve` and their tokens (the token file).
+    #[command(subcommand)]
+    Users(users::Command),
 }
 
 /// Exit codes, so scripts can tell failures apart.
@@ -144,6 +148,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Skills(cmd) => learn::skills_command(&config(cli)?, cmd),
         Command::Experiences(cmd) => learn::experiences_command(&config(cli)?, cmd).await,
         Command::Mcp(cmd) => mcp::run(&open(cli, |_, _| Ok(())).await?, cmd).await,
+        Command::Users(cmd) => users::run(&config(cli)?, cmd),
     }
 }
 

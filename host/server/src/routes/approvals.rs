@@ -1,5 +1,6 @@
 //! Approvals over HTTP: the pending asks of every run, and answers.
 
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::JsonBody;
 use crate::response::Json;
@@ -15,10 +16,34 @@ pub(crate) struct Approvals {
     approvals: Vec<ApprovalRequest>,
 }
 
-/// Tool calls waiting for an answer, in every run, oldest first.
+/// Tool calls waiting for an answer, in the caller's runs (an admin's:
+/// every run), oldest first.
 #[utoipa::path(get, path = "/api/approvals", responses((status = 200, body = Approvals)))]
-pub(crate) async fn list(State(state): State<AppState>) -> Json<Approvals> {
-    Json(Approvals { approvals: state.approvals.pending() })
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Approvals>, ApiError> {
+    let mut approvals = Vec::new();
+    for approval in state.approvals.pending() {
+        if visible(&state, &caller, &approval).await? {
+            approvals.push(approval);
+        }
+    }
+    Ok(Json(Approvals { approvals }))
+}
+
+/// Whether `caller` may see and answer `approval`: it asks in one of
+/// their traces.
+async fn visible(
+    state: &AppState,
+    caller: &Caller,
+    approval: &ApprovalRequest,
+) -> Result<bool, ApiError> {
+    if caller.admin {
+        return Ok(true);
+    }
+    let trace = state.store.get_trace(&approval.trace_id).await?;
+    Ok(trace.is_some_and(|t| caller.sees(t.uid.as_deref())))
 }
 
 /// An answer.
@@ -44,12 +69,16 @@ pub(crate) struct Answered {
         (status = 422, body = ErrorBody)))]
 pub(crate) async fn answer(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Json<Answered>, ApiError> {
     let not_pending = || ApiError::NotFound(format!("no pending approval {id}"));
     let id: u64 = id.parse().map_err(|_| not_pending())?;
-    if !state.approvals.answer(id, body.answer) {
+    let Some(approval) = state.approvals.pending().into_iter().find(|a| a.id == id) else {
+        return Err(not_pending());
+    };
+    if !visible(&state, &caller, &approval).await? || !state.approvals.answer(id, body.answer) {
         return Err(not_pending());
     }
     Ok(Json(Answered { id, answer: body.answer }))

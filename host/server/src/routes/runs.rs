@@ -2,6 +2,7 @@
 //! regenerate of one, a stop; reflecting on one into experiences, and
 //! listing them.
 
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::JsonBody;
 use crate::response::Json;
@@ -71,6 +72,8 @@ pub(crate) struct CreateTrace {
     /// `[budget]` still holds.
     #[schema(value_type = Option<Object>)]
     budget: Option<reson_agent::policy::Budget>,
+    /// The user the trace belongs to: admins only [default: the caller].
+    uid: Option<String>,
 }
 
 /// A run started on a new trace.
@@ -89,11 +92,21 @@ pub(crate) struct Created {
 ))]
 pub(crate) async fn create(
     State(state): State<AppState>,
+    caller: Caller,
     JsonBody(body): JsonBody<CreateTrace>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
     if body.messages.is_empty() {
         return Err(ApiError::BadRequest("a new trace needs at least one message".into()));
     }
+    let uid = match body.uid {
+        Some(uid) if caller.admin => Some(uid),
+        Some(uid) if caller.uid.as_deref() != Some(uid.as_str()) => {
+            return Err(ApiError::BadRequest(
+                "only an admin may start a run for another user: leave `uid` out".into(),
+            ));
+        }
+        _ => caller.uid.clone(),
+    };
     let request = RunRequest {
         messages: messages(body.messages),
         task: body.task,
@@ -103,9 +116,10 @@ pub(crate) async fn create(
         preset: body.preset,
         max_iterations: body.max_iterations,
         budget: body.budget,
+        uid,
         ..RunRequest::default()
     };
-    let (trace_id, _) = runs::start(&state, request).await?;
+    let (trace_id, _) = runs::start(&state, &caller, request).await?;
     Ok((StatusCode::CREATED, Json(Created { trace_id, status: "started" })))
 }
 
@@ -144,6 +158,7 @@ pub(crate) struct Started {
     ))]
 pub(crate) async fn run(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     body: Option<JsonBody<RunAgain>>,
 ) -> Result<Json<Started>, ApiError> {
@@ -154,7 +169,7 @@ pub(crate) async fn run(
         messages: messages(body.messages),
         ..RunRequest::default()
     };
-    let (trace_id, mode) = runs::start(&state, request).await?;
+    let (trace_id, mode) = runs::start(&state, &caller, request).await?;
     Ok(Json(Started { trace_id, status: "started", mode }))
 }
 
@@ -174,10 +189,18 @@ pub(crate) struct Stopping {
         (status = 409, description = "Not running", body = ErrorBody)))]
 pub(crate) async fn stop(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Stopping>, ApiError> {
+    // A trace being created has no stored record yet: only an admin may
+    // stop it, since whose it is cannot be told.
+    match state.store.get_trace(&id).await? {
+        Some(trace) if caller.sees(trace.uid.as_deref()) => {}
+        None if caller.admin => {}
+        _ => return Err(crate::routes::traces::not_found(&id)),
+    }
     if !state.runs.stop_anywhere(&id).await? {
-        load(&state, &id).await?;
+        load(&state, &caller, &id).await?;
         return Err(ApiError::Conflict(format!("trace {id} is not running")));
     }
     Ok(Json(Stopping { trace_id: id, status: "stopping" }))
@@ -220,10 +243,11 @@ pub(crate) struct Reflected {
     ))]
 pub(crate) async fn reflect(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Reflect>,
 ) -> Result<Json<Reflected>, ApiError> {
-    let trace = load(&state, &id).await?;
+    let trace = load(&state, &caller, &id).await?;
     // Held while the model answers, so that no run moves the trace meanwhile.
     let _claim = state.runs.claim_run(&id, &*state.store).await?;
     let provider = body

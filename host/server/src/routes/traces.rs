@@ -1,6 +1,7 @@
 //! Reading traces: the list, the running ones, one with its goal tree and
 //! sub-traces, and its messages.
 
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::Params;
 use crate::response::Json;
@@ -47,17 +48,22 @@ pub(crate) struct TraceList {
     total: usize,
 }
 
-/// Traces, newest first.
+/// The caller's traces (an admin's: everyone's), newest first.
 #[utoipa::path(get, path = "/api/traces", params(ListQuery), responses(
     (status = 200, body = TraceList),
     (status = 400, description = "A bad query parameter", body = ErrorBody),
 ))]
 pub(crate) async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     Params(query): Params<ListQuery>,
 ) -> Result<Json<TraceList>, ApiError> {
     let (limit, offset) = page(&query)?;
-    let filter = TraceFilter { status: query.status, ..TraceFilter::default() };
+    let filter = TraceFilter {
+        status: query.status,
+        uid: caller.only().map(str::to_owned),
+        ..TraceFilter::default()
+    };
     let mut traces = state.store.list_traces(&filter).await?;
     if query.root_only == Some(true) {
         traces.retain(|t| t.parent_trace_id.is_none());
@@ -74,16 +80,19 @@ pub(crate) struct RunningTraces {
     traces: Vec<Trace>,
 }
 
-/// The traces with a run going in this server, or in another server on
-/// the same database.
+/// The caller's traces with a run going in this server, or in another
+/// server on the same database.
 #[utoipa::path(get, path = "/api/traces/running", responses((status = 200, body = RunningTraces)))]
 pub(crate) async fn running(
     State(state): State<AppState>,
+    caller: Caller,
 ) -> Result<Json<RunningTraces>, ApiError> {
     let mut traces = Vec::new();
     for id in state.runs.running_anywhere().await? {
         // A claimed trace may not be written yet (a new one being prepared).
-        if let Some(trace) = state.store.get_trace(&id).await? {
+        if let Some(trace) = state.store.get_trace(&id).await?
+            && caller.sees(trace.uid.as_deref())
+        {
             traces.push(trace);
         }
     }
@@ -106,9 +115,20 @@ pub(crate) struct TraceDetail {
     running: bool,
 }
 
-/// Loads trace `id`, or a 404.
-pub(crate) async fn load(state: &AppState, id: &str) -> Result<Trace, ApiError> {
-    state.store.get_trace(id).await?.ok_or_else(|| ApiError::NotFound(format!("no trace {id}")))
+/// Loads trace `id` for `caller`, or a 404: the same 404 whether it does
+/// not exist or is another user's, so a user cannot learn that it exists.
+pub(crate) async fn load(state: &AppState, caller: &Caller, id: &str) -> Result<Trace, ApiError> {
+    state
+        .store
+        .get_trace(id)
+        .await?
+        .filter(|trace| caller.sees(trace.uid.as_deref()))
+        .ok_or_else(|| not_found(id))
+}
+
+/// The 404 of a trace the caller may not see.
+pub(crate) fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("no trace {id}"))
 }
 
 /// One trace, its goal tree and its sub-traces.
@@ -116,12 +136,14 @@ pub(crate) async fn load(state: &AppState, id: &str) -> Result<Trace, ApiError> 
     responses((status = 200, body = TraceDetail), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<TraceDetail>, ApiError> {
-    let trace = load(&state, &id).await?;
+    let trace = load(&state, &caller, &id).await?;
     let goal_tree = state.store.get_goals(&id).await?;
     let filter = TraceFilter { parent_trace_id: Some(id.clone()), ..TraceFilter::default() };
-    let sub_traces = state.store.list_traces(&filter).await?;
+    let mut sub_traces = state.store.list_traces(&filter).await?;
+    sub_traces.retain(|t| caller.sees(t.uid.as_deref()));
     let running = state.runs.is_running_anywhere(&id).await?;
     Ok(Json(TraceDetail { trace, goal_tree, sub_traces, running }))
 }
@@ -160,10 +182,11 @@ pub(crate) struct Messages {
     responses((status = 200, body = Messages), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn messages(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     Params(query): Params<MessagesQuery>,
 ) -> Result<Json<Messages>, ApiError> {
-    let trace = load(&state, &id).await?;
+    let trace = load(&state, &caller, &id).await?;
     let messages = match (query.mode.unwrap_or_default(), trace.head_sequence) {
         (MessagesMode::All, _) => state.store.get_messages(&id).await?,
         (MessagesMode::MainPath, Some(head)) => {

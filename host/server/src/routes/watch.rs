@@ -10,6 +10,7 @@
 //! behind reads what it missed from the store, and one too far behind on
 //! live frames is closed (1008) and may resume with `since`.
 
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::events::{LiveFrame, Subscription};
 use crate::extract::Params;
@@ -57,11 +58,12 @@ pub(crate) struct WatchQuery {
     ))]
 pub(crate) async fn watch(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     Params(query): Params<WatchQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    load(&state, &id).await?;
+    load(&state, &caller, &id).await?;
     let upgrade = upgrade.map_err(|e| {
         ApiError::BadRequest(format!("a WebSocket upgrade is needed: {}", e.body_text()))
     })?;
