@@ -18,9 +18,26 @@
 //!   helpful: 1
 //!   harmful: 0
 //! created_at: 2026-11-23T16:00:00Z
+//! scope: user:alice
+//! condition: a Rust workspace with slow tests
+//! evidence: [tr_0123456789ab-0007]
+//! source: execution
+//! confidence: 0.8
+//! usage_count: 3
+//! success_rate: 0.75
 //! ---
 //! Run `cargo check` before `cargo test`: it fails faster.
 //! ```
+//!
+//! The fields after `created_at` are optional, and left out when they hold
+//! their defaults (global scope, no condition or evidence, learnt from an
+//! execution, confidence 0.5, never used, not rated): files written before
+//! they existed read as before, and are written back unchanged.
+//!
+//! An experience's [`Scope`] says who sees it: everyone (global), one
+//! user's runs (`user:{uid}`), or one agent type's (`agent:{type}`). A run
+//! sees the global ones, its user's and its agent type's ([`Visible`]);
+//! what a run learns goes to its user's scope.
 //!
 //! [`reflect`] adds experiences from a finished trace; a new run gets the
 //! best matches in its first message ([`Experiences::relevant`]): a utility
@@ -143,6 +160,175 @@ pub struct Metrics {
     pub harmful: u64,
 }
 
+/// Who an experience is for: written `global`, `user:{uid}` or
+/// `agent:{type}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Scope {
+    /// Every run.
+    #[default]
+    Global,
+    /// The runs of one user.
+    User(String),
+    /// The runs of one agent type (preset).
+    Agent(String),
+}
+
+impl Scope {
+    /// Whether it is [`Scope::Global`].
+    pub fn is_global(&self) -> bool {
+        *self == Scope::Global
+    }
+
+    /// The scope of what a run of `uid` learns: the user's, or global for a
+    /// run nobody owns.
+    pub fn of_user(uid: Option<&str>) -> Self {
+        uid.map_or(Scope::Global, |u| Scope::User(u.to_owned()))
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Global => f.write_str("global"),
+            Scope::User(uid) => write!(f, "user:{uid}"),
+            Scope::Agent(kind) => write!(f, "agent:{kind}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let named = |name: &str, make: fn(String) -> Scope| {
+            let name = name.trim();
+            if name.is_empty() || name.chars().any(char::is_whitespace) {
+                Err(format!("scope `{s}`: the name after the colon must be one word"))
+            } else {
+                Ok(make(name.to_owned()))
+            }
+        };
+        match s.trim().split_once(':') {
+            None if s.trim() == "global" => Ok(Scope::Global),
+            Some(("user", uid)) => named(uid, Scope::User),
+            Some(("agent", kind)) => named(kind, Scope::Agent),
+            _ => Err(format!("scope `{s}` is not global, user:UID or agent:TYPE")),
+        }
+    }
+}
+
+impl TryFrom<String> for Scope {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<Scope> for String {
+    fn from(scope: Scope) -> String {
+        scope.to_string()
+    }
+}
+
+/// The scopes one run, or one API caller, may see.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Visible {
+    /// Everything: an admin, or a run nobody owns.
+    pub all: bool,
+    /// This user's experiences.
+    pub uid: Option<String>,
+    /// This agent type's; every agent type's when `None`.
+    pub agent_type: Option<String>,
+}
+
+impl Visible {
+    /// Every scope.
+    pub fn everything() -> Self {
+        Self { all: true, ..Self::default() }
+    }
+
+    /// What a run of `uid` with preset `agent_type` sees: global, its
+    /// user's and its agent type's. A run nobody owns sees global and its
+    /// agent type's only.
+    pub fn run(uid: Option<&str>, agent_type: &str) -> Self {
+        Self { all: false, uid: uid.map(str::to_owned), agent_type: Some(agent_type.to_owned()) }
+    }
+
+    /// What an API caller sees: everything for an admin; else global,
+    /// every agent type's, and their own.
+    pub fn caller(uid: Option<&str>, admin: bool) -> Self {
+        Self { all: admin, uid: uid.map(str::to_owned), agent_type: None }
+    }
+
+    /// Whether `scope` is visible.
+    pub fn sees(&self, scope: &Scope) -> bool {
+        match scope {
+            _ if self.all => true,
+            Scope::Global => true,
+            Scope::User(uid) => self.uid.as_ref() == Some(uid),
+            Scope::Agent(kind) => self.agent_type.as_ref().is_none_or(|k| k == kind),
+        }
+    }
+}
+
+/// How an experience was learnt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Reflecting on a run.
+    #[default]
+    Execution,
+    /// From what a person said about a run.
+    Feedback,
+    /// Written by a person.
+    Manual,
+}
+
+impl Source {
+    fn is_execution(&self) -> bool {
+        *self == Source::Execution
+    }
+
+    /// Its name, as stored.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Source::Execution => "execution",
+            Source::Feedback => "feedback",
+            Source::Manual => "manual",
+        }
+    }
+}
+
+impl std::str::FromStr for Source {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "execution" => Ok(Source::Execution),
+            "feedback" => Ok(Source::Feedback),
+            "manual" => Ok(Source::Manual),
+            _ => Err(format!("source `{s}` is not execution, feedback or manual")),
+        }
+    }
+}
+
+/// The confidence of an experience nobody rated.
+pub const DEFAULT_CONFIDENCE: f64 = 0.5;
+
+fn default_confidence() -> f64 {
+    DEFAULT_CONFIDENCE
+}
+
+fn is_default_confidence(c: &f64) -> bool {
+    *c == DEFAULT_CONFIDENCE
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One experience.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experience {
@@ -163,6 +349,28 @@ pub struct Experience {
     /// RFC 3339 time it was learnt.
     #[serde(default)]
     pub created_at: String,
+    /// Who it is for.
+    #[serde(default, skip_serializing_if = "Scope::is_global")]
+    pub scope: Scope,
+    /// When it applies, in words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub condition: String,
+    /// The ids of the messages that taught it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// How it was learnt.
+    #[serde(default, skip_serializing_if = "Source::is_execution")]
+    pub source: Source,
+    /// How sure it is, 0 to 1.
+    #[serde(default = "default_confidence", skip_serializing_if = "is_default_confidence")]
+    pub confidence: f64,
+    /// How many runs it was given to (in their first message, or by
+    /// `get_experience`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub usage_count: u64,
+    /// The share of its ratings that said it helped; `None` until rated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<f64>,
     /// Fields a person added by hand, kept as they are.
     #[serde(flatten)]
     extra: BTreeMap<String, serde_yaml_ng::Value>,
@@ -181,6 +389,13 @@ impl Experience {
             tags,
             metrics: Metrics { helpful: 1, harmful: 0 },
             created_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            scope: Scope::Global,
+            condition: String::new(),
+            evidence: Vec::new(),
+            source: Source::Execution,
+            confidence: DEFAULT_CONFIDENCE,
+            usage_count: 0,
+            success_rate: None,
             extra: BTreeMap::new(),
             rule: rule.trim().to_owned(),
         }
@@ -189,6 +404,35 @@ impl Experience {
     /// Helpful minus harmful ratings.
     pub fn net(&self) -> i64 {
         self.metrics.helpful as i64 - self.metrics.harmful as i64
+    }
+
+    /// Counts one rating: the metrics, and the success rate they give.
+    pub fn rated(&mut self, rating: Rating) {
+        match rating {
+            Rating::Helpful => self.metrics.helpful += 1,
+            Rating::Harmful => self.metrics.harmful += 1,
+        }
+        let total = self.metrics.helpful + self.metrics.harmful;
+        self.success_rate = Some(self.metrics.helpful as f64 / total as f64);
+    }
+
+    /// Refuses what cannot be stored: no id, no rule, a confidence or
+    /// success rate outside 0 to 1.
+    pub fn check(&self) -> Result<(), ExperienceError> {
+        if self.id.trim().is_empty() {
+            return Err(ExperienceError::Invalid("an experience needs an id".into()));
+        }
+        if self.rule.trim().is_empty() {
+            return Err(ExperienceError::Invalid(format!("experience {} has no rule", self.id)));
+        }
+        let share = |x: f64| (0.0..=1.0).contains(&x);
+        if !share(self.confidence) || !self.success_rate.is_none_or(share) {
+            return Err(ExperienceError::Invalid(format!(
+                "experience {}: confidence and success_rate must be between 0 and 1",
+                self.id
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -300,23 +544,30 @@ impl Experiences {
             .map_err(|e| ExperienceError::BadAnswer(format!("tags: {e}")))
     }
 
-    /// The `## Relevant experience` section for a new trace's `task`, or
-    /// `None` when no experience matches (no model call is made when there
-    /// are no experiences at all).
+    /// The `## Relevant experience` section for a new trace's `task`, from
+    /// the experiences `visible` to its run, or `None` when none matches
+    /// (no model call is made when there are no experiences at all). Those
+    /// given count one more use.
     pub async fn relevant(
         &self,
         provider: &Arc<dyn ChatProvider>,
         params: &LlmParams,
         task: &str,
+        visible: &Visible,
         cancel: CancellationToken,
     ) -> Result<Option<String>, ExperienceError> {
         if self.top_k == 0 || self.store.is_empty().await? {
             return Ok(None);
         }
         let tags = self.tags(provider, params, task, cancel).await?;
-        let found = self.store.relevant(&tags.intent, &tags.state, self.top_k).await?;
+        let found = self.store.relevant_in(visible, &tags.intent, &tags.state, self.top_k).await?;
+        if found.is_empty() {
+            return Ok(None);
+        }
+        let ids: Vec<String> = found.iter().map(|e| e.id.clone()).collect();
+        self.store.record_use(&ids).await?;
         let found: Vec<&Experience> = found.iter().collect();
-        Ok((!found.is_empty()).then(|| format!("## Relevant experience\n{}", render_list(&found))))
+        Ok(Some(format!("## Relevant experience\n{}", render_list(&found))))
     }
 }
 

@@ -2,7 +2,7 @@
 //! learnt. The prompt and the answer go on a side branch (a child of the
 //! head), so the trace's head and main path stay as they were.
 
-use super::{Experience, ExperienceError, ExperienceStore, Tags, json_object};
+use super::{Experience, ExperienceError, ExperienceStore, Scope, Tags, json_object};
 use crate::provider::{self, ChatProvider, ChatRequest, LlmParams};
 use reson_trace::{Message, MessageTree, Role, TraceStatus, TraceStore};
 use serde::Deserialize;
@@ -34,6 +34,12 @@ struct Learnt {
     rule: String,
     #[serde(default)]
     tags: Tags,
+    /// When it applies.
+    #[serde(default)]
+    condition: String,
+    /// The sequences of the messages that taught it.
+    #[serde(default)]
+    evidence: Vec<u64>,
 }
 
 /// Reflects on trace `trace_id`: appends a reflection prompt (about
@@ -109,7 +115,20 @@ pub async fn reflect(
         if category.is_empty() || l.rule.trim().is_empty() {
             return Err(bad(format!("experience {} needs a category and a rule", i + 1)));
         }
-        learnt.push(Experience::new(trace_id, category, l.tags, &l.rule));
+        let mut e = Experience::new(trace_id, category, l.tags, &l.rule);
+        // What a user's run teaches is that user's.
+        e.scope = Scope::of_user(trace.uid.as_deref());
+        e.condition = l.condition.trim().to_owned();
+        // Cited messages of the main path; the head when none is.
+        e.evidence = path
+            .iter()
+            .filter(|m| l.evidence.contains(&m.sequence))
+            .map(|m| m.id.clone())
+            .collect();
+        if e.evidence.is_empty() {
+            e.evidence.extend(path.last().map(|m| m.id.clone()));
+        }
+        learnt.push(e);
     }
     if learnt.is_empty() {
         return Err(bad("it lists no experiences".into()));
@@ -131,6 +150,7 @@ fn prompt_text(focus: Option<&str>) -> String {
          with only a JSON object: {{\"experiences\": [{{\"category\": \"tool_usage | logic_flow \
          | environment | ...\", \"rule\": \"one actionable rule\", \"tags\": {{\"intent\": \
          [\"what the task wanted, short words\"], \"state\": [\"the situation: languages, \
-         tools, files\"]}}}}]}}"
+         tools, files\"]}}, \"condition\": \"when it applies\", \"evidence\": [the sequence \
+         numbers of the messages that taught it]}}]}}"
     )
 }

@@ -1,7 +1,7 @@
 //! The built-in `get_experience` tool: the model searches the lessons of
 //! past runs by intent and state tags.
 
-use crate::experience::{self, Experiences};
+use crate::experience::{self, Experiences, Visible};
 use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
@@ -37,19 +37,31 @@ pub fn spec() -> ToolSpec {
     }
 }
 
-/// Runs one call. `Err` is a message for the model.
-pub async fn call(experiences: &Experiences, arguments: &str) -> Result<String, String> {
+/// Runs one call, among the experiences `visible` sees; those found count
+/// one more use. `Err` is a message for the model.
+pub async fn call(
+    experiences: &Experiences,
+    visible: &Visible,
+    arguments: &str,
+) -> Result<String, String> {
     let args: GetArgs = serde_json::from_str(arguments)
         .map_err(|e| format!("Error: invalid get_experience arguments: {e}"))?;
     if args.intent.is_empty() && args.state.is_empty() {
         return Err("Error: give at least one intent or state tag".into());
     }
-    let all = experiences.store.list().await.map_err(|e| format!("Error: {e}"))?;
-    let found = experience::rank(&all, &args.intent, &args.state, experiences.top_k.max(5));
+    let failed = |e: experience::ExperienceError| format!("Error: {e}");
+    let k = experiences.top_k.max(5);
+    let found = experiences
+        .store
+        .relevant_in(visible, &args.intent, &args.state, k)
+        .await
+        .map_err(failed)?;
     if found.is_empty() {
         return Ok("No experience matches these tags.".into());
     }
-    Ok(experience::render_list(&found))
+    let ids: Vec<String> = found.iter().map(|e| e.id.clone()).collect();
+    experiences.store.record_use(&ids).await.map_err(failed)?;
+    Ok(experience::render_list(&found.iter().collect::<Vec<_>>()))
 }
 
 #[async_trait]
@@ -58,7 +70,12 @@ impl ToolSource for Experiences {
         vec![spec()]
     }
 
-    async fn call(&self, call: &ToolCall, _: &mut ToolContext<'_>) -> ToolResult {
-        self::call(self, &call.arguments).await.map_or_else(ToolResult::error, ToolResult::text)
+    /// Outside a run (no scopes in the context) only the global
+    /// experiences are seen.
+    async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        let visible = context.extensions.get::<Visible>().map(|v| (*v).clone()).unwrap_or_default();
+        self::call(self, &visible, &call.arguments)
+            .await
+            .map_or_else(ToolResult::error, ToolResult::text)
     }
 }

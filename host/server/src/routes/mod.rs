@@ -46,7 +46,8 @@ pub(crate) fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(runs::run))
         .routes(routes!(runs::stop))
         .routes(routes!(runs::reflect))
-        .routes(routes!(runs::experiences))
+        .routes(routes!(runs::experiences, runs::add_experience))
+        .routes(routes!(runs::remove_experience))
         .routes(routes!(approvals::list))
         .routes(routes!(approvals::answer))
         .route_layer(from_fn_with_state(state.clone(), auth::require_header));

@@ -13,7 +13,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use reson_agent::agent::RunMode;
 use reson_agent::experience::{
-    self, Experience, ExperienceError, ExperienceStore, FileExperienceStore,
+    self, Experience, ExperienceError, ExperienceStore, FileExperienceStore, Scope, Source, Tags,
+    Visible,
 };
 use reson_agent::provider::{LlmParams, PluginProvider};
 use reson_trace::{Message, Role};
@@ -275,7 +276,7 @@ pub(crate) async fn reflect(
     }))
 }
 
-/// Every experience learnt.
+/// The experiences the caller sees.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ExperienceList {
     /// In file order.
@@ -283,14 +284,103 @@ pub(crate) struct ExperienceList {
     experiences: Vec<serde_json::Value>,
 }
 
-/// The experiences file, as the runs of this server use it.
+/// The experiences as the runs of this server use them: those the caller
+/// sees (global, every agent type's and their own; an admin all).
 #[utoipa::path(get, path = "/api/experiences", responses(
     (status = 200, body = ExperienceList), (status = 500, description = "A malformed file (named with its line)", body = ErrorBody)))]
 pub(crate) async fn experiences(
     State(state): State<AppState>,
+    caller: Caller,
 ) -> Result<Json<ExperienceList>, ApiError> {
+    let visible = Visible::caller(caller.uid.as_deref(), caller.admin);
     let experiences = experience_store(&state).list().await.map_err(experience_error)?;
-    Ok(Json(ExperienceList { experiences: experiences.iter().map(experience_json).collect() }))
+    let experiences =
+        experiences.iter().filter(|e| visible.sees(&e.scope)).map(experience_json).collect();
+    Ok(Json(ExperienceList { experiences }))
+}
+
+/// An experience written by a person.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewExperience {
+    /// The rule itself.
+    rule: String,
+    /// `tool_usage`, `logic_flow`, `environment`, ... [default: `manual`].
+    category: Option<String>,
+    /// When it applies.
+    #[serde(default)]
+    condition: String,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    tags: Tags,
+    /// `global`, `user:{uid}` or `agent:{type}`: admins only [default:
+    /// the caller's user scope; an admin without a user name: global].
+    scope: Option<String>,
+    /// 0 to 1 [default: 0.5].
+    confidence: Option<f64>,
+    /// `manual` (the default) or `feedback`.
+    source: Option<String>,
+}
+
+/// Adds an experience, in the caller's scope.
+#[utoipa::path(post, path = "/api/experiences", request_body = NewExperience, responses(
+    (status = 201, body = Object),
+    (status = 400, description = "A scope a user may not write, or a bad source", body = ErrorBody),
+    (status = 422, body = ErrorBody)))]
+pub(crate) async fn add_experience(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<NewExperience>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let own = Scope::of_user(caller.uid.as_deref());
+    let scope = match body.scope {
+        None => own,
+        Some(asked) => {
+            let asked: Scope = asked.parse().map_err(ApiError::BadRequest)?;
+            if !caller.admin && asked != own {
+                return Err(ApiError::BadRequest(format!(
+                    "only an admin may write scope {asked}: leave `scope` out for {own}"
+                )));
+            }
+            asked
+        }
+    };
+    let source: Source = match body.source.as_deref() {
+        None => Source::Manual,
+        Some(s) => s.parse().map_err(ApiError::BadRequest)?,
+    };
+    let category = body.category.unwrap_or_else(|| "manual".to_owned());
+    let mut experience = Experience::new("", &category, body.tags, &body.rule);
+    experience.scope = scope;
+    experience.condition = body.condition.trim().to_owned();
+    experience.source = source;
+    experience.confidence = body.confidence.unwrap_or(experience::DEFAULT_CONFIDENCE);
+    experience.check().map_err(|e| ApiError::Unprocessable(e.to_string()))?;
+    experience_store(&state).append(vec![experience.clone()]).await.map_err(experience_error)?;
+    Ok((StatusCode::CREATED, Json(experience_json(&experience))))
+}
+
+/// Removes an experience of the caller's own scope (an admin: any). Any
+/// other is a 404, as a missing one is.
+#[utoipa::path(delete, path = "/api/experiences/{id}",
+    params(("id" = String, Path, description = "Experience id")),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+pub(crate) async fn remove_experience(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let store = experience_store(&state);
+    let all = store.list().await.map_err(experience_error)?;
+    let own = Scope::of_user(caller.uid.as_deref());
+    let mine = all
+        .iter()
+        .any(|e| e.id == id && (caller.admin || (caller.uid.is_some() && e.scope == own)));
+    if !mine {
+        return Err(experience_error(ExperienceError::UnknownId(id)));
+    }
+    let removed = store.remove(&id).await.map_err(experience_error)?;
+    Ok(Json(experience_json(&removed)))
 }
 
 /// The experiences this server's runs use: those its tools were given.

@@ -34,7 +34,9 @@ pub(super) async fn add_experience(
 ) -> Result<(), AgentError> {
     let Some(experiences) = inner.tools.experiences() else { return Ok(()) };
     let Some(first) = messages.iter_mut().find(|m| m.role == Role::User) else { return Ok(()) };
-    let found = experiences.relevant(&inner.provider, &config.params, task, cancel.clone()).await;
+    let visible = crate::experience::Visible::run(config.uid.as_deref(), &config.agent_type);
+    let found =
+        experiences.relevant(&inner.provider, &config.params, task, &visible, cancel.clone()).await;
     let section = match found {
         Ok(section) => section,
         Err(e @ (ExperienceError::Model(_) | ExperienceError::BadAnswer(_))) => {

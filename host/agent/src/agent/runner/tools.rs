@@ -142,6 +142,7 @@ impl Run {
             depth: self.depth,
         });
         let (trace_id, cancel) = (&self.trace.id, &self.cancel);
+        let visible = Arc::new(self.visible());
         let mut running: FuturesUnordered<_> = concurrent
             .iter()
             .map(|&i| {
@@ -152,6 +153,7 @@ impl Run {
                     ..ToolContext::default()
                 };
                 context.extensions.insert(caller.clone());
+                context.extensions.insert(visible.clone());
                 let on_offer = &on_offer;
                 async move {
                     let started = Instant::now();
@@ -178,6 +180,12 @@ impl Run {
         Ok(())
     }
 
+    /// The experience scopes this run sees: global, its user's and its
+    /// agent type's.
+    fn visible(&self) -> crate::experience::Visible {
+        crate::experience::Visible::run(self.config.uid.as_deref(), &self.config.agent_type)
+    }
+
     /// Runs an in-order call here, with the goal tree in hand; a tree a
     /// successful call may have changed is stored, and the result carries
     /// the tree after it.
@@ -188,6 +196,7 @@ impl Run {
     ) -> Result<CallOutcome, AgentError> {
         let started = Instant::now();
         let result = {
+            let visible = Arc::new(self.visible());
             let mut context = ToolContext {
                 call_id: call.id.clone(),
                 trace_id: Some(self.trace.id.clone()),
@@ -195,6 +204,7 @@ impl Run {
                 goals: Some(&mut self.goals),
                 ..ToolContext::default()
             };
+            context.extensions.insert(visible);
             on_offer.call(call, &mut context).await
         };
         if result.ok {

@@ -83,11 +83,31 @@ impl ExperienceStore for FileExperienceStore {
                 .iter_mut()
                 .find(|e| e.id == id)
                 .ok_or_else(|| ExperienceError::UnknownId(id.clone()))?;
-            match rating {
-                Rating::Helpful => e.metrics.helpful += 1,
-                Rating::Harmful => e.metrics.harmful += 1,
-            }
+            e.rated(rating);
             Ok(e.clone())
+        })
+        .await
+    }
+
+    async fn record_use(&self, ids: &[String]) -> Result<(), ExperienceError> {
+        let ids = ids.to_vec();
+        self.update(move |all| {
+            for e in all.iter_mut().filter(|e| ids.contains(&e.id)) {
+                e.usage_count += 1;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove(&self, id: &str) -> Result<Experience, ExperienceError> {
+        let id = id.to_owned();
+        self.update(move |all| {
+            let at = all
+                .iter()
+                .position(|e| e.id == id)
+                .ok_or_else(|| ExperienceError::UnknownId(id.clone()))?;
+            Ok(all.remove(at))
         })
         .await
     }
@@ -158,6 +178,9 @@ pub(crate) fn parse(text: &str) -> Result<(String, Vec<Experience>), (usize, Str
         }
         if experience.rule.is_empty() {
             return Err((block.line, format!("experience {} has no rule text", experience.id)));
+        }
+        if let Err(e) = experience.check() {
+            return Err((block.line, e.to_string()));
         }
         if all.iter().any(|e| e.id == experience.id) {
             return Err((block.line, format!("experience id {} appears twice", experience.id)));

@@ -10,7 +10,7 @@ mod postgres;
 pub use file::FileExperienceStore;
 pub use postgres::PgExperienceStore;
 
-use super::{Experience, ExperienceError, Rating};
+use super::{Experience, ExperienceError, Rating, Visible};
 use async_trait::async_trait;
 
 /// Durable storage of experiences.
@@ -24,8 +24,16 @@ pub trait ExperienceStore: Send + Sync {
     /// rule [`ExperienceError::Invalid`].
     async fn append(&self, new: Vec<Experience>) -> Result<(), ExperienceError>;
 
-    /// Counts one `rating` for the experience `id`; returns it as rated.
+    /// Counts one `rating` for the experience `id` (and its success rate
+    /// with it); returns it as rated.
     async fn rate(&self, id: &str, rating: Rating) -> Result<Experience, ExperienceError>;
+
+    /// Counts one more use of each experience of `ids` (ids no longer
+    /// stored are passed over: a use is no reason to fail a run).
+    async fn record_use(&self, ids: &[String]) -> Result<(), ExperienceError>;
+
+    /// Removes the experience `id`; returns it.
+    async fn remove(&self, id: &str) -> Result<Experience, ExperienceError>;
 
     /// Whether there are none (a new run then makes no tagging call).
     async fn is_empty(&self) -> Result<bool, ExperienceError> {
@@ -33,14 +41,27 @@ pub trait ExperienceStore: Send + Sync {
     }
 
     /// The experiences sharing tags with `intent` and `state`, best first,
-    /// at most `k`, ranked as [`rank`](super::rank) does.
+    /// at most `k`, ranked as [`rank`](super::rank) does; of every scope.
     async fn relevant(
         &self,
         intent: &[String],
         state: &[String],
         k: usize,
     ) -> Result<Vec<Experience>, ExperienceError> {
-        let all = self.list().await?;
+        self.relevant_in(&Visible::everything(), intent, state, k).await
+    }
+
+    /// [`relevant`](Self::relevant) among the experiences of the scopes
+    /// `visible` sees.
+    async fn relevant_in(
+        &self,
+        visible: &Visible,
+        intent: &[String],
+        state: &[String],
+        k: usize,
+    ) -> Result<Vec<Experience>, ExperienceError> {
+        let mut all = self.list().await?;
+        all.retain(|e| visible.sees(&e.scope));
         Ok(super::rank(&all, intent, state, k).into_iter().cloned().collect())
     }
 
@@ -54,15 +75,11 @@ pub fn to_markdown(all: &[Experience]) -> String {
     file::render("", all)
 }
 
-/// Refuses a batch with an empty id or rule, or an id given twice.
+/// Refuses a batch with an experience that cannot be stored
+/// ([`Experience::check`]), or an id given twice.
 fn check_new(new: &[Experience]) -> Result<(), ExperienceError> {
     for (i, e) in new.iter().enumerate() {
-        if e.id.trim().is_empty() {
-            return Err(ExperienceError::Invalid("an experience needs an id".into()));
-        }
-        if e.rule.trim().is_empty() {
-            return Err(ExperienceError::Invalid(format!("experience {} has no rule", e.id)));
-        }
+        e.check()?;
         if new[..i].iter().any(|o| o.id == e.id) {
             return Err(ExperienceError::DuplicateId(e.id.clone()));
         }

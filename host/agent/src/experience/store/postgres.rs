@@ -5,7 +5,7 @@
 //! in SQL, on the same rules as [`rank`](crate::experience::rank) (no
 //! pgvector needed).
 
-use super::super::{Experience, ExperienceError, Metrics, Rating, Tags};
+use super::super::{Experience, ExperienceError, Metrics, Rating, Tags, Visible};
 use super::ExperienceStore;
 use async_trait::async_trait;
 use reson_trace::database::{Database, DatabaseError};
@@ -13,7 +13,9 @@ use sqlx::Row as _;
 use sqlx::postgres::PgRow;
 use std::collections::BTreeMap;
 
-const COLUMNS: &str = "id, trace_id, category, state_tags, intent_tags, helpful, harmful, created_at, extra_yaml, rule";
+const COLUMNS: &str = "id, trace_id, category, state_tags, intent_tags, helpful, harmful, created_at, \
+                       extra_yaml, rule, scope, condition, evidence, source, confidence, \
+                       usage_count, success_rate";
 
 /// Experiences in the database several hosts share.
 #[derive(Debug, Clone)]
@@ -50,7 +52,18 @@ fn from_row(row: &PgRow) -> Result<Experience, ExperienceError> {
     };
     let helpful: i64 = row.try_get("helpful").map_err(query_failed)?;
     let harmful: i64 = row.try_get("harmful").map_err(query_failed)?;
+    let invalid = |what: String| ExperienceError::Invalid(format!("experience {id}: {what}"));
+    let scope: String = row.try_get("scope").map_err(query_failed)?;
+    let source: String = row.try_get("source").map_err(query_failed)?;
+    let usage_count: i64 = row.try_get("usage_count").map_err(query_failed)?;
     Ok(Experience {
+        scope: scope.parse().map_err(invalid)?,
+        condition: row.try_get("condition").map_err(query_failed)?,
+        evidence: row.try_get("evidence").map_err(query_failed)?,
+        source: source.parse().map_err(invalid)?,
+        confidence: row.try_get("confidence").map_err(query_failed)?,
+        usage_count: usage_count.max(0) as u64,
+        success_rate: row.try_get("success_rate").map_err(query_failed)?,
         trace_id: row.try_get("trace_id").map_err(query_failed)?,
         category: row.try_get("category").map_err(query_failed)?,
         tags: Tags {
@@ -94,8 +107,10 @@ impl ExperienceStore for PgExperienceStore {
             let inserted = sqlx::query(
                 "INSERT INTO experiences \
                  (id, trace_id, category, state_tags, intent_tags, helpful, harmful, created_at, \
-                  extra_yaml, rule) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                  extra_yaml, rule, scope, condition, evidence, source, confidence, usage_count, \
+                  success_rate) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+                         $17) \
                  ON CONFLICT (id) DO NOTHING",
             )
             .bind(&e.id)
@@ -108,6 +123,13 @@ impl ExperienceStore for PgExperienceStore {
             .bind(&e.created_at)
             .bind(redact(&extra_yaml))
             .bind(redact(&e.rule))
+            .bind(e.scope.to_string())
+            .bind(redact(&e.condition))
+            .bind(redact_all(&e.evidence))
+            .bind(e.source.as_str())
+            .bind(e.confidence)
+            .bind(count(e.usage_count))
+            .bind(e.success_rate)
             .execute(&mut *tx)
             .await
             .map_err(query_failed)?;
@@ -124,14 +146,38 @@ impl ExperienceStore for PgExperienceStore {
             Rating::Helpful => (1i64, 0i64),
             Rating::Harmful => (0, 1),
         };
+        // One statement, so that concurrent ratings each count and the
+        // rate is computed from the counts they leave.
         let sql = format!(
-            "UPDATE experiences SET helpful = helpful + $2, harmful = harmful + $3 \
+            "UPDATE experiences SET helpful = helpful + $2, harmful = harmful + $3, \
+                 success_rate = (helpful + $2)::double precision \
+                                / (helpful + $2 + harmful + $3) \
              WHERE id = $1 RETURNING {COLUMNS}"
         );
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .bind(helpful)
             .bind(harmful)
+            .fetch_optional(self.db.pool())
+            .await
+            .map_err(query_failed)?
+            .ok_or_else(|| ExperienceError::UnknownId(id.to_owned()))?;
+        from_row(&row)
+    }
+
+    async fn record_use(&self, ids: &[String]) -> Result<(), ExperienceError> {
+        sqlx::query("UPDATE experiences SET usage_count = usage_count + 1 WHERE id = ANY($1)")
+            .bind(ids)
+            .execute(self.db.pool())
+            .await
+            .map_err(query_failed)?;
+        Ok(())
+    }
+
+    async fn remove(&self, id: &str) -> Result<Experience, ExperienceError> {
+        let sql = format!("DELETE FROM experiences WHERE id = $1 RETURNING {COLUMNS}");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
             .fetch_optional(self.db.pool())
             .await
             .map_err(query_failed)?
@@ -146,8 +192,9 @@ impl ExperienceStore for PgExperienceStore {
             .map_err(query_failed)
     }
 
-    async fn relevant(
+    async fn relevant_in(
         &self,
+        visible: &Visible,
         intent: &[String],
         state: &[String],
         k: usize,
@@ -163,7 +210,9 @@ impl ExperienceStore for PgExperienceStore {
                    AS intent_shared, \
                  (SELECT count(*) FROM unnest(state_tags) t WHERE lower(t COLLATE \"C\") = ANY($2)) \
                    AS state_shared \
-               FROM experiences) ranked \
+               FROM experiences \
+               WHERE $4 OR scope = 'global' OR scope = $5 \
+                  OR (scope LIKE 'agent:%' AND ($6::text IS NULL OR scope = $6))) ranked \
              WHERE intent_shared + state_shared > 0 \
              ORDER BY intent_shared DESC, state_shared DESC, helpful - harmful DESC, seq \
              LIMIT $3"
@@ -172,6 +221,9 @@ impl ExperienceStore for PgExperienceStore {
             .bind(lower(intent))
             .bind(lower(state))
             .bind(count(k as u64))
+            .bind(visible.all)
+            .bind(visible.uid.as_ref().map(|u| format!("user:{u}")))
+            .bind(visible.agent_type.as_ref().map(|t| format!("agent:{t}")))
             .fetch_all(self.db.pool())
             .await
             .map_err(query_failed)?;
