@@ -390,10 +390,19 @@ fn experience_store(state: &AppState) -> std::sync::Arc<dyn ExperienceStore> {
     })
 }
 
-/// An experience as JSON: its front matter's fields and its `rule`.
+/// An experience as JSON: its front matter's fields (each of the design's,
+/// defaults included) and its `rule`.
 fn experience_json(experience: &Experience) -> serde_json::Value {
     let mut json = serde_json::to_value(experience).unwrap_or_default();
     if let Some(fields) = json.as_object_mut() {
+        let e = experience;
+        fields.insert("scope".into(), e.scope.to_string().into());
+        fields.insert("condition".into(), e.condition.clone().into());
+        fields.insert("evidence".into(), e.evidence.clone().into());
+        fields.insert("source".into(), e.source.as_str().into());
+        fields.insert("confidence".into(), e.confidence.into());
+        fields.insert("usage_count".into(), e.usage_count.into());
+        fields.insert("success_rate".into(), e.success_rate.into());
         fields.insert("rule".into(), experience.rule.clone().into());
     }
     json

@@ -381,6 +381,9 @@ async fn prepare(
         .filter(|s| !s.is_empty());
     let config = RunConfig {
         trace_id: start.continue_from.clone(),
+        // The caller's own id, when its caller chose it (the server does):
+        // a child gets a fresh one.
+        new_trace_id: None,
         after_sequence: None,
         system_prompt: continued.is_none().then(|| SUB_AGENT_PROMPT.to_owned()),
         mode: TraceMode::Task,

@@ -1,0 +1,483 @@
+//! Users (issue 24): two users and an admin over the real `reson serve`
+//! binary and the real bundled plugins. Each user tries every route on the
+//! other's trace, approval and experience and gets exactly the 404 of a
+//! missing one; lists, the watch socket and its `?since=` resume included;
+//! the admin sees both. Tokens are added and revoked in the token file
+//! while the server runs, and only their hashes are on disk. A sub-agent's
+//! trace is its caller's user's. Experiences are scoped to the user, the
+//! agent type or everyone, on files and on a real PostgreSQL, and an
+//! `experiences.md` written before the scopes existed reads as before.
+
+#[path = "support/api.rs"]
+mod api_support;
+#[path = "support/postgres.rs"]
+mod pg;
+mod support;
+
+use api_support::{Api, ServerProcess, echo_turn, refused, reson, text_turn};
+use reqwest::Method;
+use reson::api::users::hash_token;
+use reson::experience::{
+    Experience, ExperienceStore, FileExperienceStore, PgExperienceStore, Rating, Scope, Source,
+    Tags, Visible,
+};
+use reson::trace::{Trace, TraceFilter, TraceMode, TraceStore};
+use serde_json::{Value, json};
+use std::path::Path;
+use support::TestDir;
+
+const ROOT_TOKEN: &str = "root-admin-token-5b1e0c9d";
+const MISSING_TRACE: &str = "tr_000000000000";
+const MISSING_APPROVAL: &str = "987654321";
+const MISSING_EXPERIENCE: &str = "exp_000000000000";
+
+/// `reson users add UID` on the directory's token file: the token printed.
+async fn add_user(dir: &Path, uid: &str) -> String {
+    let out = reson(dir).args(["users", "add", uid]).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("token (shown once, keep it secret): "))
+        .unwrap_or_else(|| panic!("no token printed: {stdout}"))
+        .to_owned()
+}
+
+async fn revoke(dir: &Path, who: &str) {
+    let out = reson(dir).args(["users", "revoke", who]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The script every run of the server plays, by its first user message;
+/// the `tagger` model tags every task `build`, so that the experiences
+/// tagged `build` are put in each new run's first message.
+fn script() -> Value {
+    json!({
+        "turns": [text_turn("ok")],
+        "agents": [
+            { "match": "ask me", "turns": [echo_turn("a"), text_turn("done")] },
+            { "match": "delegate please", "turns": [
+                { "tool_calls": [{ "name": "agent", "arguments": { "task": "child work" } }] },
+                text_turn("delegated"),
+            ] },
+            { "match": "child work", "turns": [text_turn("child done")] },
+            { "match": "look up lessons", "turns": [
+                { "tool_calls": [{ "name": "get_experience", "arguments": { "intent": ["build"] } }] },
+                text_turn("looked"),
+            ] },
+        ],
+        "models": { "tagger": { "turns": [{ "text": "{\"intent\": [\"build\"], \"state\": []}" }] } },
+    })
+}
+
+/// A directory with the scripted provider and echo, a token file, and
+/// `root` as an admin in `[server.users]`.
+fn setup() -> TestDir {
+    let dir = api_support::dir_with(&["scripted", "echo"]);
+    let path = dir.path().join("script.json");
+    std::fs::write(&path, script().to_string()).unwrap();
+    dir.config(&format!(
+        r#"
+[permissions]
+rules = [
+  {{ decision = "allow", tool = "echo" }},
+  {{ decision = "allow", tool = "agent" }},
+  {{ decision = "allow", tool = "get_experience" }},
+]
+
+[presets.careful]
+rules = [{{ decision = "ask", tool = "echo" }}]
+
+[experiences]
+utility_model = "tagger"
+
+[plugins.scripted]
+dirs = [{{ path = ".", access = "read" }}]
+config = {{ script = "{}" }}
+
+[server]
+token_file = "tokens.toml"
+approval_timeout_ms = 60000
+
+[server.users.root]
+token_sha256 = "{}"
+role = "admin"
+"#,
+        path.display(),
+        hash_token(ROOT_TOKEN)
+    ));
+    dir
+}
+
+/// POST /api/experiences: the stored experience.
+async fn learn(api: &Api, body: Value) -> Value {
+    api.post("/api/experiences", body).await.expect(201)
+}
+
+fn trace_ids(list: &Value) -> Vec<String> {
+    list["traces"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().into()).collect()
+}
+
+fn rules(list: &Value) -> Vec<String> {
+    let all = list["experiences"].as_array().unwrap();
+    all.iter().map(|e| e["rule"].as_str().unwrap().to_owned()).collect()
+}
+
+/// Every route of the OpenAPI document that names one thing (a trace, an
+/// approval, an experience), with `ids` put in: method, path, the id.
+async fn routes_with_ids(api: &Api, ids: [&str; 3]) -> Vec<(Method, String, String)> {
+    let [trace, approval, experience] = ids;
+    let doc = api.get("/api/openapi.json").await.expect(200);
+    let mut routes = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.contains('{') {
+            continue;
+        }
+        let id = if path.starts_with("/api/approvals/") {
+            approval
+        } else if path.starts_with("/api/experiences/") {
+            experience
+        } else {
+            trace
+        };
+        let path = path.replace("{id}", id);
+        for method in item.as_object().unwrap().keys() {
+            let method = match method.as_str() {
+                "get" => Method::GET,
+                "post" => Method::POST,
+                "delete" => Method::DELETE,
+                other => panic!("a route with method {other}: cover it here"),
+            };
+            routes.push((method, path.clone(), id.to_owned()));
+        }
+    }
+    routes.sort_by(|a, b| (&a.1, a.0.as_str()).cmp(&(&b.1, b.0.as_str())));
+    routes
+}
+
+/// A body the route takes, so that only whose the thing is decides.
+fn body_for(method: &Method, path: &str) -> Option<Vec<u8>> {
+    match (method, path) {
+        (&Method::POST, p) if p.starts_with("/api/approvals/") => {
+            Some(br#"{"answer": "once"}"#.to_vec())
+        }
+        (&Method::POST, _) => Some(b"{}".to_vec()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
+    let dir = setup();
+    let alice_token = add_user(dir.path(), "alice").await;
+    let bob_token = add_user(dir.path(), "bob").await;
+    let server = ServerProcess::start(dir.path(), &[]).await;
+    let alice = server.api.with_token(Some(&alice_token));
+    let bob = server.api.with_token(Some(&bob_token));
+    let root = server.api.with_token(Some(ROOT_TOKEN));
+    server.api.get("/api/traces").await.expect_error(401, "unauthorized");
+
+    // Experiences: each user's goes to their own scope; a user may not
+    // write another scope, an admin may.
+    let tags = json!({ "intent": ["build"], "state": [] });
+    let alices = learn(&alice, json!({ "rule": "Alice builds with make.", "tags": tags })).await;
+    assert_eq!((&alices["scope"], &alices["source"]), (&json!("user:alice"), &json!("manual")));
+    learn(&bob, json!({ "rule": "Bob builds with bazel.", "tags": tags })).await;
+    let global = json!({ "rule": "Everyone builds in CI.", "tags": tags, "scope": "global" });
+    bob.post("/api/experiences", global.clone()).await.expect_error(400, "bad_request");
+    let as_alice = json!({ "rule": "Sneaky.", "scope": "user:alice" });
+    bob.post("/api/experiences", as_alice).await.expect_error(400, "bad_request");
+    let bad = json!({ "rule": "Sure.", "confidence": 1.5 });
+    alice.post("/api/experiences", bad).await.expect_error(422, "unprocessable");
+    assert_eq!(learn(&root, global).await["scope"], "global");
+
+    // Bob's run sees his and the global experiences, in its first message
+    // and through get_experience; never Alice's. Each use is counted.
+    let looked = bob.start("look up lessons", json!({})).await;
+    bob.finish(&looked, 0).await;
+    let messages = bob.messages(&looked, "main_path").await.to_string();
+    assert!(messages.contains("## Relevant experience"), "{messages}");
+    assert_eq!(messages.matches("Bob builds with bazel.").count(), 2, "{messages}");
+    assert_eq!(messages.matches("Everyone builds in CI.").count(), 2, "{messages}");
+    assert!(!messages.contains("Alice builds"), "{messages}");
+    let listed = bob.get("/api/experiences").await.expect(200);
+    assert_eq!(rules(&listed), ["Bob builds with bazel.", "Everyone builds in CI."]);
+    let uses: Vec<&Value> =
+        listed["experiences"].as_array().unwrap().iter().map(|e| &e["usage_count"]).collect();
+    assert_eq!(uses, [&json!(2), &json!(2)], "{listed}");
+
+    // Alice: a run waiting on an approval, and one with a sub-agent.
+    let asking = alice.start("ask me", json!({ "preset": "careful" })).await;
+    let approval = alice.pending_approval(&asking).await;
+    let approval_id = approval["id"].to_string();
+    let delegating = alice.start("delegate please", json!({})).await;
+    alice.finish(&delegating, 0).await;
+    let detail = alice.trace(&delegating).await;
+    assert_eq!(detail["trace"]["uid"], "alice");
+    let Some(child) = detail["sub_traces"][0]["id"].as_str().map(str::to_owned) else {
+        panic!("no sub-agent ran: {}", alice.messages(&delegating, "all").await)
+    };
+    assert_eq!(alice.trace(&child).await["trace"]["uid"], "alice", "the sub-agent inherits");
+    let first = alice.messages(&delegating, "main_path").await.to_string();
+    assert!(first.contains("Alice builds with make.") && !first.contains("Bob builds"), "{first}");
+
+    // Bob on every route of Alice's trace, approval and experience: the
+    // 404 of a missing one, word for word but the id.
+    let alice_ids = [asking.as_str(), approval_id.as_str(), alices["id"].as_str().unwrap()];
+    let theirs = routes_with_ids(&bob, alice_ids).await;
+    let missing =
+        routes_with_ids(&bob, [MISSING_TRACE, MISSING_APPROVAL, MISSING_EXPERIENCE]).await;
+    assert!(theirs.len() >= 8, "too few routes: {theirs:?}");
+    for ((method, path, id), (_, missing_path, missing_id)) in theirs.iter().zip(&missing) {
+        let other = bob.send(method.clone(), path, body_for(method, path)).await;
+        let none = bob.send(method.clone(), missing_path, body_for(method, path)).await;
+        assert_eq!((other.status, none.status), (404, 404), "{method} {path}: {}", other.text);
+        assert_eq!(
+            other.text.replace(id.as_str(), "ID"),
+            none.text.replace(missing_id.as_str(), "ID"),
+            "{method} {path}"
+        );
+        let child_path = path.replace(&asking, &child);
+        if child_path != *path {
+            let sub = bob.send(method.clone(), &child_path, body_for(method, path)).await;
+            assert_eq!(sub.status, 404, "{method} {child_path}: the sub-agent's trace too");
+        }
+    }
+    // The watch socket, from the start and resumed: refused as for a
+    // missing trace.
+    for since in [0, 3] {
+        let watch = |id: &str| format!("/api/traces/{id}/watch?since={since}&token={bob_token}");
+        let (status, other) = refused(bob.connect(&watch(&asking), None).await);
+        let (_, none) = refused(bob.connect(&watch(MISSING_TRACE), None).await);
+        assert_eq!(status, 404);
+        assert_eq!(
+            other.to_string().replace(&asking, "ID"),
+            none.to_string().replace(MISSING_TRACE, "ID")
+        );
+    }
+    // Lists hold only Bob's.
+    let listed = bob.get("/api/traces").await.expect(200);
+    assert_eq!(trace_ids(&listed), [looked.clone()]);
+    assert_eq!(listed["total"], 1);
+    assert_eq!(bob.get("/api/traces/running").await.expect(200), json!({ "traces": [] }));
+    assert_eq!(bob.get("/api/approvals").await.expect(200), json!({ "approvals": [] }));
+    assert_eq!(rules(&bob.get("/api/experiences").await.expect(200)).len(), 2);
+    // Alice's approval is still hers to answer: Bob's tries changed nothing.
+    let hers = alice.get("/api/approvals").await.expect(200);
+    assert_eq!(hers["approvals"].as_array().unwrap().len(), 1, "{hers}");
+    let mut watcher = alice.watch(&asking, 0).await;
+
+    // A user cannot start a run as someone else; an admin can.
+    let as_alice = json!({ "messages": [{ "role": "user", "content": "hi" }], "uid": "alice" });
+    bob.post("/api/traces", as_alice).await.expect_error(400, "bad_request");
+    let carols = root.start("for carol", json!({ "uid": "carol" })).await;
+    root.finish(&carols, 0).await;
+    assert_eq!(root.trace(&carols).await["trace"]["uid"], "carol");
+
+    // The admin sees and drives everyone's.
+    let all = trace_ids(&root.get("/api/traces").await.expect(200));
+    for id in [&asking, &delegating, &child, &looked, &carols] {
+        assert!(all.contains(id), "{id} not in {all:?}");
+    }
+    let running = trace_ids(&root.get("/api/traces/running").await.expect(200));
+    assert_eq!(running, [asking.clone()]);
+    assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 3);
+    let pending = root.get("/api/approvals").await.expect(200);
+    assert_eq!(pending["approvals"][0]["id"], approval["id"]);
+    let answer = format!("/api/approvals/{approval_id}");
+    root.post(&answer, json!({ "answer": "once" })).await.expect(200);
+    watcher.until_kind("trace_finished").await;
+    alice.settled(&asking).await;
+
+    // Alice removes her experience; Bob's tries above left it in place.
+    let path = format!("/api/experiences/{}", alices["id"].as_str().unwrap());
+    alice.send(Method::DELETE, &path, None).await.expect(200);
+    alice.send(Method::DELETE, &path, None).await.expect_error(404, "not_found");
+    assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_added_and_revoked_without_a_restart_and_stored_hashed() {
+    let dir = setup();
+    let bob_token = add_user(dir.path(), "bob").await;
+    let server = ServerProcess::start(dir.path(), &[]).await;
+    let bob = server.api.with_token(Some(&bob_token));
+    bob.get("/api/traces").await.expect(200);
+
+    let dave_token = add_user(dir.path(), "dave").await;
+    let dave = server.api.with_token(Some(&dave_token));
+    assert_eq!(dave.get("/api/traces").await.expect(200)["total"], 0);
+    revoke(dir.path(), "bob").await;
+    bob.get("/api/traces").await.expect_error(401, "unauthorized");
+    dave.get("/api/traces").await.expect(200);
+    // The socket's query token is checked against the same file.
+    let watch = format!("/api/traces/{MISSING_TRACE}/watch?token={bob_token}");
+    assert_eq!(refused(bob.connect(&watch, None).await).0, 401);
+
+    let file = std::fs::read_to_string(dir.path().join("tokens.toml")).unwrap();
+    for token in [&bob_token, &dave_token] {
+        assert!(!file.contains(token.as_str()), "a token in plain text: {file}");
+    }
+    assert!(file.contains(&hash_token(&dave_token)) && !file.contains(&hash_token(&bob_token)));
+    let listed = reson(dir.path()).args(["users", "list"]).output().await.unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("dave") && !listed.contains("bob"), "{listed}");
+
+    // A broken edit locks everyone out of the file until it is fixed; the
+    // config's admin still gets in.
+    std::fs::write(dir.path().join("tokens.toml"), "[[token]]\nid = 1\n").unwrap();
+    dave.get("/api/traces").await.expect_error(401, "unauthorized");
+    server.api.with_token(Some(ROOT_TOKEN)).get("/api/traces").await.expect(200);
+    let out = reson(dir.path()).args(["users", "add", "erin"]).output().await.unwrap();
+    assert!(!out.status.success(), "an add to a broken file writes nothing");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("malformed token file"));
+}
+
+/// A new experience in `scope`, tagged `build`.
+fn scoped(id: &str, scope: Scope, rule: &str) -> Experience {
+    let tags = Tags { intent: vec!["build".into()], state: Vec::new() };
+    let mut e = Experience::new("tr_learnt", "tool_usage", tags, rule);
+    e.id = id.into();
+    e.scope = scope;
+    e
+}
+
+/// The same scenario on any store: runs see their user's, their agent
+/// type's and global experiences; uses and ratings are counted; removal.
+async fn scoping(store: &dyn ExperienceStore) {
+    let mut manual = scoped("exp_global", Scope::Global, "Everyone builds in CI.");
+    manual.source = Source::Manual;
+    manual.condition = "a repository with CI".into();
+    manual.evidence = vec!["tr_learnt-0003".into()];
+    manual.confidence = 0.9;
+    store
+        .append(vec![
+            manual.clone(),
+            scoped("exp_alice", Scope::User("alice".into()), "Alice builds with make."),
+            scoped("exp_bob", Scope::User("bob".into()), "Bob builds with bazel."),
+            scoped("exp_coder", Scope::Agent("coder".into()), "Coders build twice."),
+        ])
+        .await
+        .unwrap();
+    let build: &[String] = &["build".to_owned()];
+    let ids = |visible: Visible| async move {
+        let found = store.relevant_in(&visible, build, &[], 10).await.unwrap();
+        let mut ids: Vec<String> = found.into_iter().map(|e| e.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(Visible::run(Some("alice"), "default")).await, ["exp_alice", "exp_global"]);
+    assert_eq!(
+        ids(Visible::run(Some("bob"), "coder")).await,
+        ["exp_bob", "exp_coder", "exp_global"]
+    );
+    assert_eq!(ids(Visible::run(None, "default")).await, ["exp_global"]);
+    assert_eq!(ids(Visible::caller(Some("alice"), false)).await.len(), 3, "global, coder, alice");
+    assert_eq!(ids(Visible::everything()).await.len(), 4);
+
+    store.record_use(&["exp_alice".into(), "exp_gone".into()]).await.unwrap();
+    store.record_use(&["exp_alice".into()]).await.unwrap();
+    store.rate("exp_alice", Rating::Helpful).await.unwrap();
+    let rated = store.rate("exp_alice", Rating::Harmful).await.unwrap();
+    // Learnt rated helpful once, then once more, and once harmful.
+    assert_eq!((rated.usage_count, rated.success_rate), (2, Some(2.0 / 3.0)));
+    let all = store.list().await.unwrap();
+    assert_eq!(all[0], manual, "every field kept");
+    assert_eq!(store.remove("exp_bob").await.unwrap().rule, "Bob builds with bazel.");
+    assert!(store.remove("exp_bob").await.is_err());
+    let mut bad = scoped("exp_bad", Scope::Global, "Too sure.");
+    bad.confidence = 2.0;
+    assert!(store.append(vec![bad]).await.is_err());
+    assert_eq!(store.list().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn experiences_are_scoped_on_files_and_on_postgres_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = FileExperienceStore::new(dir.path().join("experiences.md"));
+    scoping(&file).await;
+    let text = std::fs::read_to_string(file.path()).unwrap();
+    assert!(text.contains("scope: user:alice") && text.contains("source: manual"), "{text}");
+    assert!(text.contains("evidence:\n- tr_learnt-0003"), "{text}");
+
+    let url = pg::cluster().fresh_database().await;
+    let db = reson::database::Database::connect(&url).await.unwrap();
+    scoping(&PgExperienceStore::new(db)).await;
+}
+
+#[tokio::test]
+async fn an_experiences_md_from_before_scopes_reads_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("experiences.md");
+    let old = "# Experiences\n\nLessons.\n\n---\nid: exp_old\ntrace_id: tr_1\ncategory: tool_usage\n\
+               tags:\n  state: [rust]\n  intent: [build]\nmetrics:\n  helpful: 3\n  harmful: 1\n\
+               created_at: 2026-01-02T03:04:05Z\nreviewer: sam\n---\nRun cargo check first.\n";
+    std::fs::write(&path, old).unwrap();
+    let store = FileExperienceStore::new(&path);
+    let all = store.list().await.unwrap();
+    let e = &all[0];
+    assert_eq!((e.id.as_str(), e.rule.as_str()), ("exp_old", "Run cargo check first."));
+    assert_eq!((e.metrics.helpful, e.metrics.harmful), (3, 1));
+    assert_eq!(e.scope, Scope::Global);
+    assert_eq!(
+        (e.source, e.confidence, e.usage_count, e.success_rate),
+        (Source::Execution, 0.5, 0, None)
+    );
+    assert!(e.condition.is_empty() && e.evidence.is_empty());
+    // Seen by every run; written back with no new field, beside a new one.
+    let found = store.relevant_in(&Visible::run(Some("zoe"), "x"), &["build".into()], &[], 3).await;
+    assert_eq!(found.unwrap().len(), 1);
+    store.append(vec![scoped("exp_new", Scope::User("zoe".into()), "New.")]).await.unwrap();
+    let again = store.list().await.unwrap();
+    assert_eq!(again[0], all[0]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("reviewer: sam"), "hand-written fields kept: {text}");
+    for new_field in ["scope: global", "source:", "confidence:", "usage_count:", "evidence:"] {
+        assert!(!text.contains(new_field), "{new_field} written for defaults: {text}");
+    }
+    assert!(text.contains("scope: user:zoe"), "{text}");
+    // A scope that is not one is refused with its line.
+    std::fs::write(&path, "---\nid: exp_x\nscope: team:red\n---\nRule.\n").unwrap();
+    let err = store.list().await.unwrap_err().to_string();
+    assert!(err.contains("experiences.md:") && err.contains("team:red"), "{err}");
+}
+
+/// A trace of `uid`, created in `store`.
+async fn owned(store: &dyn TraceStore, uid: Option<&str>) -> String {
+    let mut trace = Trace::new(TraceMode::Agent, "task", "default");
+    trace.uid = uid.map(str::to_owned);
+    store.create_trace(&trace).await.unwrap();
+    trace.id
+}
+
+async fn lists_by_user(store: &dyn TraceStore) {
+    let a = owned(store, Some("alice")).await;
+    let b = owned(store, Some("bob")).await;
+    let nobody = owned(store, None).await;
+    let of = |uid: Option<&str>| {
+        let filter = TraceFilter { uid: uid.map(str::to_owned), ..TraceFilter::default() };
+        async move {
+            let mut ids: Vec<String> =
+                store.list_traces(&filter).await.unwrap().into_iter().map(|t| t.id).collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(of(Some("alice")).await, [a.clone()]);
+    assert_eq!(of(Some("bob")).await, [b.clone()]);
+    assert_eq!(of(None).await.len(), 3);
+    assert_eq!(store.get_trace(&a).await.unwrap().unwrap().uid.as_deref(), Some("alice"));
+    assert_eq!(store.get_trace(&nobody).await.unwrap().unwrap().uid, None);
+}
+
+#[tokio::test]
+async fn every_trace_store_keeps_and_filters_by_the_user() {
+    lists_by_user(&reson::trace::MemoryTraceStore::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let files =
+        reson::trace::FileTraceStore::open(dir.path(), reson::trace::Durability::Batched).unwrap();
+    lists_by_user(&files).await;
+    let url = pg::cluster().fresh_database().await;
+    let db = reson::database::Database::connect(&url).await.unwrap();
+    lists_by_user(&reson::trace::PgTraceStore::new(db)).await;
+}
