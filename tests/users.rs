@@ -260,6 +260,8 @@ async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
     assert_eq!(trace_ids(&listed), [looked.clone()]);
     assert_eq!(listed["total"], 1);
     assert_eq!(bob.get("/api/traces/running").await.expect(200), json!({ "traces": [] }));
+    assert_eq!(bob.get("/api/health").await.expect(200)["running"], 0);
+    assert_eq!(alice.get("/api/health").await.expect(200)["running"], 1);
     assert_eq!(bob.get("/api/approvals").await.expect(200), json!({ "approvals": [] }));
     assert_eq!(rules(&bob.get("/api/experiences").await.expect(200)).len(), 2);
     // Alice's approval is still hers to answer: Bob's tries changed nothing.
@@ -480,4 +482,15 @@ async fn every_trace_store_keeps_and_filters_by_the_user() {
     let url = pg::cluster().fresh_database().await;
     let db = reson::database::Database::connect(&url).await.unwrap();
     lists_by_user(&reson::trace::PgTraceStore::new(db)).await;
+
+    // `traces migrate` carries each trace's user into the database's column.
+    let url = pg::cluster().fresh_database().await;
+    let db = reson::database::Database::connect(&url).await.unwrap();
+    let pg = reson::trace::PgTraceStore::new(db);
+    let done = reson::trace::copy_traces(&files, &pg).await.unwrap();
+    assert_eq!(done.copied.len(), 3);
+    let filter = TraceFilter { uid: Some("alice".into()), ..TraceFilter::default() };
+    let alices = pg.list_traces(&filter).await.unwrap();
+    assert_eq!(alices.len(), 1);
+    assert_eq!(alices[0].uid.as_deref(), Some("alice"));
 }

@@ -1,5 +1,7 @@
 //! The server's health and its plugins.
 
+use crate::auth::Caller;
+use crate::error::ApiError;
 use crate::response::Json;
 use crate::state::AppState;
 use axum::extract::State;
@@ -13,14 +15,27 @@ pub(crate) struct Health {
     /// `ok`.
     status: &'static str,
     version: &'static str,
-    /// Runs going in this server.
+    /// The caller's runs going in this server (an admin's: all of them).
     running: usize,
 }
 
-/// Whether the server is up, and how many runs it has.
+/// Whether the server is up, and how many of the caller's runs it has.
 #[utoipa::path(get, path = "/api/health", responses((status = 200, body = Health)))]
-pub(crate) async fn health(State(state): State<AppState>) -> Json<Health> {
-    Json(Health { status: "ok", version: env!("CARGO_PKG_VERSION"), running: state.runs.len() })
+pub(crate) async fn health(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Health>, ApiError> {
+    let running = if caller.admin {
+        state.runs.len()
+    } else {
+        let mut mine = 0;
+        for id in state.runs.running() {
+            let trace = state.store.get_trace(&id).await?;
+            mine += usize::from(trace.is_some_and(|t| caller.sees(t.uid.as_deref())));
+        }
+        mine
+    };
+    Ok(Json(Health { status: "ok", version: env!("CARGO_PKG_VERSION"), running }))
 }
 
 /// Every plugin found, as `reson plugins list --json` shows them.
