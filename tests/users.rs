@@ -53,7 +53,7 @@ async fn revoke(dir: &Path, who: &str) {
 /// tagged `build` are put in each new run's first message.
 fn script() -> Value {
     json!({
-        "turns": [text_turn("ok")],
+        "turns": [text_turn("ok"), text_turn("ok again")],
         "agents": [
             { "match": "ask me", "turns": [echo_turn("a"), text_turn("done")] },
             { "match": "delegate please", "turns": [
@@ -257,7 +257,7 @@ async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
     }
     // Lists hold only Bob's.
     let listed = bob.get("/api/traces").await.expect(200);
-    assert_eq!(trace_ids(&listed), [looked.clone()]);
+    assert_eq!(trace_ids(&listed), [looked.as_str()]);
     assert_eq!(listed["total"], 1);
     assert_eq!(bob.get("/api/traces/running").await.expect(200), json!({ "traces": [] }));
     assert_eq!(bob.get("/api/health").await.expect(200)["running"], 0);
@@ -282,7 +282,7 @@ async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
         assert!(all.contains(id), "{id} not in {all:?}");
     }
     let running = trace_ids(&root.get("/api/traces/running").await.expect(200));
-    assert_eq!(running, [asking.clone()]);
+    assert_eq!(running, [asking.as_str()]);
     assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 3);
     let pending = root.get("/api/approvals").await.expect(200);
     assert_eq!(pending["approvals"][0]["id"], approval["id"]);
@@ -465,8 +465,8 @@ async fn lists_by_user(store: &dyn TraceStore) {
             ids
         }
     };
-    assert_eq!(of(Some("alice")).await, [a.clone()]);
-    assert_eq!(of(Some("bob")).await, [b.clone()]);
+    assert_eq!(of(Some("alice")).await, [a.as_str()]);
+    assert_eq!(of(Some("bob")).await, [b.as_str()]);
     assert_eq!(of(None).await.len(), 3);
     assert_eq!(store.get_trace(&a).await.unwrap().unwrap().uid.as_deref(), Some("alice"));
     assert_eq!(store.get_trace(&nobody).await.unwrap().unwrap().uid, None);
@@ -493,4 +493,50 @@ async fn every_trace_store_keeps_and_filters_by_the_user() {
     let alices = pg.list_traces(&filter).await.unwrap();
     assert_eq!(alices.len(), 1);
     assert_eq!(alices[0].uid.as_deref(), Some("alice"));
+}
+
+/// `reson ARGS` on the directory: success, and stdout.
+async fn cli(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = reson(dir).args(args).output().await.unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_runs_and_lists_as_a_user_and_hashes_tokens() {
+    let dir = setup();
+    let d = dir.path();
+    let script = d.join("script.json");
+    let script = script.to_str().unwrap();
+    let (ok, out, err) =
+        cli(d, &["run", "--script", script, "--user", "alice", "--json", "hi"]).await;
+    assert!(ok, "{err}");
+    let started: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let id = started["trace_id"].as_str().unwrap().to_owned();
+
+    let listed = |user: &'static str| async move {
+        let (ok, out, err) = cli(d, &["traces", "list", "--json", "--user", user]).await;
+        assert!(ok, "{err}");
+        let traces: Vec<Value> = serde_json::from_str(&out).unwrap();
+        traces.iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(listed("alice").await, [id.as_str()]);
+    assert!(listed("bob").await.is_empty());
+    // Bob cannot continue Alice's trace: to him it does not exist.
+    let (ok, _, err) =
+        cli(d, &["run", "--script", script, "--user", "bob", "--trace", &id, "more"]).await;
+    assert!(!ok && err.contains(&id), "{err}");
+    let (ok, _, err) =
+        cli(d, &["run", "--script", script, "--user", "alice", "--trace", &id, "more"]).await;
+    assert!(ok, "{err}");
+
+    let mut hash = reson(d);
+    hash.args(["users", "hash"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = hash.spawn().unwrap();
+    use tokio::io::AsyncWriteExt as _;
+    child.stdin.take().unwrap().write_all(b"my-token\n").await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), hash_token("my-token"));
 }
