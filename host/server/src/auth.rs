@@ -54,6 +54,26 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
+/// Loads trace `id` for `caller`, or a 404: the same 404 whether it does
+/// not exist or is another user's, so a user cannot learn that it exists.
+pub(crate) async fn load(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<reson_trace::Trace, ApiError> {
+    state
+        .store
+        .get_trace(id)
+        .await?
+        .filter(|trace| caller.sees(trace.uid.as_deref()))
+        .ok_or_else(|| not_found(id))
+}
+
+/// The 404 of a trace the caller may not see.
+pub(crate) fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("no trace {id}"))
+}
+
 /// The token of an `Authorization: Bearer T` header.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;

@@ -42,7 +42,7 @@ pub(crate) async fn start(
 ) -> Result<(String, RunMode), ApiError> {
     let defaults = &state.config.defaults;
     let existing = match &request.trace_id {
-        Some(id) => Some(crate::routes::traces::load(state, caller, id).await?),
+        Some(id) => Some(super::auth::load(state, caller, id).await?),
         None => None,
     };
     let uid = match &existing {

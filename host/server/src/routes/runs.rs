@@ -3,10 +3,10 @@
 //! listing them.
 
 use crate::auth::Caller;
+use crate::auth::{load, not_found};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::JsonBody;
 use crate::response::Json;
-use crate::routes::traces::load;
 use crate::runs::{self, RunRequest};
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -198,7 +198,7 @@ pub(crate) async fn stop(
     match state.store.get_trace(&id).await? {
         Some(trace) if caller.sees(trace.uid.as_deref()) => {}
         None if caller.admin => {}
-        _ => return Err(crate::routes::traces::not_found(&id)),
+        _ => return Err(not_found(&id)),
     }
     if !state.runs.stop_anywhere(&id).await? {
         load(&state, &caller, &id).await?;

@@ -1,7 +1,7 @@
 //! Reading traces: the list, the running ones, one with its goal tree and
 //! sub-traces, and its messages.
 
-use crate::auth::Caller;
+use crate::auth::{Caller, load};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::Params;
 use crate::response::Json;
@@ -113,22 +113,6 @@ pub(crate) struct TraceDetail {
     /// Whether a run of it is going in this server, or in another server
     /// on the same database.
     running: bool,
-}
-
-/// Loads trace `id` for `caller`, or a 404: the same 404 whether it does
-/// not exist or is another user's, so a user cannot learn that it exists.
-pub(crate) async fn load(state: &AppState, caller: &Caller, id: &str) -> Result<Trace, ApiError> {
-    state
-        .store
-        .get_trace(id)
-        .await?
-        .filter(|trace| caller.sees(trace.uid.as_deref()))
-        .ok_or_else(|| not_found(id))
-}
-
-/// The 404 of a trace the caller may not see.
-pub(crate) fn not_found(id: &str) -> ApiError {
-    ApiError::NotFound(format!("no trace {id}"))
 }
 
 /// One trace, its goal tree and its sub-traces.

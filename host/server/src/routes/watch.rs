@@ -10,12 +10,11 @@
 //! behind reads what it missed from the store, and one too far behind on
 //! live frames is closed (1008) and may resume with `since`.
 
-use crate::auth::Caller;
+use crate::auth::{Caller, load};
 use crate::error::{ApiError, ErrorBody};
 use crate::events::{LiveFrame, Subscription};
 use crate::extract::Params;
 use crate::response::to_json;
-use crate::routes::traces::load;
 use crate::state::AppState;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
