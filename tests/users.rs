@@ -66,7 +66,13 @@ fn script() -> Value {
                 text_turn("looked"),
             ] },
         ],
-        "models": { "tagger": { "turns": [{ "text": "{\"intent\": [\"build\"], \"state\": []}" }] } },
+        "models": {
+            "tagger": { "turns": [{ "text": "{\"intent\": [\"build\"], \"state\": []}" }] },
+            "reflector": { "turns": [{ "text": json!({ "experiences": [{
+                "category": "logic_flow", "rule": "Delegate the child work.",
+                "condition": "work a child can do", "evidence": [1],
+            }] }).to_string() }] },
+        },
     })
 }
 
@@ -220,6 +226,15 @@ async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
     assert_eq!(alice.trace(&child).await["trace"]["uid"], "alice", "the sub-agent inherits");
     let first = alice.messages(&delegating, "main_path").await.to_string();
     assert!(first.contains("Alice builds with make.") && !first.contains("Bob builds"), "{first}");
+    // What Alice's trace teaches is hers, with the message it cites.
+    let reflect = format!("/api/traces/{delegating}/reflect");
+    let learnt = alice.post(&reflect, json!({ "model": "reflector" })).await.expect(200);
+    let learnt = &learnt["experiences"][0];
+    assert_eq!((&learnt["scope"], &learnt["source"]), (&json!("user:alice"), &json!("execution")));
+    assert_eq!(learnt["evidence"], json!([format!("{delegating}-0001")]));
+    assert_eq!(learnt["condition"], "work a child can do");
+    let learnt_rule = "Delegate the child work.";
+    assert!(!rules(&bob.get("/api/experiences").await.expect(200)).contains(&learnt_rule.into()));
 
     // Bob on every route of Alice's trace, approval and experience: the
     // 404 of a missing one, word for word but the id.
@@ -264,6 +279,7 @@ async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
     assert_eq!(alice.get("/api/health").await.expect(200)["running"], 1);
     assert_eq!(bob.get("/api/approvals").await.expect(200), json!({ "approvals": [] }));
     assert_eq!(rules(&bob.get("/api/experiences").await.expect(200)).len(), 2);
+    assert_eq!(rules(&alice.get("/api/experiences").await.expect(200)).len(), 3);
     // Alice's approval is still hers to answer: Bob's tries changed nothing.
     let hers = alice.get("/api/approvals").await.expect(200);
     assert_eq!(hers["approvals"].as_array().unwrap().len(), 1, "{hers}");
@@ -283,7 +299,7 @@ async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
     }
     let running = trace_ids(&root.get("/api/traces/running").await.expect(200));
     assert_eq!(running, [asking.as_str()]);
-    assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 3);
+    assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 4);
     let pending = root.get("/api/approvals").await.expect(200);
     assert_eq!(pending["approvals"][0]["id"], approval["id"]);
     let answer = format!("/api/approvals/{approval_id}");
@@ -295,7 +311,7 @@ async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
     let path = format!("/api/experiences/{}", alices["id"].as_str().unwrap());
     alice.send(Method::DELETE, &path, None).await.expect(200);
     alice.send(Method::DELETE, &path, None).await.expect_error(404, "not_found");
-    assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 2);
+    assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
