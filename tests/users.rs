@@ -77,8 +77,13 @@ fn script() -> Value {
 }
 
 /// A directory with the scripted provider and echo, a token file, and
-/// `root` as an admin in `[server.users]`.
+/// `root` as an admin in `[server.users]`; `store` is its `[store]` table
+/// (empty: files).
 fn setup() -> TestDir {
+    setup_on("")
+}
+
+fn setup_on(store: &str) -> TestDir {
     let dir = api_support::dir_with(&["scripted", "echo"]);
     let path = dir.path().join("script.json");
     std::fs::write(&path, script().to_string()).unwrap();
@@ -108,6 +113,8 @@ approval_timeout_ms = 60000
 [server.users.root]
 token_sha256 = "{}"
 role = "admin"
+
+{store}
 "#,
         path.display(),
         hash_token(ROOT_TOKEN)
@@ -173,8 +180,23 @@ fn body_for(method: &Method, path: &str) -> Option<Vec<u8>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_user_sees_only_their_own_and_the_admin_sees_all() {
+async fn each_user_sees_only_their_own_and_the_admin_sees_all_on_files() {
     let dir = setup();
+    two_users(&dir).await;
+    assert!(dir.path().join(".reson/experiences.md").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_user_sees_only_their_own_and_the_admin_sees_all_on_postgres() {
+    let url = pg::cluster().fresh_database().await;
+    let dir = setup_on(&format!("[store]\nkind = \"postgres\"\nurl = \"{url}\"\n"));
+    two_users(&dir).await;
+    let traces = dir.path().join("traces");
+    assert!(!traces.exists() || std::fs::read_dir(traces).unwrap().next().is_none());
+    assert!(!dir.path().join(".reson/experiences.md").exists(), "all in the database");
+}
+
+async fn two_users(dir: &TestDir) {
     let alice_token = add_user(dir.path(), "alice").await;
     let bob_token = add_user(dir.path(), "bob").await;
     let server = ServerProcess::start(dir.path(), &[]).await;
