@@ -340,6 +340,29 @@ mod tests {
         assert!(ipv6.validate().is_ok());
     }
 
+    #[test]
+    fn users_or_a_token_file_guard_a_public_address_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let open =
+            ServerConfig { addr: "0.0.0.0:8000".parse().unwrap(), ..ServerConfig::default() };
+        let hash = crate::users::hash_token("alice-token");
+        let user = crate::users::UserSettings { token_sha256: hash, role: Default::default() };
+        let users = BTreeMap::from([("alice".to_owned(), user)]);
+        assert!(ServerConfig { users, ..open.clone() }.validate().is_ok());
+        let file = dir.path().join("tokens.toml");
+        let with_file = ServerConfig { token_file: Some(file.clone()), ..open.clone() };
+        assert!(with_file.validate().is_ok(), "a token file not written yet lets no one in");
+        std::fs::write(&file, "not toml [").unwrap();
+        let err = with_file.validate().unwrap_err().to_string();
+        assert!(err.starts_with("[server] malformed token file"), "{err}");
+        let config = Config::parse(
+            "[server]\ntoken_file = \"tokens.toml\"\n[server.users.bob]\ntoken_sha256 = \"abc\"\n",
+        )
+        .unwrap();
+        let err = ServerConfig::from_config(&config).validate().unwrap_err().to_string();
+        assert!(err.contains("user bob: the token hash must be 64 lowercase hex digits"), "{err}");
+    }
+
     #[tokio::test]
     async fn a_shared_store_needs_a_lease_of_a_few_heartbeats() {
         let url = crate::test_cluster::cluster().fresh_database().await;
