@@ -568,6 +568,16 @@ async fn the_cli_runs_and_lists_as_a_user_and_hashes_tokens() {
         cli(d, &["run", "--script", script, "--user", "alice", "--trace", &id, "more"]).await;
     assert!(ok, "{err}");
 
+    // Experiences as a user's runs see them.
+    let store = FileExperienceStore::new(d.join(".reson/experiences.md"));
+    let zoe = scoped("exp_zoe", Scope::User("zoe".into()), "Zoe's rule.");
+    let yan = scoped("exp_yan", Scope::User("yan".into()), "Yan's rule.");
+    store.append(vec![zoe, yan]).await.unwrap();
+    let (ok, out, err) = cli(d, &["experiences", "list", "--user", "zoe"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("Zoe's rule.") && out.contains("scope: user:zoe"), "{out}");
+    assert!(!out.contains("Yan's rule."), "{out}");
+
     let mut hash = reson(d);
     hash.args(["users", "hash"])
         .stdin(std::process::Stdio::piped())

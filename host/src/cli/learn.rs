@@ -23,7 +23,12 @@ pub(crate) enum SkillsCommand {
 #[derive(Subcommand)]
 pub(crate) enum ExperiencesCommand {
     /// Every experience, best rated first within its category.
-    List,
+    List {
+        /// Only what this user's runs may see: global, every agent type's
+        /// and the user's own.
+        #[arg(long, value_name = "UID")]
+        user: Option<String>,
+    },
     /// Count one rating of an experience: helpful or harmful.
     Rate {
         /// The experience's id.
@@ -86,20 +91,26 @@ pub(crate) async fn experiences_command(
 ) -> anyhow::Result<ExitCode> {
     let store = super::open_stores(config).await?.experiences;
     match command {
-        ExperiencesCommand::List => {
-            let all = store.list().await?;
+        ExperiencesCommand::List { user } => {
+            let mut all = store.list().await?;
+            if let Some(uid) = user {
+                let visible = experience::Visible::caller(Some(uid), false);
+                all.retain(|e| visible.sees(&e.scope));
+            }
             if all.is_empty() {
                 say!("no experiences in {}", store.describe());
             }
             for e in &all {
                 say!(
-                    "{}  {:<12} +{} -{}  intent: {}  state: {}",
+                    "{}  {:<12} +{} -{}  intent: {}  state: {}  scope: {}  used: {}",
                     e.id,
                     e.category,
                     e.metrics.helpful,
                     e.metrics.harmful,
                     e.tags.intent.join(","),
-                    e.tags.state.join(",")
+                    e.tags.state.join(","),
+                    e.scope,
+                    e.usage_count
                 );
                 say!("    {}", e.rule.replace('\n', "\n    "));
             }
