@@ -2,8 +2,7 @@
 //! regenerate of one, a stop; reflecting on one into experiences, and
 //! listing them.
 
-use crate::auth::Caller;
-use crate::auth::{load, not_found};
+use crate::auth::{Caller, load, not_found};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::JsonBody;
 use crate::response::Json;
