@@ -26,7 +26,7 @@ mod tokens;
 pub use tokens::{TokenCounter, context_window};
 
 pub use crate::config::CompactionConfig;
-use reson_trace::{GoalStatus, GoalTree, Message, Role};
+use reson_trace::{ContentPart, GoalStatus, GoalTree, Message, Role};
 
 impl CompactionConfig {
     /// The token budget of a request to `model`.
@@ -198,6 +198,18 @@ fn line(m: &Message) -> String {
         let end = (0..=MAX).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
         text.truncate(end);
         text.push_str(" […]");
+    }
+    // The summary call gets text only: each image becomes a note saying
+    // what was there.
+    for part in &m.content {
+        match part {
+            ContentPart::Image(image) => text.push_str(&format!(
+                " [image removed by compaction: {}, {} bytes]",
+                image.name, image.bytes
+            )),
+            ContentPart::ImageUrl { .. } => text.push_str(" [image removed by compaction]"),
+            ContentPart::Text { .. } => {}
+        }
     }
     let calls: Vec<String> =
         m.tool_calls.iter().map(|c| format!(" → {}({})", c.name, c.arguments)).collect();

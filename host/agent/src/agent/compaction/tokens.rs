@@ -67,7 +67,7 @@ impl TokenCounter {
         for part in &message.content {
             n += match part {
                 ContentPart::Text { text } => self.count(text),
-                ContentPart::ImageUrl { .. } => PER_IMAGE,
+                ContentPart::ImageUrl { .. } | ContentPart::Image(_) => PER_IMAGE,
             };
         }
         for call in &message.tool_calls {
