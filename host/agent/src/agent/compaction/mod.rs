@@ -387,6 +387,29 @@ mod tests {
     }
 
     #[test]
+    fn the_transcript_notes_each_image_it_leaves_out() {
+        let mut shot = msg(3, Role::Tool, "g1", &[], None);
+        shot.name = Some("browser_screenshot".into());
+        shot.content.push(ContentPart::Image(reson_trace::ImageRef {
+            media_type: "image/png".into(),
+            name: "000003.png".into(),
+            bytes: 1234,
+            width: 10,
+            height: 10,
+        }));
+        shot.content.push(ContentPart::ImageUrl { url: "data:image/png;base64,iVBO".into() });
+        let text = transcript(&[shot], &tree(), &TokenCounter::estimate(), 1_000);
+        assert!(
+            text.ends_with(
+                "[tool browser_screenshot] m3 [image removed by compaction: 000003.png, 1234 \
+                 bytes] [image removed by compaction]"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("iVBO"), "{text}");
+    }
+
+    #[test]
     fn the_transcript_fits_its_budget_cutting_the_oldest() {
         let range: Vec<Message> = (1..=50).map(|i| msg(i, Role::User, "g1", &[], None)).collect();
         let counter = TokenCounter::estimate();

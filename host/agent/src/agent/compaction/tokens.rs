@@ -127,6 +127,23 @@ mod tests {
     }
 
     #[test]
+    fn each_image_counts_the_same_stored_or_inline() {
+        use reson_trace::{ContentPart, ImageRef, Role};
+        let counter = TokenCounter::estimate();
+        let text = Message::new(Role::Tool, "shot");
+        let mut shots = text.clone();
+        shots.content.push(ContentPart::ImageUrl { url: "data:image/png;base64,iVBO".into() });
+        shots.content.push(ContentPart::Image(ImageRef {
+            media_type: "image/png".into(),
+            name: "000003-2.png".into(),
+            bytes: 5_000_000,
+            width: 4000,
+            height: 3000,
+        }));
+        assert_eq!(counter.message(&shots), counter.message(&text) + 2 * PER_IMAGE);
+    }
+
+    #[test]
     fn windows_by_family() {
         assert_eq!(context_window("gpt-4o-mini"), 128_000);
         assert_eq!(context_window("claude-opus-4"), 200_000);
