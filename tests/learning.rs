@@ -495,7 +495,7 @@ async fn a_summarised_image_becomes_a_note() {
             .collect()
     };
     let requests = provider.requests();
-    assert_eq!(images(&requests[1]), [url.clone()], "the image went to the model, loaded");
+    assert_eq!(images(&requests[1]), [url], "the image went to the model, loaded");
     let note = format!("[image removed by compaction: 000003.png, {} bytes]", red.len());
     let summary_call = requests
         .iter()

@@ -92,7 +92,7 @@ impl FileTraceStore {
         let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp"));
         let mut file = File::create(&tmp).map_err(io_at(&tmp))?;
-        file.write_all(&bytes).map_err(io_at(&tmp))?;
+        file.write_all(bytes).map_err(io_at(&tmp))?;
         drop(file);
         let file_and_dir = match self.durability {
             Durability::Batched => vec![Target::File(path.to_owned()), Target::Dir(dir.to_owned())],

@@ -131,8 +131,7 @@ pub(crate) fn referenced(message: &Message) -> impl Iterator<Item = &ImageRef> {
 /// else (an `https:` URL, a `data:` URL that is not a valid image) stays as
 /// it is.
 pub(crate) fn take_inline(message: &mut Message) -> Vec<ImageData> {
-    let decoded: Vec<Option<(String, Vec<u8>, (u32, u32))>> =
-        message.content.iter().map(inline_image).collect();
+    let decoded: Vec<Option<Inline>> = message.content.iter().map(inline_image).collect();
     let count = decoded.iter().flatten().count();
     let mut taken = Vec::with_capacity(count);
     for (part, decoded) in message.content.iter_mut().zip(decoded) {
@@ -155,9 +154,11 @@ pub(crate) fn take_inline(message: &mut Message) -> Vec<ImageData> {
     taken
 }
 
-/// A `data:` URL part holding a valid image: its media type (lower case),
-/// bytes and size.
-fn inline_image(part: &ContentPart) -> Option<(String, Vec<u8>, (u32, u32))> {
+/// An inline image's media type (lower case), bytes, width and height.
+type Inline = (String, Vec<u8>, (u32, u32));
+
+/// The image of a `data:` URL part holding a valid one.
+fn inline_image(part: &ContentPart) -> Option<Inline> {
     let ContentPart::ImageUrl { url } = part else { return None };
     let rest = url.get(..5).filter(|s| s.eq_ignore_ascii_case("data:")).map(|_| &url[5..])?;
     let (meta, data) = rest.split_once(',')?;
