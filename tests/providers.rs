@@ -845,7 +845,7 @@ const IMAGE_CAP: u64 = 1_000;
 /// images; then one too large, one not an image type, one corrupt and a
 /// good one), then answers in a stream. Returns the second request, after
 /// checking what the trace kept.
-async fn image_round_trip<P: Protocol>() -> Value {
+async fn image_round_trip<P: Protocol>(model: &str) -> Value {
     let server = LlmServer::start(vec![
         P::tool_calls(&[
             ("call_1", "picture", json!({ "caption": "first", "images": ["red", "blue"] })),
@@ -870,7 +870,8 @@ async fn image_round_trip<P: Protocol>() -> Value {
         ToolRegistry::new(runtime).only(vec!["picture".into()]),
         Hooks::none(),
     );
-    let config = RunConfig { max_image_bytes: IMAGE_CAP, ..config(true) };
+    let mut config = RunConfig { max_image_bytes: IMAGE_CAP, ..config(true) };
+    config.params.model = model.into();
     let outcome = runner.run(user("show me"), config).await.unwrap().wait().await.unwrap();
     assert_eq!(outcome.final_text.as_deref(), Some("a red square and a blue bar"));
     let requests = server.requests();
@@ -920,7 +921,7 @@ fn assert_decodes(value: &Value, pointer: &str, png: &str) {
 /// the call it came from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_images_reach_openai_in_a_user_message_after_the_tool_results() {
-    let sent = image_round_trip::<OpenAi>().await;
+    let sent = image_round_trip::<OpenAi>("test-model").await;
     let messages = sent["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 5, "{sent:#}");
     assert_eq!(messages[2], json!({"role": "tool", "tool_call_id": "call_1", "content": "first"}));
@@ -948,7 +949,7 @@ async fn tool_images_reach_openai_in_a_user_message_after_the_tool_results() {
 /// Anthropic takes images inside the `tool_result` block, as base64 sources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_images_reach_anthropic_as_image_blocks_in_the_tool_result() {
-    let sent = image_round_trip::<Anthropic>().await;
+    let sent = image_round_trip::<Anthropic>("test-model").await;
     let messages = sent["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 3, "{sent:#}");
     let image = |png: &str| {
@@ -978,7 +979,7 @@ async fn tool_images_reach_anthropic_as_image_blocks_in_the_tool_result() {
 /// turn, by its images as `inlineData` parts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_images_reach_gemini_as_inline_data_after_each_function_response() {
-    let sent = image_round_trip::<Gemini>().await;
+    let sent = image_round_trip::<Gemini>("test-model").await;
     let contents = sent["contents"].as_array().unwrap();
     assert_eq!(contents.len(), 3, "{sent:#}");
     let image = |png: &str| json!({"inlineData": {"mimeType": "image/png", "data": base64(&guest_png(png))}});
@@ -998,6 +999,33 @@ async fn tool_images_reach_gemini_as_inline_data_after_each_function_response() 
     assert_bad_image_notes(text);
     assert_eq!(parts[4], image("red"));
     assert_decodes(turn, "/parts/2/inlineData/data", "blue");
+}
+
+/// Gemini 3 takes the images inside the `functionResponse` ("multimodal
+/// function responses"), each named and referred to from the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_images_reach_gemini_3_inside_the_function_response() {
+    let sent = image_round_trip::<Gemini>("gemini-3-pro-preview").await;
+    let parts = sent["contents"][2]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{sent:#}");
+    let image = |png: &str, display: &str| {
+        json!({"inlineData": {"mimeType": "image/png", "data": base64(&guest_png(png)),
+                              "displayName": display}})
+    };
+    let reference = |display: &str| json!({"$ref": display});
+    assert_eq!(
+        parts[0],
+        json!({"functionResponse": {
+            "name": "picture",
+            "response": {"content": "first",
+                         "images": [reference("picture-2-1.img"), reference("picture-2-2.img")]},
+            "parts": [image("red", "picture-2-1.img"), image("blue", "picture-2-2.img")],
+        }})
+    );
+    let second = &parts[1]["functionResponse"];
+    assert_bad_image_notes(second["response"]["content"].as_str().unwrap());
+    assert_eq!(second["parts"], json!([image("red", "picture-3-1.img")]));
+    assert_decodes(&parts[0], "/functionResponse/parts/1/inlineData/data", "blue");
 }
 
 /// A trace started on OpenAI (with a tool call whose id Anthropic would
