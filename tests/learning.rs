@@ -508,6 +508,39 @@ async fn a_summarised_image_becomes_a_note() {
     assert_eq!(image, Some(red));
 }
 
+/// An image gone from the store (a file deleted by hand) does not stop a
+/// continued run: the model is told it is missing, and the trace reads on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_becomes_a_note_and_the_run_goes_on() {
+    let script = json!({ "turns": [
+        { "tool_calls": [{ "name": "picture", "arguments": { "caption": "the page", "images": ["red"] } }] },
+        { "text": "a red page" },
+        { "text": "still a red page" },
+    ]});
+    let s = Setup::new(script.clone()).await;
+    s.dir.install(support::test_plugins(), "picture");
+    let runtime = s.dir.open_scripted(&script, "").await;
+    let provider =
+        Arc::new(support::Recording::new(PluginProvider::new(runtime.clone(), "scripted")));
+    let runner =
+        Runner::new(s.store.clone(), provider.clone(), ToolRegistry::new(runtime), Hooks::none());
+    let (first, _) = run(&runner, user("look"), RunConfig::default()).await;
+    let id = first.trace_id;
+    let file = s.dir.path().join("traces").join(&id).join("messages/000003.png");
+    std::fs::remove_file(&file).unwrap();
+
+    let again = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
+    let (second, _) = run(&runner, user("and now?"), again).await;
+    assert_eq!(second.final_text.as_deref(), Some("still a red page"));
+    let last = provider.requests().pop().unwrap();
+    let tool = last.messages.iter().find(|m| m.role == Role::Tool).unwrap();
+    assert_eq!(tool.text(), "the page[image 000003.png is missing from the trace]");
+    let stored = s.store.get_message(&id, 3).await.unwrap().unwrap();
+    assert!(
+        matches!(&stored.content[1], reson::trace::ContentPart::Image(i) if i.name == "000003.png")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_can_block_a_compaction() {
     let s = Setup::new(long_task()).await;
