@@ -60,7 +60,8 @@ async fn main() -> Result<()> {
     heading(&format!("message tree of {id} (* = main path)"));
     let messages = store.get_messages(&id).await?;
     let head = store.get_trace(&id).await?.and_then(|t| t.head_sequence);
-    print!("{}", reson::trace::render_tree(&messages, head));
+    // This run has no images; a tool's would show under its message by name.
+    print!("{}", reson::trace::render_tree(&messages, head, &|image| image.name.clone()));
     let all: Vec<u64> = messages.iter().map(|m| m.sequence).collect();
     assert_eq!(all, (1..=9).collect::<Vec<_>>(), "nothing deleted, no sequence reused");
     println!("\nok: main path 1 → 2 → 3 → 7 → 9; the other branches are kept");

@@ -1157,3 +1157,54 @@ async fn a_page_elsewhere_cannot_stop_a_running_trace_and_an_allowed_one_can() {
     );
     assert_eq!(watcher.until_kind("trace_finished").await["status"], "stopped");
 }
+
+/// An image kept beside a message is served with its own type, never
+/// sniffed, behind the token like every trace route; a name that is not
+/// one of the trace's images is a 404, whatever file has that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_image_is_served_with_its_type_behind_the_token() {
+    use base64::Engine as _;
+    const TOKEN: &str = "s3cret-token-image-77";
+    let f = Fixture::with_args(&[], "", json!([text_turn("ok")]), &["--token", TOKEN]).await;
+    let png = std::fs::read(support::root().join("tests/guests/picture/src/red.png")).unwrap();
+    let store = f.store();
+    let mut trace = reson::trace::Trace::new(reson::trace::TraceMode::Agent, "look", "default");
+    store.create_trace(&trace).await.unwrap();
+    let mut message = reson::trace::Message::new(Role::User, "this one:");
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    message
+        .content
+        .push(reson::trace::ContentPart::ImageUrl { url: format!("data:image/png;base64,{data}") });
+    store.add_message(&mut trace, message, None).await.unwrap();
+    let id = &trace.id;
+    // A file beside it that is no image of the trace.
+    let messages = f.traces().join(id).join("messages");
+    std::fs::write(messages.join("000009.svg"), "<svg onload='alert(1)'/>").unwrap();
+    std::fs::write(messages.join("000009.html"), "<script>alert(1)</script>").unwrap();
+
+    let api = f.api().with_token(Some(TOKEN));
+    let listed = api.messages(id, "all").await;
+    let part = &listed["messages"][0]["content"][1];
+    assert_eq!(part["type"], "image", "{listed}");
+    assert_eq!(part["name"], "000001.png");
+    assert_eq!(part["bytes"], png.len());
+    assert_eq!((&part["width"], &part["height"]), (&json!(2), &json!(2)));
+
+    let url = |name: &str| format!("{}/api/traces/{id}/images/{name}", api.base);
+    let http = reqwest::Client::new();
+    let reply = http.get(url("000001.png")).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(reply.status(), 200);
+    let header = |name: &str| reply.headers()[name].to_str().unwrap().to_owned();
+    assert_eq!(header("content-type"), "image/png");
+    assert_eq!(header("x-content-type-options"), "nosniff");
+    assert_eq!(reply.bytes().await.unwrap().as_ref(), png.as_slice());
+
+    let no_token = http.get(url("000001.png")).send().await.unwrap();
+    assert_eq!(no_token.status(), 401);
+    for name in ["000009.svg", "000009.html", "000001.json", "000002.png", "..%2Fmeta.json"] {
+        let reply = api.get(&format!("/api/traces/{id}/images/{name}")).await;
+        reply.expect_error(404, "not_found");
+    }
+    let reply = api.get("/api/traces/tr_000000000000/images/000001.png").await;
+    reply.expect_error(404, "not_found");
+}

@@ -442,6 +442,105 @@ async fn a_long_run_compacts_at_level_1_then_2_within_the_window() {
     assert!(summarised.iter().all(|seq| path.iter().any(|m| m.sequence == *seq)));
 }
 
+/// A tool's image goes to the model while its message is in the history;
+/// once compaction summarises that message, the summary call gets a note
+/// naming the image instead, and no later request carries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summarised_image_becomes_a_note() {
+    let echo = |n: usize| {
+        json!({ "tool_calls": [{ "name": "echo",
+            "arguments": { "text": format!("step {n}: {}", "lorem ipsum ".repeat(50)) } }] })
+    };
+    let mut turns = vec![json!({ "tool_calls": [
+        { "name": "picture", "arguments": { "caption": "the page", "images": ["red"] } }
+    ]})];
+    turns.extend((1..=8).map(echo));
+    turns.push(json!({ "text": "all seen" }));
+    let script = json!({
+        "turns": turns,
+        "models": { "summarizer": { "turns": [{ "text": "Saw a red page; echoed steps." }] } }
+    });
+    let s = Setup::new(script.clone()).await;
+    s.dir.install(support::test_plugins(), "picture");
+    let runtime = s.dir.open_scripted(&script, "").await;
+    let provider =
+        Arc::new(support::Recording::new(PluginProvider::new(runtime.clone(), "scripted")));
+    let runner =
+        Runner::new(s.store.clone(), provider.clone(), ToolRegistry::new(runtime), Hooks::none());
+    let config = RunConfig {
+        compaction: compaction::CompactionConfig {
+            context_window: Some(2_500),
+            model: Some("summarizer".into()),
+            ..Default::default()
+        },
+        ..RunConfig::default()
+    };
+    let (outcome, events) = run(&runner, user("look at the page, then echo"), config).await;
+    assert_eq!(outcome.final_text.as_deref(), Some("all seen"));
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::Compacted { level: 2, .. })));
+
+    use base64::Engine as _;
+    let red = std::fs::read(support::root().join("tests/guests/picture/src/red.png")).unwrap();
+    let url =
+        format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&red));
+    let images = |r: &ChatRequest| -> Vec<String> {
+        r.messages
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|p| match p {
+                reson::trace::ContentPart::ImageUrl { url } => Some(url.clone()),
+                reson::trace::ContentPart::Image(i) => Some(i.name.clone()),
+                reson::trace::ContentPart::Text { .. } => None,
+            })
+            .collect()
+    };
+    let requests = provider.requests();
+    assert_eq!(images(&requests[1]), [url], "the image went to the model, loaded");
+    let note = format!("[image removed by compaction: 000003.png, {} bytes]", red.len());
+    let summary_call = requests
+        .iter()
+        .position(|r| r.messages.iter().any(|m| m.text().contains(&note)))
+        .expect("a summary call noting the image");
+    assert!(images(&requests[summary_call]).is_empty());
+    assert!(requests[summary_call + 1..].iter().all(|r| images(r).is_empty()), "gone after it");
+    // The trace still has it, beside its message.
+    let image = s.store.get_image(&outcome.trace_id, "000003.png").await.unwrap();
+    assert_eq!(image, Some(red));
+}
+
+/// An image gone from the store (a file deleted by hand) does not stop a
+/// continued run: the model is told it is missing, and the trace reads on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_becomes_a_note_and_the_run_goes_on() {
+    let script = json!({ "turns": [
+        { "tool_calls": [{ "name": "picture", "arguments": { "caption": "the page", "images": ["red"] } }] },
+        { "text": "a red page" },
+        { "text": "still a red page" },
+    ]});
+    let s = Setup::new(script.clone()).await;
+    s.dir.install(support::test_plugins(), "picture");
+    let runtime = s.dir.open_scripted(&script, "").await;
+    let provider =
+        Arc::new(support::Recording::new(PluginProvider::new(runtime.clone(), "scripted")));
+    let runner =
+        Runner::new(s.store.clone(), provider.clone(), ToolRegistry::new(runtime), Hooks::none());
+    let (first, _) = run(&runner, user("look"), RunConfig::default()).await;
+    let id = first.trace_id;
+    let file = s.dir.path().join("traces").join(&id).join("messages/000003.png");
+    std::fs::remove_file(&file).unwrap();
+
+    let again = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
+    let (second, _) = run(&runner, user("and now?"), again).await;
+    assert_eq!(second.final_text.as_deref(), Some("still a red page"));
+    let last = provider.requests().pop().unwrap();
+    let tool = last.messages.iter().find(|m| m.role == Role::Tool).unwrap();
+    assert_eq!(tool.text(), "the page[image 000003.png is missing from the trace]");
+    let stored = s.store.get_message(&id, 3).await.unwrap().unwrap();
+    assert!(
+        matches!(&stored.content[1], reson::trace::ContentPart::Image(i) if i.name == "000003.png")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_can_block_a_compaction() {
     let s = Setup::new(long_task()).await;

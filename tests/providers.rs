@@ -827,6 +827,207 @@ protocol_tests!(openai, OpenAi);
 protocol_tests!(anthropic, Anthropic);
 protocol_tests!(gemini, Gemini);
 
+/// The `picture` guest's PNGs, as it embeds them.
+fn guest_png(name: &str) -> Vec<u8> {
+    std::fs::read(support::root().join(format!("tests/guests/picture/src/{name}.png"))).unwrap()
+}
+
+fn base64(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// The largest image the image runs let through: `red` and `blue` (about
+/// 70 bytes) pass, `noise` (12 KB) does not.
+const IMAGE_CAP: u64 = 1_000;
+
+/// A run in which the model calls `picture` twice in one answer (two good
+/// images; then one too large, one not an image type, one corrupt and a
+/// good one), then answers in a stream. Returns the second request, after
+/// checking what the trace kept.
+async fn image_round_trip<P: Protocol>(model: &str) -> Value {
+    let server = LlmServer::start(vec![
+        P::tool_calls(&[
+            ("call_1", "picture", json!({ "caption": "first", "images": ["red", "blue"] })),
+            (
+                "call_2",
+                "picture",
+                json!({ "caption": "second", "images": ["noise", "svg", "corrupt", "red"] }),
+            ),
+        ]),
+        P::streamed_text("a red square and a blue bar"),
+    ]);
+    let s = Setup::new::<P>(&server, "").await;
+    s.dir.install(support::test_plugins(), "picture");
+    let runtime = Runtime::open(
+        s.dir.options(&std::fs::read_to_string(s.dir.path().join("reson.toml")).unwrap()),
+    )
+    .await
+    .unwrap();
+    let runner = Runner::new(
+        s.store.clone(),
+        Arc::new(PluginProvider::new(runtime.clone(), P::PLUGIN)),
+        ToolRegistry::new(runtime).only(vec!["picture".into()]),
+        Hooks::none(),
+    );
+    let mut config = RunConfig { max_image_bytes: IMAGE_CAP, ..config(true) };
+    config.params.model = model.into();
+    let outcome = runner.run(user("show me"), config).await.unwrap().wait().await.unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("a red square and a blue bar"));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+
+    // The trace keeps the images beside the tool messages, not in them.
+    let dir = s.dir.path().join("traces").join(&outcome.trace_id).join("messages");
+    assert_eq!(std::fs::read(dir.join("000003-1.png")).unwrap(), guest_png("red"));
+    assert_eq!(std::fs::read(dir.join("000003-2.png")).unwrap(), guest_png("blue"));
+    assert_eq!(std::fs::read(dir.join("000004.png")).unwrap(), guest_png("red"));
+    let json = std::fs::read_to_string(dir.join("000004.json")).unwrap();
+    assert!(!json.contains("base64"), "{json}");
+    // Usage figures pass through: the trace's totals are the server's.
+    let trace = s.store.get_trace(&outcome.trace_id).await.unwrap().unwrap();
+    assert_eq!(trace.totals.usage.prompt_tokens, 10 + 40, "{:?}", trace.totals);
+    requests[1].json()
+}
+
+/// The notes the second call's result carries for its three bad images.
+fn assert_bad_image_notes(text: &str) {
+    let notes = [
+        "[image 1 of this result left out: the image is 12420 bytes, over the limit of 1000 bytes]",
+        "[image 2 of this result left out: \"image/svg+xml\" is not an image type the host passes \
+         on (image/png, image/jpeg, image/gif or image/webp)]",
+        "[image 3 of this result left out: the bytes are not a valid image/png image",
+    ];
+    let mut at = 0;
+    for note in notes {
+        let found = text[at..].find(note).unwrap_or_else(|| panic!("{note:?} in {text:?}"));
+        at += found + note.len();
+    }
+}
+
+/// Decodes every base64 image of `value` found at `pointer`s and compares.
+fn assert_decodes(value: &Value, pointer: &str, png: &str) {
+    use base64::Engine as _;
+    let data = value.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| {
+        panic!("no {pointer} in {value:#}");
+    });
+    let data = data.strip_prefix("data:image/png;base64,").unwrap_or(data);
+    let bytes = base64::engine::general_purpose::STANDARD.decode(data).unwrap();
+    assert_eq!(bytes, guest_png(png), "{pointer}");
+}
+
+/// Chat Completions takes text only in a tool message: the images follow
+/// the run of tool messages as one user message, each group introduced by
+/// the call it came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_images_reach_openai_in_a_user_message_after_the_tool_results() {
+    let sent = image_round_trip::<OpenAi>("test-model").await;
+    let messages = sent["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 5, "{sent:#}");
+    assert_eq!(messages[2], json!({"role": "tool", "tool_call_id": "call_1", "content": "first"}));
+    assert_eq!(messages[3]["role"], "tool");
+    assert_eq!(messages[3]["tool_call_id"], "call_2");
+    let text = messages[3]["content"].as_str().unwrap();
+    assert!(text.starts_with("second\n"), "{text}");
+    assert_bad_image_notes(text);
+    let image = |png: &str| {
+        json!({"type": "image_url",
+               "image_url": {"url": format!("data:image/png;base64,{}", base64(&guest_png(png)))}})
+    };
+    assert_eq!(
+        messages[4],
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "Images from the result of tool call call_1:"},
+            image("red"), image("blue"),
+            {"type": "text", "text": "Images from the result of tool call call_2:"},
+            image("red"),
+        ]})
+    );
+    assert_decodes(&messages[4], "/content/2/image_url/url", "blue");
+}
+
+/// Anthropic takes images inside the `tool_result` block, as base64 sources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_images_reach_anthropic_as_image_blocks_in_the_tool_result() {
+    let sent = image_round_trip::<Anthropic>("test-model").await;
+    let messages = sent["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3, "{sent:#}");
+    let image = |png: &str| {
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                          "data": base64(&guest_png(png))}})
+    };
+    let results = &messages[2];
+    assert_eq!(results["role"], "user");
+    assert_eq!(
+        results["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "call_1", "content": [
+            {"type": "text", "text": "first"}, image("red"), image("blue"),
+        ]})
+    );
+    let second = &results["content"][1];
+    assert_eq!(second["tool_use_id"], "call_2");
+    let blocks = second["content"].as_array().unwrap();
+    assert_eq!(blocks.len(), 5, "{second:#}");
+    assert_eq!(blocks[0], json!({"type": "text", "text": "second"}));
+    let notes: String = blocks[1..4].iter().map(|b| b["text"].as_str().unwrap()).collect();
+    assert_bad_image_notes(&notes);
+    assert_eq!(blocks[4], image("red"));
+    assert_decodes(results, "/content/0/content/2/source/data", "blue");
+}
+
+/// Gemini: each `functionResponse` part is followed, in the same user
+/// turn, by its images as `inlineData` parts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_images_reach_gemini_as_inline_data_after_each_function_response() {
+    let sent = image_round_trip::<Gemini>("test-model").await;
+    let contents = sent["contents"].as_array().unwrap();
+    assert_eq!(contents.len(), 3, "{sent:#}");
+    let image = |png: &str| json!({"inlineData": {"mimeType": "image/png", "data": base64(&guest_png(png))}});
+    let turn = &contents[2];
+    assert_eq!(turn["role"], "user");
+    let parts = turn["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 5, "{turn:#}");
+    assert_eq!(
+        parts[0],
+        json!({"functionResponse": {"name": "picture", "response": {"content": "first"}}})
+    );
+    assert_eq!(parts[1], image("red"));
+    assert_eq!(parts[2], image("blue"));
+    assert_eq!(parts[3]["functionResponse"]["name"], "picture");
+    let text = parts[3]["functionResponse"]["response"]["content"].as_str().unwrap();
+    assert!(text.starts_with("second\n"), "{text}");
+    assert_bad_image_notes(text);
+    assert_eq!(parts[4], image("red"));
+    assert_decodes(turn, "/parts/2/inlineData/data", "blue");
+}
+
+/// Gemini 3 takes the images inside the `functionResponse` ("multimodal
+/// function responses"), each named and referred to from the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_images_reach_gemini_3_inside_the_function_response() {
+    let sent = image_round_trip::<Gemini>("gemini-3-pro-preview").await;
+    let parts = sent["contents"][2]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{sent:#}");
+    let image = |png: &str, display: &str| {
+        json!({"inlineData": {"mimeType": "image/png", "data": base64(&guest_png(png)),
+                              "displayName": display}})
+    };
+    let reference = |display: &str| json!({"$ref": display});
+    assert_eq!(
+        parts[0],
+        json!({"functionResponse": {
+            "name": "picture",
+            "response": {"content": "first",
+                         "images": [reference("picture-2-1.img"), reference("picture-2-2.img")]},
+            "parts": [image("red", "picture-2-1.img"), image("blue", "picture-2-2.img")],
+        }})
+    );
+    let second = &parts[1]["functionResponse"];
+    assert_bad_image_notes(second["response"]["content"].as_str().unwrap());
+    assert_eq!(second["parts"], json!([image("red", "picture-3-1.img")]));
+    assert_decodes(&parts[0], "/functionResponse/parts/1/inlineData/data", "blue");
+}
+
 /// A trace started on OpenAI (with a tool call whose id Anthropic would
 /// reject) continues on Anthropic: ids rewritten consistently, results
 /// grouped after their calls.

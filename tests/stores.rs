@@ -540,3 +540,61 @@ async fn a_database_that_cannot_be_reached_is_a_one_line_error_without_its_passw
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stdout(&out).contains("s3cret-value-77") && !stderr(&out).contains("s3cret-value-77"));
 }
+
+/// A trace with a tool's images: `traces show` says where each image is,
+/// a file beside its message or a row in PostgreSQL, and `traces migrate`
+/// carries the bytes both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_migrate_carries_images_and_show_says_where_they_are() {
+    use base64::Engine as _;
+    let (dir, url) = on_postgres().await;
+    let d = dir.path();
+    let red = std::fs::read(support::root().join("tests/guests/picture/src/red.png")).unwrap();
+    let blue = std::fs::read(support::root().join("tests/guests/picture/src/blue.png")).unwrap();
+    let files = FileTraceStore::open(d.join(".reson/traces"), Durability::Batched).unwrap();
+    let mut trace = Trace::new(TraceMode::Agent, "take two pictures", "default");
+    files.create_trace(&trace).await.unwrap();
+    files.add_message(&mut trace, Message::new(Role::User, "take two"), None).await.unwrap();
+    let call = ToolCall { id: "c1".into(), name: "picture".into(), arguments: "{}".into() };
+    let mut shot = Message::tool_result(&call, "taken");
+    for png in [&red, &blue] {
+        let data = base64::engine::general_purpose::STANDARD.encode(png);
+        shot.content.push(reson::trace::ContentPart::ImageUrl {
+            url: format!("data:image/png;base64,{data}"),
+        });
+    }
+    files.add_message(&mut trace, shot, None).await.unwrap();
+    let id = trace.id.clone();
+    // The file store's `show` names the files, beside the message.
+    std::fs::write(d.join("files.toml"), "").unwrap();
+    let out = reson(d, &["--config", "files.toml", "traces", "show", &id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let messages = d.join(".reson/traces").join(&id).join("messages");
+    for (name, png, size) in [("000002-1.png", &red, "2x2"), ("000002-2.png", &blue, "3x1")] {
+        let path = messages.join(name);
+        let line = format!("image: {} (image/png, {size}, {} bytes)", path.display(), png.len());
+        assert!(text.contains(&line), "{line:?} in {text}");
+        assert_eq!(&std::fs::read(&path).unwrap(), png);
+    }
+
+    let out = reson(d, &["traces", "migrate", "--to", "postgres"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let db = PgTraceStore::new(Database::connect(&url).await.unwrap());
+    assert_eq!(db.get_image(&id, "000002-2.png").await.unwrap().as_ref(), Some(&blue));
+    let text = stdout(&reson(d, &["traces", "show", &id]));
+    let line = format!("image: <000002-1.png stored in postgres, {} bytes>", red.len());
+    assert!(text.contains(&line), "{line:?} in {text}");
+
+    let out = reson(d, &["traces", "migrate", "--to", "file", "--dir", "fresh"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let back = d.join("fresh").join(&id).join("messages");
+    assert_eq!(std::fs::read(back.join("000002-1.png")).unwrap(), red);
+    assert_eq!(std::fs::read(back.join("000002-2.png")).unwrap(), blue);
+    let fresh = FileTraceStore::open(d.join("fresh"), Durability::Batched).unwrap();
+    assert_eq!(
+        fresh.export_trace(&id).await.unwrap(),
+        files.export_trace(&id).await.unwrap(),
+        "the round trip changed nothing"
+    );
+}

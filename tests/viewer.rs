@@ -564,3 +564,58 @@ async fn the_page_resumes_its_socket_after_a_drop_with_nothing_missed_or_repeate
     browser.close().await;
     served.stop().await;
 }
+
+/// A tool's image is shown as an image: fetched with the token from the
+/// image route (an `<img>` alone could not send it) and drawn from a
+/// `blob:` URL the page's policy allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_image_is_shown_as_an_image() {
+    use base64::Engine as _;
+    let token = "s3cret-viewer-image-token";
+    let served = Served::start_with(json!([{ "text": "unused" }]), Some(token)).await;
+    let png = std::fs::read(support::root().join("tests/guests/picture/src/blue.png")).unwrap();
+    let store =
+        FileTraceStore::open(served.dir.path().join("traces"), Durability::Batched).unwrap();
+    let mut trace = reson::trace::Trace::new(reson::trace::TraceMode::Agent, "look", "default");
+    store.create_trace(&trace).await.unwrap();
+    let user = reson::trace::Message::new(reson::trace::Role::User, "take one");
+    store.add_message(&mut trace, user, None).await.unwrap();
+    let call =
+        reson::trace::ToolCall { id: "c1".into(), name: "picture".into(), arguments: "{}".into() };
+    let mut shot = reson::trace::Message::tool_result(&call, "taken");
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    shot.content
+        .push(reson::trace::ContentPart::ImageUrl { url: format!("data:image/png;base64,{data}") });
+    store.add_message(&mut trace, shot, None).await.unwrap();
+
+    let browser = Chromium::launch().await;
+    let page = browser.page().await;
+    page.open(&format!("{}/", served.base)).await;
+    page.wait_for("document.getElementById('token-dialog').open", "the token prompt").await;
+    let input = page.page.find_element("#token-input").await.unwrap();
+    input.click().await.unwrap();
+    input.type_str(token).await.unwrap();
+    page.click("#token-form button[type=submit]").await;
+    let row = format!("#traces tr[data-trace-id='{}']", trace.id);
+    page.wait_for(&format!("document.querySelector(\"{row}\")"), "the list").await;
+    page.click(&format!("{row} a")).await;
+    let img = "document.querySelector('#messages article.role-tool img.msg-image')";
+    page.wait_for(&format!("{img}.src.startsWith('blob:')"), "the image, fetched").await;
+    let shown: Value = page
+        .eval(&format!(
+            "{img}.decode().then(() => ({{ size: [{img}.naturalWidth, {img}.naturalHeight],
+                alt: {img}.alt,
+                caption: {img}.parentElement.querySelector('figcaption').textContent }}))"
+        ))
+        .await;
+    assert_eq!(
+        shown,
+        json!({ "size": [3, 1], "alt": format!("image 000002.png (3×1, {} bytes)", png.len()),
+                "caption": "000002.png" })
+    );
+    page.screenshot("tool-image").await;
+    let problems = page.problems();
+    assert!(problems.iter().all(|p| p.contains("401")), "{problems:#?}");
+    browser.close().await;
+    served.stop().await;
+}

@@ -305,6 +305,7 @@ fn bench(c: &mut Criterion) {
         messages: pg_messages,
         events: Vec::new(),
         goals: GoalTree::default(),
+        images: Vec::new(),
     };
     rt.block_on(store.import_trace(&snapshot)).unwrap();
     let on_path: std::collections::HashSet<u64> = tree.main_path(head).into_iter().collect();

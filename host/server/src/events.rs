@@ -268,6 +268,10 @@ impl TraceStore for NotifyingStore {
         self.inner.events_after(id, after_event_id).await
     }
 
+    async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        self.inner.get_image(id, name).await
+    }
+
     async fn get_goals(&self, id: &str) -> Result<GoalTree, TraceError> {
         self.inner.get_goals(id).await
     }

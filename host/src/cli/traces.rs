@@ -147,7 +147,18 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 say!("error: {error}");
             }
             say!("\nmessages (* = main path):");
-            say_part!("{}", reson::trace::render_tree(&messages, trace.head_sequence));
+            // A path that works from anywhere, to open the image with.
+            let dir = config.traces.traces_dir();
+            let dir = std::path::absolute(&dir).unwrap_or(dir);
+            let image = |image: &reson::trace::ImageRef| match config.traces.store.kind {
+                StoreKind::File => {
+                    dir.join(&trace.id).join("messages").join(&image.name).display().to_string()
+                }
+                StoreKind::Postgres => {
+                    format!("<{} stored in postgres, {} bytes>", image.name, image.bytes)
+                }
+            };
+            say_part!("{}", reson::trace::render_tree(&messages, trace.head_sequence, &image));
             match at {
                 Some(sequence) => say!("\ngoals (branch ending at {sequence}):"),
                 None => say!("\ngoals:"),

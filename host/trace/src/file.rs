@@ -4,6 +4,7 @@
 use super::event::{Event, EventKind};
 use super::flush::{Flusher, Target};
 use super::goal::{GoalStats, GoalTree};
+use super::image::{image_media_type, take_inline};
 use super::message::Message;
 use super::model::{Trace, now_ms};
 use super::store::{TraceError, TraceFilter, TraceStore, check_id};
@@ -81,12 +82,17 @@ impl FileTraceStore {
     /// ([`Durability::Immediate`]), it leaves the old file and a temporary
     /// one, as a crash would.
     async fn place(&self, path: &Path, bytes: &[u8]) -> Result<Vec<Target>, TraceError> {
-        let bytes = reson_text::redact::redact_bytes(bytes);
+        self.place_bytes(path, &reson_text::redact::redact_bytes(bytes)).await
+    }
+
+    /// [`place`](Self::place) without the redaction point: for image
+    /// bytes, which a replaced byte sequence would corrupt.
+    async fn place_bytes(&self, path: &Path, bytes: &[u8]) -> Result<Vec<Target>, TraceError> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp"));
         let mut file = File::create(&tmp).map_err(io_at(&tmp))?;
-        file.write_all(&bytes).map_err(io_at(&tmp))?;
+        file.write_all(bytes).map_err(io_at(&tmp))?;
         drop(file);
         let file_and_dir = match self.durability {
             Durability::Batched => vec![Target::File(path.to_owned()), Target::Dir(dir.to_owned())],
@@ -266,6 +272,15 @@ impl TraceStore for FileTraceStore {
         message.sequence = seq;
         message.parent_sequence = parent;
         message.created_at_ms = now_ms();
+        // Images first: a message on disk always has its images.
+        for image in take_inline(&mut message) {
+            let path = dir.join(MESSAGES).join(&image.name);
+            let pending = self
+                .place_bytes(&path, &image.data)
+                .await
+                .map_err(|e| missing(&trace.id, &dir, e))?;
+            self.settle(pending).await?;
+        }
         let path = message_path(&dir, seq);
         let pending = self
             .place(&path, &to_json(&path, &message)?)
@@ -385,6 +400,22 @@ impl TraceStore for FileTraceStore {
         Ok(messages)
     }
 
+    async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        let dir = self.dir(id)?;
+        if image_media_type(name).is_none() {
+            return Ok(None);
+        }
+        let path = dir.join(MESSAGES).join(name);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                require(id, &dir)?;
+                Ok(None)
+            }
+            Err(e) => Err(io_at(&path)(e)),
+        }
+    }
+
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         let dir = self.dir(&trace.id)?;
         let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
@@ -492,7 +523,12 @@ impl TraceStore for FileTraceStore {
             }
             files.push((path, lines));
         }
-        let mut targets = Vec::with_capacity(files.len() + 2);
+        let mut targets = Vec::with_capacity(files.len() + snapshot.images.len() + 2);
+        for image in &snapshot.images {
+            let path = messages.join(&image.name);
+            fs::write(&path, &image.data).map_err(io_at(&path))?;
+            targets.push(Target::File(path));
+        }
         for (path, bytes) in files {
             fs::write(&path, reson_text::redact::redact_bytes(&bytes)).map_err(io_at(&path))?;
             targets.push(Target::File(path));

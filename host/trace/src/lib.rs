@@ -45,6 +45,8 @@
 //!                   goal.json            the GoalTree
 //!                   events.jsonl         one Event a line, append-only
 //!                   messages/000001.json one Message a file, by sequence
+//!                   messages/000003.png  an image of message 3 (several:
+//!                                        000003-1.png, 000003-2.png, ...)
 //! ```
 //!
 //! # Crash safety
@@ -54,6 +56,9 @@
 //! - JSON files are written to a temporary file in the same directory and
 //!   renamed into place, so a file under its final name is whole: old or
 //!   new, never a mix. Leftover temporary files (`.name.tmp`) are ignored.
+//! - A message's images are written before the message, so a message on
+//!   disk has its images; a crash between them leaves an image no message
+//!   names, which is ignored.
 //! - A message is one new file. meta.json is rewritten after it only when
 //!   the message starts a branch (its parent is not the head), and every
 //!   32nd message: on ext4 a rename over an existing file starts its
@@ -111,6 +116,7 @@ mod event;
 mod file;
 mod flush;
 mod goal;
+mod image;
 mod memory;
 mod message;
 mod migrate;
@@ -125,6 +131,7 @@ mod usage;
 pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};
 pub use goal::{AgentMode, Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
+pub use image::{ImageData, ImageError, ImageRef, check_image, image_media_type};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, INTERRUPTED, Message, Role, ToolCall, Usage};
 pub use migrate::{Migration, copy_traces};

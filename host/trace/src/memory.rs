@@ -3,6 +3,7 @@
 
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
+use super::image::take_inline;
 use super::message::Message;
 use super::model::{Trace, now_ms};
 use super::store::{TraceError, TraceFilter, TraceStore, check_id};
@@ -37,6 +38,8 @@ struct Stored {
     messages: BTreeMap<u64, Message>,
     events: Vec<Event>,
     goals: GoalTree,
+    /// The images beside the messages, by name.
+    images: HashMap<String, Arc<[u8]>>,
 }
 
 impl MemoryTraceStore {
@@ -126,6 +129,7 @@ impl TraceStore for MemoryTraceStore {
             messages: BTreeMap::new(),
             events: Vec::new(),
             goals: GoalTree::new(),
+            images: HashMap::new(),
         };
         let mut traces = self.traces.write().unwrap_or_else(PoisonError::into_inner);
         if traces.contains_key(&trace.id) {
@@ -180,6 +184,7 @@ impl TraceStore for MemoryTraceStore {
             message.sequence = seq;
             message.parent_sequence = parent;
             message.created_at_ms = now_ms();
+            let images = take_inline(&mut message);
             let kept = redacted(&trace.id, &message)?;
             let mut updated = trace.clone();
             updated.last_sequence = seq;
@@ -187,6 +192,7 @@ impl TraceStore for MemoryTraceStore {
             updated.totals += &GoalStats::of(&message);
             updated.updated_at_ms = message.created_at_ms;
             let meta = redacted(&trace.id, &updated)?;
+            stored.images.extend(images.into_iter().map(|i| (i.name, Arc::from(i.data))));
             stored.messages.insert(seq, kept);
             stored.meta = meta;
             *trace = updated;
@@ -255,6 +261,10 @@ impl TraceStore for MemoryTraceStore {
         })
     }
 
+    async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        self.with(id, |stored| Ok(stored.images.get(name).map(|data| data.to_vec())))
+    }
+
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         self.with(&trace.id.clone(), |stored| {
             let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
@@ -297,6 +307,11 @@ impl TraceStore for MemoryTraceStore {
             messages,
             events,
             goals: redacted(id, &snapshot.goals)?,
+            images: snapshot
+                .images
+                .iter()
+                .map(|i| (i.name.clone(), Arc::from(i.data.as_slice())))
+                .collect(),
         };
         let mut traces = self.traces.write().unwrap_or_else(PoisonError::into_inner);
         if traces.contains_key(id) {

@@ -2,6 +2,7 @@
 //! plugins convert from and to their own APIs; the trace keeps this form.
 
 use super::goal::GoalTree;
+pub use super::image::ImageRef;
 pub use super::usage::Usage;
 use serde::{Deserialize, Serialize};
 
@@ -28,11 +29,16 @@ pub enum ContentPart {
         /// The text.
         text: String,
     },
-    /// An image, by URL (`https:` or `data:`).
+    /// An image, by URL (`https:` or `data:`). A store keeps the bytes of
+    /// a `data:` URL image beside the message and stores an
+    /// [`Image`](Self::Image) in its place (see [`ImageRef`]).
     ImageUrl {
         /// The URL.
         url: String,
     },
+    /// An image stored beside the message; its bytes come from
+    /// [`TraceStore::get_image`](super::TraceStore::get_image).
+    Image(ImageRef),
 }
 
 /// A tool call made by the assistant.
@@ -169,7 +175,7 @@ impl Message {
             .iter()
             .filter_map(|p| match p {
                 ContentPart::Text { text } => Some(text.as_str()),
-                ContentPart::ImageUrl { .. } => None,
+                ContentPart::ImageUrl { .. } | ContentPart::Image(_) => None,
             })
             .collect::<Vec<_>>()
             .join("")

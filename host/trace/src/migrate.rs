@@ -82,7 +82,7 @@ async fn copy_one(
 
 /// Refuses a snapshot no store could have written: messages of another
 /// trace, sequences not increasing, a message whose parent is not older,
-/// event ids not increasing. Stores check it before importing, so a bad
+/// event ids not increasing, an image missing or misnamed. Stores check it before importing, so a bad
 /// snapshot leaves nothing behind.
 pub(super) fn check_snapshot(snapshot: &TraceSnapshot) -> Result<(), TraceError> {
     let id = &snapshot.trace.id;
@@ -104,6 +104,16 @@ pub(super) fn check_snapshot(snapshot: &TraceSnapshot) -> Result<(), TraceError>
             return Err(bad(format!("message {seq} follows a later message")));
         }
         last = seq;
+    }
+    for image in snapshot.messages.iter().flat_map(super::image::referenced) {
+        if !snapshot.images.iter().any(|i| i.name == image.name) {
+            return Err(bad(format!("image {} is missing", image.name)));
+        }
+    }
+    for image in &snapshot.images {
+        if super::image::image_media_type(&image.name).is_none() {
+            return Err(bad(format!("{:?} is not an image name", image.name)));
+        }
     }
     let mut last = 0;
     for event in &snapshot.events {

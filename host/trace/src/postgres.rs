@@ -26,6 +26,7 @@
 
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
+use super::image::{ImageData, image_media_type, take_inline};
 use super::message::Message;
 use super::model::{Trace, TraceStatus, now_ms};
 use super::store::{TraceError, TraceFilter, TraceSnapshot, TraceStore, check_id};
@@ -115,6 +116,41 @@ impl PgTraceStore {
             .await
             .map_err(db)?;
         found.map(drop).ok_or_else(|| TraceError::NotFound(id.to_owned()))
+    }
+
+    /// Stores `images` of trace `id`, before the message naming them (as
+    /// the file store does). A name already there is overwritten: it can
+    /// only be left by a write whose message never made it.
+    async fn write_images<'e>(
+        executor: impl sqlx::PgExecutor<'e>,
+        id: &str,
+        images: &[ImageData],
+    ) -> Result<(), TraceError> {
+        if images.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = images.iter().map(|i| i.name.as_str()).collect();
+        let types: Vec<&str> =
+            images.iter().map(|i| image_media_type(&i.name).unwrap_or_default()).collect();
+        let data: Vec<&[u8]> = images.iter().map(|i| i.data.as_slice()).collect();
+        // Nothing is written for a trace that does not exist; the message
+        // write that follows reports it.
+        sqlx::query(
+            "INSERT INTO message_images (trace_id, name, media_type, data) \
+             SELECT t.id, i.name, i.media_type, i.data FROM traces t \
+             CROSS JOIN UNNEST($2::text[], $3::text[], $4::bytea[]) AS i (name, media_type, data) \
+             WHERE t.id = $1 \
+             ON CONFLICT (trace_id, name) DO UPDATE \
+             SET media_type = EXCLUDED.media_type, data = EXCLUDED.data",
+        )
+        .bind(id)
+        .bind(names)
+        .bind(types)
+        .bind(data)
+        .execute(executor)
+        .await
+        .map_err(db)?;
+        Ok(())
     }
 
     async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, TraceError> {
@@ -347,7 +383,9 @@ impl TraceStore for PgTraceStore {
     ) -> Result<Message, TraceError> {
         check_id(&trace.id)?;
         let check_parent = parent.is_some() && parent != trace.head_sequence;
-        let (message, after) = place(trace, message, parent);
+        let (mut message, after) = place(trace, message, parent);
+        let images = take_inline(&mut message);
+        Self::write_images(self.db.pool(), &trace.id, &images).await?;
         self.write_message(&message, &after, check_parent, None).await?;
         *trace = after;
         Ok(message)
@@ -361,7 +399,9 @@ impl TraceStore for PgTraceStore {
     ) -> Result<(Message, Event), TraceError> {
         check_id(&trace.id)?;
         let check_parent = parent.is_some() && parent != trace.head_sequence;
-        let (message, mut after) = place(trace, message, parent);
+        let (mut message, mut after) = place(trace, message, parent);
+        let images = take_inline(&mut message);
+        Self::write_images(self.db.pool(), &trace.id, &images).await?;
         let event = next_event(trace, EventKind::MessageAdded { message: message.clone() });
         self.write_message(&message, &after, check_parent, Some(&event)).await?;
         after.last_event_id = event.id;
@@ -496,6 +536,21 @@ impl TraceStore for PgTraceStore {
         parse_messages(id, bodies)
     }
 
+    async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        check_id(id)?;
+        let data: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT data FROM message_images WHERE trace_id = $1 AND name = $2")
+                .bind(id)
+                .bind(name)
+                .fetch_optional(self.db.pool())
+                .await
+                .map_err(db)?;
+        if data.is_none() {
+            self.require(id).await?;
+        }
+        Ok(data)
+    }
+
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         check_id(&trace.id)?;
         let event = next_event(trace, kind);
@@ -563,7 +618,7 @@ impl TraceStore for PgTraceStore {
 
     async fn import_trace(&self, snapshot: &TraceSnapshot) -> Result<(), TraceError> {
         let trace = &snapshot.trace;
-        check_id(&trace.id)?;
+        super::migrate::check_snapshot(snapshot)?;
         let rows = MessageRows::of(snapshot)?;
         let events = EventRows::of(snapshot)?;
         let mut tx = self.begin().await?;
@@ -594,6 +649,7 @@ impl TraceStore for PgTraceStore {
         .execute(&mut *tx)
         .await
         .map_err(db)?;
+        Self::write_images(&mut *tx, &trace.id, &snapshot.images).await?;
         tx.commit().await.map_err(db)?;
         Ok(())
     }

@@ -1,13 +1,19 @@
 //! Text renderings of a trace's message tree, for people.
 
-use super::{Message, MessageTree, Role};
+use super::{ContentPart, ImageRef, Message, MessageTree, Role};
 use reson_text::text::{Lines, escape_controls};
 use std::collections::{BTreeMap, HashSet};
 
 /// The message tree as text, one message a line, `*` marking the main path
 /// from the root to `head`: a chain continues at the same depth, and each
-/// branch point indents its children.
-pub fn render_tree(messages: &[Message], head: Option<u64>) -> String {
+/// branch point indents its children. Each image of a message gets a line
+/// of its own below it, saying where it is as `image` puts it (a file's
+/// path, say).
+pub fn render_tree(
+    messages: &[Message],
+    head: Option<u64>,
+    image: &dyn Fn(&ImageRef) -> String,
+) -> String {
     let tree = MessageTree::from_messages(messages);
     let main: HashSet<u64> =
         head.map(|h| tree.main_path(h).into_iter().collect()).unwrap_or_default();
@@ -29,6 +35,24 @@ pub fn render_tree(messages: &[Message], head: Option<u64>) -> String {
             line(m),
             indent = depth * 2
         ));
+        for part in &m.content {
+            let shown = match part {
+                ContentPart::Image(i) => format!(
+                    "{} ({}, {}x{}, {} bytes)",
+                    image(i),
+                    i.media_type,
+                    i.width,
+                    i.height,
+                    i.bytes
+                ),
+                ContentPart::ImageUrl { url } if url.starts_with("data:") => {
+                    format!("<inline in the message, {} bytes of data: URL>", url.len())
+                }
+                ContentPart::ImageUrl { url } => escape_controls(url, Lines::Escape).into_owned(),
+                ContentPart::Text { .. } => continue,
+            };
+            out.push_str(&format!("  {:indent$}   image: {shown}\n", "", indent = depth * 2));
+        }
         let kids = children.get(&Some(m.sequence)).map(Vec::as_slice).unwrap_or_default();
         let child_depth = if kids.len() > 1 { depth + 1 } else { depth };
         stack.extend(kids.iter().rev().map(|k| (*k, child_depth)));

@@ -2,6 +2,7 @@
 
 use super::event::{Event, EventKind};
 use super::goal::GoalTree;
+use super::image::{ImageData, referenced};
 use super::message::Message;
 use super::model::{Trace, TraceStatus};
 use async_trait::async_trait;
@@ -89,6 +90,9 @@ pub struct TraceSnapshot {
     pub events: Vec<Event>,
     /// The goal tree.
     pub goals: GoalTree,
+    /// The images kept beside the messages, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageData>,
 }
 
 /// Durable storage of traces, their messages, goals and events. Each trace
@@ -116,7 +120,10 @@ pub trait TraceStore: Send + Sync {
     /// continues the main path; an earlier sequence rewinds or forks). It
     /// gets the next sequence, its id, trace, parent and creation time, and
     /// becomes the head; the trace's totals grow by its usage, cost and
-    /// time. Returns the message as stored; from then on
+    /// time. Its inline images (`data:` URLs of valid PNG, JPEG, GIF or
+    /// WebP images) are kept beside it, written first, and the stored
+    /// message names them with [`ContentPart::Image`](super::ContentPart::Image).
+    /// Returns the message as stored; from then on
     /// [`get_trace`](Self::get_trace) reflects it, whatever happens to the
     /// process.
     ///
@@ -148,6 +155,11 @@ pub trait TraceStore: Send + Sync {
         id: &str,
         goal_id: &str,
     ) -> Result<Vec<Message>, TraceError>;
+
+    /// The bytes of image `name` of trace `id` (an
+    /// [`ImageRef::name`](super::ImageRef::name)), or `None` when the trace
+    /// has no such image.
+    async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError>;
 
     /// Appends an event with the next event id and the current time.
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError>;
@@ -195,10 +207,26 @@ pub trait TraceStore: Send + Sync {
     /// such trace.
     async fn export_trace(&self, id: &str) -> Result<Option<TraceSnapshot>, TraceError> {
         let Some(trace) = self.get_trace(id).await? else { return Ok(None) };
+        let messages = self.get_messages(id).await?;
+        let mut images = Vec::new();
+        for image in messages.iter().flat_map(referenced) {
+            // A rewritten message could name an image twice; keep one copy.
+            if images.iter().any(|i: &ImageData| i.name == image.name) {
+                continue;
+            }
+            let Some(data) = self.get_image(id, &image.name).await? else {
+                return Err(TraceError::Corrupt {
+                    path: PathBuf::from(id).join(&image.name),
+                    reason: "a message names this image, which is missing".into(),
+                });
+            };
+            images.push(ImageData { name: image.name.clone(), data });
+        }
         Ok(Some(TraceSnapshot {
-            messages: self.get_messages(id).await?,
+            messages,
             events: self.events_after(id, 0).await?,
             goals: self.get_goals(id).await?,
+            images,
             trace,
         }))
     }

@@ -62,6 +62,8 @@ conformance!(
     a_stale_update_is_reconciled_with_later_messages_and_events,
     what_the_store_keeps_passes_the_redaction_point,
     write_groups_store_their_event_with_them,
+    inline_images_are_kept_beside_their_message,
+    images_move_with_their_trace,
 );
 
 fn open(dir: &Path) -> FileTraceStore {
@@ -1030,4 +1032,140 @@ async fn a_second_host_reads_what_the_first_wrote_and_hears_its_events() {
     assert_eq!(second.get_trace("t1").await.unwrap().unwrap(), taken);
     assert_eq!(texts(&second.get_messages("t1").await.unwrap()), ["hello", "hi"]);
     assert_eq!(second.events_after("t1", 0).await.unwrap().len(), 3);
+}
+
+/// A message with two inline images (the 1x1 PNG and a 2x1 one), text
+/// around them, and an `https:` image, which stays a URL.
+fn with_images() -> (Message, Vec<u8>) {
+    use base64::Engine as _;
+    let wide = {
+        let mut png = crate::image::tests::PNG.to_vec();
+        // IHDR width 2 (its CRC is not checked by the header reader).
+        png[19] = 2;
+        png
+    };
+    let url = |data: &[u8]| ContentPart::ImageUrl {
+        url: format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(data)
+        ),
+    };
+    let mut message = Message::tool_result(&call("c1"), "two shots:");
+    message.content.push(url(crate::image::tests::PNG));
+    message.content.push(ContentPart::Text { text: "and".into() });
+    message.content.push(url(&wide));
+    message.content.push(ContentPart::ImageUrl { url: "https://example.com/a.png".into() });
+    (message, wide)
+}
+
+async fn inline_images_are_kept_beside_their_message(store: &dyn TraceStore) {
+    let png = crate::image::tests::PNG;
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "look"), None).await.unwrap();
+    let (message, wide) = with_images();
+    let (stored, event) = store.add_message_with_event(&mut trace, message, None).await.unwrap();
+    let image = |name: &str, width| {
+        ContentPart::Image(ImageRef {
+            media_type: "image/png".into(),
+            name: name.into(),
+            bytes: png.len() as u64,
+            width,
+            height: 1,
+        })
+    };
+    let expected = vec![
+        ContentPart::Text { text: "two shots:".into() },
+        image("000002-1.png", 1),
+        ContentPart::Text { text: "and".into() },
+        image("000002-2.png", 2),
+        ContentPart::ImageUrl { url: "https://example.com/a.png".into() },
+    ];
+    assert_eq!(stored.content, expected, "the caller gets the message as stored");
+    assert_eq!(store.get_message("t1", 2).await.unwrap().unwrap().content, expected);
+    let EventKind::MessageAdded { message } = event.kind else { panic!("{event:?}") };
+    assert_eq!(message.content, expected, "the event carries names, not bytes");
+    assert_eq!(store.get_image("t1", "000002-1.png").await.unwrap().as_deref(), Some(png));
+    assert_eq!(store.get_image("t1", "000002-2.png").await.unwrap(), Some(wide));
+    assert_eq!(store.get_image("t1", "000002-3.png").await.unwrap(), None);
+    assert_eq!(store.get_image("t1", "000002.json").await.unwrap(), None);
+    assert!(matches!(store.get_image("nope", "000002-1.png").await, Err(TraceError::NotFound(_))));
+    // A message of an older trace, image inline in its JSON, reads as it was.
+    let mut old = Message::new(Role::User, "");
+    old.content.push(ContentPart::ImageUrl { url: "data:image/png;base64,bm90IGEgcG5n".into() });
+    let kept = store.add_message(&mut trace, old.clone(), None).await.unwrap();
+    assert_eq!(kept.content, old.content, "not a valid image: kept as it came");
+}
+
+async fn images_move_with_their_trace(store: &dyn TraceStore) {
+    let mut trace = new_trace(store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "look"), None).await.unwrap();
+    store.add_message(&mut trace, with_images().0, None).await.unwrap();
+    let snapshot = store.export_trace("t1").await.unwrap().unwrap();
+    let names: Vec<&str> = snapshot.images.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["000002-1.png", "000002-2.png"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let targets: Vec<Box<dyn TraceStore>> =
+        vec![Box::new(MemoryTraceStore::new()), Box::new(open(dir.path()))];
+    for target in &targets {
+        let done = copy_traces(store, &**target).await.unwrap();
+        assert_eq!(done.copied, ["t1"]);
+        assert_eq!(target.export_trace("t1").await.unwrap().unwrap(), snapshot);
+        let bytes = target.get_image("t1", "000002-1.png").await.unwrap();
+        assert_eq!(bytes.as_deref(), Some(crate::image::tests::PNG));
+    }
+    assert!(dir.path().join("t1/messages/000002-2.png").is_file());
+
+    // And into the store under test, from a snapshot of another store.
+    let mut copy = targets[0].export_trace("t1").await.unwrap().unwrap();
+    copy.trace.id = "t3".into();
+    for m in &mut copy.messages {
+        m.trace_id = "t3".into();
+    }
+    store.import_trace(&copy).await.unwrap();
+    assert_eq!(store.export_trace("t3").await.unwrap().unwrap(), copy);
+    let bytes = store.get_image("t3", "000002-2.png").await.unwrap();
+    assert_eq!(bytes, Some(with_images().1));
+
+    // A snapshot that names an image it lacks is refused whole.
+    let mut bad = snapshot.clone();
+    bad.trace.id = "t2".into();
+    for m in &mut bad.messages {
+        m.trace_id = "t2".into();
+    }
+    bad.images.pop();
+    let err = store.import_trace(&bad).await.unwrap_err();
+    assert!(err.to_string().contains("image 000002-2.png is missing"), "{err}");
+    assert_eq!(store.get_trace("t2").await.unwrap(), None);
+}
+
+/// On disk an image is a file beside its message, written before it: an
+/// image whose message never made it is ignored.
+#[tokio::test]
+async fn images_are_files_beside_their_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "look"), None).await.unwrap();
+    let (message, wide) = with_images();
+    store.add_message(&mut trace, message, None).await.unwrap();
+    let messages = dir.path().join("t1/messages");
+    assert_eq!(fs::read(messages.join("000002-1.png")).unwrap(), crate::image::tests::PNG);
+    assert_eq!(fs::read(messages.join("000002-2.png")).unwrap(), wide);
+    let json = fs::read_to_string(messages.join("000002.json")).unwrap();
+    assert!(json.contains("\"name\": \"000002-1.png\""), "{json}");
+    assert!(!json.contains("base64"), "no bytes in the JSON: {json}");
+
+    // A crash after an image, before its message: the image is a leftover.
+    fs::write(messages.join("000003.png"), crate::image::tests::PNG).unwrap();
+    let reopened = open(dir.path());
+    let trace = reopened.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!(trace.last_sequence, 2);
+    assert_eq!(reopened.get_messages("t1").await.unwrap().len(), 2);
+    // ... overwritten by the message that takes the sequence.
+    let mut trace = trace;
+    let mut one = Message::tool_result(&call("c2"), "");
+    one.content = with_images().0.content[..2].to_vec();
+    let stored = reopened.add_message(&mut trace, one, None).await.unwrap();
+    assert!(matches!(&stored.content[1], ContentPart::Image(i) if i.name == "000003.png"));
 }

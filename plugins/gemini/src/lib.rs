@@ -18,7 +18,9 @@
 //! and tool messages `user` turns, assistant messages `model` turns, and
 //! consecutive messages of one role share a turn, as Gemini wants the roles
 //! to alternate. Tool calls are `functionCall` parts and tool results
-//! `functionResponse` parts naming their function. Gemini issues no call
+//! `functionResponse` parts naming their function; a result's images go
+//! inside its `functionResponse` for Gemini 3 models and after it, in the
+//! same turn, for earlier ones. Gemini issues no call
 //! ids, so each answer's calls get `call_0`, `call_1`, ... Thought
 //! signatures, which Gemini 3 requires back with the calls they came with,
 //! are kept in the message's provider data. Thought summaries (asked for

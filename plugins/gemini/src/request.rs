@@ -51,7 +51,8 @@ pub fn url(base_url: &str, model: &str, stream: bool) -> Result<String, Provider
 
 /// The JSON body of a `generateContent` call.
 pub fn body(request: &ChatRequest) -> Result<Value, ProviderError> {
-    let (system, contents) = contents(&request.messages)?;
+    let model = request.params.model.strip_prefix("models/").unwrap_or(&request.params.model);
+    let (system, contents) = contents(&request.messages, nests_images(model))?;
     if contents.is_empty() {
         return Err(ProviderError::BadRequest(
             "nothing to send: the request has no user, assistant or tool message with content"
@@ -81,7 +82,7 @@ pub fn body(request: &ChatRequest) -> Result<Value, ProviderError> {
 /// The system instruction's parts and the conversation's turns. Gemini
 /// wants the roles to alternate, so messages that map to the same role
 /// (consecutive tool results, a user message after them) share one turn.
-fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderError> {
+fn contents(messages: &[Message], nested: bool) -> Result<(Vec<Value>, Vec<Value>), ProviderError> {
     let mut system = Vec::new();
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
@@ -93,7 +94,7 @@ fn contents(messages: &[Message]) -> Result<(Vec<Value>, Vec<Value>), ProviderEr
             }
             Role::User => ("user", user_parts(message)?),
             Role::Assistant => ("model", model_parts(message)),
-            Role::Tool => ("user", tool_parts(message, &messages[..i])?),
+            Role::Tool => ("user", tool_parts(message, &messages[..i], nested)?),
         };
         // Gemini refuses a turn without parts.
         if parts.is_empty() {
@@ -159,10 +160,23 @@ fn arguments(text: &str) -> Value {
     }
 }
 
-/// A tool result as a `functionResponse` part, plus its images, which a
-/// function response cannot hold, as parts of the same turn. Gemini has no
-/// call ids: a response names its function.
-fn tool_parts(message: &Message, earlier: &[Message]) -> Result<Vec<Value>, ProviderError> {
+/// Whether `model` takes a tool result's images inside its
+/// `functionResponse` (`parts`, each named by a `displayName` the response
+/// refers to with `{"$ref": name}`): the Gemini 3 models do ("multimodal
+/// function responses"); earlier ones take only the images as parts of the
+/// same turn, after the response.
+fn nests_images(model: &str) -> bool {
+    model.starts_with("gemini-3")
+}
+
+/// A tool result as a `functionResponse` part, with its images: inside it
+/// when `nested` (see [`nests_images`]), else after it in the same turn.
+/// Gemini has no call ids: a response names its function.
+fn tool_parts(
+    message: &Message,
+    earlier: &[Message],
+    nested: bool,
+) -> Result<Vec<Value>, ProviderError> {
     let name = message
         .name
         .clone()
@@ -182,13 +196,32 @@ fn tool_parts(message: &Message, earlier: &[Message]) -> Result<Vec<Value>, Prov
             ContentPart::Image(_) => None,
         })
         .collect();
-    let mut parts =
-        vec![json!({"functionResponse": {"name": name, "response": {"content": text}}})];
+    let mut response = json!({"name": name, "response": {"content": text}});
+    let mut after = Vec::new();
+    let mut nested_parts = Vec::new();
     for part in &message.content {
-        if let ContentPart::Image(source) = part {
-            parts.push(image_part(source)?);
+        let ContentPart::Image(source) = part else { continue };
+        let mut image = image_part(source)?;
+        // Only inline bytes nest: a function response's `fileData` is not
+        // served by the Gemini API.
+        match image.get_mut("inlineData") {
+            Some(inline) if nested => {
+                // Unique in the request: the earlier messages' count.
+                let display = format!("{name}-{}-{}.img", earlier.len(), nested_parts.len() + 1);
+                inline["displayName"] = json!(display);
+                nested_parts.push(image);
+            }
+            _ => after.push(image),
         }
     }
+    if !nested_parts.is_empty() {
+        let refs: Vec<Value> =
+            nested_parts.iter().map(|p| json!({"$ref": p["inlineData"]["displayName"]})).collect();
+        response["response"]["images"] = Value::Array(refs);
+        response["parts"] = Value::Array(nested_parts);
+    }
+    let mut parts = vec![json!({ "functionResponse": response })];
+    parts.extend(after);
     Ok(parts)
 }
 
@@ -518,12 +551,8 @@ mod tests {
         result
             .content
             .push(ContentPart::Image(ImageSource::Url("data:image/png;base64,iVBO".into())));
-        let body = body(&request(vec![
-            user,
-            assistant_calling("", &[("call_0", "screenshot", "{}")]),
-            result,
-        ]))
-        .unwrap();
+        let sent = vec![user, assistant_calling("", &[("call_0", "screenshot", "{}")]), result];
+        let body = body(&request(sent.clone())).unwrap();
         assert_eq!(
             body["contents"][0]["parts"],
             json!([
@@ -541,6 +570,19 @@ mod tests {
                 {"functionResponse": {"name": "screenshot", "response": {"content": "taken"}}},
                 {"inlineData": {"mimeType": "image/png", "data": "iVBO"}}
             ])
+        );
+        // Gemini 3 takes inline images inside the function response.
+        let mut gemini3 = request(sent.clone());
+        gemini3.params.model = "models/gemini-3-pro-preview".into();
+        let nested = super::body(&gemini3).unwrap();
+        assert_eq!(
+            nested["contents"][2]["parts"],
+            json!([{"functionResponse": {
+                "name": "screenshot",
+                "response": {"content": "taken", "images": [{"$ref": "screenshot-2-1.img"}]},
+                "parts": [{"inlineData": {"mimeType": "image/png", "data": "iVBO",
+                                          "displayName": "screenshot-2-1.img"}}]
+            }}])
         );
         for bad in ["ftp://x/y.png", "data:image/png,rawbytes", "file:///etc/passwd"] {
             let mut user = message(Role::User, "");

@@ -48,6 +48,13 @@ fn message(m: &Message) -> wit::Message {
                 ContentPart::ImageUrl { url } => {
                     wit::ContentPart::Image(wit::ImageSource::Url(url.clone()))
                 }
+                // The runner loads stored images before it calls a
+                // provider; a caller that did not gets a note, not a
+                // failed call.
+                ContentPart::Image(image) => wit::ContentPart::Text(format!(
+                    "[image {} ({}, {} bytes) not loaded]",
+                    image.name, image.media_type, image.bytes
+                )),
             })
             .collect(),
         tool_calls: m

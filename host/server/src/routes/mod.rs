@@ -43,6 +43,7 @@ pub(crate) fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(traces::running))
         .routes(routes!(traces::get))
         .routes(routes!(traces::messages))
+        .routes(routes!(traces::image))
         .routes(routes!(runs::run))
         .routes(routes!(runs::stop))
         .routes(routes!(runs::reflect))

@@ -1,5 +1,5 @@
 //! Reading traces: the list, the running ones, one with its goal tree and
-//! sub-traces, and its messages.
+//! sub-traces, its messages, and the images kept beside them.
 
 use crate::auth::{Caller, load};
 use crate::error::{ApiError, ErrorBody};
@@ -179,6 +179,33 @@ pub(crate) async fn messages(
         (MessagesMode::MainPath, None) => Vec::new(),
     };
     Ok(Json(Messages { messages, head_sequence: trace.head_sequence }))
+}
+
+/// The bytes of an image kept beside a message of the trace (a
+/// message's `{"type": "image", "name": ...}` part), with its image type.
+/// Only PNG, JPEG, GIF and WebP are served, never sniffed: any other name
+/// is no image of the trace.
+#[utoipa::path(get, path = "/api/traces/{id}/images/{name}",
+    params(("id" = String, Path, description = "Trace id"),
+           ("name" = String, Path, description = "The image's name, as its message gives it")),
+    responses((status = 200, description = "The image", content_type = "image/png"),
+              (status = 404, body = ErrorBody)))]
+pub(crate) async fn image(
+    State(state): State<AppState>,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::http::header;
+    use axum::response::IntoResponse as _;
+    let missing = || ApiError::NotFound(format!("trace {id} has no image {name:?}"));
+    let media_type = reson_trace::image_media_type(&name).ok_or_else(missing)?;
+    let data = state.store.get_image(&id, &name).await?.ok_or_else(missing)?;
+    let headers = [
+        (header::CONTENT_TYPE, media_type),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        // Never rewritten: a name is given once and its image stays.
+        (header::CACHE_CONTROL, "private, max-age=86400, immutable"),
+    ];
+    Ok((headers, data).into_response())
 }
 
 #[cfg(test)]

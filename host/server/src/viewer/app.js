@@ -155,8 +155,40 @@
 
   function textOf(message) {
     return (message.content || [])
-      .map((part) => (part.type === 'text' ? part.text : `[image: ${part.url}]`))
+      .map((part) => {
+        if (part.type === 'text') return part.text;
+        if (part.type === 'image') return `[image: ${part.name}]`;
+        return `[image: ${part.url}]`;
+      })
       .join('');
+  }
+
+  // blob: URLs of the images shown, by trace and name: each is fetched once.
+  const imageUrls = new Map();
+
+  /** An image kept beside message `m`. An <img> cannot send the token, so
+   * the bytes are fetched with it and shown from a blob: URL. */
+  function imageOf(m, part) {
+    const img = el('img', {
+      class: 'msg-image',
+      alt: `image ${part.name} (${part.width}×${part.height}, ${part.bytes} bytes)`,
+    });
+    const key = `${m.trace_id}/${part.name}`;
+    if (!imageUrls.has(key)) {
+      const url = fetchImage(`/api/traces/${enc(m.trace_id)}/images/${enc(part.name)}`);
+      url.catch(() => imageUrls.delete(key));
+      imageUrls.set(key, url);
+    }
+    imageUrls.get(key).then((url) => { img.src = url; }, (e) => { img.alt += `: ${e.message}`; });
+    return el('figure', { class: 'msg-figure' }, img, el('figcaption', { text: part.name }));
+  }
+
+  async function fetchImage(path) {
+    const headers = {};
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { headers });
+    if (!response.ok) throw new Error(`not loaded (HTTP ${response.status})`);
+    return URL.createObjectURL(await response.blob());
   }
 
   function prettyJson(text) {
@@ -403,6 +435,9 @@
       node.append(disclosure(v, `t${m.sequence}`, `result of ${m.name || 'a tool'}${call}`, el('pre', { text })));
     } else if (text) {
       node.append(el('div', { class: 'text', text }));
+    }
+    for (const part of m.content || []) {
+      if (part.type === 'image') node.append(imageOf(m, part));
     }
     for (const call of m.tool_calls || []) {
       node.append(disclosure(v, `c${m.sequence}:${call.id}`, `tool call: ${call.name} (${call.id})`,

@@ -72,7 +72,7 @@ fn content_security_policy(host: Option<&str>) -> String {
         .map(|h| format!(" ws://{h} wss://{h}"))
         .unwrap_or_default();
     format!(
-        "default-src 'self'; connect-src 'self'{sockets}; img-src 'self'; object-src 'none'; \
+        "default-src 'self'; connect-src 'self'{sockets}; img-src 'self' blob:; object-src 'none'; \
          base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     )
 }

@@ -26,7 +26,7 @@ mod tokens;
 pub use tokens::{TokenCounter, context_window};
 
 pub use crate::config::CompactionConfig;
-use reson_trace::{GoalStatus, GoalTree, Message, Role};
+use reson_trace::{ContentPart, GoalStatus, GoalTree, Message, Role};
 
 impl CompactionConfig {
     /// The token budget of a request to `model`.
@@ -198,6 +198,18 @@ fn line(m: &Message) -> String {
         let end = (0..=MAX).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
         text.truncate(end);
         text.push_str(" […]");
+    }
+    // The summary call gets text only: each image becomes a note saying
+    // what was there.
+    for part in &m.content {
+        match part {
+            ContentPart::Image(image) => text.push_str(&format!(
+                " [image removed by compaction: {}, {} bytes]",
+                image.name, image.bytes
+            )),
+            ContentPart::ImageUrl { .. } => text.push_str(" [image removed by compaction]"),
+            ContentPart::Text { .. } => {}
+        }
     }
     let calls: Vec<String> =
         m.tool_calls.iter().map(|c| format!(" → {}({})", c.name, c.arguments)).collect();
@@ -372,6 +384,29 @@ mod tests {
             text.contains("- m1") && text.contains("- m9") && !text.contains("did things"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_transcript_notes_each_image_it_leaves_out() {
+        let mut shot = msg(3, Role::Tool, "g1", &[], None);
+        shot.name = Some("browser_screenshot".into());
+        shot.content.push(ContentPart::Image(reson_trace::ImageRef {
+            media_type: "image/png".into(),
+            name: "000003.png".into(),
+            bytes: 1234,
+            width: 10,
+            height: 10,
+        }));
+        shot.content.push(ContentPart::ImageUrl { url: "data:image/png;base64,iVBO".into() });
+        let text = transcript(&[shot], &tree(), &TokenCounter::estimate(), 1_000);
+        assert!(
+            text.ends_with(
+                "[tool browser_screenshot] m3 [image removed by compaction: 000003.png, 1234 \
+                 bytes] [image removed by compaction]"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("iVBO"), "{text}");
     }
 
     #[test]

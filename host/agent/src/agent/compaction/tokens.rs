@@ -67,7 +67,7 @@ impl TokenCounter {
         for part in &message.content {
             n += match part {
                 ContentPart::Text { text } => self.count(text),
-                ContentPart::ImageUrl { .. } => PER_IMAGE,
+                ContentPart::ImageUrl { .. } | ContentPart::Image(_) => PER_IMAGE,
             };
         }
         for call in &message.tool_calls {
@@ -124,6 +124,23 @@ mod tests {
         assert_eq!(estimate.count("hello world"), 3);
         let message = Message::new(reson_trace::Role::User, "hello world");
         assert_eq!(exact.message(&message), 6);
+    }
+
+    #[test]
+    fn each_image_counts_the_same_stored_or_inline() {
+        use reson_trace::{ContentPart, ImageRef, Role};
+        let counter = TokenCounter::estimate();
+        let text = Message::new(Role::Tool, "shot");
+        let mut shots = text.clone();
+        shots.content.push(ContentPart::ImageUrl { url: "data:image/png;base64,iVBO".into() });
+        shots.content.push(ContentPart::Image(ImageRef {
+            media_type: "image/png".into(),
+            name: "000003-2.png".into(),
+            bytes: 5_000_000,
+            width: 4000,
+            height: 3000,
+        }));
+        assert_eq!(counter.message(&shots), counter.message(&text) + 2 * PER_IMAGE);
     }
 
     #[test]

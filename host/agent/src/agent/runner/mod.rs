@@ -98,7 +98,13 @@ pub struct RunConfig {
     pub skills: Option<Vec<String>>,
     /// When and how the history is compacted.
     pub compaction: CompactionConfig,
+    /// The largest image a tool result may carry to the model, in bytes
+    /// (5 MiB by default, what Anthropic takes per image); a larger one is
+    /// left out and the model told why.
+    pub max_image_bytes: u64,
 }
+
+const DEFAULT_MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
 
 impl Default for RunConfig {
     fn default() -> Self {
@@ -121,6 +127,7 @@ impl Default for RunConfig {
             budget: Budget::default(),
             skills: None,
             compaction: CompactionConfig::default(),
+            max_image_bytes: DEFAULT_MAX_IMAGE_BYTES,
         }
     }
 }
@@ -586,6 +593,9 @@ struct Run {
     depth: u32,
     /// Compaction's state in this run.
     compaction: compact::State,
+    /// The images of the path as `data:` URLs, by name: read from the store
+    /// once per run, not once per model call.
+    images: HashMap<String, String>,
 }
 
 impl Run {

@@ -6,7 +6,7 @@ use crate::agent::error::AgentError;
 use crate::agent::hooks::HookPoint;
 use crate::agent::runner::{AgentEvent, Run};
 use crate::provider::{self, ChatRequest, ChatResponse, Delta};
-use reson_trace::{Message, Role, Trace};
+use reson_trace::{ContentPart, Message, Role, Trace};
 
 impl Run {
     /// Every `goal_reminder_every` iterations, appends the goal tree (and
@@ -57,9 +57,10 @@ impl Run {
         iteration: u32,
     ) -> Result<Option<(ChatResponse, u32)>, AgentError> {
         let tools = self.inner.offered_tools();
-        let Some(messages) = self.compacted_history(iteration, &tools).await? else {
+        let Some(mut messages) = self.compacted_history(iteration, &tools).await? else {
             return Ok(None);
         };
+        self.load_images(&mut messages).await?;
         let request = ChatRequest { messages, tools, params: self.config.params.clone() };
         let provider = self.inner.provider.clone();
         let cancel = self.cancel.clone();
@@ -132,6 +133,32 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// Turns each image stored beside a message into the `data:` URL the
+    /// providers take. An image missing from the store becomes a note:
+    /// the model hears that something was there, and the run goes on.
+    async fn load_images(&mut self, messages: &mut [Message]) -> Result<(), AgentError> {
+        use base64::Engine as _;
+        for part in messages.iter_mut().flat_map(|m| m.content.iter_mut()) {
+            let ContentPart::Image(image) = part else { continue };
+            if !self.images.contains_key(&image.name) {
+                let Some(data) = self.inner.store.get_image(&self.trace.id, &image.name).await?
+                else {
+                    tracing::warn!("trace {}: image {} is missing", self.trace.id, image.name);
+                    *part = ContentPart::Text {
+                        text: format!("[image {} is missing from the trace]", image.name),
+                    };
+                    continue;
+                };
+                let data = base64::engine::general_purpose::STANDARD.encode(data);
+                let url = format!("data:{};base64,{data}", image.media_type);
+                self.images.insert(image.name.clone(), url);
+            }
+            let url = self.images[&image.name].clone();
+            *part = ContentPart::ImageUrl { url };
+        }
+        Ok(())
     }
 
     /// Counts requests that produced no answer in the trace's totals.

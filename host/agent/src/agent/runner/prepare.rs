@@ -109,6 +109,7 @@ impl Run {
             active: Arc::default(),
             depth,
             compaction: compact::State::default(),
+            images: HashMap::new(),
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });

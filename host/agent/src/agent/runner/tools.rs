@@ -10,7 +10,7 @@ use crate::agent::runner::{AgentEvent, Run, RunConfig, Runner};
 use crate::policy::Meter;
 use crate::tools::{Dispatch, OnOffer, ToolContext, ToolResult, unknown_tool};
 use futures::stream::{FuturesUnordered, StreamExt};
-use reson_trace::{ContentPart, EventKind, GoalTree, Message, ToolCall, Trace};
+use reson_trace::{ContentPart, EventKind, GoalTree, Message, ToolCall, Trace, check_image};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
@@ -317,12 +317,24 @@ impl Run {
         message.include_output_only_once = result.include_output_only_once;
         message.goal_id = goal_id;
         message.goals = goals;
-        for image in &result.images {
-            use base64::Engine as _;
-            let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
-            message.content.push(ContentPart::ImageUrl {
-                url: format!("data:{};base64,{data}", image.media_type),
-            });
+        // A bad image is left out and the model told why, in its place:
+        // the result's text and its other images still go through.
+        for (n, image) in result.images.iter().enumerate() {
+            match check_image(&image.media_type, &image.data, self.config.max_image_bytes) {
+                Ok(_) => {
+                    use base64::Engine as _;
+                    let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+                    message.content.push(ContentPart::ImageUrl {
+                        url: format!("data:{};base64,{data}", image.media_type),
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("tool {}: image {} left out: {e}", call.name, n + 1);
+                    message.content.push(ContentPart::Text {
+                        text: format!("\n[image {} of this result left out: {e}]", n + 1),
+                    });
+                }
+            }
         }
         message.duration_ms = took.as_millis() as u64;
         self.persist(message).await?;

@@ -1,0 +1,251 @@
+//! Images kept beside the messages that carry them (`messages/000003.png`
+//! in the file store), so that a message's JSON, its `message_added` event
+//! and every listing of the trace stay small.
+//!
+//! A writer hands a store images inline, as `data:` URLs in
+//! [`ContentPart::ImageUrl`]; [`TraceStore::add_message`](super::TraceStore::add_message)
+//! keeps the bytes of each PNG, JPEG, GIF or WebP one beside the message
+//! and stores the message with a [`ContentPart::Image`] naming it. Readers
+//! get the bytes back with [`TraceStore::get_image`](super::TraceStore::get_image).
+//! Older traces, whose messages hold the `data:` URLs themselves, read as
+//! they always did.
+
+use super::message::{ContentPart, Message};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+/// The media types kept and passed on as images, with the file extension
+/// each is stored under.
+const TYPES: [(&str, &str); 4] =
+    [("image/png", "png"), ("image/jpeg", "jpg"), ("image/gif", "gif"), ("image/webp", "webp")];
+
+/// An image stored beside its message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub media_type: String,
+    /// Its name in the trace: `{sequence:06}.{ext}`, or
+    /// `{sequence:06}-{n}.{ext}` (from 1) when the message has several.
+    pub name: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+}
+
+/// An image's bytes, as a [`TraceSnapshot`](super::TraceSnapshot) carries them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageData {
+    /// The name of [`ImageRef::name`].
+    pub name: String,
+    /// The encoded image.
+    pub data: Vec<u8>,
+}
+
+/// Why bytes are not an image the host passes on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageError {
+    /// Not one of the four image types.
+    #[error(
+        "{0:?} is not an image type the host passes on (image/png, image/jpeg, image/gif or image/webp)"
+    )]
+    UnsupportedType(String),
+    /// Over the size limit.
+    #[error("the image is {bytes} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The bytes are not an image of the type they claim.
+    #[error("the bytes are not a valid {media_type} image ({reason})")]
+    Corrupt {
+        /// The type claimed.
+        media_type: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Checks that `data` is a `media_type` image of at most `limit` bytes
+/// whose header can be read, and returns its width and height.
+pub fn check_image(media_type: &str, data: &[u8], limit: u64) -> Result<(u32, u32), ImageError> {
+    let Some(ext) = extension(media_type) else {
+        return Err(ImageError::UnsupportedType(media_type.to_owned()));
+    };
+    if data.len() as u64 > limit {
+        return Err(ImageError::TooLarge { bytes: data.len() as u64, limit });
+    }
+    let corrupt =
+        |reason: String| ImageError::Corrupt { media_type: media_type.to_owned(), reason };
+    let found = imagesize::image_type(data).map_err(|e| corrupt(e.to_string()))?;
+    let matches = matches!(
+        (ext, found),
+        ("png", imagesize::ImageType::Png)
+            | ("jpg", imagesize::ImageType::Jpeg)
+            | ("gif", imagesize::ImageType::Gif)
+            | ("webp", imagesize::ImageType::Webp)
+    );
+    if !matches {
+        return Err(corrupt(format!("the data is {found:?}")));
+    }
+    let size = imagesize::blob_size(data).map_err(|e| corrupt(e.to_string()))?;
+    let dimension = |n: usize| u32::try_from(n).ok().filter(|&n| n > 0);
+    match (dimension(size.width), dimension(size.height)) {
+        (Some(width), Some(height)) => Ok((width, height)),
+        _ => Err(corrupt(format!("its header says {}x{} pixels", size.width, size.height))),
+    }
+}
+
+/// The media type of a stored image's `name`, when it is a name the
+/// stores give images; anything else names no image.
+pub fn image_media_type(name: &str) -> Option<&'static str> {
+    let (stem, ext) = name.split_once('.')?;
+    let (sequence, n) = stem.split_once('-').unwrap_or((stem, "1"));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+    if !(sequence.len() >= 6 && digits(sequence) && digits(n)) {
+        return None;
+    }
+    TYPES.iter().find(|(_, e)| *e == ext).map(|(t, _)| *t)
+}
+
+fn extension(media_type: &str) -> Option<&'static str> {
+    TYPES.iter().find(|(t, _)| t.eq_ignore_ascii_case(media_type)).map(|(_, e)| *e)
+}
+
+/// The images a message refers to, by name.
+pub(crate) fn referenced(message: &Message) -> impl Iterator<Item = &ImageRef> {
+    message.content.iter().filter_map(|part| match part {
+        ContentPart::Image(image) => Some(image),
+        _ => None,
+    })
+}
+
+/// Takes the inline images out of `message` (sequence already assigned):
+/// each `data:` URL of a valid image becomes a [`ContentPart::Image`], and
+/// its bytes are returned to be stored under that name, in order. Anything
+/// else (an `https:` URL, a `data:` URL that is not a valid image) stays as
+/// it is.
+pub(crate) fn take_inline(message: &mut Message) -> Vec<ImageData> {
+    let decoded: Vec<Option<Inline>> = message.content.iter().map(inline_image).collect();
+    let count = decoded.iter().flatten().count();
+    let mut taken = Vec::with_capacity(count);
+    for (part, decoded) in message.content.iter_mut().zip(decoded) {
+        let Some((media_type, data, (width, height))) = decoded else { continue };
+        let ext = extension(&media_type).unwrap_or("png");
+        let name = if count == 1 {
+            format!("{:06}.{ext}", message.sequence)
+        } else {
+            format!("{:06}-{}.{ext}", message.sequence, taken.len() + 1)
+        };
+        *part = ContentPart::Image(ImageRef {
+            media_type,
+            name: name.clone(),
+            bytes: data.len() as u64,
+            width,
+            height,
+        });
+        taken.push(ImageData { name, data });
+    }
+    taken
+}
+
+/// An inline image's media type (lower case), bytes, width and height.
+type Inline = (String, Vec<u8>, (u32, u32));
+
+/// The image of a `data:` URL part holding a valid one.
+fn inline_image(part: &ContentPart) -> Option<Inline> {
+    let ContentPart::ImageUrl { url } = part else { return None };
+    let rest = url.get(..5).filter(|s| s.eq_ignore_ascii_case("data:")).map(|_| &url[5..])?;
+    let (meta, data) = rest.split_once(',')?;
+    let media_type = meta.strip_suffix(";base64")?.to_ascii_lowercase();
+    let data = BASE64.decode(data).ok()?;
+    let size = check_image(&media_type, &data, u64::MAX).ok()?;
+    Some((media_type, data, size))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::message::Role;
+
+    /// A 1x1 PNG.
+    pub(crate) const PNG: &[u8] = &[
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
+        0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f,
+        0x15, 0xc4, 0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8,
+        0xcf, 0xc0, 0xf0, 0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00,
+        0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+    ];
+
+    fn data_url(media_type: &str, data: &[u8]) -> ContentPart {
+        ContentPart::ImageUrl { url: format!("data:{media_type};base64,{}", BASE64.encode(data)) }
+    }
+
+    #[test]
+    fn images_are_checked_for_type_size_and_header() {
+        assert_eq!(check_image("image/png", PNG, 1024), Ok((1, 1)));
+        assert!(matches!(
+            check_image("image/svg+xml", b"<svg/>", 1024),
+            Err(ImageError::UnsupportedType(t)) if t == "image/svg+xml"
+        ));
+        assert_eq!(
+            check_image("image/png", PNG, 10),
+            Err(ImageError::TooLarge { bytes: PNG.len() as u64, limit: 10 })
+        );
+        let err = check_image("image/png", b"not a png at all", 1024).unwrap_err();
+        assert!(err.to_string().starts_with("the bytes are not a valid image/png image"), "{err}");
+        let err = check_image("image/jpeg", PNG, 1024).unwrap_err();
+        assert!(err.to_string().contains("the data is Png"), "{err}");
+    }
+
+    #[test]
+    fn inline_images_are_taken_out_and_named_by_sequence() {
+        let mut message = Message::new(Role::Tool, "two shots");
+        message.sequence = 3;
+        message.content.push(data_url("image/png", PNG));
+        message.content.push(ContentPart::ImageUrl { url: "https://example.com/a.png".into() });
+        message.content.push(data_url("image/png", b"garbage"));
+        message.content.push(data_url("IMAGE/PNG", PNG));
+        let taken = take_inline(&mut message);
+        assert_eq!(
+            taken.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
+            ["000003-1.png", "000003-2.png"]
+        );
+        assert!(taken.iter().all(|i| i.data == PNG));
+        assert_eq!(
+            message.content[1],
+            ContentPart::Image(ImageRef {
+                media_type: "image/png".into(),
+                name: "000003-1.png".into(),
+                bytes: PNG.len() as u64,
+                width: 1,
+                height: 1,
+            })
+        );
+        assert!(
+            matches!(&message.content[2], ContentPart::ImageUrl { url } if url.starts_with("https:"))
+        );
+        assert!(matches!(&message.content[3], ContentPart::ImageUrl { .. }), "invalid: kept");
+        assert!(matches!(&message.content[4], ContentPart::Image(i) if i.name == "000003-2.png"));
+
+        let mut one = Message::new(Role::Tool, "");
+        one.sequence = 12;
+        one.content.push(data_url("image/png", PNG));
+        assert_eq!(take_inline(&mut one)[0].name, "000012.png");
+    }
+
+    #[test]
+    fn only_names_the_stores_give_are_images() {
+        assert_eq!(image_media_type("000003.png"), Some("image/png"));
+        assert_eq!(image_media_type("000003-2.webp"), Some("image/webp"));
+        assert_eq!(image_media_type("1234567-10.jpg"), Some("image/jpeg"));
+        for bad in ["000003.json", "../000003.png", "3.png", "000003-.png", "000003.png.txt", "x"] {
+            assert_eq!(image_media_type(bad), None, "{bad}");
+        }
+    }
+}
