@@ -273,9 +273,12 @@ async fn tool_result_images_reach_the_provider_as_image_parts() {
     let requests = s.provider.requests();
     let tool = requests[1].messages.iter().find(|m| m.role == Role::Tool).unwrap();
     assert_eq!(tool.content.len(), 2, "{:?}", tool.content);
+    use base64::Engine as _;
+    let red = std::fs::read(support::root().join("tests/guests/picture/src/red.png")).unwrap();
+    let data = base64::engine::general_purpose::STANDARD.encode(red);
     assert_eq!(
         tool.content[1],
-        reson::trace::ContentPart::ImageUrl { url: "data:image/png;base64,iVBORw0KGgo=".into() }
+        reson::trace::ContentPart::ImageUrl { url: format!("data:image/png;base64,{data}") }
     );
 }
 

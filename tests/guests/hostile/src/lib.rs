@@ -151,8 +151,8 @@ fn remember(args: RememberArgs, _: &Context) -> Result<Output, ToolError> {
         out = out.with_memory(memory);
     }
     if args.image {
-        // The 8-byte PNG signature is enough to stand for an image here.
-        out = out.with_image("image/png", b"\x89PNG\r\n\x1a\n".to_vec());
+        // A real PNG (2x2, red): the host passes on only images it can read.
+        out = out.with_image("image/png", include_bytes!("../../picture/src/red.png").to_vec());
     }
     Ok(if args.once { out.once() } else { out })
 }

@@ -27,7 +27,8 @@ fn picture(args: PictureArgs, _ctx: &Context) -> Result<Output, ToolError> {
             "red" => output.with_image("image/png", RED.to_vec()),
             "blue" => output.with_image("image/png", BLUE.to_vec()),
             "noise" => output.with_image("image/png", NOISE.to_vec()),
-            "svg" => output.with_image("image/svg+xml", b"<svg xmlns='http://www.w3.org/2000/svg'/>".to_vec()),
+            "svg" => output
+                .with_image("image/svg+xml", b"<svg xmlns='http://www.w3.org/2000/svg'/>".to_vec()),
             "corrupt" => output.with_image("image/png", b"this is not a png at all".to_vec()),
             other => return Err(ToolError::invalid(format!("no image called {other:?}"))),
         };
