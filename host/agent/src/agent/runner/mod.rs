@@ -96,6 +96,8 @@ pub struct RunConfig {
     pub skills: Option<Vec<String>>,
     /// When and how the history is compacted.
     pub compaction: CompactionConfig,
+    /// The user the run belongs to; sub-agents inherit it.
+    pub uid: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -118,6 +120,7 @@ impl Default for RunConfig {
             budget: Budget::default(),
             skills: None,
             compaction: CompactionConfig::default(),
+            uid: None,
         }
     }
 }
@@ -586,6 +589,14 @@ struct Run {
 }
 
 impl Run {
+    /// Who the run is to the knowledge store.
+    fn access(&self) -> Arc<crate::knowledge::Access> {
+        Arc::new(crate::knowledge::Access {
+            uid: self.config.uid.clone(),
+            agent_type: Some(self.trace.agent_type.clone()),
+        })
+    }
+
     fn emit(&self, event: AgentEvent) {
         // A caller that stopped listening does not stop the run.
         let _ = self.events.send(event);

@@ -142,6 +142,7 @@ impl Run {
             depth: self.depth,
         });
         let (trace_id, cancel) = (&self.trace.id, &self.cancel);
+        let access = self.access();
         let mut running: FuturesUnordered<_> = concurrent
             .iter()
             .map(|&i| {
@@ -152,6 +153,7 @@ impl Run {
                     ..ToolContext::default()
                 };
                 context.extensions.insert(caller.clone());
+                context.extensions.insert(access.clone());
                 let on_offer = &on_offer;
                 async move {
                     let started = Instant::now();
@@ -187,6 +189,7 @@ impl Run {
         call: &ToolCall,
     ) -> Result<CallOutcome, AgentError> {
         let started = Instant::now();
+        let access = self.access();
         let result = {
             let mut context = ToolContext {
                 call_id: call.id.clone(),
@@ -195,6 +198,7 @@ impl Run {
                 goals: Some(&mut self.goals),
                 ..ToolContext::default()
             };
+            context.extensions.insert(access);
             on_offer.call(call, &mut context).await
         };
         if result.ok {
