@@ -9,7 +9,8 @@
 //! `AsRef`, and never sees the others.
 
 pub use reson_agent::config::{
-    AgentConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig, SkillsConfig, SubAgentsConfig,
+    AgentConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig, SkillsConfig,
+    SubAgentsConfig,
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{

@@ -126,7 +126,9 @@ impl Server {
         };
         let knowledge: Arc<dyn reson_agent::knowledge::KnowledgeStore> = match &config.database {
             Some(db) => Arc::new(reson_agent::knowledge::PgKnowledgeStore::new(db.clone())),
-            None => Arc::new(reson_agent::knowledge::FileKnowledgeStore::from_config(&config.agent)),
+            None => {
+                Arc::new(reson_agent::knowledge::FileKnowledgeStore::from_config(&config.agent))
+            }
         };
         let tools = ToolRegistry::configured(&runtime, &config.agent, experiences)
             .map_err(|e| ApiError::Config(e.to_string()))?

@@ -108,7 +108,10 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             match draft {
                 Ok(draft) => store.save(draft).await.map(|entry| {
                     if *json {
-                        say!("{}", serde_json::to_string_pretty(&entry).expect("an entry serialises"));
+                        say!(
+                            "{}",
+                            serde_json::to_string_pretty(&entry).expect("an entry serialises")
+                        );
                     } else {
                         say!("saved {}", line(&entry));
                     }
@@ -141,10 +144,9 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 }
             })
         }
-        Command::Remove { id, user } => store
-            .remove(id, &visible(user))
-            .await
-            .map(|entry| say!("removed {}", line(&entry))),
+        Command::Remove { id, user } => {
+            store.remove(id, &visible(user)).await.map(|entry| say!("removed {}", line(&entry)))
+        }
     };
     match done {
         Ok(()) => Ok(ExitCode::SUCCESS),

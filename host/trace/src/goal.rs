@@ -502,11 +502,13 @@ mod tests {
 
     #[test]
     fn attached_knowledge_shows_under_open_goals_and_old_trees_load() {
-        let old = r#"{"goals":[{"id":"g1","description":"ship","status":"in_progress"}],"current":"g1"}"#;
+        let old =
+            r#"{"goals":[{"id":"g1","description":"ship","status":"in_progress"}],"current":"g1"}"#;
         let mut tree: GoalTree = serde_json::from_str(old).unwrap();
         assert!(tree.get("g1").unwrap().knowledge.is_empty());
         assert!(!serde_json::to_string(&tree).unwrap().contains("knowledge"), "omitted when empty");
-        let note = GoalKnowledge { id: "kn_1".into(), title: "Release".into(), snippet: "tag it".into() };
+        let note =
+            GoalKnowledge { id: "kn_1".into(), title: "Release".into(), snippet: "tag it".into() };
         tree.attach_knowledge("g1", vec![note.clone()]).unwrap();
         assert_eq!(tree.render(), "[>] g1 ship (current)\n    knowledge [kn_1] Release: tag it\n");
         let back: GoalTree = serde_json::from_str(&serde_json::to_string(&tree).unwrap()).unwrap();

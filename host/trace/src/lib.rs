@@ -124,7 +124,9 @@ mod usage;
 
 pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};
-pub use goal::{AgentMode, Goal, GoalError, GoalKind, GoalKnowledge, GoalStats, GoalStatus, GoalTree};
+pub use goal::{
+    AgentMode, Goal, GoalError, GoalKind, GoalKnowledge, GoalStats, GoalStatus, GoalTree,
+};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, INTERRUPTED, Message, Role, ToolCall, Usage};
 pub use migrate::{Migration, copy_traces};

@@ -203,10 +203,8 @@ impl Opened {
     /// The stored entry `id`, as of the last reload.
     fn lookup(&self, id: &str) -> Result<Option<Entry>, String> {
         let searcher = self.reader.searcher();
-        let query = TermQuery::new(
-            Term::from_field_text(self.fields.id, id),
-            IndexRecordOption::Basic,
-        );
+        let query =
+            TermQuery::new(Term::from_field_text(self.fields.id, id), IndexRecordOption::Basic);
         let found = searcher
             .search(&query, &TopDocs::with_limit(1).order_by_score())
             .map_err(|e| e.to_string())?;
@@ -274,10 +272,8 @@ impl Opened {
 impl KnowledgeStore for FileKnowledgeStore {
     async fn save_all(&self, drafts: Vec<Draft>) -> Result<Vec<Entry>, KnowledgeError> {
         let now = super::now();
-        let mut entries = drafts
-            .into_iter()
-            .map(|d| d.into_entry(&now))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut entries =
+            drafts.into_iter().map(|d| d.into_entry(&now)).collect::<Result<Vec<_>, _>>()?;
         if let Some(twice) =
             entries.iter().enumerate().find(|(i, e)| entries[..*i].iter().any(|o| o.id == e.id))
         {
@@ -355,7 +351,8 @@ impl KnowledgeStore for FileKnowledgeStore {
                 opened.reader.reload().map_err(|e| store.error(e))?;
                 let searcher = opened.reader.searcher();
                 let query = opened.scoped(Box::new(AllQuery), &visible);
-                let found = searcher.search(&query, &DocSetCollector).map_err(|e| store.error(e))?;
+                let found =
+                    searcher.search(&query, &DocSetCollector).map_err(|e| store.error(e))?;
                 let mut entries = found
                     .into_iter()
                     .map(|address| {
@@ -390,7 +387,8 @@ impl KnowledgeStore for FileKnowledgeStore {
                 let f = opened.fields;
                 let mut words: Vec<(Occur, Box<dyn Query>)> = Vec::new();
                 for term in &terms {
-                    for (field, boost) in [(f.title, TITLE_BOOST), (f.tags, TAGS_BOOST), (f.content, 1.0)]
+                    for (field, boost) in
+                        [(f.title, TITLE_BOOST), (f.tags, TAGS_BOOST), (f.content, 1.0)]
                     {
                         let q = TermQuery::new(
                             Term::from_field_text(field, term),

@@ -294,7 +294,11 @@ impl Draft {
             }
         }
         if tags.len() > MAX_TAGS {
-            return Err(KnowledgeError::TooLarge { field: "tags", len: tags.len(), limit: MAX_TAGS });
+            return Err(KnowledgeError::TooLarge {
+                field: "tags",
+                len: tags.len(),
+                limit: MAX_TAGS,
+            });
         }
         let id = match self.id {
             Some(id) => {
@@ -517,7 +521,11 @@ mod tests {
 
     #[test]
     fn a_snippet_shows_the_matching_part() {
-        let content = format!("{} The deployment uses blue-green switching. {}", "x ".repeat(200), "y ".repeat(200));
+        let content = format!(
+            "{} The deployment uses blue-green switching. {}",
+            "x ".repeat(200),
+            "y ".repeat(200)
+        );
         let s = snippet(&content, "how to DEPLOY");
         assert!(s.starts_with('…') && s.ends_with('…'), "{s}");
         assert!(s.contains("deployment uses blue-green"), "{s}");

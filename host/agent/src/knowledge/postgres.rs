@@ -68,10 +68,8 @@ fn from_row(row: &PgRow) -> Result<Entry, KnowledgeError> {
 impl KnowledgeStore for PgKnowledgeStore {
     async fn save_all(&self, drafts: Vec<Draft>) -> Result<Vec<Entry>, KnowledgeError> {
         let now = super::now();
-        let mut entries = drafts
-            .into_iter()
-            .map(|d| d.into_entry(&now))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut entries =
+            drafts.into_iter().map(|d| d.into_entry(&now)).collect::<Result<Vec<_>, _>>()?;
         if let Some(twice) =
             entries.iter().enumerate().find(|(i, e)| entries[..*i].iter().any(|o| o.id == e.id))
         {
@@ -80,7 +78,8 @@ impl KnowledgeStore for PgKnowledgeStore {
         let mut tx = self.db.pool().begin().await.map_err(query_failed)?;
         for chunk in entries.chunks_mut(BATCH_ROWS) {
             let column = |f: fn(&Entry) -> String| chunk.iter().map(f).collect::<Vec<_>>();
-            let optional = |f: fn(&Entry) -> Option<String>| chunk.iter().map(f).collect::<Vec<_>>();
+            let optional =
+                |f: fn(&Entry) -> Option<String>| chunk.iter().map(f).collect::<Vec<_>>();
             let kept: Vec<(String, String)> = sqlx::query_as(
                 "INSERT INTO knowledge AS k \
                  (id, scope, title, content, tags, created_at, updated_at, source_trace_id, \

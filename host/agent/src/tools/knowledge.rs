@@ -80,8 +80,11 @@ pub fn render_hits(hits: &[Hit]) -> String {
         if hits.len() == 1 { "y" } else { "ies" }
     );
     for h in hits {
-        let tags =
-            if h.entry.tags.is_empty() { String::new() } else { format!(" [{}]", h.entry.tags.join(", ")) };
+        let tags = if h.entry.tags.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", h.entry.tags.join(", "))
+        };
         out.push_str(&format!(
             "- {} ({}){tags}: {}\n  {}\n",
             h.entry.id, h.entry.scope, h.entry.title, h.snippet
@@ -90,7 +93,12 @@ pub fn render_hits(hits: &[Hit]) -> String {
     out
 }
 
-async fn save(knowledge: &Knowledge, access: &Access, call: &ToolCall, context: &ToolContext<'_>) -> Result<String, String> {
+async fn save(
+    knowledge: &Knowledge,
+    access: &Access,
+    call: &ToolCall,
+    context: &ToolContext<'_>,
+) -> Result<String, String> {
     let args: SaveArgs = serde_json::from_str(&call.arguments)
         .map_err(|e| format!("Error: invalid {SAVE} arguments: {e}"))?;
     let draft = Draft {

@@ -104,7 +104,11 @@ pub(crate) async fn search(
             .await
             .map_err(knowledge_error)?
             .into_iter()
-            .map(|h| KnowledgeItem { entry: h.entry, score: Some(h.score), snippet: Some(h.snippet) })
+            .map(|h| KnowledgeItem {
+                entry: h.entry,
+                score: Some(h.score),
+                snippet: Some(h.snippet),
+            })
             .collect(),
         None => state
             .knowledge

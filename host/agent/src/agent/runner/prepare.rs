@@ -139,7 +139,8 @@ impl Run {
             run.goals =
                 goal::initial(&run.trace.task).map_err(|e| AgentError::Other(e.to_string()))?;
             if let Some(knowledge) = run.inner.tools.knowledge().cloned()
-                && let Some(root) = run.goals.current().map(|g| (g.id.clone(), g.description.clone()))
+                && let Some(root) =
+                    run.goals.current().map(|g| (g.id.clone(), g.description.clone()))
             {
                 let found = knowledge.for_goal(&run.access(), &root.1).await;
                 // The root was just added, so it is there.
