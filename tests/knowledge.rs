@@ -198,6 +198,10 @@ async fn conformance(store: &dyn KnowledgeStore) {
         Draft::new(Scope::Global, "Empty", " ", &[]),
     ];
     assert!(store.save_all(batch).await.is_err());
+    let twice =
+        Draft { id: Some("kn_twice".into()), ..Draft::new(Scope::Global, "Twice", "x", &[]) };
+    let err = store.save_all(vec![twice.clone(), twice]).await.unwrap_err();
+    assert!(err.to_string().contains("id kn_twice is given twice"), "{err}");
     assert_eq!(store.list(&Visible::All).await.unwrap().len(), 5, "a refused batch wrote nothing");
 
     // Remove: only within the caller's scopes; once.

@@ -271,14 +271,7 @@ impl Opened {
 #[async_trait]
 impl KnowledgeStore for FileKnowledgeStore {
     async fn save_all(&self, drafts: Vec<Draft>) -> Result<Vec<Entry>, KnowledgeError> {
-        let now = super::now();
-        let mut entries =
-            drafts.into_iter().map(|d| d.into_entry(&now)).collect::<Result<Vec<_>, _>>()?;
-        if let Some(twice) =
-            entries.iter().enumerate().find(|(i, e)| entries[..*i].iter().any(|o| o.id == e.id))
-        {
-            return Err(KnowledgeError::Invalid(format!("id {} is given twice", twice.1.id)));
-        }
+        let mut entries = super::entries(drafts)?;
         self.with(
             true,
             || Err(KnowledgeError::Invalid("no index to save into".into())),

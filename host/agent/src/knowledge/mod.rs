@@ -327,6 +327,18 @@ impl Draft {
     }
 }
 
+/// The entries a batch of drafts makes, all stamped now; refused whole
+/// when one draft is bad or an id is given twice.
+fn entries(drafts: Vec<Draft>) -> Result<Vec<Entry>, KnowledgeError> {
+    let now = now();
+    let entries = drafts.into_iter().map(|d| d.into_entry(&now)).collect::<Result<Vec<_>, _>>()?;
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = entries.iter().find(|e| !seen.insert(e.id.as_str())) {
+        return Err(KnowledgeError::Invalid(format!("id {} is given twice", twice.id)));
+    }
+    Ok(entries)
+}
+
 /// A fresh entry id.
 fn new_id() -> String {
     format!("kn_{:016x}", fastrand::u64(..))

@@ -67,14 +67,7 @@ fn from_row(row: &PgRow) -> Result<Entry, KnowledgeError> {
 #[async_trait]
 impl KnowledgeStore for PgKnowledgeStore {
     async fn save_all(&self, drafts: Vec<Draft>) -> Result<Vec<Entry>, KnowledgeError> {
-        let now = super::now();
-        let mut entries =
-            drafts.into_iter().map(|d| d.into_entry(&now)).collect::<Result<Vec<_>, _>>()?;
-        if let Some(twice) =
-            entries.iter().enumerate().find(|(i, e)| entries[..*i].iter().any(|o| o.id == e.id))
-        {
-            return Err(KnowledgeError::Invalid(format!("id {} is given twice", twice.1.id)));
-        }
+        let mut entries = super::entries(drafts)?;
         let mut tx = self.db.pool().begin().await.map_err(query_failed)?;
         for chunk in entries.chunks_mut(BATCH_ROWS) {
             let column = |f: fn(&Entry) -> String| chunk.iter().map(f).collect::<Vec<_>>();
