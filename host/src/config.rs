@@ -1,7 +1,7 @@
 //! The user's `reson.toml`, composed from the sections each crate owns:
 //! the sandbox's ([`PluginsConfig`]: plugins, grants, secrets), the trace
 //! stores' ([`TraceConfig`]), the agent's ([`AgentConfig`]: permissions,
-//! presets, budgets, sub-agents, skills, experiences, compaction), MCP's
+//! presets, budgets, sub-agents, skills, experiences, knowledge, compaction), MCP's
 //! ([`McpConfig`]) and the server's ([`ServerSettings`]).
 //!
 //! The file is read once, whole, so an unknown key anywhere is refused
@@ -9,7 +9,8 @@
 //! `AsRef`, and never sees the others.
 
 pub use reson_agent::config::{
-    AgentConfig, ExperiencesConfig, PermissionsConfig, SkillsConfig, SubAgentsConfig,
+    AgentConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig, SkillsConfig,
+    SubAgentsConfig,
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{
@@ -94,6 +95,8 @@ struct Document {
     skills: SkillsConfig,
     #[serde(default)]
     experiences: ExperiencesConfig,
+    #[serde(default)]
+    knowledge: KnowledgeConfig,
     #[serde(default)]
     compaction: CompactionConfig,
     #[serde(default)]
@@ -184,6 +187,7 @@ impl From<Document> for Config {
                 sub_agents: d.sub_agents,
                 skills: d.skills,
                 experiences: d.experiences,
+                knowledge: d.knowledge,
                 compaction: d.compaction,
                 base_dir: PathBuf::new(),
                 search_path,
@@ -213,6 +217,7 @@ impl Serialize for Config {
             server: c.server,
             skills: c.agent.skills,
             experiences: c.agent.experiences,
+            knowledge: c.agent.knowledge,
             compaction: c.agent.compaction,
             mcp: c.mcp.servers,
         }

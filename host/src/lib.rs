@@ -34,7 +34,7 @@
 //! | `reson-text` | the redaction point, safe text | [`redact`], [`text`] |
 //! | `reson-sandbox` | untrusted components under grants | [`contract`], [`plugin`], [`capability`], [`jail`] |
 //! | `reson-trace` | traces and their stores, PostgreSQL | [`trace`], [`database`] |
-//! | `reson-agent` | the agent loop and its tools | [`agent`], [`tools`], [`provider`], [`policy`], [`skills`], [`experience`], [`store`] |
+//! | `reson-agent` | the agent loop and its tools | [`agent`], [`tools`], [`provider`], [`policy`], [`skills`], [`experience`], [`knowledge`], [`store`] |
 //! | `reson-mcp` | MCP both ways | [`mcp`] |
 //! | `reson-origin-guard` | what browser-facing servers refuse | [`origin_guard`] |
 //! | `reson-server` | `reson serve`'s HTTP API | [`api`] |
@@ -50,7 +50,7 @@
 
 pub mod config;
 
-pub use reson_agent::{agent, experience, policy, provider, skills, store, tools};
+pub use reson_agent::{agent, experience, knowledge, policy, provider, skills, store, tools};
 pub use reson_mcp as mcp;
 pub use reson_origin_guard as origin_guard;
 pub use reson_sandbox::{capability, contract, jail, plugin};

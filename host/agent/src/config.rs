@@ -1,6 +1,6 @@
 //! The sections of `reson.toml` the agent reads: `[permissions]`,
 //! `[presets.NAME]`, `[budget]`, `[sub_agents]`, `[skills]`,
-//! `[experiences]` and `[compaction]`.
+//! `[experiences]`, `[knowledge]` and `[compaction]`.
 
 use crate::policy::{Budget, Decision, Preset, Rule, RuleError, RuleSet, SearchPath};
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,8 @@ pub struct AgentConfig {
     pub skills: SkillsConfig,
     /// The experiences file and how runs use it.
     pub experiences: ExperiencesConfig,
+    /// The knowledge index and how runs use it.
+    pub knowledge: KnowledgeConfig,
     /// When and how a run's history is compacted.
     pub compaction: CompactionConfig,
     /// The directory relative paths resolve against.
@@ -146,6 +148,26 @@ impl Default for ExperiencesConfig {
             utility_provider: None,
             utility_model: None,
         }
+    }
+}
+
+/// `[knowledge]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KnowledgeConfig {
+    /// Offer the `knowledge_save` and `knowledge_search` tools and attach
+    /// knowledge to new goals.
+    pub enabled: bool,
+    /// The index directory of the file store, relative to the config file
+    /// (with `[store] kind = "postgres"` the database holds knowledge).
+    pub path: PathBuf,
+    /// Most entries attached to a new goal (0: none).
+    pub attach: usize,
+}
+
+impl Default for KnowledgeConfig {
+    fn default() -> Self {
+        Self { enabled: true, path: PathBuf::from(".reson/knowledge"), attach: 3 }
     }
 }
 

@@ -5,7 +5,7 @@
 //! ([`tools`]: one [`tools::ToolSource`] interface for plugin tools, MCP
 //! tools and the built-ins), a trace store, and runs the loop model →
 //! tools → trace, with permissions and budgets ([`policy`]), sub-agents,
-//! compaction, [`skills`], [`experience`]s, sessions and tasks.
+//! compaction, [`skills`], [`experience`]s, [`knowledge`], sessions and tasks.
 //!
 //! It depends on `reson-sandbox`, `reson-trace` and `reson-text` only. It
 //! must never know about HTTP servers, MCP or the command line: those
@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod config;
 pub mod experience;
+pub mod knowledge;
 pub mod policy;
 pub mod provider;
 pub mod skills;

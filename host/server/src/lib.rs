@@ -126,8 +126,15 @@ impl Server {
                 Arc::new(reson_agent::experience::FileExperienceStore::from_config(&config.agent))
             }
         };
+        let knowledge: Arc<dyn reson_agent::knowledge::KnowledgeStore> = match &config.database {
+            Some(db) => Arc::new(reson_agent::knowledge::PgKnowledgeStore::new(db.clone())),
+            None => {
+                Arc::new(reson_agent::knowledge::FileKnowledgeStore::from_config(&config.agent))
+            }
+        };
         let tools = ToolRegistry::configured(&runtime, &config.agent, experiences)
-            .map_err(|e| ApiError::Config(e.to_string()))?;
+            .map_err(|e| ApiError::Config(e.to_string()))?
+            .with_configured_knowledge(knowledge.clone(), &config.agent);
         let tools = reson_mcp::client::with_configured(
             tools,
             &config.mcp,
@@ -144,6 +151,7 @@ impl Server {
         let state = AppState {
             runtime,
             tools,
+            knowledge,
             sub_agents,
             store: Arc::new(events::NotifyingStore::new(store, channels.clone(), runs.clone())),
             approvals: PendingApprovals::new(config.approval_timeout),

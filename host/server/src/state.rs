@@ -18,6 +18,8 @@ pub(crate) struct AppState {
     /// The tools every run is offered: plugins, MCP servers, skills,
     /// experiences (set up once, from the config).
     pub(crate) tools: reson_agent::tools::ToolRegistry,
+    /// Where knowledge lives (the API's `/api/knowledge` routes).
+    pub(crate) knowledge: Arc<dyn reson_agent::knowledge::KnowledgeStore>,
     /// Limits of the sub-agents runs start.
     pub(crate) sub_agents: reson_agent::agent::SubAgentSettings,
     /// The store, waking watchers on each event.

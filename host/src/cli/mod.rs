@@ -2,6 +2,7 @@
 //! codes here, at the edge.
 
 mod author;
+mod knowledge;
 mod learn;
 mod mcp;
 mod plugins;
@@ -70,6 +71,9 @@ enum Command {
     /// Lessons learnt from past runs (experiences.md, or the database).
     #[command(subcommand)]
     Experiences(learn::ExperiencesCommand),
+    /// Notes runs save and search (`knowledge_save`, `knowledge_search`).
+    #[command(subcommand)]
+    Knowledge(knowledge::Command),
     /// Serve Reson's tools over MCP, or list the MCP servers Reson uses.
     #[command(subcommand)]
     Mcp(mcp::Command),
@@ -147,6 +151,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Skills(cmd) => learn::skills_command(&config(cli)?, cmd),
         Command::Experiences(cmd) => learn::experiences_command(&config(cli)?, cmd).await,
+        Command::Knowledge(cmd) => knowledge::run(&config(cli)?, cmd).await,
         Command::Mcp(cmd) => mcp::run(&open(cli, |_, _| Ok(())).await?, cmd).await,
         Command::Users(cmd) => users::run(&config(cli)?, cmd),
     }

@@ -250,7 +250,8 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
     let tools =
-        reson::tools::ToolRegistry::configured(runtime, config, stores.experiences.clone())?;
+        reson::tools::ToolRegistry::configured(runtime, config, stores.experiences.clone())?
+            .with_configured_knowledge(stores.knowledge.clone(), config);
     let tools = reson::mcp::client::with_configured(
         tools,
         &runtime.config.mcp,

@@ -96,6 +96,18 @@ impl fmt::Display for GoalStatus {
     }
 }
 
+/// A stored knowledge entry found for a goal when it was added, shown
+/// under the goal while it is open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoalKnowledge {
+    /// The entry's id.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// The part of its content that matched.
+    pub snippet: String,
+}
+
 /// One goal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Goal {
@@ -131,6 +143,9 @@ pub struct Goal {
     /// [`GoalTree::record`].
     #[serde(default)]
     pub cumulative_stats: GoalStats,
+    /// Stored knowledge that matched it when it was added, best first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub knowledge: Vec<GoalKnowledge>,
 }
 
 /// Why a goal operation was refused. The messages go back to the model, so
@@ -305,6 +320,17 @@ impl GoalTree {
         tree
     }
 
+    /// Attaches `knowledge` to `goal_id`, replacing what it had.
+    pub fn attach_knowledge(
+        &mut self,
+        goal_id: &str,
+        knowledge: Vec<GoalKnowledge>,
+    ) -> Result<(), GoalError> {
+        let at = self.index(goal_id)?;
+        self.goals[at].knowledge = knowledge;
+        Ok(())
+    }
+
     /// `goal_id`'s stats together with those of all its descendants.
     pub fn cumulative(&self, goal_id: &str) -> Result<GoalStats, GoalError> {
         Ok(self.goals[self.index(goal_id)?].cumulative_stats)
@@ -312,7 +338,9 @@ impl GoalTree {
 
     /// The tree as indented text, one goal a line: `[x]` completed, `[>]` in
     /// progress, `[ ]` pending, `[-]` abandoned; the current goal is marked
-    /// `(current)`, summaries and reasons follow a dash.
+    /// `(current)`, summaries and reasons follow a dash. Under an open goal,
+    /// one line per knowledge entry attached to it, labelled as stored
+    /// knowledge.
     pub fn render(&self) -> String {
         if self.goals.is_empty() {
             return "(no goals)\n".to_owned();
@@ -357,6 +385,19 @@ impl GoalTree {
             _ => {}
         }
         out.push('\n');
+        if goal.status.is_open() {
+            for k in &goal.knowledge {
+                let _ = writeln!(
+                    out,
+                    "{:indent$}knowledge [{}] {}: {}",
+                    "",
+                    k.id,
+                    k.title,
+                    k.snippet,
+                    indent = depth * 2 + 4
+                );
+            }
+        }
         // Each goal has one parent, so descending from the top level visits
         // every goal at most once even if the file holds a cycle.
         for (i, child) in self.goals.iter().enumerate() {
@@ -412,6 +453,7 @@ impl GoalTree {
             abandon_reason: None,
             self_stats: GoalStats::default(),
             cumulative_stats: GoalStats::default(),
+            knowledge: Vec::new(),
         };
         self.goals.insert(at, goal);
         Ok(id)
@@ -457,6 +499,24 @@ impl GoalTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attached_knowledge_shows_under_open_goals_and_old_trees_load() {
+        let old =
+            r#"{"goals":[{"id":"g1","description":"ship","status":"in_progress"}],"current":"g1"}"#;
+        let mut tree: GoalTree = serde_json::from_str(old).unwrap();
+        assert!(tree.get("g1").unwrap().knowledge.is_empty());
+        assert!(!serde_json::to_string(&tree).unwrap().contains("knowledge"), "omitted when empty");
+        let note =
+            GoalKnowledge { id: "kn_1".into(), title: "Release".into(), snippet: "tag it".into() };
+        tree.attach_knowledge("g1", vec![note.clone()]).unwrap();
+        assert_eq!(tree.render(), "[>] g1 ship (current)\n    knowledge [kn_1] Release: tag it\n");
+        let back: GoalTree = serde_json::from_str(&serde_json::to_string(&tree).unwrap()).unwrap();
+        assert_eq!(back.get("g1").unwrap().knowledge, [note]);
+        assert_eq!(tree.attach_knowledge("g9", Vec::new()), Err(GoalError::Unknown("g9".into())));
+        tree.done("shipped").unwrap();
+        assert_eq!(tree.render(), "[x] g1 ship — shipped\n", "a closed goal no longer needs it");
+    }
 
     fn stats(messages: u64, prompt: u64, cost: f64) -> GoalStats {
         GoalStats {

@@ -130,7 +130,9 @@ mod usage;
 
 pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};
-pub use goal::{AgentMode, Goal, GoalError, GoalKind, GoalStats, GoalStatus, GoalTree};
+pub use goal::{
+    AgentMode, Goal, GoalError, GoalKind, GoalKnowledge, GoalStats, GoalStatus, GoalTree,
+};
 pub use image::{ImageData, ImageError, ImageRef, check_image, image_media_type};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, INTERRUPTED, Message, Role, ToolCall, Usage};

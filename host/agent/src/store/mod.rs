@@ -1,9 +1,10 @@
 //! The stores a host works with, opened as `[store]` says: traces (and
-//! experiences) in files on this machine, the embedded default, or in a
+//! experiences and knowledge) in files on this machine, the embedded default, or in a
 //! PostgreSQL database that several hosts share.
 
 use crate::config::AgentConfig;
 use crate::experience::{ExperienceStore, FileExperienceStore, PgExperienceStore};
+use crate::knowledge::{FileKnowledgeStore, KnowledgeStore, PgKnowledgeStore};
 use reson_sandbox::config::PluginsConfig;
 use reson_trace::config::{StoreKind, TraceConfig};
 use reson_trace::database::{Database, DatabaseError, DatabaseOptions};
@@ -31,6 +32,9 @@ pub struct Stores {
     pub traces: Arc<dyn TraceStore>,
     /// Where experiences live: `[experiences] path`, or the database.
     pub experiences: Arc<dyn ExperienceStore>,
+    /// Where knowledge lives: the index at `[knowledge] path`, or the
+    /// database.
+    pub knowledge: Arc<dyn KnowledgeStore>,
     /// The database, when `[store] kind = "postgres"`: the server's leases
     /// and notifications between hosts use it too.
     pub database: Option<Database>,
@@ -51,6 +55,9 @@ impl Stores {
                     experiences: Arc::new(FileExperienceStore::from_config(
                         AsRef::<AgentConfig>::as_ref(config),
                     )),
+                    knowledge: Arc::new(FileKnowledgeStore::from_config(
+                        AsRef::<AgentConfig>::as_ref(config),
+                    )),
                     database: None,
                 })
             }
@@ -62,6 +69,7 @@ impl Stores {
                 Ok(Self {
                     traces: Arc::new(traces),
                     experiences: Arc::new(PgExperienceStore::new(database.clone())),
+                    knowledge: Arc::new(PgKnowledgeStore::new(database.clone())),
                     database: Some(database),
                 })
             }

@@ -2,6 +2,7 @@
 //! tree kept in the trace. It runs in the host, in call order, on the
 //! run's own tree.
 
+use crate::knowledge::{Access, Knowledge};
 use crate::tools::{Dispatch, ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
@@ -110,7 +111,10 @@ pub fn apply(tree: &mut GoalTree, arguments: &str) -> Result<String, String> {
 }
 
 /// The `goal` tool as a source: it needs the run's goal tree in hand.
-pub(crate) struct GoalTool;
+/// With knowledge, each goal it adds gets the best matching entries.
+pub(crate) struct GoalTool {
+    pub(crate) knowledge: Option<std::sync::Arc<Knowledge>>,
+}
 
 #[async_trait]
 impl ToolSource for GoalTool {
@@ -122,7 +126,34 @@ impl ToolSource for GoalTool {
         let Some(goals) = context.goals.as_deref_mut() else {
             return ToolResult::error(format!("Error: `{NAME}` works only inside a run"));
         };
-        apply(goals, &call.arguments).map_or_else(ToolResult::error, ToolResult::text)
+        let before: Vec<String> = goals.goals().iter().map(|g| g.id.clone()).collect();
+        let applied = match apply(goals, &call.arguments) {
+            Ok(text) => text,
+            Err(e) => return ToolResult::error(e),
+        };
+        let Some(knowledge) = &self.knowledge else {
+            return ToolResult::text(applied);
+        };
+        let added: Vec<(String, String)> = goals
+            .goals()
+            .iter()
+            .filter(|g| !before.contains(&g.id))
+            .map(|g| (g.id.clone(), g.description.clone()))
+            .collect();
+        if added.is_empty() {
+            return ToolResult::text(applied);
+        }
+        let access = context.extensions.get::<Access>().map(|a| (*a).clone()).unwrap_or_default();
+        for (id, description) in added {
+            let found = knowledge.for_goal(&access, &description).await;
+            if !found.is_empty() {
+                // The goal was just added, so it is there.
+                let _ = goals.attach_knowledge(&id, found);
+            }
+        }
+        // The same first line, then the tree with the knowledge attached.
+        let first = applied.lines().next().unwrap_or_default();
+        ToolResult::text(format!("{first}\n{}", goals.render()))
     }
 
     fn dispatch(&self) -> Dispatch {

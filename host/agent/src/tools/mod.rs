@@ -1,6 +1,7 @@
 //! One registry for every tool a model can call, whatever its source: the
 //! host's built-ins (`goal`; `skill` with skills, `get_experience` with
-//! experiences; `agent` and `evaluate` when the runner has sub-agents),
+//! experiences, `knowledge_save` and `knowledge_search` with knowledge;
+//! `agent` and `evaluate` when the runner has sub-agents),
 //! plugin tools served by the plugin runtime, and any other
 //! [`ToolSource`] (the tools of MCP servers, `SERVER__tool`).
 
@@ -8,6 +9,7 @@ pub mod agent;
 pub mod evaluate;
 pub mod experience;
 pub mod goal;
+pub mod knowledge;
 mod plugin;
 pub mod skill;
 mod source;
@@ -15,6 +17,7 @@ mod source;
 pub use source::{Dispatch, Extensions, ToolContext, ToolSource};
 
 use crate::experience::Experiences;
+use crate::knowledge::Knowledge;
 use crate::skills::Skills;
 use reson_sandbox::plugin::{CallContext, Image, RESERVED_TOOL_NAMES, Runtime, ToolSpec};
 use reson_trace::ToolCall;
@@ -60,7 +63,9 @@ pub struct ToolRegistry {
     allow: Option<Vec<String>>,
     skills: Option<Arc<Skills>>,
     experiences: Option<Arc<Experiences>>,
-    /// Built-ins after `goal`, `skill` and `get_experience`.
+    knowledge: Option<Arc<Knowledge>>,
+    /// Built-ins after `goal`, `skill`, `get_experience` and the knowledge
+    /// tools.
     builtins: Vec<Arc<dyn ToolSource>>,
     /// The plugin runtime's tools, then the sources added after, in order.
     sources: Vec<Arc<dyn ToolSource>>,
@@ -132,6 +137,32 @@ impl ToolRegistry {
         self
     }
 
+    /// Offers `knowledge`: the `knowledge_save` and `knowledge_search`
+    /// tools, and new goals get the best matching entries.
+    pub fn with_knowledge(mut self, knowledge: Arc<Knowledge>) -> Self {
+        self.knowledge = Some(knowledge);
+        self
+    }
+
+    /// Offers the knowledge in `store` as `[knowledge]` says (nothing when
+    /// it is disabled).
+    pub fn with_configured_knowledge(
+        self,
+        store: Arc<dyn crate::knowledge::KnowledgeStore>,
+        config: &impl AsRef<crate::config::AgentConfig>,
+    ) -> Self {
+        let config = &config.as_ref().knowledge;
+        if !config.enabled {
+            return self;
+        }
+        self.with_knowledge(Arc::new(Knowledge { store, attach: config.attach }))
+    }
+
+    /// The knowledge on offer.
+    pub fn knowledge(&self) -> Option<&Arc<Knowledge>> {
+        self.knowledge.as_ref()
+    }
+
     /// The skills on offer.
     pub fn skills(&self) -> Option<&Arc<Skills>> {
         self.skills.as_ref()
@@ -149,12 +180,15 @@ impl ToolRegistry {
 
     /// Every source, first claim first.
     fn sources(&self) -> Vec<Arc<dyn ToolSource>> {
-        let goal: Arc<dyn ToolSource> = Arc::new(goal::GoalTool);
+        let goal: Arc<dyn ToolSource> =
+            Arc::new(goal::GoalTool { knowledge: self.knowledge.clone() });
         let skills = self.skills.clone().map(|s| s as Arc<dyn ToolSource>);
         let experiences = self.experiences.clone().map(|e| e as Arc<dyn ToolSource>);
+        let knowledge = self.knowledge.clone().map(|k| k as Arc<dyn ToolSource>);
         std::iter::once(goal)
             .chain(skills)
             .chain(experiences)
+            .chain(knowledge)
             .chain(self.builtins.iter().cloned())
             .chain(self.sources.iter().cloned())
             .collect()
@@ -301,7 +335,15 @@ mod tests {
 
     #[test]
     fn every_builtin_name_is_reserved_from_plugins() {
-        for name in [goal::NAME, agent::NAME, evaluate::NAME, skill::NAME, experience::NAME] {
+        for name in [
+            goal::NAME,
+            agent::NAME,
+            evaluate::NAME,
+            skill::NAME,
+            experience::NAME,
+            knowledge::SAVE,
+            knowledge::SEARCH,
+        ] {
             assert!(reson_sandbox::plugin::RESERVED_TOOL_NAMES.contains(&name), "{name}");
         }
     }

@@ -142,8 +142,16 @@ pub struct PluginInfo {
 /// Tool names the host serves itself. No plugin may serve them, whether
 /// the built-in exists yet or not, so that adding one never changes who
 /// answers a name.
-pub const RESERVED_TOOL_NAMES: &[&str] =
-    &["goal", "agent", "evaluate", "skill", "experience", "get_experience"];
+pub const RESERVED_TOOL_NAMES: &[&str] = &[
+    "goal",
+    "agent",
+    "evaluate",
+    "skill",
+    "experience",
+    "get_experience",
+    "knowledge_save",
+    "knowledge_search",
+];
 
 /// A tool a plugin lists but does not serve, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -1,6 +1,7 @@
 //! The `/api` routes, with the OpenAPI document generated from them.
 
 mod approvals;
+mod knowledge;
 mod plugins;
 mod runs;
 pub(crate) mod traces;
@@ -49,6 +50,8 @@ pub(crate) fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(runs::reflect))
         .routes(routes!(runs::experiences, runs::add_experience))
         .routes(routes!(runs::remove_experience))
+        .routes(routes!(knowledge::search, knowledge::save))
+        .routes(routes!(knowledge::remove))
         .routes(routes!(approvals::list))
         .routes(routes!(approvals::answer))
         .route_layer(from_fn_with_state(state.clone(), auth::require_header));

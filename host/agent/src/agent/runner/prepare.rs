@@ -145,6 +145,14 @@ impl Run {
         } else if run.goals.is_empty() {
             run.goals =
                 goal::initial(&run.trace.task).map_err(|e| AgentError::Other(e.to_string()))?;
+            if let Some(knowledge) = run.inner.tools.knowledge().cloned()
+                && let Some(root) =
+                    run.goals.current().map(|g| (g.id.clone(), g.description.clone()))
+            {
+                let found = knowledge.for_goal(&run.access(), &root.1).await;
+                // The root was just added, so it is there.
+                let _ = run.goals.attach_knowledge(&root.0, found);
+            }
             run.goal_changed().await?;
         }
         // A crash or stop may have left calls without results.

@@ -143,6 +143,7 @@ impl Run {
         });
         let (trace_id, cancel) = (&self.trace.id, &self.cancel);
         let visible = Arc::new(self.visible());
+        let access = self.access();
         let mut running: FuturesUnordered<_> = concurrent
             .iter()
             .map(|&i| {
@@ -154,6 +155,7 @@ impl Run {
                 };
                 context.extensions.insert(caller.clone());
                 context.extensions.insert(visible.clone());
+                context.extensions.insert(access.clone());
                 let on_offer = &on_offer;
                 async move {
                     let started = Instant::now();
@@ -195,6 +197,7 @@ impl Run {
         call: &ToolCall,
     ) -> Result<CallOutcome, AgentError> {
         let started = Instant::now();
+        let access = self.access();
         let result = {
             let visible = Arc::new(self.visible());
             let mut context = ToolContext {
@@ -205,6 +208,7 @@ impl Run {
                 ..ToolContext::default()
             };
             context.extensions.insert(visible);
+            context.extensions.insert(access);
             on_offer.call(call, &mut context).await
         };
         if result.ok {

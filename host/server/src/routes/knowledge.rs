@@ -1,0 +1,195 @@
+//! `/api/knowledge`: search, list, save and remove knowledge entries, in
+//! the store this server's runs use.
+
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{JsonBody, Params};
+use crate::response::Json;
+use crate::state::AppState;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use reson_agent::knowledge::{Draft, Entry, KnowledgeError, Scope, Visible};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// Most entries one request returns.
+const MAX_LIMIT: usize = 100;
+
+/// What the caller may do with knowledge.
+pub(crate) struct KnowledgeCaller {
+    /// The scopes it reads (and may remove from).
+    visible: Visible,
+    /// Where its saves go when the request names no scope.
+    home: Scope,
+}
+
+impl KnowledgeCaller {
+    /// Whether it may save into `scope`: a scope it may read.
+    fn may_write(&self, scope: &Scope) -> bool {
+        self.visible.contains(scope)
+    }
+}
+
+/// The one place the server decides whose knowledge a request may touch.
+/// The server has one token today, and whoever holds it sees every run, so
+/// it sees every scope and saves into the global one. With users, this
+/// becomes the caller's `user:{uid}` scope (plus global and agent scopes),
+/// or every scope for an administrator.
+fn caller(_state: &AppState) -> KnowledgeCaller {
+    KnowledgeCaller { visible: Visible::All, home: Scope::Global }
+}
+
+fn knowledge_error(e: KnowledgeError) -> ApiError {
+    match e {
+        KnowledgeError::UnknownId(_) => ApiError::NotFound(e.to_string()),
+        KnowledgeError::Invalid(_) | KnowledgeError::TooLarge { .. } => {
+            ApiError::Unprocessable(e.to_string())
+        }
+        KnowledgeError::Index { .. } | KnowledgeError::Database(_) => {
+            ApiError::Internal(e.to_string())
+        }
+    }
+}
+
+/// The query of `GET /api/knowledge`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KnowledgeQuery {
+    /// Words to search for; without it, every entry, oldest first.
+    q: Option<String>,
+    /// Most entries, 1 to 100 [default: 20].
+    limit: Option<usize>,
+}
+
+/// An entry, with its score and snippet when it is a search result.
+#[derive(Serialize)]
+pub(crate) struct KnowledgeItem {
+    #[serde(flatten)]
+    entry: Entry,
+    /// Relevance, higher is better (searches only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<f32>,
+    /// The matching part of the content (searches only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snippet: Option<String>,
+}
+
+/// Entries: search results best first, or a list oldest first.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct KnowledgeList {
+    /// Each entry's fields (`id`, `scope`, `title`, `content`, `tags`,
+    /// `created_at`, `updated_at`, `source`), with `score` and `snippet`
+    /// for a search.
+    #[schema(value_type = Vec<Object>)]
+    entries: Vec<KnowledgeItem>,
+}
+
+/// Searches the knowledge the caller may see (`q`), or lists it.
+#[utoipa::path(get, path = "/api/knowledge", params(KnowledgeQuery), responses(
+    (status = 200, body = KnowledgeList),
+    (status = 400, description = "A bad query parameter", body = ErrorBody),
+))]
+pub(crate) async fn search(
+    State(state): State<AppState>,
+    Params(query): Params<KnowledgeQuery>,
+) -> Result<Json<KnowledgeList>, ApiError> {
+    let limit = query.limit.unwrap_or(20);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!("limit must be 1 to {MAX_LIMIT}, not {limit}")));
+    }
+    let caller = caller(&state);
+    let entries = match query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
+        Some(q) => state
+            .knowledge
+            .search(q, &caller.visible, limit)
+            .await
+            .map_err(knowledge_error)?
+            .into_iter()
+            .map(|h| KnowledgeItem {
+                entry: h.entry,
+                score: Some(h.score),
+                snippet: Some(h.snippet),
+            })
+            .collect(),
+        None => state
+            .knowledge
+            .list(&caller.visible)
+            .await
+            .map_err(knowledge_error)?
+            .into_iter()
+            .take(limit)
+            .map(|entry| KnowledgeItem { entry, score: None, snippet: None })
+            .collect(),
+    };
+    Ok(Json(KnowledgeList { entries }))
+}
+
+/// A knowledge entry to save.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewKnowledge {
+    /// Replace this entry (or create it under this id); a fresh id when
+    /// absent.
+    id: Option<String>,
+    /// `global`, `user:NAME` or `agent:TYPE`; the caller's own when absent.
+    scope: Option<String>,
+    title: String,
+    content: String,
+    #[serde(default)]
+    tags: Vec<String>,
+}
+
+/// Saves an entry (a new one, or a new version of one the caller sees).
+#[utoipa::path(post, path = "/api/knowledge", request_body = NewKnowledge, responses(
+    (status = 201, description = "The entry as stored", body = Object),
+    (status = 404, description = "`id` names an entry the caller may not see", body = ErrorBody),
+    (status = 422, description = "No title or content, content over 32 KiB, a bad scope or id; nothing saved", body = ErrorBody),
+))]
+pub(crate) async fn save(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<NewKnowledge>,
+) -> Result<(StatusCode, Json<Entry>), ApiError> {
+    let caller = caller(&state);
+    let scope = match body.scope {
+        Some(scope) => scope.parse::<Scope>().map_err(knowledge_error)?,
+        None => caller.home.clone(),
+    };
+    if !caller.may_write(&scope) {
+        return Err(ApiError::Unprocessable(format!("scope {scope} is not yours to write")));
+    }
+    if let Some(id) = &body.id {
+        // Replacing an entry needs the right to see it; one in another
+        // scope is as absent as one that does not exist.
+        let seen = state.knowledge.get(id, &caller.visible).await;
+        if let Err(KnowledgeError::UnknownId(_)) = seen
+            && state.knowledge.get(id, &Visible::All).await.is_ok()
+        {
+            return Err(ApiError::NotFound(format!("no knowledge entry {id}")));
+        }
+    }
+    let draft = Draft {
+        id: body.id,
+        scope: Some(scope),
+        title: body.title,
+        content: body.content,
+        tags: body.tags,
+        source: None,
+    };
+    let entry = state.knowledge.save(draft).await.map_err(knowledge_error)?;
+    Ok((StatusCode::CREATED, Json(entry)))
+}
+
+/// Removes an entry the caller may see.
+#[utoipa::path(delete, path = "/api/knowledge/{id}",
+    params(("id" = String, Path, description = "Entry id")),
+    responses(
+        (status = 200, description = "The entry removed", body = Object),
+        (status = 404, body = ErrorBody),
+    ))]
+pub(crate) async fn remove(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Entry>, ApiError> {
+    let caller = caller(&state);
+    let entry = state.knowledge.remove(&id, &caller.visible).await.map_err(knowledge_error)?;
+    Ok(Json(entry))
+}
