@@ -13,12 +13,12 @@
 //! # }
 //! ```
 
+use crate::ToolError;
 pub use crate::bindings::tool_world::reson::plugin::browser::{
     BrowserError, FormField, Link, Locator, PageId, PageInfo, PageText, ReadFormat, RoleName,
     WaitCondition, back, click, close, fill, form_fields, links, navigate, open, pages, read,
     screenshot, wait,
 };
-use crate::ToolError;
 
 impl Locator {
     /// The first element matching a CSS selector.
