@@ -259,8 +259,7 @@ impl Setup {
 fn browser_groups(parent: u32) -> Vec<u32> {
     processes()
         .into_iter()
-        .filter(|p| p.ppid == parent && p.cmdline.contains("--user-data-dir="))
-        .filter(|p| p.cmdline.contains("reson-browser-"))
+        .filter(|p| p.ppid == parent && p.cmdline.contains("chromium"))
         .map(|p| p.pid)
         .collect()
 }
@@ -298,11 +297,29 @@ fn processes() -> Vec<Proc> {
     all
 }
 
-/// Waits until every process of each group has exited.
+/// The profile directory a browser's main process was started with.
+fn profile_of(pid: u32) -> Option<String> {
+    let cmdline = processes().into_iter().find(|p| p.pid == pid)?.cmdline;
+    let start = cmdline.find("--user-data-dir=")? + "--user-data-dir=".len();
+    cmdline[start..].split(' ').next().map(str::to_owned)
+}
+
+/// Waits until every process of each group, and every process naming the
+/// group's profile directory (crash handlers leave the group), has exited.
 async fn assert_groups_gone(groups: &[u32], after: &str) {
+    let profiles: Vec<String> = groups.iter().filter_map(|g| profile_of(*g)).collect();
     let until = Instant::now() + Duration::from_secs(15);
     loop {
-        let left: Vec<u32> = groups.iter().flat_map(|g| group_members(*g)).collect();
+        let mut left: Vec<u32> = groups.iter().flat_map(|g| group_members(*g)).collect();
+        left.extend(
+            processes()
+                .into_iter()
+                .filter(|p| {
+                    p.state != 'Z'
+                        && profiles.iter().any(|profile| p.cmdline.contains(profile.as_str()))
+                })
+                .map(|p| p.pid),
+        );
         if left.is_empty() {
             return;
         }
@@ -338,16 +355,17 @@ async fn a_scripted_run_fills_the_form_reads_the_result_and_ends_its_browser() {
     let runner = s.runner();
     let user = vec![Message::new(Role::User, "fill it")];
     let mut handle = runner.run(user, RunConfig::default()).await.unwrap();
-    let mut groups = Vec::new();
+    let (mut groups, mut helpers) = (Vec::new(), 0);
     while let Some(event) = handle.next_event().await {
         if let AgentEvent::ModelRequest { iteration: 2, .. } = event {
             groups = browser_groups(std::process::id());
+            helpers = groups.iter().map(|g| group_members(*g).len()).sum();
         }
     }
     let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
     assert_eq!(groups.len(), 1, "one browser for the trace while it ran");
-    assert!(group_members(groups[0]).len() > 1, "its helpers (zygote, renderer) share its group");
+    assert!(helpers > 1, "its helpers (zygote, renderers) share its group");
 
     let results = s.tool_results(&outcome.trace_id).await;
     let texts: Vec<String> = results.iter().map(Message::text).collect();
@@ -461,7 +479,11 @@ async fn two_traces_never_see_each_others_cookies() {
         .await
         .unwrap();
     assert!(lone.text.contains("\"Home\""), "{}", lone.text);
-    assert_eq!(browser_groups(std::process::id()), groups, "its browser went with the call");
+    let until = Instant::now() + Duration::from_secs(10);
+    while browser_groups(std::process::id()) != groups {
+        assert!(Instant::now() < until, "the browser of a call outside a trace went with it");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     s.runtime.close_browsers().await;
     assert_groups_gone(&groups, "close_browsers").await;
 }
@@ -546,7 +568,8 @@ async fn kill_9_of_reson_leaves_no_chromium_behind() {
     let s = Setup::new(json!({ "turns": [] })).await;
     let script = json!({ "turns": [
         { "tool_calls": [call("browser_navigate", json!({ "url": format!("{}/", s.base) }))] },
-        { "text": "thinking", "delay_ms": 60000 }
+        // Waits, inside a tool call, for what never comes.
+        { "tool_calls": [call("browser_wait", json!({ "selector": "#never", "timeout_ms": 50000 }))] }
     ]});
     let path = s.dir.path().join("run.json");
     std::fs::write(&path, script.to_string()).unwrap();
@@ -556,23 +579,37 @@ async fn kill_9_of_reson_leaves_no_chromium_behind() {
         .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
         .args(["--traces-dir", &s.dir.path().join("traces").to_string_lossy()])
         .args(["run", "--json", "--script", &path.to_string_lossy(), "browse"])
+        .env("RESON_LOG", "warn,reson::browser=debug")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(s.dir.path().join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let mut finished_tool = false;
+    let mut waiting = false;
     for line in BufReader::new(stdout).lines() {
         let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
         if event["type"] == "tool_finished" {
             assert_eq!(event["ok"], true, "{event}");
-            finished_tool = true;
+        }
+        if event["type"] == "tool_started" && event["name"] == "browser_wait" {
+            waiting = true;
             break;
         }
     }
-    assert!(finished_tool, "the run navigated: {:?}", child.try_wait());
+    assert!(waiting, "the run navigated and waits: {:?}", child.try_wait());
     let groups = browser_groups(child.id());
-    assert_eq!(groups.len(), 1, "reson started one browser");
+    let seen: Vec<String> = processes()
+        .into_iter()
+        .filter(|p| p.cmdline.contains("chromium") || p.ppid == child.id())
+        .map(|p| {
+            format!(
+                "{} (parent {}, group {}, {}): {:.80}",
+                p.pid, p.ppid, p.pgid, p.state, p.cmdline
+            )
+        })
+        .collect();
+    let log = std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap();
+    assert_eq!(groups.len(), 1, "reson {} started one browser: {seen:#?}\n{log}", child.id());
     assert!(group_members(groups[0]).len() > 1, "with its helpers");
     child.kill().unwrap();
     child.wait().unwrap();

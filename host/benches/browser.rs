@@ -62,8 +62,7 @@ fn bench(c: &mut Criterion) {
     let dir = support::TestDir::new();
     dir.install(support::plugins(), "browser");
     let base = rt.block_on(site());
-    let runtime =
-        rt.block_on(dir.open(&format!("[plugins.browser]\nbrowser = [\"{base}/*\"]\n")));
+    let runtime = rt.block_on(dir.open(&format!("[plugins.browser]\nbrowser = [\"{base}/*\"]\n")));
     let url = format!("{base}/");
 
     let started = Instant::now();
@@ -92,7 +91,10 @@ fn bench(c: &mut Criterion) {
     });
     rt.block_on(runtime.close_browsers());
     println!("\n== figures ==");
-    println!("first call of a trace (browser start + navigate): {:>8.1} ms", first.as_secs_f64() * 1e3);
+    println!(
+        "first call of a trace (browser start + navigate): {:>8.1} ms",
+        first.as_secs_f64() * 1e3
+    );
     println!("navigate + read round trip (2 tool calls):       {:>8.1} ms", median(trips) / 1e6);
     println!("viewport screenshot (1 tool call, 1280x900 PNG):  {:>8.1} ms", median(shots) / 1e6);
 }

@@ -87,31 +87,91 @@ async fn locate(page: &Page, locator: &Locator) -> Result<(Element, Marked), Bro
     Ok((element, marked))
 }
 
-/// Waits until the page has loaded, after an action that may have started
-/// a navigation. A script error in between means the document changed.
-async fn settle(page: &Page) {
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let until = Instant::now() + SETTLE;
-    while Instant::now() < until {
-        if let Ok(state) = script(page, "ready", Value::Null).await
-            && state == "complete"
+/// How long an action that may navigate (a click, Enter) waits for a new
+/// document to start before taking it that none will.
+const NAVIGATION_GRACE: Duration = Duration::from_millis(1000);
+
+/// Marks the current document, so that [`settle`] can tell a new one.
+async fn mark_document(page: &Page) -> Result<String, BrowserError> {
+    let mark = format!("{:016x}", fastrand::u64(..));
+    script(page, "mark-document", json!(mark)).await?;
+    Ok(mark)
+}
+
+/// The page's document as [`settle`] sees it.
+#[derive(Deserialize)]
+struct DocumentState {
+    marked: bool,
+    ready: String,
+    url: String,
+}
+
+/// Waits, after an action on a marked document, for the document that
+/// action loads to finish loading: up to `grace` for one to start (a
+/// click may load nothing), then until it is complete, within [`SETTLE`].
+/// The main frame's `load` is what counts: a frame the page may not load
+/// (a `file:` frame) does not hold it up. Fails when the new document is
+/// Chromium's error page, or when `outcome` reports a failed navigation.
+async fn settle(
+    page: &Page,
+    mark: &str,
+    grace: Duration,
+    mut outcome: impl FnMut() -> Option<Result<(), String>>,
+) -> Result<(), BrowserError> {
+    let started = Instant::now();
+    loop {
+        match outcome() {
+            Some(Err(why)) => return Err(BrowserError::Failed(why)),
+            Some(Ok(())) => return Ok(()),
+            None => {}
+        }
+        // A script error while the document changes is not an answer yet.
+        if let Ok(value) = script(page, "document", json!(mark)).await
+            && let Ok(state) = serde_json::from_value::<DocumentState>(value)
         {
-            return;
+            if !state.marked && state.url.starts_with("chrome-error:") {
+                return Err(BrowserError::Failed("the page could not be loaded".into()));
+            }
+            if !state.marked && state.ready == "complete" {
+                return Ok(());
+            }
+            if state.marked && started.elapsed() >= grace {
+                return if grace >= SETTLE { Err(BrowserError::Timeout) } else { Ok(()) };
+            }
+        }
+        if started.elapsed() >= SETTLE {
+            return Err(BrowserError::Timeout);
         }
         tokio::time::sleep(POLL).await;
     }
 }
 
-/// Loads `url`. A refused request in the way (the URL itself, a redirect)
-/// makes it `denied`.
+/// Nothing to report besides the page itself.
+fn no_outcome() -> Option<Result<(), String>> {
+    None
+}
+
+/// Loads `url` and waits for its main frame to load. The DevTools
+/// client's own wait for `Page.navigate` runs in the background and only
+/// reports a failed or finished navigation: it waits for every frame, and
+/// forever for a frame the page may not load (a `file:` frame), where
+/// [`settle`] waits for the main frame.
 pub(super) async fn navigate(slot: &PageSlot, url: &str) -> Result<(), BrowserError> {
-    match slot.page.goto(url).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.to_string().contains("ERR_BLOCKED_BY_CLIENT") => Err(BrowserError::Denied(
-            format!("loading {url} was refused: it or a redirect left the browser grant"),
-        )),
-        Err(e) => Err(BrowserError::Failed(format!("loading {url}: {e}"))),
-    }
+    slot.activity.refused_navigation();
+    let mark = mark_document(&slot.page).await?;
+    let (page, target) = (slot.page.clone(), url.to_owned());
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = tx.send(page.goto(target).await.map(drop).map_err(|e| e.to_string()));
+    });
+    let outcome = || match slot.activity.refused_navigation() {
+        Some(refused) => Some(Err(format!("net::ERR_BLOCKED_BY_CLIENT at {refused}"))),
+        None => rx.try_recv().ok(),
+    };
+    settle(&slot.page, &mark, SETTLE, outcome).await.map_err(|e| match e {
+        BrowserError::Failed(why) => BrowserError::Failed(format!("loading {url}: {why}")),
+        other => other,
+    })
 }
 
 /// Goes one entry back in the page's history.
@@ -125,19 +185,19 @@ pub(super) async fn back(slot: &PageSlot) -> Result<(), BrowserError> {
     let Some(entry) = index.checked_sub(1).and_then(|i| history.result.entries.get(i)) else {
         return Err(BrowserError::Failed("there is no earlier page in this page's history".into()));
     };
+    let mark = mark_document(&slot.page).await?;
     slot.page
         .execute(NavigateToHistoryEntryParams::new(entry.id))
         .await
         .map_err(failed("going back"))?;
-    settle(&slot.page).await;
-    Ok(())
+    settle(&slot.page, &mark, SETTLE, no_outcome).await
 }
 
 pub(super) async fn click(slot: &PageSlot, target: &Locator) -> Result<(), BrowserError> {
     let (element, _) = locate(&slot.page, target).await?;
+    let mark = mark_document(&slot.page).await?;
     element.click().await.map_err(failed("clicking"))?;
-    settle(&slot.page).await;
-    Ok(())
+    settle(&slot.page, &mark, NAVIGATION_GRACE, no_outcome).await
 }
 
 /// Replaces the value of a field with `text` (a `select` picks the option
@@ -165,8 +225,9 @@ pub(super) async fn fill(
         element.type_str(text).await.map_err(failed("typing"))?;
     }
     if submit {
+        let mark = mark_document(page).await?;
         element.press_key("Enter").await.map_err(failed("pressing Enter"))?;
-        settle(page).await;
+        settle(page, &mark, NAVIGATION_GRACE, no_outcome).await?;
     }
     Ok(())
 }

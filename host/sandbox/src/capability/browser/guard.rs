@@ -15,6 +15,7 @@ use chromiumoxide::cdp::browser_protocol::network::{
     self, ErrorReason, EventLoadingFailed, EventLoadingFinished, EventRequestWillBeSent,
     ResourceType,
 };
+use chromiumoxide::cdp::browser_protocol::page::EventLifecycleEvent;
 use futures::StreamExt;
 use reqwest::Url;
 use std::collections::HashSet;
@@ -95,13 +96,33 @@ impl Reach for Guard {
     }
 }
 
-/// Requests in flight on a page, for "wait until the network is idle".
+/// Requests in flight on a page, for "wait until the network is idle",
+/// and whether Chromium said the main frame's network went idle (its
+/// `networkIdle` lifecycle event): a request that never ends (a frame the
+/// page may not load) leaves the count above zero but not that.
 #[derive(Default)]
 pub(super) struct Activity {
     state: Mutex<(HashSet<String>, Option<Instant>)>,
+    idle: std::sync::atomic::AtomicBool,
+    /// A main-frame navigation refused since the last look.
+    refused: Mutex<Option<String>>,
 }
 
 impl Activity {
+    /// The main-frame navigation refused since the last call, if any.
+    pub(super) fn refused_navigation(&self) -> Option<String> {
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    fn lifecycle(&self, name: &str) {
+        let idle = match name {
+            "init" => false,
+            "networkIdle" => true,
+            _ => return,
+        };
+        self.idle.store(idle, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn started(&self, id: &str) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.0.insert(id.to_owned());
@@ -116,6 +137,9 @@ impl Activity {
 
     /// Whether nothing has been in flight for `quiet`.
     pub(super) fn idle_for(&self, quiet: Duration) -> bool {
+        if self.idle.load(std::sync::atomic::Ordering::SeqCst) {
+            return true;
+        }
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.0.is_empty() && state.1.is_none_or(|at| at.elapsed() >= quiet)
     }
@@ -132,32 +156,47 @@ pub(super) async fn watch(
     let mut sent = page.event_listener::<EventRequestWillBeSent>().await?;
     let mut finished = page.event_listener::<EventLoadingFinished>().await?;
     let mut failed = page.event_listener::<EventLoadingFailed>().await?;
+    let mut lifecycle = page.event_listener::<EventLifecycleEvent>().await?;
     let pattern =
         RequestPattern::builder().url_pattern("*").request_stage(RequestStage::Request).build();
     page.execute(EnableParams::builder().pattern(pattern).build()).await?;
     page.execute(network::EnableParams::default()).await?;
     let mut tasks = JoinSet::new();
     let answering = page.clone();
+    let refusals = activity.clone();
     tasks.spawn(async move {
+        let mut answers = JoinSet::new();
         while let Some(event) = paused.next().await {
+            while answers.try_join_next().is_some() {}
             let url = &event.request.url;
             let verdict = match url.split_once(':').map(|(scheme, _)| scheme) {
                 // Inline content fetches nothing; only a page of it is refused.
                 Some("data" | "blob") if event.resource_type != ResourceType::Document => Ok(()),
                 _ => guard.check(url),
             };
-            let id = event.request_id.clone();
-            let answered = match verdict {
-                Ok(()) => answering.execute(ContinueRequestParams::new(id)).await.map(drop),
-                Err(reason) => {
-                    guard.refuse(url, &reason, "interception");
-                    let fail = FailRequestParams::new(id, ErrorReason::BlockedByClient);
-                    answering.execute(fail).await.map(drop)
+            if let Err(reason) = &verdict {
+                guard.refuse(url, reason, "interception");
+                let main = answering.mainframe().await.ok().flatten();
+                if event.resource_type == ResourceType::Document && main == Some(event.frame_id.clone()) {
+                    *refusals.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(url.clone());
                 }
-            };
-            if answered.is_err() {
-                tracing::debug!(target: "reson::browser", "a paused request went with its page");
             }
+            // Answered concurrently: one answer Chromium is slow to
+            // acknowledge must not hold every other request of the page.
+            let id = event.request_id.clone();
+            let page = answering.clone();
+            answers.spawn(async move {
+                let answered = match verdict {
+                    Ok(()) => page.execute(ContinueRequestParams::new(id)).await.map(drop),
+                    Err(_) => {
+                        let fail = FailRequestParams::new(id, ErrorReason::BlockedByClient);
+                        page.execute(fail).await.map(drop)
+                    }
+                };
+                if let Err(e) = answered {
+                    tracing::debug!(target: "reson::browser", "a paused request went unanswered: {e}");
+                }
+            });
         }
     });
     let seen = activity.clone();
@@ -172,9 +211,18 @@ pub(super) async fn watch(
             seen.ended(event.request_id.inner());
         }
     });
+    let seen = activity.clone();
     tasks.spawn(async move {
         while let Some(event) = failed.next().await {
-            activity.ended(event.request_id.inner());
+            seen.ended(event.request_id.inner());
+        }
+    });
+    let main = page.clone();
+    tasks.spawn(async move {
+        while let Some(event) = lifecycle.next().await {
+            if main.mainframe().await.ok().flatten().as_ref() == Some(&event.frame_id) {
+                activity.lifecycle(&event.name);
+            }
         }
     });
     Ok(tasks)

@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 /// Where Debian installs Chromium.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
+/// The program behind Debian's `chromium` wrapper script, which the host
+/// starts directly: the wrapper adds flags and Google API keys of its own.
+const CHROMIUM_BINARY: &str = "/usr/lib/chromium/chromium";
+
 /// How long Chromium may take to open its DevTools port.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -59,7 +63,8 @@ impl Process {
     /// Starts headless Chromium on `profile`, sending every request
     /// through the proxy on `proxy_port`.
     pub(super) async fn start(profile: &Path, proxy_port: u16) -> Result<Self, BrowserError> {
-        let mut command = Command::new(CHROMIUM);
+        let program = if Path::new(CHROMIUM_BINARY).exists() { CHROMIUM_BINARY } else { CHROMIUM };
+        let mut command = Command::new(program);
         command.args(arguments(profile, proxy_port)).stdin(Stdio::null()).stdout(Stdio::null());
         command.stderr(Stdio::null()).env_clear();
         for keep in ["PATH", "LANG", "TZ", "TMPDIR"] {
@@ -93,7 +98,7 @@ impl Process {
         let child = rx
             .recv()
             .map_err(|_| BrowserError::Failed("the browser launcher thread is gone".into()))?
-            .map_err(|e| BrowserError::Failed(format!("cannot start {CHROMIUM}: {e}")))?;
+            .map_err(|e| BrowserError::Failed(format!("cannot start {program}: {e}")))?;
         let mut process = Self { child: Some(child), ws_url: String::new() };
         process.ws_url = process.devtools_url(profile).await?;
         Ok(process)
@@ -171,7 +176,7 @@ fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
         // Cross-site frames stay in the page's process, where the page's
         // request interception sees their requests.
         "--disable-features=IsolateOrigins,site-per-process,Translate,MediaRouter,\
-         OptimizationHints,AutofillServerCommunication"
+         OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying"
             .into(),
         "--disable-site-isolation-trials".into(),
         format!("--js-flags=--max-old-space-size={JS_HEAP_MB}"),

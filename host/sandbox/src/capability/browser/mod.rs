@@ -105,6 +105,21 @@ impl HostState {
     }
 }
 
+/// Loads `url` in `slot`; a refusal names the requests refused on the way
+/// (the URL itself, or a redirect out of the grant).
+async fn load(session: &Session, slot: &PageSlot, url: &str) -> Result<(), BrowserError> {
+    match actions::navigate(slot, url).await {
+        Err(BrowserError::Failed(why)) if why.contains("ERR_BLOCKED_BY_CLIENT") => {
+            let refused = session.guard.take_blocked();
+            Err(BrowserError::Denied(format!(
+                "{why}: it or a redirect left the browser grant; refused: {}",
+                refused.join(", ")
+            )))
+        }
+        other => other,
+    }
+}
+
 /// Where a page is now, with the requests refused since the last report.
 async fn info(session: &Session, id: PageId, slot: &PageSlot) -> PageInfo {
     let url = slot.page.url().await.ok().flatten().unwrap_or_default();
@@ -135,7 +150,7 @@ impl Host for HostState {
             self.browser_url(session, &url)?;
             let id = session.new_page().await?;
             let slot = session.page(id)?;
-            actions::navigate(slot, &url).await?;
+            load(session, slot, &url).await?;
             Ok(info(session, id, slot).await)
         })
     }
@@ -170,7 +185,7 @@ impl Host for HostState {
         with_session!(self, |session| {
             self.browser_url(session, &url)?;
             let slot = session.page(page)?;
-            actions::navigate(slot, &url).await?;
+            load(session, slot, &url).await?;
             Ok(info(session, page, slot).await)
         })
     }

@@ -249,6 +249,14 @@
         }));
     case 'ready':
       return document.readyState;
+    case 'mark-document':
+      // A global of this isolated world: a new document starts without it,
+      // and one restored from the back-forward cache has an older mark.
+      window.__resonMark = arg;
+      return {};
+    case 'document':
+      return { marked: window.__resonMark === arg, ready: document.readyState, url: document.URL };
+
     case 'size': {
       const d = document.documentElement;
       const b = document.body || d;
