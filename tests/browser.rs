@@ -439,7 +439,10 @@ async fn every_escape_is_refused_logged_and_never_reaches_the_outside() {
 
     assert_eq!(s.outside.reached(), 0, "the server outside the grant got no connection at all");
     let audit = audit_log().lock().unwrap().join("\n");
-    for logged in ["/pixel.png", "/exfiltrate", "/socket", "/stolen", "file:///etc/passwd"] {
+    // The WebSocket's handshake never reaches interception: the proxy
+    // refuses its CONNECT, by host and port.
+    let socket = format!("by=\"proxy\" url=127.0.0.1:{out} ");
+    for logged in ["/pixel.png", "/exfiltrate", "/stolen", "file:///etc/passwd", &socket] {
         assert!(audit.contains(logged), "the refusal of {logged} is in the audit log: {audit}");
     }
     s.runtime.close_browser(trace).await;

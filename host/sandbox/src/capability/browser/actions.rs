@@ -151,22 +151,29 @@ fn no_outcome() -> Option<Result<(), String>> {
     None
 }
 
-/// Loads `url` and waits for its main frame to load. The DevTools
-/// client's own wait for `Page.navigate` runs in the background and only
-/// reports a failed or finished navigation: it waits for every frame, and
-/// forever for a frame the page may not load (a `file:` frame), where
-/// [`settle`] waits for the main frame.
+/// Whether the page shows Chromium's error page, from which a page's
+/// script cannot navigate.
+pub(super) async fn on_error_page(slot: &PageSlot) -> bool {
+    script(&slot.page, "document", json!(""))
+        .await
+        .ok()
+        .and_then(|v| v.get("url").and_then(Value::as_str).map(|u| u.starts_with("chrome-error:")))
+        .unwrap_or(false)
+}
+
+/// Loads `url` and waits for its main frame to load. The navigation starts
+/// inside the page, not with `Page.navigate`: the DevTools client waits
+/// for every frame of that one before it sends the next, forever for a
+/// frame the page may not load (a `file:` frame); [`settle`] waits for
+/// the main frame.
 pub(super) async fn navigate(slot: &PageSlot, url: &str) -> Result<(), BrowserError> {
     slot.activity.refused_navigation();
     let mark = mark_document(&slot.page).await?;
-    let (page, target) = (slot.page.clone(), url.to_owned());
-    let (tx, mut rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let _ = tx.send(page.goto(target).await.map(drop).map_err(|e| e.to_string()));
-    });
-    let outcome = || match slot.activity.refused_navigation() {
-        Some(refused) => Some(Err(format!("net::ERR_BLOCKED_BY_CLIENT at {refused}"))),
-        None => rx.try_recv().ok(),
+    script(&slot.page, "go", json!(url)).await?;
+    let outcome = || {
+        slot.activity
+            .refused_navigation()
+            .map(|refused| Err(format!("net::ERR_BLOCKED_BY_CLIENT at {refused}")))
     };
     settle(&slot.page, &mark, SETTLE, outcome).await.map_err(|e| match e {
         BrowserError::Failed(why) => BrowserError::Failed(format!("loading {url}: {why}")),

@@ -8,8 +8,8 @@ use crate::jail::proxy::Reach;
 use crate::policy::Grants;
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::fetch::{
-    ContinueRequestParams, EnableParams, EventRequestPaused, FailRequestParams, RequestPattern,
-    RequestStage,
+    ContinueRequestParams, ContinueResponseParams, EnableParams, EventRequestPaused,
+    FailRequestParams, RequestPattern, RequestStage,
 };
 use chromiumoxide::cdp::browser_protocol::network::{
     self, ErrorReason, EventLoadingFailed, EventLoadingFinished, EventRequestWillBeSent,
@@ -145,6 +145,22 @@ impl Activity {
     }
 }
 
+/// Where a paused response redirects to, resolved against its request's
+/// URL; `None` for a response that is no redirect.
+fn redirect_target(event: &EventRequestPaused) -> Option<String> {
+    let status = event.response_status_code?;
+    if !(300..400).contains(&status) {
+        return None;
+    }
+    let location = event
+        .response_headers
+        .as_ref()?
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("location"))?;
+    let base = Url::parse(&event.request.url).ok()?;
+    Some(base.join(&location.value).map_or_else(|_| location.value.clone(), String::from))
+}
+
 /// Turns on interception of every request of `page` and answers each one
 /// by the grant; the returned tasks run until the page goes.
 pub(super) async fn watch(
@@ -157,9 +173,15 @@ pub(super) async fn watch(
     let mut finished = page.event_listener::<EventLoadingFinished>().await?;
     let mut failed = page.event_listener::<EventLoadingFailed>().await?;
     let mut lifecycle = page.event_listener::<EventLifecycleEvent>().await?;
-    let pattern =
-        RequestPattern::builder().url_pattern("*").request_stage(RequestStage::Request).build();
-    page.execute(EnableParams::builder().pattern(pattern).build()).await?;
+    // Every request before it is sent, and every response before it is
+    // used: Chromium follows a redirect without pausing its next hop, so a
+    // redirect is judged by its `Location` while it is still a response.
+    let stage = |stage| RequestPattern::builder().url_pattern("*").request_stage(stage).build();
+    let enable = EnableParams::builder()
+        .pattern(stage(RequestStage::Request))
+        .pattern(stage(RequestStage::Response))
+        .build();
+    page.execute(enable).await?;
     page.execute(network::EnableParams::default()).await?;
     let mut tasks = JoinSet::new();
     let answering = page.clone();
@@ -168,7 +190,16 @@ pub(super) async fn watch(
         let mut answers = JoinSet::new();
         while let Some(event) = paused.next().await {
             while answers.try_join_next().is_some() {}
-            let url = &event.request.url;
+            let at_response = event.response_status_code.is_some() || event.response_error_reason.is_some();
+            let target = if at_response { redirect_target(&event) } else { Some(event.request.url.clone()) };
+            let Some(url) = &target else {
+                let page = answering.clone();
+                let id = event.request_id.clone();
+                answers.spawn(async move {
+                    let _ = page.execute(ContinueResponseParams::new(id)).await;
+                });
+                continue;
+            };
             let verdict = match url.split_once(':').map(|(scheme, _)| scheme) {
                 // Inline content fetches nothing; only a page of it is refused.
                 Some("data" | "blob") if event.resource_type != ResourceType::Document => Ok(()),
@@ -187,6 +218,7 @@ pub(super) async fn watch(
             let page = answering.clone();
             answers.spawn(async move {
                 let answered = match verdict {
+                    Ok(()) if at_response => page.execute(ContinueResponseParams::new(id)).await.map(drop),
                     Ok(()) => page.execute(ContinueRequestParams::new(id)).await.map(drop),
                     Err(_) => {
                         let fail = FailRequestParams::new(id, ErrorReason::BlockedByClient);

@@ -105,9 +105,13 @@ impl HostState {
     }
 }
 
-/// Loads `url` in `slot`; a refusal names the requests refused on the way
-/// (the URL itself, or a redirect out of the grant).
-async fn load(session: &Session, slot: &PageSlot, url: &str) -> Result<(), BrowserError> {
+/// Loads `url` in page `id`; a refusal names the requests refused on the
+/// way (the URL itself, or a redirect out of the grant).
+async fn load(session: &mut Session, id: PageId, url: &str) -> Result<(), BrowserError> {
+    if actions::on_error_page(session.page(id)?).await {
+        session.renew_page(id).await?;
+    }
+    let slot = session.page(id)?;
     match actions::navigate(slot, url).await {
         Err(BrowserError::Failed(why)) if why.contains("ERR_BLOCKED_BY_CLIENT") => {
             let refused = session.guard.take_blocked();
@@ -149,9 +153,8 @@ impl Host for HostState {
         with_session!(self, |session| {
             self.browser_url(session, &url)?;
             let id = session.new_page().await?;
-            let slot = session.page(id)?;
-            load(session, slot, &url).await?;
-            Ok(info(session, id, slot).await)
+            load(session, id, &url).await?;
+            Ok(info(session, id, session.page(id)?).await)
         })
     }
 
@@ -184,9 +187,8 @@ impl Host for HostState {
     ) -> wasmtime::Result<Result<PageInfo, BrowserError>> {
         with_session!(self, |session| {
             self.browser_url(session, &url)?;
-            let slot = session.page(page)?;
-            load(session, slot, &url).await?;
-            Ok(info(session, page, slot).await)
+            load(session, page, &url).await?;
+            Ok(info(session, page, session.page(page)?).await)
         })
     }
 

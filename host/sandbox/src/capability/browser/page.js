@@ -254,6 +254,9 @@
       // and one restored from the back-forward cache has an older mark.
       window.__resonMark = arg;
       return {};
+    case 'go':
+      location.assign(arg);
+      return {};
     case 'document':
       return { marked: window.__resonMark === arg, ready: document.readyState, url: document.URL };
 

@@ -119,6 +119,19 @@ impl Session {
         Ok(id)
     }
 
+    /// Replaces page `id` by a fresh blank one under the same id (a page
+    /// stuck on Chromium's error page cannot navigate from inside).
+    pub(super) async fn renew_page(&mut self, id: u32) -> Result<(), BrowserError> {
+        if let Some(old) = self.pages.remove(&id) {
+            let _ = old.page.close().await;
+        }
+        let fresh = self.new_page().await?;
+        if let Some(slot) = self.pages.remove(&fresh) {
+            self.pages.insert(id, slot);
+        }
+        Ok(())
+    }
+
     /// The page `id`, or a clear error naming the open ones.
     pub(super) fn page(&self, id: u32) -> Result<&PageSlot, BrowserError> {
         self.pages.get(&id).ok_or_else(|| {
