@@ -519,6 +519,7 @@ mod tests {
             http: vec!["api.example.com/v1".into()],
             process: vec!["*".into()],
             secrets: vec!["KEY".into()],
+            ..Requests::default()
         };
         let g = grants(requests, grant);
         assert_eq!(g.dirs[0].access, Access::Read);
