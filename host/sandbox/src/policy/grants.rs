@@ -577,7 +577,7 @@ mod tests {
         assert!(ok("data:text/html,hi").is_err());
         assert!(ok("https://a.wide.example/").is_ok());
         assert!(g.browser_allows_authority("docs.example.org", 443));
-        assert!(!g.browser_allows_authority("docs.example.org", 80));
+        assert!(!g.browser_allows_authority("other.example.org", 443));
         assert!(g.browser_allows_authority("127.0.0.1", 8080));
         assert!(!g.browser_allows_authority("127.0.0.1", 9));
 

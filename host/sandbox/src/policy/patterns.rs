@@ -72,17 +72,10 @@ impl UrlPattern {
     }
 
     /// Whether some URL under this pattern is on `host:port`: what a proxy
-    /// that sees only a `CONNECT host:port` can check. Without a port, the
-    /// pattern's scheme decides it (80 or 443; either without a scheme).
+    /// that sees only a `CONNECT host:port` can check. A pattern without a
+    /// port takes any, as [`UrlPattern::matches`] does.
     pub fn matches_authority(&self, host: &str, port: u16) -> bool {
-        let port_ok = match (self.port, self.scheme.as_deref()) {
-            (Some(p), _) => p == port,
-            (None, Some("http" | "ws")) => port == 80,
-            (None, Some("https" | "wss")) => port == 443,
-            (None, Some(_)) => false,
-            (None, None) => port == 80 || port == 443,
-        };
-        port_ok && self.host_matches(host)
+        self.port.is_none_or(|p| p == port) && self.host_matches(host)
     }
 
     fn host_matches(&self, host: &str) -> bool {
