@@ -336,7 +336,7 @@ mod tests {
         let err = Preset::resolve("reveiw", &presets).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown preset `reveiw`; available: analyst, default, explore, review"
+            "unknown preset `reveiw`; available: analyst, browser, default, explore, review"
         );
     }
 
