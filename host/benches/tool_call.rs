@@ -101,7 +101,12 @@ impl BareEcho {
         let component = Component::from_file(&engine, wasm).unwrap();
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
-        bare::ToolPlugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).unwrap();
+        // Interface by interface: the echo component imports no browser.
+        types::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).unwrap();
+        log::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).unwrap();
+        config::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).unwrap();
+        http::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).unwrap();
+        process::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).unwrap();
         let pre = bare::ToolPluginPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
         Self { engine, pre }
     }

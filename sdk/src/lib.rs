@@ -63,6 +63,7 @@
 
 #[doc(hidden)]
 pub mod bindings;
+pub mod browser;
 pub mod host;
 pub mod plan;
 pub mod provider;

@@ -209,6 +209,11 @@ pub struct PluginGrant {
     /// URL patterns: `host[:port][/path-prefix]`, `*.host` for subdomains.
     #[serde(default)]
     pub http: Vec<String>,
+    /// URL patterns every request of the host's browser must match for a
+    /// plugin that drives it (`https://docs.example.org/*`); loopback hosts
+    /// only when a pattern names them exactly.
+    #[serde(default)]
+    pub browser: Vec<String>,
     /// Command-line globs such as `git *`, matched against the canonical
     /// command line (program resolved on `[sandbox] command_path`).
     #[serde(default)]
@@ -253,6 +258,7 @@ impl Default for PluginGrant {
             enabled: true,
             dirs: Vec::new(),
             http: Vec::new(),
+            browser: Vec::new(),
             process: Vec::new(),
             env: Vec::new(),
             exec_vectors: Vec::new(),

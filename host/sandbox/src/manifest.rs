@@ -48,6 +48,9 @@ pub struct Requests {
     /// URL patterns it wants to reach.
     #[serde(default)]
     pub http: Vec<String>,
+    /// URL patterns it wants the host's browser to load.
+    #[serde(default)]
+    pub browser: Vec<String>,
     /// Command-line globs it wants to run.
     #[serde(default)]
     pub process: Vec<String>,
@@ -66,6 +69,7 @@ impl Requests {
         }
         let lists = [
             ("http", &self.http, &earlier.http),
+            ("browser", &self.browser, &earlier.browser),
             ("process", &self.process, &earlier.process),
             ("secret", &self.secrets, &earlier.secrets),
         ];

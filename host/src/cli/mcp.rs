@@ -37,7 +37,7 @@ pub(crate) enum Command {
         /// headers get 421.
         #[arg(long = "allowed-host", value_name = "HOST")]
         allowed_hosts: Vec<String>,
-        /// Permission preset: default, explore, analyst, or one from the config.
+        /// Permission preset: default, explore, analyst, browser, or one from the config.
         #[arg(long, default_value = "default")]
         preset: String,
     },

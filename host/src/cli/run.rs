@@ -35,7 +35,7 @@ pub(crate) struct ModelArgs {
     /// Model name passed to the provider.
     #[arg(long, default_value = "")]
     pub(crate) model: String,
-    /// Permission preset: default, explore, analyst, or one from the config.
+    /// Permission preset: default, explore, analyst, browser, or one from the config.
     #[arg(long, default_value = "default")]
     pub(crate) preset: String,
 }

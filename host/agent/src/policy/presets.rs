@@ -7,7 +7,18 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The built-in presets, sorted.
-const BUILTINS: [&str; 3] = ["analyst", "default", "explore"];
+const BUILTINS: [&str; 4] = ["analyst", "browser", "default", "explore"];
+
+/// The browser plugin's tools.
+const BROWSER_TOOLS: [&str; 7] = [
+    "browser_navigate",
+    "browser_click",
+    "browser_type",
+    "browser_read",
+    "browser_screenshot",
+    "browser_back",
+    "browser_wait",
+];
 
 /// Tools that only read, plus the goal tool, which only plans, and the
 /// skill and experience look-ups.
@@ -46,7 +57,9 @@ pub struct Preset {
 impl Preset {
     /// The built-in preset `name`: `default` (every tool; reads run, changes,
     /// commands and fetches ask), `explore` (read-only tools only) or
-    /// `analyst` (reads and fetches run, no shell, 30 turns, temperature 0.2).
+    /// `analyst` (reads and fetches run, no shell, 30 turns, temperature 0.2)
+    /// or `browser` (the browser tools and read-only file tools, with the
+    /// `browser` skill; looking runs freely, clicking and typing ask).
     pub fn builtin(name: &str) -> Option<Preset> {
         let read_only = format!("{{{}}}", READ_ONLY.join(","));
         let preset = |description: &str, rules| Preset {
@@ -82,6 +95,27 @@ impl Preset {
                     "Reads files and fetches web pages freely, never runs commands; focused \
                      sampling.",
                     vec![rule(Decision::Allow, &read_only), rule(Decision::Allow, "webfetch")],
+                )
+            }),
+            "browser" => Some(Preset {
+                allowed_tools: Some(
+                    BROWSER_TOOLS.iter().chain(READ_ONLY.iter()).map(|t| (*t).to_owned()).collect(),
+                ),
+                max_iterations: Some(40),
+                skills: vec!["browser".to_owned()],
+                ..preset(
+                    "Browses granted web pages with the headless browser: navigating, reading, \
+                     screenshots and waiting run freely; clicking and typing ask first; no file \
+                     changes or commands.",
+                    vec![
+                        rule(Decision::Allow, &read_only),
+                        rule(
+                            Decision::Allow,
+                            "{browser_navigate,browser_read,browser_screenshot,browser_back,\
+                             browser_wait}",
+                        ),
+                        rule(Decision::Ask, "{browser_click,browser_type}"),
+                    ],
                 )
             }),
             _ => None,
@@ -219,6 +253,20 @@ mod tests {
     }
 
     #[test]
+    fn browser_offers_the_browser_tools_and_asks_before_acting() {
+        let preset = Preset::builtin("browser").unwrap();
+        let url = json!({ "url": "https://docs.example.org/" });
+        assert_eq!(decide(&preset, &[], "browser_navigate", url), Decision::Allow);
+        assert_eq!(decide(&preset, &[], "browser_read", json!({})), Decision::Allow);
+        assert_eq!(decide(&preset, &[], "browser_click", json!({})), Decision::Ask);
+        assert_eq!(decide(&preset, &[], "browser_type", json!({ "text": "x" })), Decision::Ask);
+        assert_eq!(decide(&preset, &[], "shell", json!({ "command": "ls" })), Decision::Deny);
+        assert!(preset.offers("browser_screenshot") && preset.offers("read"));
+        assert!(!preset.offers("write") && !preset.offers("webfetch"));
+        assert_eq!(preset.skills, ["browser"]);
+    }
+
+    #[test]
     fn analyst_denies_shell_and_allows_webfetch() {
         let preset = Preset::builtin("analyst").unwrap();
         let global = [rule(Decision::Allow, "shell")];
@@ -288,7 +336,7 @@ mod tests {
         let err = Preset::resolve("reveiw", &presets).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown preset `reveiw`; available: analyst, default, explore, review"
+            "unknown preset `reveiw`; available: analyst, browser, default, explore, review"
         );
     }
 

@@ -2,7 +2,7 @@
 //! is a file with YAML front matter (`name`, `description`, `category`)
 //! and the instructions as its body.
 //!
-//! The host ships built-ins (`planning`, `research`); project skills come
+//! The host ships built-ins (`browser`, `planning`, `research`); project skills come
 //! from `./skills/*.md` or the directories set in `[skills] dirs`, and one
 //! of the same name replaces a built-in. The skills a preset lists (all
 //! when it lists none, or the list a run is given) go into the system
@@ -23,7 +23,8 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// The built-in skills, as shipped.
-const BUILTINS: [(&str, &str); 2] = [
+const BUILTINS: [(&str, &str); 3] = [
+    ("browser", include_str!("../../skills/browser.md")),
     ("planning", include_str!("../../skills/planning.md")),
     ("research", include_str!("../../skills/research.md")),
 ];
@@ -287,7 +288,7 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), "not a skill").unwrap();
         let skills = Skills::load(&[dir.path().to_path_buf()]).unwrap();
         let names: Vec<&str> = skills.all().iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["planning", "research"]);
+        assert_eq!(names, ["browser", "planning", "research"]);
         let planning = skills.get("planning").unwrap();
         assert_eq!(planning.body, "Plan our way.");
         assert_eq!(planning.origin, Origin::File(dir.path().join("planning.md")));
@@ -327,6 +328,6 @@ mod tests {
         let all = skills.system_prompt(None, None).unwrap();
         assert!(all.contains("## Skill: research") && all.contains("## Skill: planning"));
         let err = skills.select(Some(&["nope".into()])).unwrap_err().to_string();
-        assert_eq!(err, "no skill `nope` (skills: planning, research)");
+        assert_eq!(err, "no skill `nope` (skills: browser, planning, research)");
     }
 }

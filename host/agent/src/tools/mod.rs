@@ -117,6 +117,13 @@ impl ToolRegistry {
         Self::default()
     }
 
+    /// Tells every source that a run of `trace_id` ended.
+    pub async fn run_ended(&self, trace_id: &str) {
+        for source in self.sources() {
+            source.run_ended(trace_id).await;
+        }
+    }
+
     /// Offers only the named tools (built-ins included by name).
     pub fn only(mut self, names: Vec<String>) -> Self {
         self.allow = Some(names);

@@ -29,4 +29,8 @@ impl ToolSource for Runtime {
     fn changes(&self) -> Option<watch::Receiver<u64>> {
         Some(Runtime::changes(self))
     }
+
+    async fn run_ended(&self, trace_id: &str) {
+        self.close_browser(trace_id).await;
+    }
 }

@@ -120,6 +120,11 @@ pub trait ToolSource: Send + Sync {
         None
     }
 
+    /// Called when a run of trace `trace_id` ends (finished, failed or
+    /// stopped): what the source keeps for the trace's calls, such as the
+    /// plugin runtime's browser, goes.
+    async fn run_ended(&self, _trace_id: &str) {}
+
     /// The result of a call of one of its tools that a crash or stop cut
     /// off, recorded in `trace` (the calling trace) in place of the one it
     /// never gave; `None` for the usual "interrupted" result.

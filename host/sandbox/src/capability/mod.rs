@@ -1,10 +1,11 @@
 //! What the host gives guests: `log`, `config`, `http`, `process`,
-//! `streaming`, and WASI p2 confined to the granted directories.
+//! `streaming`, `browser`, and WASI p2 confined to the granted directories.
 //!
 //! Every import checks the call's deadline on entry, so a guest looping over
 //! host calls is stopped as surely as one looping in pure wasm, and every
 //! capability is checked against the plugin's [`Grants`] on every call.
 
+pub mod browser;
 pub(crate) mod clock;
 mod config;
 pub(crate) mod files;
@@ -56,6 +57,8 @@ pub(crate) struct HostState {
     pub(crate) deltas: Option<DeltaSink>,
     /// Set by the caller to cut the call short.
     pub(crate) cancel: Option<CancellationToken>,
+    /// The browser session of a tool call; `None` outside tool calls.
+    pub(crate) browser: Option<browser::Scope>,
     logged: usize,
     /// Bytes of deltas streamed in this call.
     streamed: u64,
@@ -81,6 +84,7 @@ impl HostState {
             denied: 0,
             deltas: None,
             cancel: None,
+            browser: None,
             logged: 0,
             streamed: 0,
         }

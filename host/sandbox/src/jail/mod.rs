@@ -24,7 +24,7 @@
 mod cgroup;
 mod mounts;
 mod namespace;
-mod proxy;
+pub(crate) mod proxy;
 mod seccomp;
 
 pub use proxy::{NetworkRule, NetworkRuleError};
@@ -205,7 +205,7 @@ impl Jail {
         if !spec.network.is_empty() {
             let (host_end, child_end) = namespace::socket_pair()?;
             prelude.hand_over = Some(child_end);
-            let rules = spec.network.clone();
+            let rules = std::sync::Arc::new(spec.network.clone());
             proxy.spawn(async move {
                 if let Ok(listener) = listener_from(host_end).await {
                     proxy::serve(listener, rules).await;

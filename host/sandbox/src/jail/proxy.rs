@@ -3,6 +3,8 @@
 //! `host:port` pairs the grant names. It speaks `CONNECT` (HTTPS and any
 //! TCP protocol) and plain HTTP requests in absolute form, which is what
 //! `HTTP_PROXY`/`HTTPS_PROXY` make curl, git, cargo, pip and npm send.
+//! The host's browser sends its requests through one too, with a
+//! [`Reach`] of its own.
 
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -61,6 +63,34 @@ impl std::fmt::Display for NetworkRule {
     }
 }
 
+/// What a proxy lets through.
+pub(crate) trait Reach: Send + Sync + 'static {
+    /// Whether a connection to `host:port` may be made; `url` is the
+    /// request's absolute URL for a plain HTTP request, `None` for a
+    /// `CONNECT`. The error is the message the client gets.
+    fn check(&self, host: &str, port: u16, url: Option<&reqwest::Url>) -> Result<(), String>;
+
+    /// Whether a plain HTTP request is sent upstream with `Connection:
+    /// close`, so that the client cannot send a request for another host
+    /// down the same connection (a browser pools its proxy connections).
+    fn one_request_per_connection(&self) -> bool {
+        false
+    }
+}
+
+impl Reach for Vec<NetworkRule> {
+    fn check(&self, host: &str, port: u16, _url: Option<&reqwest::Url>) -> Result<(), String> {
+        if self.iter().any(|r| r.matches(host, port)) {
+            return Ok(());
+        }
+        let allowed = self.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        Err(format!(
+            "reson jail: {host}:{port} is not in this plugin's command_network grant (allowed: \
+             {allowed})"
+        ))
+    }
+}
+
 fn split_host_port(text: &str) -> Option<(String, u16)> {
     let (host, port) = text.rsplit_once(':')?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
@@ -70,7 +100,7 @@ fn split_host_port(text: &str) -> Option<(String, u16)> {
 
 /// Serves the proxy on `listener` until the future is dropped, which
 /// drops every connection with it.
-pub(super) async fn serve(listener: TcpListener, rules: Vec<NetworkRule>) {
+pub(crate) async fn serve<R: Reach>(listener: TcpListener, reach: std::sync::Arc<R>) {
     let mut connections = JoinSet::new();
     while let Ok((client, _)) = listener.accept().await {
         while connections.try_join_next().is_some() {}
@@ -78,16 +108,16 @@ pub(super) async fn serve(listener: TcpListener, rules: Vec<NetworkRule>) {
         if connections.len() >= MAX_CONNECTIONS {
             continue;
         }
-        let rules = rules.clone();
+        let reach = reach.clone();
         connections.spawn(async move {
-            let _ = handle(client, &rules).await;
+            let _ = handle(client, &*reach).await;
         });
     }
 }
 
-async fn handle(mut client: TcpStream, rules: &[NetworkRule]) -> std::io::Result<()> {
+async fn handle(mut client: TcpStream, reach: &impl Reach) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(4096);
-    let (head_len, target, connect, request_line) = loop {
+    let (head_len, target, connect, request_line, url) = loop {
         let mut chunk = [0u8; 4096];
         let n = client.read(&mut chunk).await?;
         if n == 0 {
@@ -112,19 +142,15 @@ async fn handle(mut client: TcpStream, rules: &[NetworkRule]) -> std::io::Result
                 let line = (method != "CONNECT").then(|| {
                     format!("{method} {origin_form} HTTP/1.{}\r\n", request.version.unwrap_or(1))
                 });
-                break (len, (host, port), method == "CONNECT", line);
+                let url = (method != "CONNECT").then(|| reqwest::Url::parse(path).ok()).flatten();
+                break (len, (host, port), method == "CONNECT", line, url);
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD_BYTES => {}
             _ => return refuse(&mut client, 400, "malformed or oversized request head").await,
         }
     };
     let (host, port) = target;
-    if !rules.iter().any(|r| r.matches(&host, port)) {
-        let allowed = rules.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-        let message = format!(
-            "reson jail: {host}:{port} is not in this plugin's command_network grant (allowed: \
-             {allowed})"
-        );
+    if let Err(message) = reach.check(&host, port, url.as_ref()) {
         return refuse(&mut client, 403, &message).await;
     }
     let upstream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host.as_str(), port)));
@@ -141,10 +167,33 @@ async fn handle(mut client: TcpStream, rules: &[NetworkRule]) -> std::io::Result
         // are the client's own.
         let headers_start = buf.iter().position(|&b| b == b'\n').map_or(head_len, |i| i + 1);
         upstream.write_all(request_line.unwrap_or_default().as_bytes()).await?;
-        upstream.write_all(&buf[headers_start..]).await?;
+        if reach.one_request_per_connection() {
+            upstream.write_all(&closing_head(&buf[headers_start..head_len])).await?;
+            upstream.write_all(&buf[head_len..]).await?;
+        } else {
+            upstream.write_all(&buf[headers_start..]).await?;
+        }
     }
     tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
     Ok(())
+}
+
+/// The header lines of a request head (ending in an empty line) with its
+/// connection headers replaced by `Connection: close`.
+fn closing_head(headers: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(headers.len() + 19);
+    for line in headers.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        let hop = [&b"connection"[..], b"proxy-connection", b"keep-alive"]
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h));
+        if hop || line == b"\r\n" || line == b"\n" {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
 }
 
 /// The host, port and origin-form target of a proxy request.
@@ -204,6 +253,12 @@ mod tests {
         for bad in ["crates.io", "crates.io:0", ":443", "a*b.org:1", "user@host:22", "h:port"] {
             assert!(NetworkRule::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_closing_head_drops_connection_headers() {
+        let head = b"Host: a\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n";
+        assert_eq!(closing_head(head), b"Host: a\r\nAccept: */*\r\nConnection: close\r\n\r\n");
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub(crate) struct Sandbox {
     pub(crate) fuel: bool,
     /// One per instance the pool holds; every call takes one first.
     pub(crate) slots: Arc<Slots>,
+    /// The browser sessions of tool calls.
+    pub(crate) browsers: Arc<crate::capability::browser::Browsers>,
     ticker_stop: Arc<AtomicBool>,
 }
 
@@ -169,6 +171,7 @@ impl Sandbox {
             fingerprint,
             fuel: settings.fuel,
             slots: Slots::new(n),
+            browsers: Arc::default(),
             ticker_stop,
         })
     }

@@ -7,6 +7,7 @@ use super::engine::{KeptMark, Sandbox};
 use super::error::{CallError, Limit, LoadError, ToolFailure};
 use super::instance::{CallStore, Site};
 use super::lock::LockFile;
+use crate::capability::browser::{Scope, SessionKey};
 use crate::capability::{DeltaSink, HostState, Secrets};
 use crate::config::PluginsConfig;
 use crate::contract::bindings::plan_parser::PlanParserPluginPre;
@@ -435,6 +436,14 @@ impl LoadedPlugin {
                 (call, instance)
             }
         };
+        // A call in a trace uses the trace's browser; any other call one of
+        // its own, ended with it.
+        let key = match &context.trace_id {
+            Some(trace) => SessionKey::Trace { trace: trace.clone(), plugin: self.name.clone() },
+            None => SessionKey::fresh_call(),
+        };
+        let scope = Scope { browsers: sandbox.browsers.clone(), key: key.clone() };
+        call.store.data_mut().browser = Some(scope);
         let wit_context = wit::CallContext {
             call_id: context.call_id.clone(),
             trace_id: context.trace_id.clone(),
@@ -448,6 +457,10 @@ impl LoadedPlugin {
             instance.reson_plugin_tool().call_call(&mut call.store, tool, &args, &wit_context),
         )
         .await;
+        if context.trace_id.is_none() {
+            sandbox.browsers.close_key(&key).await;
+        }
+        call.store.data_mut().browser = None;
         let result = match result {
             Ok(answer) => {
                 // The guest returned normally: its instance can be entered again.

@@ -562,6 +562,18 @@ impl Runtime {
             .await
     }
 
+    /// Ends the browsers of `trace` (one per plugin that used one): their
+    /// Chromium processes and throwaway profiles. The runner calls it when
+    /// a run ends; a later call in the trace starts a fresh browser.
+    pub async fn close_browser(&self, trace: &str) {
+        self.inner.sandbox.browsers.close_trace(trace).await;
+    }
+
+    /// Ends every browser this runtime started.
+    pub async fn close_browsers(&self) {
+        self.inner.sandbox.browsers.close_all().await;
+    }
+
     /// Re-reads the whole plugins directory: new and changed files load,
     /// removed ones unload, unchanged ones are left alone.
     pub async fn rescan(&self) -> Result<(), RuntimeError> {

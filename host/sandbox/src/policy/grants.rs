@@ -51,6 +51,8 @@ pub struct Grants {
     pub dirs: Vec<MountedDir>,
     /// URL patterns both requested and granted (a URL must match one of each).
     pub http: Vec<String>,
+    /// Browser URL patterns both requested and granted.
+    pub browser: Vec<String>,
     /// Command patterns both requested and granted.
     pub process: Vec<String>,
     /// Environment variables a command may be given beyond the safe
@@ -76,6 +78,10 @@ pub struct Grants {
     url_requested: Vec<UrlPattern>,
     #[serde(skip)]
     url_granted: Vec<UrlPattern>,
+    #[serde(skip)]
+    browser_requested: Vec<UrlPattern>,
+    #[serde(skip)]
+    browser_granted: Vec<UrlPattern>,
     #[serde(skip)]
     cmd_requested: Vec<CommandPattern>,
     #[serde(skip)]
@@ -124,6 +130,7 @@ impl Grants {
         Ok(Self {
             dirs,
             http: both(&requests.http, &grant.http),
+            browser: both(&requests.browser, &grant.browser),
             process: both(&requests.process, &grant.process),
             env: grant.env.clone(),
             exec_vectors: grant.exec_vectors.clone(),
@@ -140,6 +147,8 @@ impl Grants {
             config: grant.config.clone(),
             url_requested: parse_urls(&requests.http)?,
             url_granted: parse_urls(&grant.http)?,
+            browser_requested: parse_urls(&requests.browser)?,
+            browser_granted: parse_urls(&grant.browser)?,
             cmd_requested: parse_cmds(&requests.process)?,
             cmd_granted: parse_cmds(&grant.process)?,
             search_path: sandbox.search_path()?,
@@ -215,6 +224,43 @@ impl Grants {
             && self.url_granted.iter().any(|p| p.matches(url))
     }
 
+    /// Whether the host's browser may load `url` for the plugin, or why
+    /// not. Only `http`, `https`, `ws` and `wss` URLs are ever loaded (a
+    /// WebSocket URL matches the patterns of its HTTP scheme), and a
+    /// loopback host only when a granted pattern names that host exactly:
+    /// `*` is not taken to mean the host's own services.
+    pub fn browser_allows(&self, url: &Url) -> Result<(), String> {
+        let as_http = match url.scheme() {
+            "http" | "https" => url.clone(),
+            // `ws://` becomes `http://`, `wss://` `https://`.
+            "ws" | "wss" => {
+                Url::parse(&url.as_str().replacen("ws", "http", 1)).map_err(|e| e.to_string())?
+            }
+            scheme => return Err(format!("the `{scheme}:` scheme is never loaded")),
+        };
+        let requested = self.browser_requested.iter().any(|p| p.matches(&as_http));
+        let granted = self.browser_granted.iter().filter(|p| p.matches(&as_http));
+        let mut granted = granted.peekable();
+        if !requested || granted.peek().is_none() {
+            return Err("not in the plugin's browser grant".into());
+        }
+        if as_http.host_str().is_some_and(is_loopback) && !granted.any(UrlPattern::names_one_host) {
+            return Err("a loopback host is loaded only when a grant names it exactly".into());
+        }
+        Ok(())
+    }
+
+    /// Whether the host's browser may connect to `host:port` at all: the
+    /// check of a proxy that sees a `CONNECT` and no URL.
+    pub fn browser_allows_authority(&self, host: &str, port: u16) -> bool {
+        let loopback = is_loopback(host);
+        self.browser_requested.iter().any(|p| p.matches_authority(host, port))
+            && self
+                .browser_granted
+                .iter()
+                .any(|p| p.matches_authority(host, port) && (!loopback || p.names_one_host()))
+    }
+
     /// Whether `url` is granted by a pattern that names its host exactly:
     /// where a secret bound to no URL of its own may go.
     pub fn grants_host_exactly(&self, url: &Url) -> bool {
@@ -281,6 +327,14 @@ impl Grants {
     pub fn allows_tool(&self, tool: &str) -> bool {
         self.tools.as_ref().is_none_or(|tools| tools.iter().any(|t| t == tool))
     }
+}
+
+/// Whether `host` names this machine.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 /// The grant's limits, with its top-level `max_processes` folded in.
@@ -413,6 +467,7 @@ mod tests {
                 http: vec!["example.com".into()],
                 process: vec!["*".into()],
                 secrets: vec!["KEY".into()],
+                ..Requests::default()
             },
             PluginGrant::default(),
         );
@@ -464,6 +519,7 @@ mod tests {
             http: vec!["api.example.com/v1".into()],
             process: vec!["*".into()],
             secrets: vec!["KEY".into()],
+            ..Requests::default()
         };
         let g = grants(requests, grant);
         assert_eq!(g.dirs[0].access, Access::Read);
@@ -496,5 +552,49 @@ mod tests {
         assert_eq!(l.memory_bytes, 128 << 20);
         assert_eq!(l.output_bytes, DEFAULT_OUTPUT_BYTES);
         assert_eq!(l.fuel, None);
+    }
+
+    #[test]
+    fn browser_grants_check_scheme_pattern_and_loopback() {
+        let requests = Requests { browser: vec!["*".into()], ..Requests::default() };
+        let grant = PluginGrant {
+            browser: vec![
+                "https://docs.example.org/guide/*".into(),
+                "http://127.0.0.1:8080/*".into(),
+                "*.wide.example".into(),
+            ],
+            ..PluginGrant::default()
+        };
+        let g = grants(requests.clone(), grant);
+        let ok = |u: &str| g.browser_allows(&Url::parse(u).unwrap());
+        assert!(ok("https://docs.example.org/guide/intro").is_ok());
+        assert!(ok("wss://docs.example.org/guide/socket").is_ok(), "a WebSocket URL as https");
+        assert!(ok("https://docs.example.org/other").is_err());
+        assert!(ok("http://docs.example.org/guide/intro").is_err(), "the scheme is part of it");
+        assert!(ok("http://127.0.0.1:8080/form").is_ok(), "loopback named exactly");
+        assert!(ok("http://127.0.0.1:8081/").is_err());
+        assert!(ok("file:///etc/passwd").unwrap_err().contains("file:"));
+        assert!(ok("data:text/html,hi").is_err());
+        assert!(ok("https://a.wide.example/").is_ok());
+        assert!(g.browser_allows_authority("docs.example.org", 443));
+        assert!(!g.browser_allows_authority("other.example.org", 443));
+        assert!(g.browser_allows_authority("127.0.0.1", 8080));
+        assert!(!g.browser_allows_authority("127.0.0.1", 9));
+
+        let any = PluginGrant { browser: vec!["*".into()], ..PluginGrant::default() };
+        let g = grants(requests, any);
+        assert!(g.browser_allows(&Url::parse("https://example.com/").unwrap()).is_ok());
+        let local = g.browser_allows(&Url::parse("http://localhost:3000/").unwrap());
+        assert!(local.unwrap_err().contains("loopback"), "`*` does not reach the host itself");
+        assert!(!g.browser_allows_authority("127.0.0.1", 80));
+
+        let g = grants(
+            Requests::default(),
+            PluginGrant { browser: vec!["*".into()], ..PluginGrant::default() },
+        );
+        assert!(
+            g.browser_allows(&Url::parse("https://example.com/").unwrap()).is_err(),
+            "not requested"
+        );
     }
 }

@@ -15,7 +15,8 @@ pub struct PatternError {
 
 /// `[scheme://]host[:port][/path-prefix]`; `*.example.com` matches any
 /// subdomain of example.com (not example.com itself), and `*` any host —
-/// meant for a plugin's requests, where the user's grant still decides.
+/// meant for a plugin's requests, where the user's grant still decides. A
+/// `*` ending the path is the prefix before it (`/docs/*` is `/docs/`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UrlPattern {
     scheme: Option<String>,
@@ -34,7 +35,7 @@ impl UrlPattern {
             None => (None, pattern),
         };
         let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
+            Some(i) => (&rest[..i], rest[i..].strip_suffix('*').unwrap_or(&rest[i..])),
             None => (rest, "/"),
         };
         // An IPv6 address keeps its colons inside brackets.
@@ -65,17 +66,27 @@ impl UrlPattern {
         let Some(host) = url.host_str() else {
             return false;
         };
+        let scheme_ok = self.scheme.as_deref().is_none_or(|s| s == url.scheme());
+        let port_ok = self.port.is_none_or(|p| Some(p) == url.port_or_known_default());
+        self.host_matches(host) && scheme_ok && port_ok && path_under(url.path(), &self.path_prefix)
+    }
+
+    /// Whether some URL under this pattern is on `host:port`: what a proxy
+    /// that sees only a `CONNECT host:port` can check. A pattern without a
+    /// port takes any, as [`UrlPattern::matches`] does.
+    pub fn matches_authority(&self, host: &str, port: u16) -> bool {
+        self.port.is_none_or(|p| p == port) && self.host_matches(host)
+    }
+
+    fn host_matches(&self, host: &str) -> bool {
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let host_ok = self.host == "*"
+        self.host == "*"
             || match self.host.strip_prefix("*.") {
                 Some(domain) => {
                     host.strip_suffix(domain).is_some_and(|sub| sub.ends_with('.') && sub.len() > 1)
                 }
                 None => host.eq_ignore_ascii_case(&self.host),
-            };
-        let scheme_ok = self.scheme.as_deref().is_none_or(|s| s == url.scheme());
-        let port_ok = self.port.is_none_or(|p| Some(p) == url.port_or_known_default());
-        host_ok && scheme_ok && port_ok && path_under(url.path(), &self.path_prefix)
+            }
     }
 }
 

@@ -16,6 +16,9 @@ impl Run {
         mut result: Result<TraceStatus, AgentError>,
         iterations: u32,
     ) -> Result<RunOutcome, AgentError> {
+        // No tool call of this run is left: what the tools keep for the
+        // trace (a browser and its profile) goes now, whatever comes next.
+        self.inner.tools.run_ended(&self.trace.id).await;
         if let Ok(TraceStatus::Stopped) = result
             && let Some(reason) = self.meter.exceeded()
         {

@@ -1,0 +1,103 @@
+//! What the host's browser costs through the bundled `browser` plugin, on
+//! a local page: a navigate + read round trip (two tool calls: load the
+//! page, read it as Markdown), a viewport screenshot, and, once, the start
+//! of a browser (Chromium and its profile, on a trace's first call).
+//!
+//! `cargo bench -p reson --bench browser` prints criterion's figures and,
+//! last, the medians of interleaved rounds.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use axum::Router;
+use axum::response::Html;
+use axum::routing::get;
+use criterion::{Criterion, criterion_group, criterion_main};
+use reson::plugin::{CallContext, Runtime};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::{median, ns_per_call};
+
+const PAGE: &str = r#"<html><head><title>Bench</title></head><body>
+<h1>Results</h1><p>Some text with a <a href="/other">link</a>.</p>
+<ul><li>one</li><li>two</li><li>three</li></ul>
+<form><label for="q">Query</label><input id="q" name="q"><button>Go</button></form>
+</body></html>"#;
+
+async fn site() -> String {
+    let app = Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/other", get(|| async { Html("<title>Other</title><p>other</p>") }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+async fn call(runtime: &Runtime, trace: &str, tool: &str, args: serde_json::Value) -> String {
+    let context = CallContext { trace_id: Some(trace.to_owned()), ..CallContext::default() };
+    runtime.call_tool(tool, &args.to_string(), &context).await.unwrap().text
+}
+
+async fn round_trip(runtime: &Runtime, url: &str) {
+    call(runtime, "bench", "browser_navigate", json!({ "url": url })).await;
+    let text = call(runtime, "bench", "browser_read", json!({})).await;
+    assert!(text.contains("# Results"), "{text}");
+}
+
+async fn screenshot(runtime: &Runtime) {
+    let context = CallContext { trace_id: Some("bench".into()), ..CallContext::default() };
+    let out = runtime.call_tool("browser_screenshot", "{}", &context).await.unwrap();
+    assert!(out.images[0].data.starts_with(b"\x89PNG"));
+}
+
+fn bench(c: &mut Criterion) {
+    support::apt::ensure(
+        || Path::new(reson::capability::browser::CHROMIUM).exists(),
+        &["chromium"],
+    );
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = support::TestDir::new();
+    dir.install(support::plugins(), "browser");
+    let base = rt.block_on(site());
+    let runtime = rt.block_on(dir.open(&format!("[plugins.browser]\nbrowser = [\"{base}/*\"]\n")));
+    let url = format!("{base}/");
+
+    let started = Instant::now();
+    rt.block_on(call(&runtime, "first", "browser_navigate", json!({ "url": url })));
+    let first = started.elapsed();
+    rt.block_on(runtime.close_browser("first"));
+    rt.block_on(round_trip(&runtime, &url));
+
+    let mut group = c.benchmark_group("browser");
+    group.sample_size(20).measurement_time(Duration::from_secs(10));
+    group.bench_function("navigate + read", |b| {
+        b.to_async(&rt).iter(|| async { round_trip(&runtime, &url).await })
+    });
+    group.bench_function("screenshot (viewport)", |b| {
+        b.to_async(&rt).iter(|| async { screenshot(&runtime).await })
+    });
+    group.finish();
+
+    // Interleaved rounds, so drift on a shared machine hits both alike.
+    let (mut trips, mut shots) = (Vec::new(), Vec::new());
+    rt.block_on(async {
+        for _ in 0..7 {
+            trips.push(ns_per_call(async || round_trip(&runtime, &url).await, 5).await);
+            shots.push(ns_per_call(async || screenshot(&runtime).await, 5).await);
+        }
+    });
+    rt.block_on(runtime.close_browsers());
+    println!("\n== figures ==");
+    println!(
+        "first call of a trace (browser start + navigate): {:>8.1} ms",
+        first.as_secs_f64() * 1e3
+    );
+    println!("navigate + read round trip (2 tool calls):       {:>8.1} ms", median(trips) / 1e6);
+    println!("viewport screenshot (1 tool call, 1280x900 PNG):  {:>8.1} ms", median(shots) / 1e6);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

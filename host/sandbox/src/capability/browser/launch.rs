@@ -1,0 +1,199 @@
+//! Starting and ending Chromium processes.
+//!
+//! Chromium is started by the host itself, not by the DevTools client, so
+//! that it cannot outlive the host: each one runs in a process group of its
+//! own (ended whole, helpers included) and gets `SIGKILL` when the thread
+//! that forked it dies (`PR_SET_PDEATHSIG`). That signal follows the
+//! forking *thread*, not the process, so every Chromium is forked by one
+//! dedicated thread that lives as long as the host; a tokio worker or
+//! blocking-pool thread may exit at any time and would take it along.
+
+use super::BrowserError;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Where Debian installs Chromium.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The program behind Debian's `chromium` wrapper script, which the host
+/// starts directly: the wrapper adds flags and Google API keys of its own.
+const CHROMIUM_BINARY: &str = "/usr/lib/chromium/chromium";
+
+/// How long Chromium may take to open its DevTools port.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Heap cap of each page's JavaScript, in MiB.
+const JS_HEAP_MB: u32 = 512;
+
+/// Renderer processes one browser may run.
+const MAX_RENDERERS: u32 = 4;
+
+type Spawn = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// The thread that forks every Chromium.
+fn launcher() -> &'static Mutex<mpsc::Sender<Spawn>> {
+    static LAUNCHER: OnceLock<Mutex<mpsc::Sender<Spawn>>> = OnceLock::new();
+    LAUNCHER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Spawn>();
+        std::thread::Builder::new()
+            .name("reson-browser-launcher".into())
+            .spawn(move || {
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("the browser launcher thread starts");
+        Mutex::new(tx)
+    })
+}
+
+/// A running Chromium: its process (the leader of its own group) and
+/// the DevTools WebSocket URL it announced.
+pub(super) struct Process {
+    child: Option<Child>,
+    pub(super) ws_url: String,
+}
+
+impl Process {
+    /// Starts headless Chromium on `profile`, sending every request
+    /// through the proxy on `proxy_port`.
+    pub(super) async fn start(profile: &Path, proxy_port: u16) -> Result<Self, BrowserError> {
+        let program = if Path::new(CHROMIUM_BINARY).exists() { CHROMIUM_BINARY } else { CHROMIUM };
+        let mut command = Command::new(program);
+        command.args(arguments(profile, proxy_port)).stdin(Stdio::null()).stdout(Stdio::null());
+        command.stderr(Stdio::null()).env_clear();
+        for keep in ["PATH", "LANG", "TZ", "TMPDIR"] {
+            if let Some(value) = std::env::var_os(keep) {
+                command.env(keep, value);
+            }
+        }
+        command.env("HOME", profile);
+        let parent = std::process::id();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                    || libc::setpgid(0, 0) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                // The host died before the signal was armed.
+                if libc::getppid() != parent as libc::pid_t {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let (tx, rx) = mpsc::channel();
+        launcher()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send((command, tx))
+            .map_err(|_| BrowserError::Failed("the browser launcher thread is gone".into()))?;
+        let child = rx
+            .recv()
+            .map_err(|_| BrowserError::Failed("the browser launcher thread is gone".into()))?
+            .map_err(|e| BrowserError::Failed(format!("cannot start {program}: {e}")))?;
+        let mut process = Self { child: Some(child), ws_url: String::new() };
+        process.ws_url = process.devtools_url(profile).await?;
+        Ok(process)
+    }
+
+    /// Reads the DevTools endpoint Chromium writes into its profile once
+    /// it listens (`--remote-debugging-port=0` picks a free port).
+    async fn devtools_url(&mut self, profile: &Path) -> Result<String, BrowserError> {
+        let file = profile.join("DevToolsActivePort");
+        let started = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                let mut lines = text.lines();
+                if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
+                    return Ok(format!("ws://127.0.0.1:{port}{path}"));
+                }
+            }
+            if let Some(child) = &mut self.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(BrowserError::Failed(format!("chromium exited at start: {status}")));
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(BrowserError::Failed(format!(
+                    "chromium did not open its DevTools port within {START_TIMEOUT:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The process id of Chromium, which is also its process group's.
+    pub(super) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills Chromium and every helper in its group, and reaps it.
+    pub(super) fn kill(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: signals the group this host made for this Chromium.
+            unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        }
+        let _ = child.kill();
+        // Reaped off the caller's thread: a killed group exits at once,
+        // but waiting is still a blocking call.
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
+    let profile: PathBuf = profile.to_path_buf();
+    vec![
+        "--headless=new".into(),
+        // The host is often root, where Chromium's own sandbox cannot start.
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--remote-debugging-port=0".into(),
+        "--remote-debugging-address=127.0.0.1".into(),
+        format!("--user-data-dir={}", profile.display()),
+        // Every request, loopback included, goes through the host's proxy.
+        format!("--proxy-server=http://127.0.0.1:{proxy_port}"),
+        "--proxy-bypass-list=<-loopback>".into(),
+        // Cross-site frames stay in the page's process, where the page's
+        // request interception sees their requests.
+        "--disable-features=IsolateOrigins,site-per-process,Translate,MediaRouter,\
+         OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying"
+            .into(),
+        "--disable-site-isolation-trials".into(),
+        format!("--js-flags=--max-old-space-size={JS_HEAP_MB}"),
+        format!("--renderer-process-limit={MAX_RENDERERS}"),
+        "--no-first-run".into(),
+        "--no-default-browser-check".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--disable-extensions".into(),
+        "--disable-default-apps".into(),
+        "--disable-breakpad".into(),
+        "--password-store=basic".into(),
+        "--use-mock-keychain".into(),
+        "--mute-audio".into(),
+        "--hide-scrollbars".into(),
+        "--window-size=1280,900".into(),
+        "about:blank".into(),
+    ]
+}

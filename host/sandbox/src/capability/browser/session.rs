@@ -1,0 +1,217 @@
+//! Browser sessions: one Chromium with a throwaway profile per trace and
+//! plugin, started on first use, ended with the run (or the call, outside
+//! a trace), never shared.
+
+use super::BrowserError;
+use super::guard::{self, Activity, Guard};
+use super::launch::Process;
+use super::limits::MAX_PAGES;
+use crate::policy::Grants;
+use chromiumoxide::cdp::browser_protocol::browser::{
+    SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+};
+use chromiumoxide::handler::HandlerConfig;
+use chromiumoxide::{Browser, Page};
+use futures::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// How long a graceful close may take before the group is killed.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Which session a call uses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum SessionKey {
+    /// The trace's session of one plugin.
+    Trace { trace: String, plugin: Arc<str> },
+    /// A call outside any trace: a session of its own, ended with it.
+    Call(u64),
+}
+
+impl SessionKey {
+    /// A key no other call has.
+    pub(crate) fn fresh_call() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Self::Call(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// One open page of a session.
+pub(super) struct PageSlot {
+    pub(super) page: Page,
+    pub(super) activity: Arc<Activity>,
+    _watch: JoinSet<()>,
+}
+
+/// A running browser and its pages.
+pub(crate) struct Session {
+    browser: Browser,
+    pub(super) guard: Arc<Guard>,
+    pub(super) pages: BTreeMap<u32, PageSlot>,
+    next_page: u32,
+    tasks: JoinSet<()>,
+    process: Process,
+    profile: tempfile::TempDir,
+}
+
+impl Session {
+    async fn start(plugin: Arc<str>, grants: Arc<Grants>) -> Result<Self, BrowserError> {
+        let profile = tempfile::Builder::new()
+            .prefix("reson-browser-")
+            .tempdir()
+            .map_err(|e| BrowserError::Failed(format!("cannot make a browser profile: {e}")))?;
+        let guard = Arc::new(Guard::new(plugin, grants));
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| BrowserError::Failed(format!("cannot open the browser proxy: {e}")))?;
+        let proxy_port = listener.local_addr().map_err(|e| BrowserError::Failed(e.to_string()))?;
+        let mut tasks = JoinSet::new();
+        tasks.spawn(crate::jail::proxy::serve(listener, guard.clone()));
+        let process = Process::start(profile.path(), proxy_port.port()).await?;
+        let config = HandlerConfig {
+            ignore_https_errors: false,
+            request_timeout: Duration::from_secs(60),
+            ..HandlerConfig::default()
+        };
+        let (browser, mut handler) = Browser::connect_with_config(&process.ws_url, config)
+            .await
+            .map_err(|e| BrowserError::Failed(format!("cannot reach chromium: {e}")))?;
+        // Drives the DevTools connection; messages this client cannot
+        // parse (from a newer Chromium) are skipped, not fatal.
+        tasks.spawn(async move { while handler.next().await.is_some() {} });
+        let downloads = SetDownloadBehaviorParams::builder()
+            .behavior(SetDownloadBehaviorBehavior::Deny)
+            .build()
+            .map_err(BrowserError::Failed)?;
+        browser
+            .execute(downloads)
+            .await
+            .map_err(|e| BrowserError::Failed(format!("cannot turn downloads off: {e}")))?;
+        tracing::info!(
+            target: "reson::browser",
+            pid = process.pid(),
+            profile = %profile.path().display(),
+            "browser started"
+        );
+        Ok(Self { browser, guard, pages: BTreeMap::new(), next_page: 1, tasks, process, profile })
+    }
+
+    /// Opens a blank page whose every request is checked from the start.
+    pub(super) async fn new_page(&mut self) -> Result<u32, BrowserError> {
+        if self.pages.len() >= MAX_PAGES {
+            return Err(BrowserError::TooLarge(MAX_PAGES as u64));
+        }
+        let page = self
+            .browser
+            .new_page("about:blank")
+            .await
+            .map_err(|e| BrowserError::Failed(format!("cannot open a page: {e}")))?;
+        let activity = Arc::new(Activity::default());
+        let watch = guard::watch(&page, self.guard.clone(), activity.clone())
+            .await
+            .map_err(|e| BrowserError::Failed(format!("cannot guard the page: {e}")))?;
+        let id = self.next_page;
+        self.next_page += 1;
+        self.pages.insert(id, PageSlot { page, activity, _watch: watch });
+        Ok(id)
+    }
+
+    /// Replaces page `id` by a fresh blank one under the same id (a page
+    /// stuck on Chromium's error page cannot navigate from inside).
+    pub(super) async fn renew_page(&mut self, id: u32) -> Result<(), BrowserError> {
+        if let Some(old) = self.pages.remove(&id) {
+            let _ = old.page.close().await;
+        }
+        let fresh = self.new_page().await?;
+        if let Some(slot) = self.pages.remove(&fresh) {
+            self.pages.insert(id, slot);
+        }
+        Ok(())
+    }
+
+    /// The page `id`, or a clear error naming the open ones.
+    pub(super) fn page(&self, id: u32) -> Result<&PageSlot, BrowserError> {
+        self.pages.get(&id).ok_or_else(|| {
+            let open: Vec<String> = self.pages.keys().map(ToString::to_string).collect();
+            BrowserError::Failed(format!(
+                "no page {id} (open pages: {})",
+                if open.is_empty() { "none".to_owned() } else { open.join(", ") }
+            ))
+        })
+    }
+
+    /// Closes Chromium: politely first, then its whole process group.
+    async fn close(mut self) {
+        let _ = tokio::time::timeout(CLOSE_GRACE, self.browser.close()).await;
+        self.process.kill();
+        self.tasks.abort_all();
+        tracing::info!(
+            target: "reson::browser",
+            profile = %self.profile.path().display(),
+            "browser closed"
+        );
+    }
+}
+
+/// Every browser session of a runtime.
+#[derive(Default)]
+pub(crate) struct Browsers {
+    sessions: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Option<Session>>>>>,
+}
+
+impl Browsers {
+    /// The session for `key`, started when it has none; it enforces
+    /// `grants` from now on.
+    pub(super) async fn session(
+        &self,
+        key: &SessionKey,
+        plugin: &Arc<str>,
+        grants: &Arc<Grants>,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Option<Session>>, BrowserError> {
+        let slot = self
+            .sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let mut session = slot.lock_owned().await;
+        match &*session {
+            Some(running) => running.guard.update(grants.clone()),
+            None => *session = Some(Session::start(plugin.clone(), grants.clone()).await?),
+        }
+        Ok(session)
+    }
+
+    /// Ends the sessions `close` picks, waiting for calls using them.
+    async fn close_where(&self, close: impl Fn(&SessionKey) -> bool) {
+        let slots: Vec<_> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            let keys: Vec<SessionKey> = sessions.keys().filter(|k| close(k)).cloned().collect();
+            keys.iter().filter_map(|k| sessions.remove(k)).collect()
+        };
+        for slot in slots {
+            if let Some(session) = slot.lock().await.take() {
+                session.close().await;
+            }
+        }
+    }
+
+    /// Ends every session of `trace`.
+    pub(crate) async fn close_trace(&self, trace: &str) {
+        self.close_where(|k| matches!(k, SessionKey::Trace { trace: t, .. } if t == trace)).await;
+    }
+
+    /// Ends the session of one call.
+    pub(crate) async fn close_key(&self, key: &SessionKey) {
+        self.close_where(|k| k == key).await;
+    }
+
+    /// Ends every session.
+    pub(crate) async fn close_all(&self) {
+        self.close_where(|_| true).await;
+    }
+}
