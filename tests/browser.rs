@@ -14,7 +14,9 @@ use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
 use reson::plugin::{CallContext, Runtime};
 use reson::provider::PluginProvider;
 use reson::tools::ToolRegistry;
-use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStatus, TraceStore};
+use reson::trace::{
+    ContentPart, Durability, FileTraceStore, Message, Role, TraceStatus, TraceStore,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -383,6 +385,17 @@ async fn a_scripted_run_fills_the_form_reads_the_result_and_ends_its_browser() {
     assert!(read.contains("Thanks, Ada! Favourite colour: blue."), "{read}");
     assert!(read.contains("[untrusted content of the web page"), "labelled: {read}");
     assert!(texts[8].contains("bytes PNG"), "{}", texts[8]);
+    let shot = results[8]
+        .content
+        .iter()
+        .find_map(|part| match part {
+            ContentPart::Image(image) => Some(image.clone()),
+            _ => None,
+        })
+        .expect("the screenshot is stored with the trace, beside its message");
+    assert_eq!((shot.media_type.as_str(), shot.width), ("image/png", 1280));
+    let stored = s.store.get_image(&outcome.trace_id, &shot.name).await.unwrap().unwrap();
+    assert!(stored.starts_with(b"\x89PNG") && stored.len() as u64 == shot.bytes);
     assert!(texts[9].contains("\"Form\""), "back to the form: {}", texts[9]);
     assert!(texts[10].starts_with("ready"), "{}", texts[10]);
 

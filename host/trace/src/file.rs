@@ -4,8 +4,9 @@
 use super::event::{Event, EventKind};
 use super::flush::{Flusher, Target};
 use super::goal::{GoalStats, GoalTree};
-use super::image::{image_media_type, take_inline};
+use super::image::image_media_type;
 use super::message::Message;
+use super::message::take_inline;
 use super::model::{Trace, now_ms};
 use super::store::{TraceError, TraceFilter, TraceStore, check_id};
 use async_trait::async_trait;

@@ -3,16 +3,13 @@
 //! and every listing of the trace stay small.
 //!
 //! A writer hands a store images inline, as `data:` URLs in
-//! [`ContentPart::ImageUrl`]; [`TraceStore::add_message`](super::TraceStore::add_message)
+//! [`ContentPart::ImageUrl`](super::ContentPart::ImageUrl); [`TraceStore::add_message`](super::TraceStore::add_message)
 //! keeps the bytes of each PNG, JPEG, GIF or WebP one beside the message
-//! and stores the message with a [`ContentPart::Image`] naming it. Readers
+//! and stores the message with a [`ContentPart::Image`](super::ContentPart::Image) naming it. Readers
 //! get the bytes back with [`TraceStore::get_image`](super::TraceStore::get_image).
 //! Older traces, whose messages hold the `data:` URLs themselves, read as
 //! they always did.
 
-use super::message::{ContentPart, Message};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
 /// The media types kept and passed on as images, with the file extension
@@ -113,65 +110,13 @@ pub fn image_media_type(name: &str) -> Option<&'static str> {
     TYPES.iter().find(|(_, e)| *e == ext).map(|(t, _)| *t)
 }
 
-fn extension(media_type: &str) -> Option<&'static str> {
+pub(crate) fn extension(media_type: &str) -> Option<&'static str> {
     TYPES.iter().find(|(t, _)| t.eq_ignore_ascii_case(media_type)).map(|(_, e)| *e)
-}
-
-/// The images a message refers to, by name.
-pub(crate) fn referenced(message: &Message) -> impl Iterator<Item = &ImageRef> {
-    message.content.iter().filter_map(|part| match part {
-        ContentPart::Image(image) => Some(image),
-        _ => None,
-    })
-}
-
-/// Takes the inline images out of `message` (sequence already assigned):
-/// each `data:` URL of a valid image becomes a [`ContentPart::Image`], and
-/// its bytes are returned to be stored under that name, in order. Anything
-/// else (an `https:` URL, a `data:` URL that is not a valid image) stays as
-/// it is.
-pub(crate) fn take_inline(message: &mut Message) -> Vec<ImageData> {
-    let decoded: Vec<Option<Inline>> = message.content.iter().map(inline_image).collect();
-    let count = decoded.iter().flatten().count();
-    let mut taken = Vec::with_capacity(count);
-    for (part, decoded) in message.content.iter_mut().zip(decoded) {
-        let Some((media_type, data, (width, height))) = decoded else { continue };
-        let ext = extension(&media_type).unwrap_or("png");
-        let name = if count == 1 {
-            format!("{:06}.{ext}", message.sequence)
-        } else {
-            format!("{:06}-{}.{ext}", message.sequence, taken.len() + 1)
-        };
-        *part = ContentPart::Image(ImageRef {
-            media_type,
-            name: name.clone(),
-            bytes: data.len() as u64,
-            width,
-            height,
-        });
-        taken.push(ImageData { name, data });
-    }
-    taken
-}
-
-/// An inline image's media type (lower case), bytes, width and height.
-type Inline = (String, Vec<u8>, (u32, u32));
-
-/// The image of a `data:` URL part holding a valid one.
-fn inline_image(part: &ContentPart) -> Option<Inline> {
-    let ContentPart::ImageUrl { url } = part else { return None };
-    let rest = url.get(..5).filter(|s| s.eq_ignore_ascii_case("data:")).map(|_| &url[5..])?;
-    let (meta, data) = rest.split_once(',')?;
-    let media_type = meta.strip_suffix(";base64")?.to_ascii_lowercase();
-    let data = BASE64.decode(data).ok()?;
-    let size = check_image(&media_type, &data, u64::MAX).ok()?;
-    Some((media_type, data, size))
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::message::Role;
 
     /// A 1x1 PNG.
     pub(crate) const PNG: &[u8] = &[
@@ -181,10 +126,6 @@ pub(crate) mod tests {
         0xcf, 0xc0, 0xf0, 0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00,
         0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
     ];
-
-    fn data_url(media_type: &str, data: &[u8]) -> ContentPart {
-        ContentPart::ImageUrl { url: format!("data:{media_type};base64,{}", BASE64.encode(data)) }
-    }
 
     #[test]
     fn images_are_checked_for_type_size_and_header() {
@@ -201,42 +142,6 @@ pub(crate) mod tests {
         assert!(err.to_string().starts_with("the bytes are not a valid image/png image"), "{err}");
         let err = check_image("image/jpeg", PNG, 1024).unwrap_err();
         assert!(err.to_string().contains("the data is Png"), "{err}");
-    }
-
-    #[test]
-    fn inline_images_are_taken_out_and_named_by_sequence() {
-        let mut message = Message::new(Role::Tool, "two shots");
-        message.sequence = 3;
-        message.content.push(data_url("image/png", PNG));
-        message.content.push(ContentPart::ImageUrl { url: "https://example.com/a.png".into() });
-        message.content.push(data_url("image/png", b"garbage"));
-        message.content.push(data_url("IMAGE/PNG", PNG));
-        let taken = take_inline(&mut message);
-        assert_eq!(
-            taken.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(),
-            ["000003-1.png", "000003-2.png"]
-        );
-        assert!(taken.iter().all(|i| i.data == PNG));
-        assert_eq!(
-            message.content[1],
-            ContentPart::Image(ImageRef {
-                media_type: "image/png".into(),
-                name: "000003-1.png".into(),
-                bytes: PNG.len() as u64,
-                width: 1,
-                height: 1,
-            })
-        );
-        assert!(
-            matches!(&message.content[2], ContentPart::ImageUrl { url } if url.starts_with("https:"))
-        );
-        assert!(matches!(&message.content[3], ContentPart::ImageUrl { .. }), "invalid: kept");
-        assert!(matches!(&message.content[4], ContentPart::Image(i) if i.name == "000003-2.png"));
-
-        let mut one = Message::new(Role::Tool, "");
-        one.sequence = 12;
-        one.content.push(data_url("image/png", PNG));
-        assert_eq!(take_inline(&mut one)[0].name, "000012.png");
     }
 
     #[test]

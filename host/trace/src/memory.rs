@@ -3,8 +3,8 @@
 
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
-use super::image::take_inline;
 use super::message::Message;
+use super::message::take_inline;
 use super::model::{Trace, now_ms};
 use super::store::{TraceError, TraceFilter, TraceStore, check_id};
 use async_trait::async_trait;

@@ -105,7 +105,7 @@ pub(super) fn check_snapshot(snapshot: &TraceSnapshot) -> Result<(), TraceError>
         }
         last = seq;
     }
-    for image in snapshot.messages.iter().flat_map(super::image::referenced) {
+    for image in snapshot.messages.iter().flat_map(super::message::referenced) {
         if !snapshot.images.iter().any(|i| i.name == image.name) {
             return Err(bad(format!("image {} is missing", image.name)));
         }

@@ -26,8 +26,9 @@
 
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
-use super::image::{ImageData, image_media_type, take_inline};
+use super::image::{ImageData, image_media_type};
 use super::message::Message;
+use super::message::take_inline;
 use super::model::{Trace, TraceStatus, now_ms};
 use super::store::{TraceError, TraceFilter, TraceSnapshot, TraceStore, check_id};
 use crate::database::{Database, DatabaseError};

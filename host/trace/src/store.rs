@@ -2,8 +2,9 @@
 
 use super::event::{Event, EventKind};
 use super::goal::GoalTree;
-use super::image::{ImageData, referenced};
+use super::image::ImageData;
 use super::message::Message;
+use super::message::referenced;
 use super::model::{Trace, TraceStatus};
 use async_trait::async_trait;
 use std::io;
