@@ -64,8 +64,8 @@ mod tests {
         let out = call(&skills, r#"{"name":"research"}"#).unwrap();
         assert!(out.starts_with("## Skill: research\n"), "{out}");
         let err = call(&skills, r#"{"name":"cooking"}"#).unwrap_err();
-        assert_eq!(err, "Error: no skill `cooking` (skills: planning, research)");
+        assert_eq!(err, "Error: no skill `cooking` (skills: browser, planning, research)");
         assert!(call(&skills, "{}").unwrap_err().contains("invalid skill arguments"));
-        assert!(spec(&skills).description.contains("planning, research"));
+        assert!(spec(&skills).description.contains("browser, planning, research"));
     }
 }
