@@ -140,10 +140,16 @@ impl Visible {
     /// with its three values bound from parameter `$first` on (see
     /// [`sql_values`](Self::sql_values)).
     pub(crate) fn sql_condition(first: usize) -> String {
+        Self::sql_condition_on("scope", first)
+    }
+
+    /// [`sql_condition`](Self::sql_condition) on the SQL expression
+    /// `scope` (a column, or one the planner cannot look up in an index).
+    pub(crate) fn sql_condition_on(scope: &str, first: usize) -> String {
         let (all, user, agent) = (first, first + 1, first + 2);
         format!(
-            "(${all} OR scope = 'global' OR scope = ${user} \
-              OR (scope LIKE 'agent:%' AND (${agent}::text IS NULL OR scope = ${agent})))"
+            "(${all} OR {scope} = 'global' OR {scope} = ${user} \
+              OR ({scope} LIKE 'agent:%' AND (${agent}::text IS NULL OR {scope} = ${agent})))"
         )
     }
 

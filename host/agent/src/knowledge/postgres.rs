@@ -7,9 +7,9 @@
 //! when it matches some of them and ranks higher the more it matches;
 //! `ts_rank_cd` ranks. Ranking every entry that matches one common word
 //! would read a good part of the table, so only candidates are ranked:
-//! those matching all the words or all but one (most of the best), and for
-//! each word alone up to [`PER_WORD`] entries (all of them for a rare
-//! word). Each is a lookup in the GIN index.
+//! those matching all the words (up to [`MOST_MATCHING`]), and for each
+//! word alone up to [`PER_WORD`] entries (all of them for a rare word, a
+//! sample of a common one). Each is a lookup in the GIN index.
 
 use super::{Draft, Entry, Hit, KnowledgeError, KnowledgeStore, Source, snippet};
 use crate::scope::Visible;
@@ -28,18 +28,18 @@ const TAG_SEPARATOR: &str = "\u{1f}";
 const BATCH_ROWS: usize = 5_000;
 /// Most words of a query searched for; the rest are left out.
 const MAX_QUERY_WORDS: usize = 16;
-/// Most candidates matching all or all but one of a query's words, ranked.
+/// Most candidates matching all of a query's words, ranked.
 const MOST_MATCHING: usize = 1_000;
 /// Most candidates ranked for each word alone: a word in fewer entries
-/// brings all of them; a common one a sample, since those matching it and
-/// other words come in as [`MOST_MATCHING`].
-const PER_WORD: usize = 200;
+/// brings all of them; a common one a sample (those matching every word
+/// come in as [`MOST_MATCHING`]).
+const PER_WORD: usize = 100;
 
 /// The tsqueries one search runs, from the lexemes of its text.
 struct Plan {
     /// Each word alone.
     words: Vec<String>,
-    /// All of the words, or all but any one of them (with three or more).
+    /// All of the words.
     most: String,
     /// Any of the words: what ranks.
     any: String,
@@ -57,16 +57,7 @@ impl Plan {
             .iter()
             .map(|l| format!("'{}'", l.replace('\\', "\\\\").replace('\'', "''")))
             .collect();
-        let all_but = |skip: Option<usize>| {
-            let kept: Vec<&str> =
-                (0..words.len()).filter(|&i| Some(i) != skip).map(|i| words[i].as_str()).collect();
-            format!("({})", kept.join(" & "))
-        };
-        let most = if words.len() < 3 {
-            all_but(None)
-        } else {
-            (0..words.len()).map(|i| all_but(Some(i))).collect::<Vec<_>>().join(" | ")
-        };
+        let most = format!("({})", words.join(" & "));
         Some(Self { any: words.join(" | "), most, words })
     }
 }
@@ -237,11 +228,21 @@ impl KnowledgeStore for PgKnowledgeStore {
              FROM knowledge WHERE id IN (SELECT id FROM candidates) \
              ORDER BY score DESC, created_at DESC, id \
              LIMIT $4",
-            visible = Visible::sql_condition(5),
+            // A filter on the rows the GIN index finds: looking the scope up
+            // in its own index costs more than the search itself.
+            visible = Visible::sql_condition_on("(scope || '')", 5),
             MOST = MOST_MATCHING,
             PER_WORD = PER_WORD,
         );
         let (all, user, agent) = visible.sql_values();
+        let mut tx = self.db.pool().begin().await.map_err(query_failed)?;
+        // Under a LIMIT the planner may expect a sequential scan to reach
+        // the first matches of a word sooner; for a rare word it reads the
+        // whole table. The GIN index is the way to every candidate here.
+        sqlx::query("SET LOCAL enable_seqscan = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(query_failed)?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&plan.words)
             .bind(&plan.most)
@@ -250,9 +251,10 @@ impl KnowledgeStore for PgKnowledgeStore {
             .bind(all)
             .bind(user)
             .bind(agent)
-            .fetch_all(self.db.pool())
+            .fetch_all(&mut *tx)
             .await
             .map_err(query_failed)?;
+        tx.commit().await.map_err(query_failed)?;
         rows.iter()
             .map(|row| {
                 let entry = from_row(row)?;
