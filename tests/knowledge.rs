@@ -16,10 +16,10 @@ use reson::agent::{Hooks, PendingApprovals, Permissions, RunConfig, Runner, SubA
 use reson::config::Config;
 use reson::database::Database;
 use reson::knowledge::{
-    Access, Draft, FileKnowledgeStore, KnowledgeError, KnowledgeStore, MAX_CONTENT_BYTES,
-    PgKnowledgeStore, Scope, Visible,
+    Draft, FileKnowledgeStore, KnowledgeError, KnowledgeStore, MAX_CONTENT_BYTES, PgKnowledgeStore,
 };
 use reson::provider::PluginProvider;
+use reson::scope::{Scope, Visible};
 use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStore};
 use serde_json::{Value, json};
@@ -35,7 +35,7 @@ fn user(uid: &str) -> Scope {
 }
 
 fn seen_by(uid: &str) -> Visible {
-    Access { uid: Some(uid.into()), agent_type: None }.visible()
+    Visible::run(Some(uid), "default")
 }
 
 fn ids(hits: &[reson::knowledge::Hit]) -> Vec<&str> {
@@ -56,13 +56,13 @@ async fn pg_store() -> Arc<dyn KnowledgeStore> {
 /// What every store must do, whatever keeps the entries.
 async fn conformance(store: &dyn KnowledgeStore) {
     // Empty: nothing listed or found, and a clear error for a missing id.
-    assert!(store.list(&Visible::All).await.unwrap().is_empty());
-    assert!(store.search("anything", &Visible::All, 5).await.unwrap().is_empty());
-    let err = store.remove("kn_missing", &Visible::All).await.unwrap_err();
+    assert!(store.list(&Visible::everything()).await.unwrap().is_empty());
+    assert!(store.search("anything", &Visible::everything(), 5).await.unwrap().is_empty());
+    let err = store.remove("kn_missing", &Visible::everything()).await.unwrap_err();
     assert!(matches!(err, KnowledgeError::UnknownId(_)), "{err}");
     assert_eq!(err.to_string(), "no knowledge entry kn_missing");
     assert!(matches!(
-        store.get("kn_missing", &Visible::All).await,
+        store.get("kn_missing", &Visible::everything()).await,
         Err(KnowledgeError::UnknownId(_))
     ));
 
@@ -111,16 +111,16 @@ async fn conformance(store: &dyn KnowledgeStore) {
         .unwrap();
 
     // Get and list, by scope; another user's entry is as absent as none.
-    assert_eq!(store.get(&backups.id, &Visible::All).await.unwrap(), backups);
+    assert_eq!(store.get(&backups.id, &Visible::everything()).await.unwrap(), backups);
     assert_eq!(store.get(&ann.id, &seen_by("ann")).await.unwrap(), ann);
     assert!(matches!(store.get(&bob.id, &seen_by("ann")).await, Err(KnowledgeError::UnknownId(_))));
     let all: Vec<String> =
-        store.list(&Visible::All).await.unwrap().into_iter().map(|e| e.id).collect();
+        store.list(&Visible::everything()).await.unwrap().into_iter().map(|e| e.id).collect();
     assert_eq!(all, [&backups.id, &mention.id, &ann.id, &bob.id, &coder.id].map(String::as_str));
     let anns: Vec<String> =
         store.list(&seen_by("ann")).await.unwrap().into_iter().map(|e| e.id).collect();
     assert_eq!(anns, [&backups.id, &mention.id, &ann.id].map(String::as_str));
-    let coders = Access { uid: None, agent_type: Some("coder".into()) }.visible();
+    let coders = Visible::run(None, "coder");
     assert_eq!(store.list(&coders).await.unwrap().len(), 3);
 
     // Ranking: a title match beats a content mention; stems match
@@ -135,7 +135,7 @@ async fn conformance(store: &dyn KnowledgeStore) {
     assert!(mention_hit.snippet.contains("backups are not pruned"), "{}", mention_hit.snippet);
     // Tags are searched; the limit holds.
     assert_eq!(ids(&store.search("editor", &seen_by("ann"), 5).await.unwrap()), [ann.id.as_str()]);
-    assert_eq!(store.search("backups", &Visible::All, 1).await.unwrap().len(), 1);
+    assert_eq!(store.search("backups", &Visible::everything(), 1).await.unwrap().len(), 1);
     assert_eq!(ids(&store.search("formatter", &coders, 5).await.unwrap()), [coder.id.as_str()]);
     assert!(store.search("formatter", &seen_by("ann"), 5).await.unwrap().is_empty());
 
@@ -143,7 +143,7 @@ async fn conformance(store: &dyn KnowledgeStore) {
     for odd in
         ["", "   ", "\"", "AND", "title:", "a:b:c", "((", "*", "-", "!!!", "' OR 1=1 --", "\0"]
     {
-        let found = store.search(odd, &Visible::All, 5).await;
+        let found = store.search(odd, &Visible::everything(), 5).await;
         assert!(found.is_ok(), "{odd:?}: {found:?}");
     }
     for odd in [
@@ -153,7 +153,7 @@ async fn conformance(store: &dyn KnowledgeStore) {
         "postgresql: \"restore\" AND NOT",
         "backups'); DROP TABLE knowledge; --",
     ] {
-        let hits = store.search(odd, &Visible::All, 5).await.unwrap();
+        let hits = store.search(odd, &Visible::everything(), 5).await.unwrap();
         assert!(ids(&hits).contains(&backups.id.as_str()), "{odd:?}: {:?}", ids(&hits));
     }
 
@@ -175,14 +175,14 @@ async fn conformance(store: &dyn KnowledgeStore) {
         (backups.id.as_str(), backups.created_at.as_str())
     );
     assert!(updated.updated_at >= backups.updated_at);
-    let stored = store.get(&backups.id, &Visible::All).await.unwrap();
+    let stored = store.get(&backups.id, &Visible::everything()).await.unwrap();
     assert_eq!(stored, updated);
-    assert!(store.search("pg_restore", &Visible::All, 5).await.unwrap().is_empty());
+    assert!(store.search("pg_restore", &Visible::everything(), 5).await.unwrap().is_empty());
     assert_eq!(
-        ids(&store.search("barman", &Visible::All, 5).await.unwrap()),
+        ids(&store.search("barman", &Visible::everything(), 5).await.unwrap()),
         [backups.id.as_str()]
     );
-    assert_eq!(store.list(&Visible::All).await.unwrap().len(), 5);
+    assert_eq!(store.list(&Visible::everything()).await.unwrap().len(), 5);
 
     // Bad input is refused whole, and nothing is written.
     let huge = "word ".repeat(MAX_CONTENT_BYTES / 5 + 1);
@@ -202,23 +202,27 @@ async fn conformance(store: &dyn KnowledgeStore) {
         Draft { id: Some("kn_twice".into()), ..Draft::new(Scope::Global, "Twice", "x", &[]) };
     let err = store.save_all(vec![twice.clone(), twice]).await.unwrap_err();
     assert!(err.to_string().contains("id kn_twice is given twice"), "{err}");
-    assert_eq!(store.list(&Visible::All).await.unwrap().len(), 5, "a refused batch wrote nothing");
+    assert_eq!(
+        store.list(&Visible::everything()).await.unwrap().len(),
+        5,
+        "a refused batch wrote nothing"
+    );
 
     // Remove: only within the caller's scopes; once.
     let err = store.remove(&bob.id, &seen_by("ann")).await.unwrap_err();
     assert!(matches!(err, KnowledgeError::UnknownId(_)), "{err}");
-    assert!(store.get(&bob.id, &Visible::All).await.is_ok(), "ann cannot remove bob's");
-    assert_eq!(store.remove(&mention.id, &Visible::All).await.unwrap().id, mention.id);
+    assert!(store.get(&bob.id, &Visible::everything()).await.is_ok(), "ann cannot remove bob's");
+    assert_eq!(store.remove(&mention.id, &Visible::everything()).await.unwrap().id, mention.id);
     assert!(matches!(
-        store.get(&mention.id, &Visible::All).await,
+        store.get(&mention.id, &Visible::everything()).await,
         Err(KnowledgeError::UnknownId(_))
     ));
     assert!(
-        !ids(&store.search("pruned", &Visible::All, 5).await.unwrap())
+        !ids(&store.search("pruned", &Visible::everything(), 5).await.unwrap())
             .contains(&mention.id.as_str())
     );
     assert!(matches!(
-        store.remove(&mention.id, &Visible::All).await,
+        store.remove(&mention.id, &Visible::everything()).await,
         Err(KnowledgeError::UnknownId(_))
     ));
 }
@@ -227,10 +231,10 @@ async fn conformance(store: &dyn KnowledgeStore) {
 async fn the_file_store_conforms_and_reopens_with_its_entries() {
     let (dir, store) = files_store().await;
     conformance(&*store).await;
-    let before = store.list(&Visible::All).await.unwrap();
+    let before = store.list(&Visible::everything()).await.unwrap();
     let reopened = FileKnowledgeStore::new(dir.path().join("knowledge"));
-    assert_eq!(reopened.list(&Visible::All).await.unwrap(), before);
-    assert_eq!(reopened.search("barman", &Visible::All, 5).await.unwrap().len(), 1);
+    assert_eq!(reopened.list(&Visible::everything()).await.unwrap(), before);
+    assert_eq!(reopened.search("barman", &Visible::everything(), 5).await.unwrap().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -495,7 +499,7 @@ async fn top3_hits(store: &dyn KnowledgeStore) -> usize {
     store.save_all(drafts).await.unwrap();
     let mut found = 0;
     for (query, want) in QUERIES {
-        let hits = store.search(query, &Visible::All, 3).await.unwrap();
+        let hits = store.search(query, &Visible::everything(), 3).await.unwrap();
         if ids(&hits).contains(want) {
             found += 1;
         } else {
@@ -570,7 +574,7 @@ async fn a_writer_killed_mid_stream_loses_nothing_it_saved() {
     child.wait().unwrap();
     let store = FileKnowledgeStore::new(&index);
     let listed: Vec<String> =
-        store.list(&Visible::All).await.unwrap().into_iter().map(|e| e.id).collect();
+        store.list(&Visible::everything()).await.unwrap().into_iter().map(|e| e.id).collect();
     for id in &saved {
         assert!(listed.contains(id), "{id} was saved before the kill but is gone: {listed:?}");
     }
@@ -578,7 +582,10 @@ async fn a_writer_killed_mid_stream_loses_nothing_it_saved() {
     let after =
         store.save(Draft::new(Scope::Global, "after the kill", "still writable", &[])).await;
     assert!(after.is_ok(), "{after:?}");
-    assert_eq!(store.search("kill", &Visible::All, 100).await.unwrap().len(), listed.len() + 1);
+    assert_eq!(
+        store.search("kill", &Visible::everything(), 100).await.unwrap().len(),
+        listed.len() + 1
+    );
 }
 
 fn reson(dir: &Path, args: &[&str]) -> Output {
@@ -821,7 +828,8 @@ async fn runs_save_into_their_users_scope(store: Arc<dyn KnowledgeStore>) {
     assert!(!searched.contains("Bob"), "{searched}");
 
     // The sub-agent's note is in ann's scope, from the sub-agent's trace.
-    let anns = store.list(&Visible::Scopes(vec![user("ann")])).await.unwrap();
+    let mut anns = store.list(&seen_by("ann")).await.unwrap();
+    anns.retain(|e| e.scope == user("ann"));
     assert_eq!(anns.len(), 1, "{anns:?}");
     assert_eq!(anns[0].title, "Staging port");
     let source = anns[0].source.clone().expect("a run's note names its trace");

@@ -18,9 +18,9 @@ use api_support::{Api, ServerProcess, echo_turn, refused, reson, text_turn};
 use reqwest::Method;
 use reson::api::users::hash_token;
 use reson::experience::{
-    Experience, ExperienceStore, FileExperienceStore, PgExperienceStore, Rating, Scope, Source,
-    Tags, Visible,
+    Experience, ExperienceStore, FileExperienceStore, PgExperienceStore, Rating, Source, Tags,
 };
+use reson::scope::{Scope, Visible};
 use reson::trace::{Trace, TraceFilter, TraceMode, TraceStore};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -30,6 +30,7 @@ const ROOT_TOKEN: &str = "root-admin-token-5b1e0c9d";
 const MISSING_TRACE: &str = "tr_000000000000";
 const MISSING_APPROVAL: &str = "987654321";
 const MISSING_EXPERIENCE: &str = "exp_000000000000";
+const MISSING_KNOWLEDGE: &str = "kn_0000000000000000";
 
 /// `reson users add UID` on the directory's token file: the token printed.
 async fn add_user(dir: &Path, uid: &str) -> String {
@@ -137,9 +138,10 @@ fn rules(list: &Value) -> Vec<String> {
 }
 
 /// Every route of the OpenAPI document that names one thing (a trace, an
-/// approval, an experience), with `ids` put in: method, path, the id.
-async fn routes_with_ids(api: &Api, ids: [&str; 3]) -> Vec<(Method, String, String)> {
-    let [trace, approval, experience] = ids;
+/// approval, an experience, a knowledge entry), with `ids` put in: method,
+/// path, the id.
+async fn routes_with_ids(api: &Api, ids: [&str; 4]) -> Vec<(Method, String, String)> {
+    let [trace, approval, experience, knowledge] = ids;
     let doc = api.get("/api/openapi.json").await.expect(200);
     let mut routes = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
@@ -150,6 +152,8 @@ async fn routes_with_ids(api: &Api, ids: [&str; 3]) -> Vec<(Method, String, Stri
             approval
         } else if path.starts_with("/api/experiences/") {
             experience
+        } else if path.starts_with("/api/knowledge/") {
+            knowledge
         } else {
             trace
         };
@@ -258,12 +262,70 @@ async fn two_users(dir: &TestDir) {
     let learnt_rule = "Delegate the child work.";
     assert!(!rules(&bob.get("/api/experiences").await.expect(200)).contains(&learnt_rule.into()));
 
-    // Bob on every route of Alice's trace, approval and experience: the
-    // 404 of a missing one, word for word but the id.
-    let alice_ids = [asking.as_str(), approval_id.as_str(), alices["id"].as_str().unwrap()];
+    // Knowledge: each user's notes go to their own scope; a user may not
+    // write another scope, nor replace another's entry (the 404 of a
+    // missing one), an admin may.
+    let note =
+        |title: &str| json!({ "title": title, "content": format!("{title}: the deploy notes") });
+    let alices_note = alice.post("/api/knowledge", note("Alice deploys")).await.expect(201);
+    assert_eq!(alices_note["scope"], "user:alice");
+    let alices_note_id = alices_note["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        bob.post("/api/knowledge", note("Bob deploys")).await.expect(201)["scope"],
+        "user:bob"
+    );
+    let mut shared = note("Everyone deploys");
+    shared["scope"] = json!("global");
+    bob.post("/api/knowledge", shared.clone()).await.expect_error(422, "unprocessable");
+    assert_eq!(root.post("/api/knowledge", shared).await.expect(201)["scope"], "global");
+    let mut coders = note("Coders deploy");
+    coders["scope"] = json!("agent:coder");
+    root.post("/api/knowledge", coders).await.expect(201);
+    let mut replace = note("Bob's now");
+    replace["id"] = json!(alices_note_id);
+    let other = bob.post("/api/knowledge", replace).await;
+    let none = bob.send(Method::DELETE, &format!("/api/knowledge/{MISSING_KNOWLEDGE}"), None).await;
+    assert_eq!((other.status, none.status), (404, 404), "{}", other.text);
+    assert_eq!(
+        other.text.replace(&alices_note_id, "ID"),
+        none.text.replace(MISSING_KNOWLEDGE, "ID")
+    );
+    let titles = |list: &Value| -> Vec<String> {
+        let mut all: Vec<String> = list["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["title"].as_str().unwrap().to_owned())
+            .collect();
+        all.sort();
+        all
+    };
+    let bobs = ["Bob deploys", "Coders deploy", "Everyone deploys"];
+    assert_eq!(titles(&bob.get("/api/knowledge").await.expect(200)), bobs);
+    assert_eq!(titles(&bob.get("/api/knowledge?q=deploy").await.expect(200)), bobs);
+    let alice_sees = ["Alice deploys", "Coders deploy", "Everyone deploys"];
+    assert_eq!(titles(&alice.get("/api/knowledge?q=deploy+notes").await.expect(200)), alice_sees);
+    assert_eq!(titles(&root.get("/api/knowledge?q=deploy").await.expect(200)).len(), 4);
+    assert_eq!(titles(&root.get("/api/knowledge").await.expect(200)).len(), 4);
+
+    // Bob on every route of Alice's trace, approval, experience and
+    // knowledge entry: the 404 of a missing one, word for word but the id.
+    let alice_ids = [
+        asking.as_str(),
+        approval_id.as_str(),
+        alices["id"].as_str().unwrap(),
+        alices_note_id.as_str(),
+    ];
     let theirs = routes_with_ids(&bob, alice_ids).await;
-    let missing =
-        routes_with_ids(&bob, [MISSING_TRACE, MISSING_APPROVAL, MISSING_EXPERIENCE]).await;
+    let missing = routes_with_ids(
+        &bob,
+        [MISSING_TRACE, MISSING_APPROVAL, MISSING_EXPERIENCE, MISSING_KNOWLEDGE],
+    )
+    .await;
+    assert!(
+        theirs.iter().any(|(_, path, _)| path.starts_with("/api/knowledge/")),
+        "a knowledge route: {theirs:?}"
+    );
     assert!(theirs.len() >= 8, "too few routes: {theirs:?}");
     for ((method, path, id), (_, missing_path, missing_id)) in theirs.iter().zip(&missing) {
         let other = bob.send(method.clone(), path, body_for(method, path)).await;
@@ -322,6 +384,12 @@ async fn two_users(dir: &TestDir) {
     let running = trace_ids(&root.get("/api/traces/running").await.expect(200));
     assert_eq!(running, [asking.as_str()]);
     assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 4);
+    // Alice's note is still hers; the admin may remove anyone's.
+    let hers = alice.get("/api/knowledge?q=alice").await.expect(200);
+    assert_eq!(titles(&hers), ["Alice deploys"]);
+    let note_path = format!("/api/knowledge/{alices_note_id}");
+    root.send(Method::DELETE, &note_path, None).await.expect(200);
+    alice.send(Method::DELETE, &note_path, None).await.expect_error(404, "not_found");
     let pending = root.get("/api/approvals").await.expect(200);
     assert_eq!(pending["approvals"][0]["id"], approval["id"]);
     let answer = format!("/api/approvals/{approval_id}");

@@ -50,7 +50,9 @@
 
 pub mod config;
 
-pub use reson_agent::{agent, experience, knowledge, policy, provider, skills, store, tools};
+pub use reson_agent::{
+    agent, experience, knowledge, policy, provider, scope, skills, store, tools,
+};
 pub use reson_mcp as mcp;
 pub use reson_origin_guard as origin_guard;
 pub use reson_sandbox::{capability, contract, jail, plugin};

@@ -13,9 +13,8 @@
 mod pg;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use reson_agent::knowledge::{
-    Access, Draft, FileKnowledgeStore, KnowledgeStore, PgKnowledgeStore, Scope, Visible,
-};
+use reson_agent::knowledge::{Draft, FileKnowledgeStore, KnowledgeStore, PgKnowledgeStore};
+use reson_agent::scope::{Scope, Visible};
 use reson_trace::database::Database;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -189,11 +188,7 @@ fn fill(rt: &Runtime, store: &dyn KnowledgeStore) -> Duration {
 
 /// The scopes searches run in: all, a user's run, a run without users.
 fn scopes() -> [Visible; 3] {
-    [
-        Visible::All,
-        Access { uid: Some("user3".into()), agent_type: Some("default".into()) }.visible(),
-        Access::default().visible(),
-    ]
+    [Visible::everything(), Visible::run(Some("user3"), "default"), Visible::run(None, "default")]
 }
 
 /// p50 and p95 of single searches, in milliseconds.
@@ -222,7 +217,7 @@ fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let files = FileKnowledgeStore::new(dir.path().join("knowledge"));
     let files_fill = fill(&rt, &files);
-    let found = rt.block_on(files.search(&queries[0], &Visible::All, 10)).unwrap();
+    let found = rt.block_on(files.search(&queries[0], &Visible::everything(), 10)).unwrap();
     assert!(!found.is_empty(), "the queries find entries");
 
     let db = rt.block_on(async {

@@ -17,6 +17,7 @@ pub mod experience;
 pub mod knowledge;
 pub mod policy;
 pub mod provider;
+pub mod scope;
 pub mod skills;
 pub mod store;
 pub mod tools;

@@ -6,7 +6,8 @@ use super::exit;
 use super::term::{say, say_err};
 use clap::Subcommand;
 use reson::config::Config;
-use reson::knowledge::{Access, Draft, Entry, KnowledgeError, Scope, Visible};
+use reson::knowledge::{Draft, Entry, KnowledgeError};
+use reson::scope::{Scope, Visible};
 use std::io::Read as _;
 use std::process::ExitCode;
 
@@ -36,7 +37,7 @@ pub(crate) enum Command {
     },
     /// Every entry, oldest first.
     List {
-        /// Only what this user's runs see: global, and user:NAME.
+        /// Only what this user sees through the API: global, agent:*, user:NAME.
         #[arg(long)]
         user: Option<String>,
         /// One JSON array.
@@ -50,7 +51,7 @@ pub(crate) enum Command {
         /// Most results.
         #[arg(long, default_value_t = 10)]
         limit: usize,
-        /// Only what this user's runs see: global, and user:NAME.
+        /// Only what this user sees through the API: global, agent:*, user:NAME.
         #[arg(long)]
         user: Option<String>,
         /// One JSON array, with each hit's score and snippet.
@@ -61,7 +62,7 @@ pub(crate) enum Command {
     Remove {
         /// The entry's id.
         id: String,
-        /// Only if it is one this user's runs see.
+        /// Only if this user sees it through the API (global, agent:*, user:NAME).
         #[arg(long)]
         user: Option<String>,
     },
@@ -70,8 +71,8 @@ pub(crate) enum Command {
 /// The scopes `--user` lets the command see.
 fn visible(user: &Option<String>) -> Visible {
     match user {
-        Some(uid) => Access { uid: Some(uid.clone()), agent_type: None }.visible(),
-        None => Visible::All,
+        Some(uid) => Visible::caller(Some(uid), false),
+        None => Visible::everything(),
     }
 }
 
@@ -116,7 +117,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                         say!("saved {}", line(&entry));
                     }
                 }),
-                Err(e) => Err(e),
+                Err(e) => Err(KnowledgeError::from(e)),
             }
         }
         Command::List { user, json } => store.list(&visible(user)).await.map(|all| {

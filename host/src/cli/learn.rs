@@ -94,7 +94,7 @@ pub(crate) async fn experiences_command(
         ExperiencesCommand::List { user } => {
             let mut all = store.list().await?;
             if let Some(uid) = user {
-                let visible = experience::Visible::caller(Some(uid), false);
+                let visible = reson::scope::Visible::caller(Some(uid), false);
                 all.retain(|e| visible.sees(&e.scope));
             }
             if all.is_empty() {

@@ -34,9 +34,10 @@
 //! execution, confidence 0.5, never used, not rated): files written before
 //! they existed read as before, and are written back unchanged.
 //!
-//! An experience's [`Scope`] says who sees it: everyone (global), one
+//! An experience's [`Scope`](crate::scope::Scope) says who sees it: everyone (global), one
 //! user's runs (`user:{uid}`), or one agent type's (`agent:{type}`). A run
-//! sees the global ones, its user's and its agent type's ([`Visible`]);
+//! sees the global ones, its user's and its agent type's
+//! ([`Visible`](crate::scope::Visible));
 //! what a run learns goes to its user's scope.
 //!
 //! [`reflect`] adds experiences from a finished trace; a new run gets the
@@ -51,6 +52,8 @@ mod store;
 
 pub use reflect::{Reflection, reflect};
 pub use store::{ExperienceStore, FileExperienceStore, PgExperienceStore, to_markdown};
+
+use crate::scope::{Scope, Visible};
 
 use crate::provider::{self, ChatProvider, ChatRequest, LlmParams, ProviderError};
 use reson_trace::{Message, Role, TraceError};
@@ -158,119 +161,6 @@ pub struct Metrics {
     /// Times it misled.
     #[serde(default)]
     pub harmful: u64,
-}
-
-/// Who an experience is for: written `global`, `user:{uid}` or
-/// `agent:{type}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum Scope {
-    /// Every run.
-    #[default]
-    Global,
-    /// The runs of one user.
-    User(String),
-    /// The runs of one agent type (preset).
-    Agent(String),
-}
-
-impl Scope {
-    /// Whether it is [`Scope::Global`].
-    pub fn is_global(&self) -> bool {
-        *self == Scope::Global
-    }
-
-    /// The scope of what a run of `uid` learns: the user's, or global for a
-    /// run nobody owns.
-    pub fn of_user(uid: Option<&str>) -> Self {
-        uid.map_or(Scope::Global, |u| Scope::User(u.to_owned()))
-    }
-}
-
-impl std::fmt::Display for Scope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Scope::Global => f.write_str("global"),
-            Scope::User(uid) => write!(f, "user:{uid}"),
-            Scope::Agent(kind) => write!(f, "agent:{kind}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Scope {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let named = |name: &str, make: fn(String) -> Scope| {
-            let name = name.trim();
-            if name.is_empty() || name.chars().any(char::is_whitespace) {
-                Err(format!("scope `{s}`: the name after the colon must be one word"))
-            } else {
-                Ok(make(name.to_owned()))
-            }
-        };
-        match s.trim().split_once(':') {
-            None if s.trim() == "global" => Ok(Scope::Global),
-            Some(("user", uid)) => named(uid, Scope::User),
-            Some(("agent", kind)) => named(kind, Scope::Agent),
-            _ => Err(format!("scope `{s}` is not global, user:UID or agent:TYPE")),
-        }
-    }
-}
-
-impl TryFrom<String> for Scope {
-    type Error = String;
-
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
-
-impl From<Scope> for String {
-    fn from(scope: Scope) -> String {
-        scope.to_string()
-    }
-}
-
-/// The scopes one run, or one API caller, may see.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Visible {
-    /// Everything: an admin, or a run nobody owns.
-    pub all: bool,
-    /// This user's experiences.
-    pub uid: Option<String>,
-    /// This agent type's; every agent type's when `None`.
-    pub agent_type: Option<String>,
-}
-
-impl Visible {
-    /// Every scope.
-    pub fn everything() -> Self {
-        Self { all: true, ..Self::default() }
-    }
-
-    /// What a run of `uid` with preset `agent_type` sees: global, its
-    /// user's and its agent type's. A run nobody owns sees global and its
-    /// agent type's only.
-    pub fn run(uid: Option<&str>, agent_type: &str) -> Self {
-        Self { all: false, uid: uid.map(str::to_owned), agent_type: Some(agent_type.to_owned()) }
-    }
-
-    /// What an API caller sees: everything for an admin; else global,
-    /// every agent type's, and their own.
-    pub fn caller(uid: Option<&str>, admin: bool) -> Self {
-        Self { all: admin, uid: uid.map(str::to_owned), agent_type: None }
-    }
-
-    /// Whether `scope` is visible.
-    pub fn sees(&self, scope: &Scope) -> bool {
-        match scope {
-            _ if self.all => true,
-            Scope::Global => true,
-            Scope::User(uid) => self.uid.as_ref() == Some(uid),
-            Scope::Agent(kind) => self.agent_type.as_ref().is_none_or(|k| k == kind),
-        }
-    }
 }
 
 /// How an experience was learnt.

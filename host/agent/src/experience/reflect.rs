@@ -2,8 +2,9 @@
 //! learnt. The prompt and the answer go on a side branch (a child of the
 //! head), so the trace's head and main path stay as they were.
 
-use super::{Experience, ExperienceError, ExperienceStore, Scope, Tags, json_object};
+use super::{Experience, ExperienceError, ExperienceStore, Tags, json_object};
 use crate::provider::{self, ChatProvider, ChatRequest, LlmParams};
+use crate::scope::Scope;
 use reson_trace::{Message, MessageTree, Role, TraceStatus, TraceStore};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;

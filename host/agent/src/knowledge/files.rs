@@ -13,7 +13,8 @@
 //! this process take turns on a mutex; writers in other processes (a CLI
 //! next to `reson serve`) wait for tantivy's writer lock.
 
-use super::{Draft, Entry, Hit, KnowledgeError, KnowledgeStore, Visible, snippet};
+use super::{Draft, Entry, Hit, KnowledgeError, KnowledgeStore, snippet};
+use crate::scope::{Scope, Visible};
 use async_trait::async_trait;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use tantivy::collector::{DocSetCollector, TopDocs};
 use tantivy::directory::MmapDirectory;
 use tantivy::directory::error::LockError;
-use tantivy::query::{AllQuery, BooleanQuery, BoostQuery, Occur, Query, TermQuery};
+use tantivy::query::{AllQuery, BooleanQuery, BoostQuery, Occur, Query, RegexQuery, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value as _,
 };
@@ -233,24 +234,27 @@ impl Opened {
 
     /// `query` restricted to the scopes of `visible`.
     fn scoped(&self, query: Box<dyn Query>, visible: &Visible) -> Box<dyn Query> {
-        match visible {
-            Visible::All => query,
-            Visible::Scopes(scopes) => {
-                let any_scope = scopes
-                    .iter()
-                    .map(|s| {
-                        let term = Term::from_field_text(self.fields.scope, &s.to_string());
-                        let q: Box<dyn Query> =
-                            Box::new(TermQuery::new(term, IndexRecordOption::Basic));
-                        (Occur::Should, q)
-                    })
-                    .collect();
-                Box::new(BooleanQuery::new(vec![
-                    (Occur::Must, query),
-                    (Occur::Must, Box::new(BooleanQuery::new(any_scope))),
-                ]))
+        if visible.all {
+            return query;
+        }
+        let term = |scope: Scope| -> (Occur, Box<dyn Query>) {
+            let term = Term::from_field_text(self.fields.scope, &scope.to_string());
+            (Occur::Should, Box::new(TermQuery::new(term, IndexRecordOption::Basic)))
+        };
+        let mut any_scope = vec![term(Scope::Global)];
+        any_scope.extend(visible.uid.clone().map(|uid| term(Scope::User(uid))));
+        match &visible.agent_type {
+            Some(kind) => any_scope.push(term(Scope::Agent(kind.clone()))),
+            None => {
+                let every_agent = RegexQuery::from_pattern("agent:.+", self.fields.scope)
+                    .expect("a constant pattern compiles");
+                any_scope.push((Occur::Should, Box::new(every_agent)));
             }
         }
+        Box::new(BooleanQuery::new(vec![
+            (Occur::Must, query),
+            (Occur::Must, Box::new(BooleanQuery::new(any_scope))),
+        ]))
     }
 
     /// The words of `text` as the index holds them, each once.
@@ -305,7 +309,7 @@ impl KnowledgeStore for FileKnowledgeStore {
             move |store, opened| {
                 opened.reader.reload().map_err(|e| store.error(e))?;
                 match opened.lookup(&id).map_err(|e| store.error(e))? {
-                    Some(entry) if visible.contains(&entry.scope) => Ok(entry),
+                    Some(entry) if visible.sees(&entry.scope) => Ok(entry),
                     _ => Err(unknown),
                 }
             },
@@ -324,7 +328,7 @@ impl KnowledgeStore for FileKnowledgeStore {
                 let writer = store.writer(opened)?;
                 opened.reader.reload().map_err(|e| store.error(e))?;
                 let entry = match opened.lookup(&id).map_err(|e| store.error(e))? {
-                    Some(entry) if visible.contains(&entry.scope) => entry,
+                    Some(entry) if visible.sees(&entry.scope) => entry,
                     _ => return Err(KnowledgeError::UnknownId(id)),
                 };
                 writer.delete_term(Term::from_field_text(opened.fields.id, &id));

@@ -5,9 +5,9 @@
 //!
 //! Every entry belongs to one [`Scope`]: a user's (`user:{uid}`), an agent
 //! type's (`agent:{type}`) or everyone's (`global`). A run sees the global
-//! entries, its agent type's, and its user's ([`Access::visible`]); it saves
+//! entries, its agent type's, and its user's ([`Visible::run`]); it saves
 //! into its user's scope, or the global one on a host without users
-//! ([`Access::home`]). Sub-agents inherit their caller's user, so they save
+//! ([`Visible::home`]). Sub-agents inherit their caller's user, so they save
 //! where the caller would.
 //!
 //! One trait, [`KnowledgeStore`], two stores: [`FileKnowledgeStore`], an
@@ -24,9 +24,9 @@ mod postgres;
 pub use files::FileKnowledgeStore;
 pub use postgres::PgKnowledgeStore;
 
+use crate::scope::{Scope, ScopeError, Visible};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -77,108 +77,9 @@ pub enum KnowledgeError {
     Database(#[from] reson_trace::database::DatabaseError),
 }
 
-/// Whose an entry is.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum Scope {
-    /// Everyone's: `global`.
-    Global,
-    /// One user's: `user:{uid}`.
-    User(String),
-    /// One agent type's: `agent:{type}`.
-    Agent(String),
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Global => f.write_str("global"),
-            Self::User(uid) => write!(f, "user:{uid}"),
-            Self::Agent(kind) => write!(f, "agent:{kind}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Scope {
-    type Err = KnowledgeError;
-
-    fn from_str(s: &str) -> Result<Self, KnowledgeError> {
-        let named = |name: &str, make: fn(String) -> Self| {
-            let ok = !name.is_empty()
-                && name.len() <= 128
-                && name.chars().all(|c| !c.is_whitespace() && !c.is_control());
-            ok.then(|| make(name.to_owned())).ok_or_else(|| {
-                KnowledgeError::Invalid(format!(
-                    "scope `{s}`: the name after the colon must be 1 to 128 characters without \
-                     spaces"
-                ))
-            })
-        };
-        match s.split_once(':') {
-            None if s == "global" => Ok(Self::Global),
-            Some(("user", uid)) => named(uid, Self::User),
-            Some(("agent", kind)) => named(kind, Self::Agent),
-            _ => Err(KnowledgeError::Invalid(format!(
-                "scope `{s}`: use global, user:NAME or agent:TYPE"
-            ))),
-        }
-    }
-}
-
-impl TryFrom<String> for Scope {
-    type Error = KnowledgeError;
-
-    fn try_from(s: String) -> Result<Self, KnowledgeError> {
-        s.parse()
-    }
-}
-
-impl From<Scope> for String {
-    fn from(scope: Scope) -> String {
-        scope.to_string()
-    }
-}
-
-/// The scopes a caller may read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Visible {
-    /// Every scope: an administrator, or a host without users.
-    All,
-    /// Only these.
-    Scopes(Vec<Scope>),
-}
-
-impl Visible {
-    /// Whether an entry in `scope` may be read.
-    pub fn contains(&self, scope: &Scope) -> bool {
-        match self {
-            Self::All => true,
-            Self::Scopes(scopes) => scopes.contains(scope),
-        }
-    }
-}
-
-/// Who a run is, as far as knowledge goes: its user and agent type.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Access {
-    /// The run's user; `None` on a host without users.
-    pub uid: Option<String>,
-    /// The run's agent type.
-    pub agent_type: Option<String>,
-}
-
-impl Access {
-    /// The scope the run saves into: its user's, else the global one.
-    pub fn home(&self) -> Scope {
-        self.uid.clone().map_or(Scope::Global, Scope::User)
-    }
-
-    /// The scopes the run reads: global, its agent type's and its user's.
-    pub fn visible(&self) -> Visible {
-        let mut scopes = vec![Scope::Global];
-        scopes.extend(self.agent_type.clone().map(Scope::Agent));
-        scopes.extend(self.uid.clone().map(Scope::User));
-        Visible::Scopes(scopes)
+impl From<ScopeError> for KnowledgeError {
+    fn from(e: ScopeError) -> Self {
+        KnowledgeError::Invalid(e.to_string())
     }
 }
 
@@ -463,13 +364,13 @@ impl Knowledge {
     /// A failed search attaches nothing: the goal is added all the same.
     pub async fn for_goal(
         &self,
-        access: &Access,
+        visible: &Visible,
         description: &str,
     ) -> Vec<reson_trace::GoalKnowledge> {
         if self.attach == 0 {
             return Vec::new();
         }
-        match self.store.search(description, &access.visible(), self.attach).await {
+        match self.store.search(description, visible, self.attach).await {
             Ok(hits) => hits
                 .into_iter()
                 .map(|h| reson_trace::GoalKnowledge {
@@ -489,30 +390,6 @@ impl Knowledge {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scopes_parse_and_print_and_refuse_the_malformed() {
-        for s in ["global", "user:alice", "agent:coder"] {
-            assert_eq!(s.parse::<Scope>().unwrap().to_string(), s);
-        }
-        for bad in ["", "user:", "user:a b", "team:x", "Global", "agent"] {
-            let err = bad.parse::<Scope>().unwrap_err().to_string();
-            assert!(err.contains("scope"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn a_run_sees_global_its_agent_and_its_user_and_saves_to_its_user() {
-        let access = Access { uid: Some("ann".into()), agent_type: Some("coder".into()) };
-        assert_eq!(access.home(), Scope::User("ann".into()));
-        let visible = access.visible();
-        assert!(visible.contains(&Scope::Global));
-        assert!(visible.contains(&Scope::Agent("coder".into())));
-        assert!(visible.contains(&Scope::User("ann".into())));
-        assert!(!visible.contains(&Scope::User("bob".into())));
-        assert!(!visible.contains(&Scope::Agent("other".into())));
-        assert_eq!(Access::default().home(), Scope::Global);
-    }
 
     #[test]
     fn drafts_are_checked_and_trimmed() {

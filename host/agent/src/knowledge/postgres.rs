@@ -2,13 +2,17 @@
 //! row per entry, shared by every host on the database, with a generated
 //! `tsvector` (title weight A, tags B, content C) under a GIN index.
 //!
-//! A query goes through `websearch_to_tsquery`, which accepts any text
-//! (quotes, colons, `AND` are never an error), then its words are joined by
-//! OR instead of AND and negations dropped, so an entry is found when it
-//! matches some of the words and ranks higher the more it matches;
-//! `ts_rank_cd` ranks.
+//! A query is words: the lexemes `to_tsvector` finds in it (any text is
+//! fine: quotes, colons or `AND` are never an error). An entry is found
+//! when it matches some of them and ranks higher the more it matches;
+//! `ts_rank_cd` ranks. Ranking every entry that matches one common word
+//! would read a good part of the table, so only candidates are ranked:
+//! those matching all the words (up to [`MOST_MATCHING`]), and for each
+//! word alone up to [`PER_WORD`] entries (all of them for a rare word, a
+//! sample of a common one). Each is a lookup in the GIN index.
 
-use super::{Draft, Entry, Hit, KnowledgeError, KnowledgeStore, Source, Visible, snippet};
+use super::{Draft, Entry, Hit, KnowledgeError, KnowledgeStore, Source, snippet};
+use crate::scope::Visible;
 use async_trait::async_trait;
 use reson_trace::database::{Database, DatabaseError};
 use sqlx::Row as _;
@@ -22,6 +26,41 @@ const COLUMNS: &str =
 const TAG_SEPARATOR: &str = "\u{1f}";
 /// Rows per insert statement of a batch.
 const BATCH_ROWS: usize = 5_000;
+/// Most words of a query searched for; the rest are left out.
+const MAX_QUERY_WORDS: usize = 16;
+/// Most candidates matching all of a query's words, ranked.
+const MOST_MATCHING: usize = 1_000;
+/// Most candidates ranked for each word alone: a word in fewer entries
+/// brings all of them; a common one a sample (those matching every word
+/// come in as [`MOST_MATCHING`]).
+const PER_WORD: usize = 100;
+
+/// The tsqueries one search runs, from the lexemes of its text.
+struct Plan {
+    /// Each word alone.
+    words: Vec<String>,
+    /// All of the words.
+    most: String,
+    /// Any of the words: what ranks.
+    any: String,
+}
+
+impl Plan {
+    /// `None` for a query with no searchable word.
+    fn new(mut lexemes: Vec<String>) -> Option<Self> {
+        lexemes.truncate(MAX_QUERY_WORDS);
+        if lexemes.is_empty() {
+            return None;
+        }
+        // A lexeme quoted as tsquery input: as it is, not parsed again.
+        let words: Vec<String> = lexemes
+            .iter()
+            .map(|l| format!("'{}'", l.replace('\\', "\\\\").replace('\'', "''")))
+            .collect();
+        let most = format!("({})", words.join(" & "));
+        Some(Self { any: words.join(" | "), most, words })
+    }
+}
 
 /// Knowledge in the database several hosts share.
 #[derive(Debug, Clone)]
@@ -38,14 +77,6 @@ impl PgKnowledgeStore {
 
 fn query_failed(e: sqlx::Error) -> KnowledgeError {
     KnowledgeError::Database(DatabaseError::Query(e))
-}
-
-/// The scopes to filter on; `None` for all.
-fn scopes(visible: &Visible) -> Option<Vec<String>> {
-    match visible {
-        Visible::All => None,
-        Visible::Scopes(scopes) => Some(scopes.iter().map(|s| s.to_string()).collect()),
-    }
 }
 
 fn from_row(row: &PgRow) -> Result<Entry, KnowledgeError> {
@@ -115,11 +146,15 @@ impl KnowledgeStore for PgKnowledgeStore {
 
     async fn get(&self, id: &str, visible: &Visible) -> Result<Entry, KnowledgeError> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM knowledge WHERE id = $1 AND ($2::text[] IS NULL OR scope = ANY($2))"
+            "SELECT {COLUMNS} FROM knowledge WHERE id = $1 AND {}",
+            Visible::sql_condition(2)
         );
+        let (all, user, agent) = visible.sql_values();
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id)
-            .bind(scopes(visible))
+            .bind(all)
+            .bind(user)
+            .bind(agent)
             .fetch_optional(self.db.pool())
             .await
             .map_err(query_failed)?
@@ -129,12 +164,15 @@ impl KnowledgeStore for PgKnowledgeStore {
 
     async fn remove(&self, id: &str, visible: &Visible) -> Result<Entry, KnowledgeError> {
         let sql = format!(
-            "DELETE FROM knowledge WHERE id = $1 AND ($2::text[] IS NULL OR scope = ANY($2)) \
-             RETURNING {COLUMNS}"
+            "DELETE FROM knowledge WHERE id = $1 AND {} RETURNING {COLUMNS}",
+            Visible::sql_condition(2)
         );
+        let (all, user, agent) = visible.sql_values();
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id)
-            .bind(scopes(visible))
+            .bind(all)
+            .bind(user)
+            .bind(agent)
             .fetch_optional(self.db.pool())
             .await
             .map_err(query_failed)?
@@ -144,11 +182,14 @@ impl KnowledgeStore for PgKnowledgeStore {
 
     async fn list(&self, visible: &Visible) -> Result<Vec<Entry>, KnowledgeError> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM knowledge WHERE ($1::text[] IS NULL OR scope = ANY($1)) \
-             ORDER BY created_at, id"
+            "SELECT {COLUMNS} FROM knowledge WHERE {} ORDER BY created_at, id",
+            Visible::sql_condition(1)
         );
+        let (all, user, agent) = visible.sql_values();
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(scopes(visible))
+            .bind(all)
+            .bind(user)
+            .bind(agent)
             .fetch_all(self.db.pool())
             .await
             .map_err(query_failed)?;
@@ -167,22 +208,53 @@ impl KnowledgeStore for PgKnowledgeStore {
         }
         // A NUL byte is the one thing PostgreSQL text cannot hold.
         let query = query.replace('\0', " ");
+        let lexemes: Vec<String> =
+            sqlx::query_scalar("SELECT tsvector_to_array(to_tsvector('english', $1))")
+                .bind(&query)
+                .fetch_one(self.db.pool())
+                .await
+                .map_err(query_failed)?;
+        let Some(plan) = Plan::new(lexemes) else {
+            return Ok(Vec::new());
+        };
         let sql = format!(
-            "WITH q AS (SELECT replace(replace(websearch_to_tsquery('english', $1)::text, '!', ''), \
-                ' & ', ' | ')::tsquery AS query) \
-             SELECT {COLUMNS}, ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', search, q.query, 1) AS score \
-             FROM knowledge, q \
-             WHERE search @@ q.query AND ($2::text[] IS NULL OR scope = ANY($2)) \
+            "WITH candidates AS (\
+               (SELECT id FROM knowledge WHERE search @@ $2::tsquery AND {visible} LIMIT {MOST}) \
+               UNION \
+               SELECT c.id FROM unnest($1::text[]) AS word, LATERAL (\
+                 SELECT id FROM knowledge WHERE search @@ word::tsquery AND {visible} \
+                 LIMIT {PER_WORD}) c) \
+             SELECT {COLUMNS}, ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', search, $3::tsquery, 1) AS score \
+             FROM knowledge WHERE id IN (SELECT id FROM candidates) \
              ORDER BY score DESC, created_at DESC, id \
-             LIMIT $3"
+             LIMIT $4",
+            // A filter on the rows the GIN index finds: looking the scope up
+            // in its own index costs more than the search itself.
+            visible = Visible::sql_condition_on("(scope || '')", 5),
+            MOST = MOST_MATCHING,
+            PER_WORD = PER_WORD,
         );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(&query)
-            .bind(scopes(visible))
-            .bind(limit as i64)
-            .fetch_all(self.db.pool())
+        let (all, user, agent) = visible.sql_values();
+        let mut tx = self.db.pool().begin().await.map_err(query_failed)?;
+        // Under a LIMIT the planner may expect a sequential scan to reach
+        // the first matches of a word sooner; for a rare word it reads the
+        // whole table. The GIN index is the way to every candidate here.
+        sqlx::query("SET LOCAL enable_seqscan = off")
+            .execute(&mut *tx)
             .await
             .map_err(query_failed)?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&plan.words)
+            .bind(&plan.most)
+            .bind(&plan.any)
+            .bind(limit as i64)
+            .bind(all)
+            .bind(user)
+            .bind(agent)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(query_failed)?;
+        tx.commit().await.map_err(query_failed)?;
         rows.iter()
             .map(|row| {
                 let entry = from_row(row)?;

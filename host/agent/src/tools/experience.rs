@@ -1,7 +1,8 @@
 //! The built-in `get_experience` tool: the model searches the lessons of
 //! past runs by intent and state tags.
 
-use crate::experience::{self, Experiences, Visible};
+use crate::experience::{self, Experiences};
+use crate::scope::Visible;
 use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
@@ -70,8 +71,8 @@ impl ToolSource for Experiences {
         vec![spec()]
     }
 
-    /// Outside a run (no scopes in the context) only the global
-    /// experiences are seen.
+    /// Outside a run (no scopes in the context) the global and agent
+    /// experiences are seen ([`Visible::default`]).
     async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
         let visible = context.extensions.get::<Visible>().map(|v| (*v).clone()).unwrap_or_default();
         self::call(self, &visible, &call.arguments)

@@ -2,7 +2,8 @@
 //! tree kept in the trace. It runs in the host, in call order, on the
 //! run's own tree.
 
-use crate::knowledge::{Access, Knowledge};
+use crate::knowledge::Knowledge;
+use crate::scope::Visible;
 use crate::tools::{Dispatch, ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
@@ -143,9 +144,9 @@ impl ToolSource for GoalTool {
         if added.is_empty() {
             return ToolResult::text(applied);
         }
-        let access = context.extensions.get::<Access>().map(|a| (*a).clone()).unwrap_or_default();
+        let visible = context.extensions.get::<Visible>().map(|v| (*v).clone()).unwrap_or_default();
         for (id, description) in added {
-            let found = knowledge.for_goal(&access, &description).await;
+            let found = knowledge.for_goal(&visible, &description).await;
             if !found.is_empty() {
                 // The goal was just added, so it is there.
                 let _ = goals.attach_knowledge(&id, found);

@@ -1,10 +1,12 @@
 //! The built-in `knowledge_save` and `knowledge_search` tools: the model
 //! keeps notes that outlive the run, and finds them again. A run saves
 //! into its user's scope (the global one on a host without users) and
-//! searches the scopes it may see ([`Access`], which the runner puts in
-//! each call's context; outside a run, the global scope only).
+//! searches the scopes it may see ([`Visible`], which the runner puts in
+//! each call's context; outside a run, [`Visible::default`]: the global
+//! and agent scopes).
 
-use crate::knowledge::{Access, Draft, Hit, Knowledge, Source};
+use crate::knowledge::{Draft, Hit, Knowledge, Source};
+use crate::scope::Visible;
 use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
@@ -95,7 +97,7 @@ pub fn render_hits(hits: &[Hit]) -> String {
 
 async fn save(
     knowledge: &Knowledge,
-    access: &Access,
+    visible: &Visible,
     call: &ToolCall,
     context: &ToolContext<'_>,
 ) -> Result<String, String> {
@@ -103,7 +105,7 @@ async fn save(
         .map_err(|e| format!("Error: invalid {SAVE} arguments: {e}"))?;
     let draft = Draft {
         id: None,
-        scope: Some(access.home()),
+        scope: Some(visible.home()),
         title: args.title,
         content: args.content,
         tags: args.tags,
@@ -116,13 +118,17 @@ async fn save(
     Ok(format!("Saved to stored knowledge as {} (scope {}).", entry.id, entry.scope))
 }
 
-async fn search(knowledge: &Knowledge, access: &Access, call: &ToolCall) -> Result<String, String> {
+async fn search(
+    knowledge: &Knowledge,
+    visible: &Visible,
+    call: &ToolCall,
+) -> Result<String, String> {
     let args: SearchArgs = serde_json::from_str(&call.arguments)
         .map_err(|e| format!("Error: invalid {SEARCH} arguments: {e}"))?;
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let hits = knowledge
         .store
-        .search(&args.query, &access.visible(), limit)
+        .search(&args.query, visible, limit)
         .await
         .map_err(|e| format!("Error: {e}"))?;
     Ok(if hits.is_empty() {
@@ -139,11 +145,11 @@ impl ToolSource for Knowledge {
     }
 
     async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
-        let access = context.extensions.get::<Access>().map(|a| (*a).clone()).unwrap_or_default();
+        let visible = context.extensions.get::<Visible>().map(|v| (*v).clone()).unwrap_or_default();
         let done = if call.name == SAVE {
-            save(self, &access, call, context).await
+            save(self, &visible, call, context).await
         } else {
-            search(self, &access, call).await
+            search(self, &visible, call).await
         };
         done.map_or_else(ToolResult::error, ToolResult::text)
     }

@@ -1,41 +1,32 @@
 //! `/api/knowledge`: search, list, save and remove knowledge entries, in
 //! the store this server's runs use.
 
+use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonBody, Params};
 use crate::response::Json;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use reson_agent::knowledge::{Draft, Entry, KnowledgeError, Scope, Visible};
+use reson_agent::knowledge::{Draft, Entry, KnowledgeError};
+use reson_agent::scope::{Scope, Visible};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 /// Most entries one request returns.
 const MAX_LIMIT: usize = 100;
 
-/// What the caller may do with knowledge.
-pub(crate) struct KnowledgeCaller {
-    /// The scopes it reads (and may remove from).
-    visible: Visible,
-    /// Where its saves go when the request names no scope.
-    home: Scope,
+/// The scopes `caller` reads, as `/api/experiences` answers it: global,
+/// every agent type's and their own; an admin (the single token, or a
+/// server without one) every scope.
+fn visible(caller: &Caller) -> Visible {
+    Visible::caller(caller.uid.as_deref(), caller.admin)
 }
 
-impl KnowledgeCaller {
-    /// Whether it may save into `scope`: a scope it may read.
-    fn may_write(&self, scope: &Scope) -> bool {
-        self.visible.contains(scope)
-    }
-}
-
-/// The one place the server decides whose knowledge a request may touch.
-/// The server has one token today, and whoever holds it sees every run, so
-/// it sees every scope and saves into the global one. With users, this
-/// becomes the caller's `user:{uid}` scope (plus global and agent scopes),
-/// or every scope for an administrator.
-fn caller(_state: &AppState) -> KnowledgeCaller {
-    KnowledgeCaller { visible: Visible::All, home: Scope::Global }
+/// The 404 of an entry the caller may not see, word for word that of a
+/// missing one.
+fn not_found(id: &str) -> ApiError {
+    knowledge_error(KnowledgeError::UnknownId(id.to_owned()))
 }
 
 fn knowledge_error(e: KnowledgeError) -> ApiError {
@@ -90,17 +81,18 @@ pub(crate) struct KnowledgeList {
 ))]
 pub(crate) async fn search(
     State(state): State<AppState>,
+    caller: Caller,
     Params(query): Params<KnowledgeQuery>,
 ) -> Result<Json<KnowledgeList>, ApiError> {
     let limit = query.limit.unwrap_or(20);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ApiError::BadRequest(format!("limit must be 1 to {MAX_LIMIT}, not {limit}")));
     }
-    let caller = caller(&state);
+    let visible = visible(&caller);
     let entries = match query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()) {
         Some(q) => state
             .knowledge
-            .search(q, &caller.visible, limit)
+            .search(q, &visible, limit)
             .await
             .map_err(knowledge_error)?
             .into_iter()
@@ -112,7 +104,7 @@ pub(crate) async fn search(
             .collect(),
         None => state
             .knowledge
-            .list(&caller.visible)
+            .list(&visible)
             .await
             .map_err(knowledge_error)?
             .into_iter()
@@ -130,7 +122,8 @@ pub(crate) struct NewKnowledge {
     /// Replace this entry (or create it under this id); a fresh id when
     /// absent.
     id: Option<String>,
-    /// `global`, `user:NAME` or `agent:TYPE`; the caller's own when absent.
+    /// `global`, `user:NAME` or `agent:TYPE`: admins only [default: the
+    /// caller's `user:NAME`; an admin without a user name: global].
     scope: Option<String>,
     title: String,
     content: String,
@@ -138,32 +131,39 @@ pub(crate) struct NewKnowledge {
     tags: Vec<String>,
 }
 
-/// Saves an entry (a new one, or a new version of one the caller sees).
+/// Saves an entry (a new one, or a new version of one the caller sees)
+/// in the caller's scope.
 #[utoipa::path(post, path = "/api/knowledge", request_body = NewKnowledge, responses(
     (status = 201, description = "The entry as stored", body = Object),
     (status = 404, description = "`id` names an entry the caller may not see", body = ErrorBody),
-    (status = 422, description = "No title or content, content over 32 KiB, a bad scope or id; nothing saved", body = ErrorBody),
+    (status = 422, description = "No title or content, content over 32 KiB, a bad scope or id, or a scope not the caller's to write; nothing saved", body = ErrorBody),
 ))]
 pub(crate) async fn save(
     State(state): State<AppState>,
+    caller: Caller,
     JsonBody(body): JsonBody<NewKnowledge>,
 ) -> Result<(StatusCode, Json<Entry>), ApiError> {
-    let caller = caller(&state);
+    let visible = visible(&caller);
+    let own = visible.home();
     let scope = match body.scope {
-        Some(scope) => scope.parse::<Scope>().map_err(knowledge_error)?,
-        None => caller.home.clone(),
+        Some(scope) => scope.parse::<Scope>().map_err(|e| knowledge_error(e.into()))?,
+        None => own.clone(),
     };
-    if !caller.may_write(&scope) {
-        return Err(ApiError::Unprocessable(format!("scope {scope} is not yours to write")));
+    if !caller.admin && scope != own {
+        return Err(ApiError::Unprocessable(format!(
+            "only an admin may write scope {scope}: leave `scope` out for {own}"
+        )));
     }
     if let Some(id) = &body.id {
-        // Replacing an entry needs the right to see it; one in another
-        // scope is as absent as one that does not exist.
-        let seen = state.knowledge.get(id, &caller.visible).await;
-        if let Err(KnowledgeError::UnknownId(_)) = seen
-            && state.knowledge.get(id, &Visible::All).await.is_ok()
-        {
-            return Err(ApiError::NotFound(format!("no knowledge entry {id}")));
+        // Replacing an entry needs the right to see it, and a user may
+        // replace only their own: any other is as absent as a missing one.
+        let replaces = match state.knowledge.get(id, &Visible::everything()).await {
+            Ok(stored) => Some(stored.scope),
+            Err(KnowledgeError::UnknownId(_)) => None,
+            Err(e) => return Err(knowledge_error(e)),
+        };
+        if replaces.is_some_and(|stored| !caller.admin && stored != own) {
+            return Err(not_found(id));
         }
     }
     let draft = Draft {
@@ -178,7 +178,8 @@ pub(crate) async fn save(
     Ok((StatusCode::CREATED, Json(entry)))
 }
 
-/// Removes an entry the caller may see.
+/// Removes an entry of the caller's own scope (an admin: any). Any other
+/// is a 404, as a missing one is.
 #[utoipa::path(delete, path = "/api/knowledge/{id}",
     params(("id" = String, Path, description = "Entry id")),
     responses(
@@ -187,9 +188,13 @@ pub(crate) async fn save(
     ))]
 pub(crate) async fn remove(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Entry>, ApiError> {
-    let caller = caller(&state);
-    let entry = state.knowledge.remove(&id, &caller.visible).await.map_err(knowledge_error)?;
+    let stored = state.knowledge.get(&id, &Visible::everything()).await.map_err(knowledge_error)?;
+    if !caller.admin && stored.scope != visible(&caller).home() {
+        return Err(not_found(&id));
+    }
+    let entry = state.knowledge.remove(&id, &visible(&caller)).await.map_err(knowledge_error)?;
     Ok(Json(entry))
 }

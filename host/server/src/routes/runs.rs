@@ -12,10 +12,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use reson_agent::agent::RunMode;
 use reson_agent::experience::{
-    self, Experience, ExperienceError, ExperienceStore, FileExperienceStore, Scope, Source, Tags,
-    Visible,
+    self, Experience, ExperienceError, ExperienceStore, FileExperienceStore, Source, Tags,
 };
 use reson_agent::provider::{LlmParams, PluginProvider};
+use reson_agent::scope::{Scope, Visible};
 use reson_trace::{Message, Role};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -335,7 +335,7 @@ pub(crate) async fn add_experience(
     let scope = match body.scope {
         None => own,
         Some(asked) => {
-            let asked: Scope = asked.parse().map_err(ApiError::BadRequest)?;
+            let asked: Scope = asked.parse().map_err(|e| ApiError::BadRequest(format!("{e}")))?;
             if !caller.admin && asked != own {
                 return Err(ApiError::BadRequest(format!(
                     "only an admin may write scope {asked}: leave `scope` out for {own}"

@@ -34,7 +34,7 @@ pub(super) async fn add_experience(
 ) -> Result<(), AgentError> {
     let Some(experiences) = inner.tools.experiences() else { return Ok(()) };
     let Some(first) = messages.iter_mut().find(|m| m.role == Role::User) else { return Ok(()) };
-    let visible = crate::experience::Visible::run(config.uid.as_deref(), &config.agent_type);
+    let visible = crate::scope::Visible::run(config.uid.as_deref(), &config.agent_type);
     let found =
         experiences.relevant(&inner.provider, &config.params, task, &visible, cancel.clone()).await;
     let section = match found {

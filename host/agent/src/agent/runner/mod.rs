@@ -599,14 +599,6 @@ struct Run {
 }
 
 impl Run {
-    /// Who the run is to the knowledge store.
-    fn access(&self) -> Arc<crate::knowledge::Access> {
-        Arc::new(crate::knowledge::Access {
-            uid: self.config.uid.clone(),
-            agent_type: Some(self.trace.agent_type.clone()),
-        })
-    }
-
     fn emit(&self, event: AgentEvent) {
         // A caller that stopped listening does not stop the run.
         let _ = self.events.send(event);

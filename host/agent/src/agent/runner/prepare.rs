@@ -149,7 +149,7 @@ impl Run {
                 && let Some(root) =
                     run.goals.current().map(|g| (g.id.clone(), g.description.clone()))
             {
-                let found = knowledge.for_goal(&run.access(), &root.1).await;
+                let found = knowledge.for_goal(&run.visible(), &root.1).await;
                 // The root was just added, so it is there.
                 let _ = run.goals.attach_knowledge(&root.0, found);
             }

@@ -143,7 +143,6 @@ impl Run {
         });
         let (trace_id, cancel) = (&self.trace.id, &self.cancel);
         let visible = Arc::new(self.visible());
-        let access = self.access();
         let mut running: FuturesUnordered<_> = concurrent
             .iter()
             .map(|&i| {
@@ -155,7 +154,6 @@ impl Run {
                 };
                 context.extensions.insert(caller.clone());
                 context.extensions.insert(visible.clone());
-                context.extensions.insert(access.clone());
                 let on_offer = &on_offer;
                 async move {
                     let started = Instant::now();
@@ -182,10 +180,10 @@ impl Run {
         Ok(())
     }
 
-    /// The experience scopes this run sees: global, its user's and its
-    /// agent type's.
-    fn visible(&self) -> crate::experience::Visible {
-        crate::experience::Visible::run(self.config.uid.as_deref(), &self.config.agent_type)
+    /// The scopes this run sees (experiences and knowledge): global, its
+    /// user's and its agent type's.
+    pub(super) fn visible(&self) -> crate::scope::Visible {
+        crate::scope::Visible::run(self.config.uid.as_deref(), &self.config.agent_type)
     }
 
     /// Runs an in-order call here, with the goal tree in hand; a tree a
@@ -197,7 +195,6 @@ impl Run {
         call: &ToolCall,
     ) -> Result<CallOutcome, AgentError> {
         let started = Instant::now();
-        let access = self.access();
         let result = {
             let visible = Arc::new(self.visible());
             let mut context = ToolContext {
@@ -208,7 +205,6 @@ impl Run {
                 ..ToolContext::default()
             };
             context.extensions.insert(visible);
-            context.extensions.insert(access);
             on_offer.call(call, &mut context).await
         };
         if result.ok {

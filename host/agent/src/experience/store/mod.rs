@@ -10,7 +10,8 @@ mod postgres;
 pub use file::FileExperienceStore;
 pub use postgres::PgExperienceStore;
 
-use super::{Experience, ExperienceError, Rating, Visible};
+use super::{Experience, ExperienceError, Rating};
+use crate::scope::Visible;
 use async_trait::async_trait;
 
 /// Durable storage of experiences.

@@ -5,8 +5,9 @@
 //! in SQL, on the same rules as [`rank`](crate::experience::rank) (no
 //! pgvector needed).
 
-use super::super::{Experience, ExperienceError, Metrics, Rating, Tags, Visible};
+use super::super::{Experience, ExperienceError, Metrics, Rating, Tags};
 use super::ExperienceStore;
+use crate::scope::Visible;
 use async_trait::async_trait;
 use reson_trace::database::{Database, DatabaseError};
 use sqlx::Row as _;
@@ -57,7 +58,7 @@ fn from_row(row: &PgRow) -> Result<Experience, ExperienceError> {
     let source: String = row.try_get("source").map_err(query_failed)?;
     let usage_count: i64 = row.try_get("usage_count").map_err(query_failed)?;
     Ok(Experience {
-        scope: scope.parse().map_err(invalid)?,
+        scope: scope.parse().map_err(|e: crate::scope::ScopeError| invalid(e.to_string()))?,
         condition: row.try_get("condition").map_err(query_failed)?,
         evidence: row.try_get("evidence").map_err(query_failed)?,
         source: source.parse().map_err(invalid)?,
@@ -203,6 +204,7 @@ impl ExperienceStore for PgExperienceStore {
         // "C" collation does the same.
         let lower =
             |tags: &[String]| tags.iter().map(|t| t.to_ascii_lowercase()).collect::<Vec<_>>();
+        let (all, user, agent) = visible.sql_values();
         let sql = format!(
             "SELECT {COLUMNS} FROM (\
                SELECT *, \
@@ -211,19 +213,19 @@ impl ExperienceStore for PgExperienceStore {
                  (SELECT count(*) FROM unnest(state_tags) t WHERE lower(t COLLATE \"C\") = ANY($2)) \
                    AS state_shared \
                FROM experiences \
-               WHERE $4 OR scope = 'global' OR scope = $5 \
-                  OR (scope LIKE 'agent:%' AND ($6::text IS NULL OR scope = $6))) ranked \
+               WHERE {visible}) ranked \
              WHERE intent_shared + state_shared > 0 \
              ORDER BY intent_shared DESC, state_shared DESC, helpful - harmful DESC, seq \
-             LIMIT $3"
+             LIMIT $3",
+            visible = Visible::sql_condition(4)
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(lower(intent))
             .bind(lower(state))
             .bind(count(k as u64))
-            .bind(visible.all)
-            .bind(visible.uid.as_ref().map(|u| format!("user:{u}")))
-            .bind(visible.agent_type.as_ref().map(|t| format!("agent:{t}")))
+            .bind(all)
+            .bind(user)
+            .bind(agent)
             .fetch_all(self.db.pool())
             .await
             .map_err(query_failed)?;
