@@ -75,6 +75,30 @@ impl PgKnowledgeStore {
     }
 }
 
+impl PgKnowledgeStore {
+    /// The entry `sql` returns, given the id as `$1` and `visible`'s
+    /// scopes from `$2`; one the caller may not see is as unknown as a
+    /// missing one.
+    async fn visible_entry(
+        &self,
+        sql: String,
+        id: &str,
+        visible: &Visible,
+    ) -> Result<Entry, KnowledgeError> {
+        let (all, user, agent) = visible.sql_values();
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .bind(all)
+            .bind(user)
+            .bind(agent)
+            .fetch_optional(self.db.pool())
+            .await
+            .map_err(query_failed)?
+            .ok_or_else(|| KnowledgeError::UnknownId(id.to_owned()))?;
+        from_row(&row)
+    }
+}
+
 fn query_failed(e: sqlx::Error) -> KnowledgeError {
     KnowledgeError::Database(DatabaseError::Query(e))
 }
@@ -149,17 +173,7 @@ impl KnowledgeStore for PgKnowledgeStore {
             "SELECT {COLUMNS} FROM knowledge WHERE id = $1 AND {}",
             Visible::sql_condition(2)
         );
-        let (all, user, agent) = visible.sql_values();
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(id)
-            .bind(all)
-            .bind(user)
-            .bind(agent)
-            .fetch_optional(self.db.pool())
-            .await
-            .map_err(query_failed)?
-            .ok_or_else(|| KnowledgeError::UnknownId(id.to_owned()))?;
-        from_row(&row)
+        self.visible_entry(sql, id, visible).await
     }
 
     async fn remove(&self, id: &str, visible: &Visible) -> Result<Entry, KnowledgeError> {
@@ -167,17 +181,7 @@ impl KnowledgeStore for PgKnowledgeStore {
             "DELETE FROM knowledge WHERE id = $1 AND {} RETURNING {COLUMNS}",
             Visible::sql_condition(2)
         );
-        let (all, user, agent) = visible.sql_values();
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(id)
-            .bind(all)
-            .bind(user)
-            .bind(agent)
-            .fetch_optional(self.db.pool())
-            .await
-            .map_err(query_failed)?
-            .ok_or_else(|| KnowledgeError::UnknownId(id.to_owned()))?;
-        from_row(&row)
+        self.visible_entry(sql, id, visible).await
     }
 
     async fn list(&self, visible: &Visible) -> Result<Vec<Entry>, KnowledgeError> {
