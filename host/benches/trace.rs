@@ -306,6 +306,8 @@ fn bench(c: &mut Criterion) {
         events: Vec::new(),
         goals: GoalTree::default(),
         images: Vec::new(),
+        objects: Vec::new(),
+        records: Vec::new(),
     };
     rt.block_on(store.import_trace(&snapshot)).unwrap();
     let on_path: std::collections::HashSet<u64> = tree.main_path(head).into_iter().collect();

@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use futures::StreamExt as _;
 use reson_agent::agent::{AgentEvent, ApprovalRequest, RunHandle};
 use reson_trace::{
-    Event, EventKind, GoalTree, Message, Trace, TraceError, TraceFilter, TraceStore,
+    Event, EventKind, GoalTree, Message, ObjectData, RecordData, Trace, TraceError, TraceFilter,
+    TraceStore,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -270,6 +271,45 @@ impl TraceStore for NotifyingStore {
 
     async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError> {
         self.inner.get_image(id, name).await
+    }
+
+    async fn put_object(&self, id: &str, object: &ObjectData) -> Result<(), TraceError> {
+        self.inner.put_object(id, object).await
+    }
+
+    async fn get_object(&self, id: &str, digest: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        self.inner.get_object(id, digest).await
+    }
+
+    async fn list_objects(&self, id: &str) -> Result<Vec<String>, TraceError> {
+        self.inner.list_objects(id).await
+    }
+
+    async fn put_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), TraceError> {
+        self.inner.put_record(id, kind, key, body).await
+    }
+
+    async fn get_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, TraceError> {
+        self.inner.get_record(id, kind, key).await
+    }
+
+    async fn list_records(
+        &self,
+        id: &str,
+        kind: Option<&str>,
+    ) -> Result<Vec<RecordData>, TraceError> {
+        self.inner.list_records(id, kind).await
     }
 
     async fn get_goals(&self, id: &str) -> Result<GoalTree, TraceError> {

@@ -1,6 +1,7 @@
 //! The file-system trace store: one directory per trace (layout, crash
 //! safety and fsync policy in the module docs of [`crate`]).
 
+use super::artifact::{ObjectData, RecordData, check_digest, check_record_name};
 use super::event::{Event, EventKind};
 use super::flush::{Flusher, Target};
 use super::goal::{GoalStats, GoalTree};
@@ -19,6 +20,8 @@ const META: &str = "meta.json";
 const GOALS: &str = "goal.json";
 const EVENTS: &str = "events.jsonl";
 const MESSAGES: &str = "messages";
+const OBJECTS: &str = "objects";
+const RECORDS: &str = "records";
 
 /// How many messages continuing the head may be added before meta.json is
 /// rewritten; `get_trace` reads at most this many message files to catch up.
@@ -417,6 +420,121 @@ impl TraceStore for FileTraceStore {
         }
     }
 
+    async fn put_object(&self, id: &str, object: &ObjectData) -> Result<(), TraceError> {
+        check_digest(id, &object.digest)?;
+        let dir = self.dir(id)?;
+        require(id, &dir)?;
+        let path = object_path(&dir, &object.digest);
+        if path.exists() {
+            return Ok(());
+        }
+        let mut targets = make_dirs(&dir, &path)?;
+        targets.extend(self.place_bytes(&path, &object.data).await?);
+        self.settle(targets).await
+    }
+
+    async fn get_object(&self, id: &str, digest: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        let dir = self.dir(id)?;
+        if check_digest(id, digest).is_err() {
+            return Ok(None);
+        }
+        let path = object_path(&dir, digest);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                require(id, &dir)?;
+                Ok(None)
+            }
+            Err(e) => Err(io_at(&path)(e)),
+        }
+    }
+
+    async fn list_objects(&self, id: &str) -> Result<Vec<String>, TraceError> {
+        let dir = self.dir(id)?;
+        require(id, &dir)?;
+        let mut digests = Vec::new();
+        for (prefix, fan) in subdirs(&dir.join(OBJECTS))? {
+            for (rest, _) in entries(&fan)? {
+                let digest = format!("{prefix}{rest}");
+                // Temporary files of a write a crash cut short are no objects.
+                if check_digest(id, &digest).is_ok() {
+                    digests.push(digest);
+                }
+            }
+        }
+        digests.sort();
+        Ok(digests)
+    }
+
+    async fn put_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), TraceError> {
+        check_record_name(id, kind)?;
+        check_record_name(id, key)?;
+        let dir = self.dir(id)?;
+        require(id, &dir)?;
+        let path = dir.join(RECORDS).join(kind).join(format!("{key}.json"));
+        let mut targets = make_dirs(&dir, &path)?;
+        targets.extend(self.place(&path, &to_json(&path, body)?).await?);
+        self.settle(targets).await
+    }
+
+    async fn get_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, TraceError> {
+        let dir = self.dir(id)?;
+        if check_record_name(id, kind).is_err() || check_record_name(id, key).is_err() {
+            return Ok(None);
+        }
+        let path = dir.join(RECORDS).join(kind).join(format!("{key}.json"));
+        match fs::read(&path) {
+            Ok(bytes) => parse(&path, &bytes).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                require(id, &dir)?;
+                Ok(None)
+            }
+            Err(e) => Err(io_at(&path)(e)),
+        }
+    }
+
+    async fn list_records(
+        &self,
+        id: &str,
+        kind: Option<&str>,
+    ) -> Result<Vec<RecordData>, TraceError> {
+        let dir = self.dir(id)?;
+        require(id, &dir)?;
+        let kinds = match kind {
+            Some(kind) => {
+                let path = dir.join(RECORDS).join(kind);
+                if check_record_name(id, kind).is_err() || !path.is_dir() {
+                    return Ok(Vec::new());
+                }
+                vec![(kind.to_owned(), path)]
+            }
+            None => subdirs(&dir.join(RECORDS))?,
+        };
+        let mut records = Vec::new();
+        for (kind, path) in kinds {
+            for (name, file) in entries(&path)? {
+                let Some(key) = name.strip_suffix(".json") else { continue };
+                if check_record_name(id, key).is_err() {
+                    continue;
+                }
+                let body = parse(&file, &fs::read(&file).map_err(io_at(&file))?)?;
+                records.push(RecordData { kind: kind.clone(), key: key.to_owned(), body });
+            }
+        }
+        Ok(records)
+    }
+
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         let dir = self.dir(&trace.id)?;
         let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
@@ -524,11 +642,26 @@ impl TraceStore for FileTraceStore {
             }
             files.push((path, lines));
         }
+        for record in &snapshot.records {
+            let path = tmp.join(RECORDS).join(&record.kind).join(format!("{}.json", record.key));
+            let json = to_json(&path, &record.body)?;
+            files.push((path, json));
+        }
         let mut targets = Vec::with_capacity(files.len() + snapshot.images.len() + 2);
         for image in &snapshot.images {
             let path = messages.join(&image.name);
             fs::write(&path, &image.data).map_err(io_at(&path))?;
             targets.push(Target::File(path));
+        }
+        for object in &snapshot.objects {
+            let path = object_path(tmp, &object.digest);
+            targets.extend(make_dirs(tmp, &path)?);
+            fs::write(&path, &object.data).map_err(io_at(&path))?;
+            targets.push(Target::File(path));
+        }
+        for record in &snapshot.records {
+            let path = tmp.join(RECORDS).join(&record.kind).join(format!("{}.json", record.key));
+            targets.extend(make_dirs(tmp, &path)?);
         }
         for (path, bytes) in files {
             fs::write(&path, reson_text::redact::redact_bytes(&bytes)).map_err(io_at(&path))?;
@@ -573,6 +706,60 @@ fn missing(id: &str, dir: &Path, e: TraceError) -> TraceError {
 /// Fails with [`TraceError::NotFound`] unless trace `id` exists.
 fn require(id: &str, dir: &Path) -> Result<(), TraceError> {
     if dir.join(META).exists() { Ok(()) } else { Err(TraceError::NotFound(id.to_owned())) }
+}
+
+fn object_path(dir: &Path, digest: &str) -> PathBuf {
+    dir.join(OBJECTS).join(&digest[..2]).join(&digest[2..])
+}
+
+/// Creates the directories between the trace's `dir` and `path`, and
+/// returns what must be synced for them to last: each new directory's
+/// parent.
+fn make_dirs(dir: &Path, path: &Path) -> Result<Vec<Target>, TraceError> {
+    let mut targets = Vec::new();
+    let mut missing = Vec::new();
+    let mut at = path.parent();
+    while let Some(d) = at {
+        if d == dir || d.is_dir() {
+            break;
+        }
+        missing.push(d);
+        at = d.parent();
+    }
+    for d in missing.into_iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_at(d)(e)),
+        }
+        targets.push(Target::Dir(d.parent().unwrap_or(dir).to_owned()));
+    }
+    Ok(targets)
+}
+
+/// The directories in `dir` by name (none when it does not exist).
+fn subdirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, TraceError> {
+    Ok(entries(dir)?.into_iter().filter(|(_, path)| path.is_dir()).collect())
+}
+
+/// The entries of `dir` by name, without hidden ones (none when it does
+/// not exist).
+fn entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, TraceError> {
+    let read = match fs::read_dir(dir) {
+        Ok(read) => read,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_at(dir)(e)),
+    };
+    let mut found = Vec::new();
+    for entry in read {
+        let entry = entry.map_err(io_at(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') {
+            found.push((name, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 fn message_path(dir: &Path, seq: u64) -> PathBuf {

@@ -47,6 +47,8 @@
 //!                   messages/000001.json one Message a file, by sequence
 //!                   messages/000003.png  an image of message 3 (several:
 //!                                        000003-1.png, 000003-2.png, ...)
+//!                   objects/ab/cdef…     an object, by its SHA-256 (see [`artifact`])
+//!                   records/{kind}/{key}.json  a record
 //! ```
 //!
 //! # Crash safety
@@ -108,6 +110,7 @@
 //! awaits them. The writes themselves are a few
 //! small syscalls each, done inline: cheaper than a hop to a blocking thread.
 
+pub mod artifact;
 mod branch;
 pub mod config;
 #[cfg(feature = "postgres")]
@@ -133,6 +136,7 @@ pub use file::{Durability, FileTraceStore};
 pub use goal::{
     AgentMode, Goal, GoalError, GoalKind, GoalKnowledge, GoalStats, GoalStatus, GoalTree,
 };
+pub use artifact::{ObjectData, RecordData, digest_of};
 pub use image::{ImageData, ImageError, ImageRef, check_image, image_media_type};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, INTERRUPTED, Message, Role, ToolCall, Usage};

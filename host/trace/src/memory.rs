@@ -1,6 +1,7 @@
 //! The in-memory trace store: what [`FileTraceStore`](super::FileTraceStore)
 //! does, without the disk, for embedders, tests and benchmarks.
 
+use super::artifact::{ObjectData, RecordData, check_digest, check_record_name};
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
 use super::message::Message;
@@ -40,6 +41,10 @@ struct Stored {
     goals: GoalTree,
     /// The images beside the messages, by name.
     images: HashMap<String, Arc<[u8]>>,
+    /// The objects, by digest.
+    objects: BTreeMap<String, Arc<[u8]>>,
+    /// The records, by kind and key.
+    records: BTreeMap<(String, String), serde_json::Value>,
 }
 
 impl MemoryTraceStore {
@@ -130,6 +135,8 @@ impl TraceStore for MemoryTraceStore {
             events: Vec::new(),
             goals: GoalTree::new(),
             images: HashMap::new(),
+            objects: BTreeMap::new(),
+            records: BTreeMap::new(),
         };
         let mut traces = self.traces.write().unwrap_or_else(PoisonError::into_inner);
         if traces.contains_key(&trace.id) {
@@ -280,6 +287,71 @@ impl TraceStore for MemoryTraceStore {
         })
     }
 
+    async fn put_object(&self, id: &str, object: &ObjectData) -> Result<(), TraceError> {
+        check_digest(id, &object.digest)?;
+        self.with(id, |stored| {
+            stored
+                .objects
+                .entry(object.digest.clone())
+                .or_insert_with(|| Arc::from(object.data.as_slice()));
+            Ok(())
+        })
+    }
+
+    async fn get_object(&self, id: &str, digest: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        self.with(id, |stored| Ok(stored.objects.get(digest).map(|data| data.to_vec())))
+    }
+
+    async fn list_objects(&self, id: &str) -> Result<Vec<String>, TraceError> {
+        self.with(id, |stored| Ok(stored.objects.keys().cloned().collect()))
+    }
+
+    async fn put_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), TraceError> {
+        check_record_name(id, kind)?;
+        check_record_name(id, key)?;
+        let body = redacted(id, body)?;
+        self.with(id, |stored| {
+            stored.records.insert((kind.to_owned(), key.to_owned()), body);
+            Ok(())
+        })
+    }
+
+    async fn get_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, TraceError> {
+        self.with(id, |stored| {
+            Ok(stored.records.get(&(kind.to_owned(), key.to_owned())).cloned())
+        })
+    }
+
+    async fn list_records(
+        &self,
+        id: &str,
+        kind: Option<&str>,
+    ) -> Result<Vec<RecordData>, TraceError> {
+        self.with(id, |stored| {
+            Ok(stored
+                .records
+                .iter()
+                .filter(|((k, _), _)| kind.is_none_or(|kind| kind == k))
+                .map(|((kind, key), body)| RecordData {
+                    kind: kind.clone(),
+                    key: key.clone(),
+                    body: body.clone(),
+                })
+                .collect())
+        })
+    }
+
     async fn get_goals(&self, id: &str) -> Result<GoalTree, TraceError> {
         self.with(id, |stored| Ok(stored.goals.clone()))
     }
@@ -312,6 +384,16 @@ impl TraceStore for MemoryTraceStore {
                 .iter()
                 .map(|i| (i.name.clone(), Arc::from(i.data.as_slice())))
                 .collect(),
+            objects: snapshot
+                .objects
+                .iter()
+                .map(|o| (o.digest.clone(), Arc::from(o.data.as_slice())))
+                .collect(),
+            records: snapshot
+                .records
+                .iter()
+                .map(|r| Ok(((r.kind.clone(), r.key.clone()), redacted(id, &r.body)?)))
+                .collect::<Result<_, TraceError>>()?,
         };
         let mut traces = self.traces.write().unwrap_or_else(PoisonError::into_inner);
         if traces.contains_key(id) {

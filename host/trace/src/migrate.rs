@@ -82,7 +82,8 @@ async fn copy_one(
 
 /// Refuses a snapshot no store could have written: messages of another
 /// trace, sequences not increasing, a message whose parent is not older,
-/// event ids not increasing, an image missing or misnamed. Stores check it before importing, so a bad
+/// event ids not increasing, an image missing or misnamed, an object whose
+/// bytes do not match its digest, a record misnamed. Stores check it before importing, so a bad
 /// snapshot leaves nothing behind.
 pub(super) fn check_snapshot(snapshot: &TraceSnapshot) -> Result<(), TraceError> {
     let id = &snapshot.trace.id;
@@ -114,6 +115,15 @@ pub(super) fn check_snapshot(snapshot: &TraceSnapshot) -> Result<(), TraceError>
         if super::image::image_media_type(&image.name).is_none() {
             return Err(bad(format!("{:?} is not an image name", image.name)));
         }
+    }
+    for object in &snapshot.objects {
+        if super::artifact::digest_of(&object.data) != object.digest {
+            return Err(bad(format!("object {:?} does not hold what its digest says", object.digest)));
+        }
+    }
+    for record in &snapshot.records {
+        super::artifact::check_record_name(id, &record.kind)?;
+        super::artifact::check_record_name(id, &record.key)?;
     }
     let mut last = 0;
     for event in &snapshot.events {

@@ -24,6 +24,7 @@
 //! root's, one row per branch point, and each chain's part of the path is
 //! a range scan of one index.
 
+use super::artifact::{ObjectData, RecordData, check_digest, check_record_name};
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
 use super::image::{ImageData, image_media_type};
@@ -117,6 +118,49 @@ impl PgTraceStore {
             .await
             .map_err(db)?;
         found.map(drop).ok_or_else(|| TraceError::NotFound(id.to_owned()))
+    }
+
+    /// Stores the objects and records of an imported `snapshot`.
+    async fn write_artifacts(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        snapshot: &TraceSnapshot,
+    ) -> Result<(), TraceError> {
+        let id = &snapshot.trace.id;
+        if !snapshot.objects.is_empty() {
+            let digests: Vec<&str> = snapshot.objects.iter().map(|o| o.digest.as_str()).collect();
+            let data: Vec<&[u8]> = snapshot.objects.iter().map(|o| o.data.as_slice()).collect();
+            sqlx::query(
+                "INSERT INTO trace_objects (trace_id, digest, data) \
+                 SELECT $1, * FROM UNNEST($2::text[], $3::bytea[])",
+            )
+            .bind(id)
+            .bind(digests)
+            .bind(data)
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?;
+        }
+        if !snapshot.records.is_empty() {
+            let kinds: Vec<&str> = snapshot.records.iter().map(|r| r.kind.as_str()).collect();
+            let keys: Vec<&str> = snapshot.records.iter().map(|r| r.key.as_str()).collect();
+            let bodies = snapshot
+                .records
+                .iter()
+                .map(|r| kept(id, &r.body))
+                .collect::<Result<Vec<_>, _>>()?;
+            sqlx::query(
+                "INSERT INTO trace_records (trace_id, kind, key, body) \
+                 SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::text[])",
+            )
+            .bind(id)
+            .bind(kinds)
+            .bind(keys)
+            .bind(bodies)
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?;
+        }
+        Ok(())
     }
 
     /// Stores `images` of trace `id`, before the message naming them (as
@@ -552,6 +596,129 @@ impl TraceStore for PgTraceStore {
         Ok(data)
     }
 
+    async fn put_object(&self, id: &str, object: &ObjectData) -> Result<(), TraceError> {
+        check_id(id)?;
+        check_digest(id, &object.digest)?;
+        let done = sqlx::query(
+            "INSERT INTO trace_objects (trace_id, digest, data) \
+             SELECT id, $2, $3 FROM traces WHERE id = $1 \
+             ON CONFLICT (trace_id, digest) DO NOTHING",
+        )
+        .bind(id)
+        .bind(&object.digest)
+        .bind(&object.data)
+        .execute(self.db.pool())
+        .await
+        .map_err(db)?;
+        if done.rows_affected() == 0 {
+            self.require(id).await?;
+        }
+        Ok(())
+    }
+
+    async fn get_object(&self, id: &str, digest: &str) -> Result<Option<Vec<u8>>, TraceError> {
+        check_id(id)?;
+        let data: Option<Vec<u8>> = sqlx::query_scalar(
+            "SELECT data FROM trace_objects WHERE trace_id = $1 AND digest = $2",
+        )
+        .bind(id)
+        .bind(digest)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(db)?;
+        if data.is_none() {
+            self.require(id).await?;
+        }
+        Ok(data)
+    }
+
+    async fn list_objects(&self, id: &str) -> Result<Vec<String>, TraceError> {
+        check_id(id)?;
+        self.require(id).await?;
+        sqlx::query_scalar(
+            "SELECT digest FROM trace_objects WHERE trace_id = $1 ORDER BY digest COLLATE \"C\"",
+        )
+        .bind(id)
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(db)
+    }
+
+    async fn put_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), TraceError> {
+        check_id(id)?;
+        check_record_name(id, kind)?;
+        check_record_name(id, key)?;
+        let done = sqlx::query(
+            "INSERT INTO trace_records (trace_id, kind, key, body) \
+             SELECT id, $2, $3, $4 FROM traces WHERE id = $1 \
+             ON CONFLICT (trace_id, kind, key) DO UPDATE SET body = EXCLUDED.body",
+        )
+        .bind(id)
+        .bind(kind)
+        .bind(key)
+        .bind(kept(id, body)?)
+        .execute(self.db.pool())
+        .await
+        .map_err(db)?;
+        if done.rows_affected() == 0 {
+            return Err(TraceError::NotFound(id.to_owned()));
+        }
+        Ok(())
+    }
+
+    async fn get_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, TraceError> {
+        check_id(id)?;
+        let body: Option<String> = sqlx::query_scalar(
+            "SELECT body FROM trace_records WHERE trace_id = $1 AND kind = $2 AND key = $3",
+        )
+        .bind(id)
+        .bind(kind)
+        .bind(key)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(db)?;
+        match body {
+            Some(body) => parse(id, &body).map(Some),
+            None => {
+                self.require(id).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn list_records(
+        &self,
+        id: &str,
+        kind: Option<&str>,
+    ) -> Result<Vec<RecordData>, TraceError> {
+        check_id(id)?;
+        self.require(id).await?;
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT kind, key, body FROM trace_records \
+             WHERE trace_id = $1 AND ($2::text IS NULL OR kind = $2) \
+             ORDER BY kind COLLATE \"C\", key COLLATE \"C\"",
+        )
+        .bind(id)
+        .bind(kind)
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(db)?;
+        rows.into_iter()
+            .map(|(kind, key, body)| Ok(RecordData { kind, key, body: parse(id, &body)? }))
+            .collect()
+    }
+
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         check_id(&trace.id)?;
         let event = next_event(trace, kind);
@@ -651,6 +818,7 @@ impl TraceStore for PgTraceStore {
         .await
         .map_err(db)?;
         Self::write_images(&mut *tx, &trace.id, &snapshot.images).await?;
+        Self::write_artifacts(&mut tx, snapshot).await?;
         tx.commit().await.map_err(db)?;
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! What a trace store does, whatever keeps the data.
 
+use super::artifact::{ObjectData, RecordData};
 use super::event::{Event, EventKind};
 use super::goal::GoalTree;
 use super::image::ImageData;
@@ -94,6 +95,12 @@ pub struct TraceSnapshot {
     /// The images kept beside the messages, by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageData>,
+    /// The objects kept with the trace, by digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectData>,
+    /// The records kept with the trace, by kind and key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<RecordData>,
 }
 
 /// Durable storage of traces, their messages, goals and events. Each trace
@@ -162,6 +169,45 @@ pub trait TraceStore: Send + Sync {
     /// has no such image.
     async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError>;
 
+    /// Keeps `object` with trace `id` (see [`artifact`](super::artifact)),
+    /// unless an object with its digest is kept already. The caller
+    /// computed the digest ([`ObjectData::new`]); it is not checked here.
+    /// Durable as a message is.
+    async fn put_object(&self, id: &str, object: &ObjectData) -> Result<(), TraceError>;
+
+    /// The bytes of object `digest` of trace `id`, or `None` when the trace
+    /// keeps no such object.
+    async fn get_object(&self, id: &str, digest: &str) -> Result<Option<Vec<u8>>, TraceError>;
+
+    /// The digests of every object trace `id` keeps, sorted.
+    async fn list_objects(&self, id: &str) -> Result<Vec<String>, TraceError>;
+
+    /// Files `body` as record `key` of `kind` of trace `id`, replacing
+    /// one filed there before. Durable as a message is.
+    async fn put_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), TraceError>;
+
+    /// Record `key` of `kind` of trace `id`, or `None` when there is none.
+    async fn get_record(
+        &self,
+        id: &str,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, TraceError>;
+
+    /// The records of trace `id` of `kind` (`None`: of every kind), by kind
+    /// then key.
+    async fn list_records(
+        &self,
+        id: &str,
+        kind: Option<&str>,
+    ) -> Result<Vec<RecordData>, TraceError>;
+
     /// Appends an event with the next event id and the current time.
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError>;
 
@@ -223,11 +269,23 @@ pub trait TraceStore: Send + Sync {
             };
             images.push(ImageData { name: image.name.clone(), data });
         }
+        let mut objects = Vec::new();
+        for digest in self.list_objects(id).await? {
+            let Some(data) = self.get_object(id, &digest).await? else {
+                return Err(TraceError::Corrupt {
+                    path: PathBuf::from(id).join(&digest),
+                    reason: "an object listed is missing".into(),
+                });
+            };
+            objects.push(ObjectData { digest, data });
+        }
         Ok(Some(TraceSnapshot {
             messages,
             events: self.events_after(id, 0).await?,
             goals: self.get_goals(id).await?,
             images,
+            objects,
+            records: self.list_records(id, None).await?,
             trace,
         }))
     }

@@ -64,6 +64,7 @@ conformance!(
     write_groups_store_their_event_with_them,
     inline_images_are_kept_beside_their_message,
     images_move_with_their_trace,
+    objects_and_records_are_kept_and_move_with_their_trace,
 );
 
 fn open(dir: &Path) -> FileTraceStore {
@@ -1168,4 +1169,72 @@ async fn images_are_files_beside_their_message() {
     one.content = with_images().0.content[..2].to_vec();
     let stored = reopened.add_message(&mut trace, one, None).await.unwrap();
     assert!(matches!(&stored.content[1], ContentPart::Image(i) if i.name == "000003.png"));
+}
+
+async fn objects_and_records_are_kept_and_move_with_their_trace(store: &dyn TraceStore) {
+    let trace = new_trace(store, "t1").await;
+    let hello = ObjectData::new(b"hello\n".to_vec());
+    let binary = ObjectData::new((0..=255u8).collect());
+    store.put_object(&trace.id, &hello).await.unwrap();
+    store.put_object(&trace.id, &binary).await.unwrap();
+    // Kept once: a second write of the same digest changes nothing.
+    store.put_object(&trace.id, &hello).await.unwrap();
+    let mut digests = vec![hello.digest.clone(), binary.digest.clone()];
+    digests.sort();
+    assert_eq!(store.list_objects("t1").await.unwrap(), digests);
+    assert_eq!(store.get_object("t1", &binary.digest).await.unwrap(), Some(binary.data.clone()));
+    assert_eq!(store.get_object("t1", &digest_of(b"other")).await.unwrap(), None);
+    assert_eq!(store.get_object("t1", "../meta.json").await.unwrap(), None);
+    assert!(matches!(
+        store.get_object("nope", &hello.digest).await,
+        Err(TraceError::NotFound(_))
+    ));
+    assert!(matches!(store.put_object("nope", &hello).await, Err(TraceError::NotFound(_))));
+
+    let body = serde_json::json!({"files": {"src/main.rs": hello.digest}});
+    store.put_record("t1", "checkpoint", "000002", &body).await.unwrap();
+    store.put_record("t1", "checkpoint", "000001", &serde_json::json!({"first": true})).await.unwrap();
+    store.put_record("t1", "effects", "call_1", &serde_json::json!([1, 2])).await.unwrap();
+    // Filed again: replaced.
+    store.put_record("t1", "effects", "call_1", &serde_json::json!([3])).await.unwrap();
+    assert_eq!(store.get_record("t1", "checkpoint", "000002").await.unwrap(), Some(body));
+    assert_eq!(store.get_record("t1", "checkpoint", "000009").await.unwrap(), None);
+    let listed = store.list_records("t1", Some("checkpoint")).await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["000001", "000002"]);
+    let all = store.list_records("t1", None).await.unwrap();
+    let names: Vec<(&str, &str)> = all.iter().map(|r| (r.kind.as_str(), r.key.as_str())).collect();
+    assert_eq!(names, [("checkpoint", "000001"), ("checkpoint", "000002"), ("effects", "call_1")]);
+    assert_eq!(all[2].body, serde_json::json!([3]));
+    assert!(store.list_records("t1", Some("none")).await.unwrap().is_empty());
+    for bad in ["../x", ".hidden", ""] {
+        assert!(store.put_record("t1", bad, "k", &body_of(1)).await.is_err(), "{bad:?}");
+        assert!(store.put_record("t1", "k", bad, &body_of(1)).await.is_err(), "{bad:?}");
+    }
+
+    let snapshot = store.export_trace("t1").await.unwrap().unwrap();
+    assert_eq!(snapshot.objects.len(), 2);
+    assert_eq!(snapshot.records.len(), 3);
+    let dir = tempfile::tempdir().unwrap();
+    let targets: Vec<Box<dyn TraceStore>> =
+        vec![Box::new(MemoryTraceStore::new()), Box::new(open(dir.path()))];
+    for target in &targets {
+        copy_traces(store, &**target).await.unwrap();
+        assert_eq!(target.export_trace("t1").await.unwrap().unwrap(), snapshot);
+    }
+    let on_disk = dir.path().join("t1/objects").join(&hello.digest[..2]).join(&hello.digest[2..]);
+    assert_eq!(fs::read(on_disk).unwrap(), hello.data);
+    assert!(dir.path().join("t1/records/effects/call_1.json").is_file());
+
+    // A snapshot whose object does not hold what its digest says is refused whole.
+    let mut bad = snapshot.clone();
+    bad.trace.id = "t2".into();
+    bad.objects[0].data.push(b'!');
+    let err = store.import_trace(&bad).await.unwrap_err();
+    assert!(err.to_string().contains("does not hold what its digest says"), "{err}");
+    assert_eq!(store.get_trace("t2").await.unwrap(), None);
+}
+
+fn body_of(n: u64) -> serde_json::Value {
+    serde_json::json!({ "n": n })
 }
