@@ -17,8 +17,9 @@ fn entry_path(dir: &Path, digest: &str, fingerprint: &str) -> PathBuf {
     dir.join(format!("{digest}-{fingerprint}.cwasm"))
 }
 
-/// Loads the compiled form of `wasm` from `dir`, compiling and storing it
-/// on a miss. A corrupt or stale entry is recompiled, never trusted.
+/// Loads the compiled form of the component `digest` names from `dir`,
+/// compiling and storing it on a miss (`wasm` gives its bytes, read only
+/// then). A corrupt or stale entry is recompiled, never trusted.
 /// `fingerprint` identifies `engine`'s settings. Compiling takes from
 /// milliseconds to seconds of CPU: call it off the async workers.
 pub(crate) fn load_or_compile(
@@ -26,7 +27,7 @@ pub(crate) fn load_or_compile(
     fingerprint: &str,
     dir: &Path,
     digest: &str,
-    wasm: &[u8],
+    wasm: impl FnOnce() -> Result<std::sync::Arc<[u8]>, String>,
 ) -> Result<(Component, Source), String> {
     let path = entry_path(dir, digest, fingerprint);
     if path.exists() {
@@ -40,7 +41,7 @@ pub(crate) fn load_or_compile(
             }
         }
     }
-    let component = Component::new(engine, wasm).map_err(|e| format!("{e:#}"))?;
+    let component = Component::new(engine, &*wasm()?).map_err(|e| format!("{e:#}"))?;
     if let Err(e) = store(&component, dir, &path) {
         tracing::warn!(path = %path.display(), "cannot write compiled-code cache: {e}");
     }

@@ -3,6 +3,7 @@
 //! linking, and the tool list.
 
 use super::cache::{self, Source};
+use super::digest::{self, FileIdentity};
 use super::engine::{KeptMark, Sandbox};
 use super::error::{CallError, Limit, LoadError, ToolFailure};
 use super::instance::{CallStore, Site};
@@ -137,17 +138,37 @@ pub(crate) fn manifest_path(file: &Path) -> PathBuf {
     file.with_extension("toml")
 }
 
-/// A plugin's files as read once from disk: the component's bytes and
-/// digest, and the manifest text (if there is one).
+/// A plugin's files as read once from disk: the component's digest (and
+/// its bytes, when they had to be read to find it), and the manifest text
+/// (if there is one).
 pub(crate) struct PluginFiles {
-    pub(crate) bytes: Vec<u8>,
+    file: PathBuf,
+    bytes: Option<Arc<[u8]>>,
     pub(crate) sha256: String,
     manifest: Option<String>,
 }
 
 impl PluginFiles {
-    pub(crate) fn read(file: &Path) -> Result<Self, LoadError> {
-        let bytes = read_capped(file, MAX_COMPONENT_BYTES)?;
+    /// Reads the manifest, and the component's digest: remembered in
+    /// `cache_dir` by the file's identity (see [`digest`](super::digest)),
+    /// else hashed from its bytes.
+    pub(crate) fn read(file: &Path, cache_dir: &Path) -> Result<Self, LoadError> {
+        let identity = FileIdentity::of(&regular_file(file, MAX_COMPONENT_BYTES)?);
+        let (bytes, sha256) = match digest::remembered(cache_dir, file, identity) {
+            Some(digest) => (None, digest),
+            None => {
+                let bytes = read_capped(file, MAX_COMPONENT_BYTES)?;
+                let digest = sha256(&bytes);
+                // Only what was read is remembered: a file written while
+                // it was read has another identity by now.
+                if regular_file(file, MAX_COMPONENT_BYTES)
+                    .is_ok_and(|meta| FileIdentity::of(&meta) == identity)
+                {
+                    digest::remember(cache_dir, file, identity, &digest);
+                }
+                (Some(Arc::from(bytes)), digest)
+            }
+        };
         let manifest = match read_capped(&manifest_path(file), MAX_MANIFEST_BYTES) {
             Ok(bytes) => Some(String::from_utf8(bytes).map_err(|_| LoadError::Io {
                 file: manifest_path(file),
@@ -156,7 +177,19 @@ impl PluginFiles {
             Err(LoadError::Io { reason, .. }) if reason == NOT_FOUND => None,
             Err(e) => return Err(e),
         };
-        Ok(Self { sha256: sha256(&bytes), bytes, manifest })
+        Ok(Self { file: file.to_owned(), bytes, sha256, manifest })
+    }
+
+    /// The component's first bytes, for the header check.
+    fn head(&self) -> Result<Vec<u8>, LoadError> {
+        if let Some(bytes) = &self.bytes {
+            return Ok(bytes.iter().take(8).copied().collect());
+        }
+        let mut head = Vec::with_capacity(8);
+        std::fs::File::open(&self.file)
+            .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 8), &mut head))
+            .map_err(|e| LoadError::Io { file: self.file.clone(), reason: e.to_string() })?;
+        Ok(head)
     }
 
     /// Identifies this exact pair of files, to skip reloads that change nothing.
@@ -195,9 +228,10 @@ const MAX_COMPONENT_BYTES: u64 = 128 << 20;
 const MAX_MANIFEST_BYTES: u64 = 64 << 10;
 const NOT_FOUND: &str = "no such file";
 
-/// Reads a regular file of at most `cap` bytes. Anything else (a FIFO would
-/// block the loader, a device would never end) is an error naming it.
-fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, LoadError> {
+/// The metadata of `path`, a regular file of at most `cap` bytes. Anything
+/// else (a FIFO would block the loader, a device would never end) is an
+/// error naming it.
+fn regular_file(path: &Path, cap: u64) -> Result<std::fs::Metadata, LoadError> {
     let io = |reason: String| LoadError::Io { file: path.into(), reason };
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => io(NOT_FOUND.into()),
@@ -209,6 +243,13 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, LoadError> {
     if meta.len() > cap {
         return Err(io(format!("{} bytes; at most {cap} are loaded", meta.len())));
     }
+    Ok(meta)
+}
+
+/// Reads a regular file of at most `cap` bytes (see [`regular_file`]).
+fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, LoadError> {
+    let io = |reason: String| LoadError::Io { file: path.into(), reason };
+    let meta = regular_file(path, cap)?;
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     std::fs::File::open(path)
         .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, cap + 1), &mut bytes))
@@ -217,6 +258,19 @@ fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, LoadError> {
         return Err(io(format!("more than {cap} bytes; at most {cap} are loaded")));
     }
     Ok(bytes)
+}
+
+/// The bytes of the component at `file`, checked to be the ones `digest`
+/// names (which the lock file admitted).
+fn read_component(file: &Path, digest: &str) -> Result<Arc<[u8]>, LoadError> {
+    let bytes = read_capped(file, MAX_COMPONENT_BYTES)?;
+    if sha256(&bytes) != digest {
+        return Err(LoadError::Io {
+            file: file.into(),
+            reason: "the file changed while it was being loaded".into(),
+        });
+    }
+    Ok(Arc::from(bytes))
 }
 
 /// SHA-256 of `bytes`, hex.
@@ -245,16 +299,24 @@ pub(crate) async fn load(
     generation: u64,
 ) -> Result<LoadedPlugin, LoadError> {
     let manifest = files.manifest(name, file)?;
-    let (bytes, sha256) = (&files.bytes, files.sha256.clone());
-    check_header(file, bytes)?;
+    let sha256 = files.sha256.clone();
+    check_header(file, &files.head()?)?;
     cx.lock.lock().expect("lock file mutex").admit(name, &sha256, &manifest.requests).map_err(
         |grown| LoadError::NeedsApproval { file: file.into(), name: name.into(), grown },
     )?;
 
     let (engine, fingerprint) = (cx.sandbox.engine.clone(), cx.sandbox.fingerprint.clone());
-    let (dir, digest, wasm) = (cx.cache_dir.to_owned(), sha256.clone(), bytes.clone());
+    let (dir, digest) = (cx.cache_dir.to_owned(), sha256.clone());
+    // Read only on a cache miss: a hit needs the digest alone.
+    let wasm = {
+        let (bytes, file, digest) = (files.bytes.clone(), files.file.clone(), sha256.clone());
+        move || match bytes {
+            Some(bytes) => Ok(bytes),
+            None => read_component(&file, &digest).map_err(|e| e.to_string()),
+        }
+    };
     let compiled = tokio::task::spawn_blocking(move || {
-        cache::load_or_compile(&engine, &fingerprint, &dir, &digest, &wasm)
+        cache::load_or_compile(&engine, &fingerprint, &dir, &digest, wasm)
     })
     .await
     .unwrap_or_else(|e| Err(format!("the compiler failed: {e}")));

@@ -2,6 +2,7 @@
 //! and calling them in a sandbox.
 
 mod cache;
+mod digest;
 mod engine;
 mod error;
 mod instance;

@@ -648,7 +648,7 @@ impl Runtime {
             return Err(RuntimeError::NoSuchPlugin(name.into()));
         }
         let bad = |e: LoadError| RuntimeError::Lock(e.to_string());
-        let files = loader::PluginFiles::read(&file).map_err(bad)?;
+        let files = loader::PluginFiles::read(&file, &self.inner.options.cache_dir).map_err(bad)?;
         let manifest = files.manifest(name, &file).map_err(bad)?;
         self.inner.lock.lock().expect("lock file mutex").accept(
             name,
@@ -708,7 +708,7 @@ async fn load_outcome(
     if !valid_plugin_name(name) {
         return Outcome::Loaded(file.clone(), None, Box::new(Err(LoadError::BadName { file })));
     }
-    let files = match loader::PluginFiles::read(&file) {
+    let files = match loader::PluginFiles::read(&file, cx.cache_dir) {
         Ok(files) => files,
         Err(e) => return Outcome::Loaded(file, None, Box::new(Err(e))),
     };
