@@ -1,7 +1,7 @@
 //! The file-system trace store: one directory per trace (layout, crash
 //! safety and fsync policy in the module docs of [`crate`]).
 
-use super::artifact::{ObjectData, RecordData, check_digest, check_record_name};
+use super::artifact::{ObjectData, RecordData};
 use super::event::{Event, EventKind};
 use super::flush::{Flusher, Target};
 use super::goal::{GoalStats, GoalTree};
@@ -9,7 +9,9 @@ use super::image::image_media_type;
 use super::message::Message;
 use super::message::take_inline;
 use super::model::{Trace, now_ms};
-use super::store::{TraceError, TraceFilter, TraceStore, check_id};
+use super::store::{
+    TraceError, TraceFilter, TraceStore, check_digest, check_id, check_record_name,
+};
 use async_trait::async_trait;
 use serde::Deserialize;
 use std::fs::{self, File, OpenOptions};

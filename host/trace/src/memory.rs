@@ -1,13 +1,15 @@
 //! The in-memory trace store: what [`FileTraceStore`](super::FileTraceStore)
 //! does, without the disk, for embedders, tests and benchmarks.
 
-use super::artifact::{ObjectData, RecordData, check_digest, check_record_name};
+use super::artifact::{ObjectData, RecordData};
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
 use super::message::Message;
 use super::message::take_inline;
 use super::model::{Trace, now_ms};
-use super::store::{TraceError, TraceFilter, TraceStore, check_id};
+use super::store::{
+    TraceError, TraceFilter, TraceStore, check_digest, check_id, check_record_name,
+};
 use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;

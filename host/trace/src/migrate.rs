@@ -125,8 +125,8 @@ pub(super) fn check_snapshot(snapshot: &TraceSnapshot) -> Result<(), TraceError>
         }
     }
     for record in &snapshot.records {
-        super::artifact::check_record_name(id, &record.kind)?;
-        super::artifact::check_record_name(id, &record.key)?;
+        super::store::check_record_name(id, &record.kind)?;
+        super::store::check_record_name(id, &record.key)?;
     }
     let mut last = 0;
     for event in &snapshot.events {

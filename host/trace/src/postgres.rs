@@ -24,14 +24,16 @@
 //! root's, one row per branch point, and each chain's part of the path is
 //! a range scan of one index.
 
-use super::artifact::{ObjectData, RecordData, check_digest, check_record_name};
+use super::artifact::{ObjectData, RecordData};
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
 use super::image::{ImageData, image_media_type};
 use super::message::Message;
 use super::message::take_inline;
 use super::model::{Trace, TraceStatus, now_ms};
-use super::store::{TraceError, TraceFilter, TraceSnapshot, TraceStore, check_id};
+use super::store::{
+    TraceError, TraceFilter, TraceSnapshot, TraceStore, check_digest, check_id, check_record_name,
+};
 use crate::database::{Database, DatabaseError};
 use async_trait::async_trait;
 use futures::TryStreamExt;

@@ -300,6 +300,39 @@ pub trait TraceStore: Send + Sync {
     async fn sync(&self) -> Result<(), TraceError>;
 }
 
+/// Refuses a digest that is not 64 lowercase hex digits (it becomes a file
+/// name in the file store).
+pub(crate) fn check_digest(trace_id: &str, digest: &str) -> Result<(), TraceError> {
+    if digest.len() == 64 && digest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        Ok(())
+    } else {
+        Err(TraceError::Corrupt {
+            path: PathBuf::from(trace_id),
+            reason: format!("{digest:?} is not a SHA-256 digest in lowercase hex"),
+        })
+    }
+}
+
+/// Refuses a record kind or key that could not be a file name in every
+/// store: 1 to 128 letters, digits, `_`, `-` or `.`, not starting with `.`.
+pub(crate) fn check_record_name(trace_id: &str, name: &str) -> Result<(), TraceError> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(TraceError::Corrupt {
+            path: PathBuf::from(trace_id),
+            reason: format!(
+                "{name:?} cannot name a record: use 1 to 128 letters, digits, '_', '-' or '.', \
+                 not starting with '.'"
+            ),
+        })
+    }
+}
+
 /// Checks that `id` can name a trace in every store: it becomes a directory
 /// name in [`FileTraceStore`](super::FileTraceStore), and the other stores
 /// refuse the same ids so that a trace can move between them.

@@ -1238,3 +1238,17 @@ async fn objects_and_records_are_kept_and_move_with_their_trace(store: &dyn Trac
 fn body_of(n: u64) -> serde_json::Value {
     serde_json::json!({ "n": n })
 }
+
+#[test]
+fn digests_and_record_names_are_checked() {
+    use store::{check_digest, check_record_name};
+    let digest = digest_of(b"hello");
+    assert!(check_digest("t", &digest).is_ok());
+    assert!(check_digest("t", &digest.to_uppercase()).is_err());
+    assert!(check_digest("t", "../../etc/passwd").is_err());
+    assert!(check_record_name("t", "checkpoint").is_ok());
+    assert!(check_record_name("t", "call_1.json").is_ok());
+    for bad in ["", ".hidden", "a/b", "..", &"x".repeat(129)] {
+        assert!(check_record_name("t", bad).is_err(), "{bad:?}");
+    }
+}

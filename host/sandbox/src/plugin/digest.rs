@@ -11,10 +11,16 @@
 //! plugin path, written atomically; a missing, unreadable or stale entry
 //! only means the file is hashed again.
 
+use sha2::{Digest, Sha256};
 use std::fs::Metadata;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// SHA-256 of `bytes`, hex.
+pub(crate) fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
 
 /// What identifies one version of a file on this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +53,7 @@ impl FileIdentity {
 /// The entry file for the plugin file at `path`.
 fn entry(cache_dir: &Path, path: &Path) -> PathBuf {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-    let key = super::loader::sha256(path.as_os_str().as_encoded_bytes());
+    let key = sha256(path.as_os_str().as_encoded_bytes());
     cache_dir.join("digests").join(&key[..32])
 }
 
@@ -89,7 +95,7 @@ mod tests {
         std::fs::write(&file, b"one").unwrap();
         let identity = FileIdentity::of(&std::fs::metadata(&file).unwrap());
         assert_eq!(remembered(cache.path(), &file, identity), None);
-        let digest = super::super::loader::sha256(b"one");
+        let digest = super::sha256(b"one");
         remember(cache.path(), &file, identity, &digest);
         assert_eq!(remembered(cache.path(), &file, identity), Some(digest.clone()));
 

@@ -3,7 +3,7 @@
 //! linking, and the tool list.
 
 use super::cache::{self, Source};
-use super::digest::{self, FileIdentity};
+use super::digest::{self, FileIdentity, sha256};
 use super::engine::{KeptMark, Sandbox};
 use super::error::{CallError, Limit, LoadError, ToolFailure};
 use super::instance::{CallStore, Site};
@@ -21,7 +21,6 @@ use crate::contract::{self, World};
 use crate::manifest::Manifest;
 use crate::policy::Grants;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -271,11 +270,6 @@ fn read_component(file: &Path, digest: &str) -> Result<Arc<[u8]>, LoadError> {
         });
     }
     Ok(Arc::from(bytes))
-}
-
-/// SHA-256 of `bytes`, hex.
-pub(crate) fn sha256(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// Checks the header: wasm magic, and the component layer.
