@@ -318,8 +318,12 @@ fn cut_short() -> wasmtime::Error {
     wasmtime::Error::new(HostTrap::Deadline)
 }
 
-impl Host for HostState {
-    async fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
+impl HostState {
+    /// `http.send` on the network.
+    pub(super) async fn send_live(
+        &mut self,
+        request: Request,
+    ) -> wasmtime::Result<Result<Response, HttpError>> {
         self.remaining()?;
         let mut response = match self.start(request).await? {
             Ok(response) => response,
@@ -338,12 +342,21 @@ impl Host for HostState {
             Ok(body) => Ok(Response { status, headers, body: redact_bytes(&body).into_owned() }),
         })
     }
+}
+
+impl Host for HostState {
+    async fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
+        self.send_with_effects(request).await
+    }
 
     async fn send_streaming(
         &mut self,
         request: Request,
     ) -> wasmtime::Result<Result<StreamingResponse, HttpError>> {
         self.remaining()?;
+        if let Some(refused) = self.streaming_replayed(&request) {
+            return Ok(Err(refused));
+        }
         let response = match self.start(request).await? {
             Ok(response) => response,
             Err(e) => return Ok(Err(e)),
