@@ -74,11 +74,12 @@ limits = {{ timeout_ms = 5000 }}
     dir
 }
 
-/// `to` as examples/workspace is: what the demo's run starts from.
+/// `to` as examples/workspace is, modification times too (`glob` lists
+/// newest first): what the demo's run starts from.
 fn copy_workspace(to: &Path) {
     let _ = std::fs::remove_dir_all(to);
     let status = Command::new("cp")
-        .arg("-r")
+        .args(["-r", "--preserve=timestamps"])
         .arg(support::root().join("examples/workspace"))
         .arg(to)
         .status()
@@ -111,11 +112,12 @@ fn changed_fs() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let root = support::root();
-        // The bundled build first: this one overwrites its artifact.
+        // Built apart (a debug build compiles fastest), so that the
+        // bundled build's artifacts stay as they are.
         support::plugins();
         let target = root.join("target/wasm-changed-fs");
         let status = Command::new("cargo")
-            .args(["build", "--quiet", "--release", "--target", "wasm32-wasip2", "-p", "fs"])
+            .args(["build", "--quiet", "--target", "wasm32-wasip2", "-p", "fs"])
             .args(["--features", "changed-edit"])
             .arg("--manifest-path")
             .arg(root.join("plugins/Cargo.toml"))
@@ -126,7 +128,7 @@ fn changed_fs() -> &'static Path {
         assert!(status.success(), "building the changed fs");
         let out = root.join("target/changed-fs-plugins");
         std::fs::create_dir_all(&out).unwrap();
-        std::fs::copy(target.join("wasm32-wasip2/release/fs.wasm"), out.join("fs.wasm")).unwrap();
+        std::fs::copy(target.join("wasm32-wasip2/debug/fs.wasm"), out.join("fs.wasm")).unwrap();
         std::fs::copy(root.join("plugins/fs/reson-plugin.toml"), out.join("fs.toml")).unwrap();
         out
     })
@@ -261,6 +263,11 @@ async fn http_is_answered_from_the_recording_once_the_server_is_gone() {
     let http: Vec<&Effect> = effects.iter().filter(|e| e.kind() == "http").collect();
     assert_eq!(http.len(), 1, "{effects:?}");
     assert_eq!(recording.call().unwrap().plugin, "hostile");
+    // Streamed, two bytes a read: recorded as the guest read it.
+    let streamed_recording = Effects::record();
+    let streamed_args = json!({ "url": url, "stream": true, "read_bytes": 2 });
+    let streamed = call(&rt, "http", streamed_args.clone(), &streamed_recording).await;
+    assert_eq!(streamed, "status: 200\nhit 2");
 
     // Offline: the server is gone.
     server.abort();
@@ -271,6 +278,9 @@ async fn http_is_answered_from_the_recording_once_the_server_is_gone() {
     let replay = Effects::replay(effects.clone());
     let replayed = call(&rt, "http", json!({ "url": url }), &replay).await;
     assert_eq!(replayed, live);
+    assert_eq!((replay.divergence(), replay.unused()), (None, Vec::new()));
+    let replay = Effects::replay(streamed_recording.effects());
+    assert_eq!(call(&rt, "http", streamed_args, &replay).await, streamed);
     assert_eq!((replay.divergence(), replay.unused()), (None, Vec::new()));
 
     // A request the recording lacks: an error for the guest, a divergence.

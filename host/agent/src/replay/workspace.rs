@@ -68,7 +68,8 @@ pub fn scratch(config: &PluginsConfig) -> Result<Scratch, ReplayError> {
 }
 
 /// Fills `to` with the workspace state of `from`: today, a copy of it as
-/// it is (symbolic links copied as links, never followed).
+/// it is (symbolic links copied as links, never followed), each file with
+/// its modification time, which tools show (`glob` lists newest first).
 fn fill(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
@@ -81,6 +82,8 @@ fn fill(from: &Path, to: &Path) -> std::io::Result<()> {
             fill(&source, &target)?;
         } else if kind.is_file() {
             std::fs::copy(&source, &target)?;
+            let modified = entry.metadata()?.modified()?;
+            std::fs::File::options().write(true).open(&target)?.set_modified(modified)?;
         }
     }
     Ok(())
@@ -113,7 +116,10 @@ mod tests {
         let real = work.path().canonicalize().unwrap();
         assert_ne!(dirs[0].path, real);
         assert_eq!(dirs[0].mount.as_deref(), Some(&*real.to_string_lossy()));
-        assert_eq!(std::fs::read_to_string(dirs[0].path.join("src/main.rs")).unwrap(), "hello");
+        let copy = dirs[0].path.join("src/main.rs");
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), "hello");
+        let modified = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
+        assert_eq!(modified(&copy), modified(&real.join("src/main.rs")));
         assert_eq!(dirs[1].path, readable.path(), "read-only grants stay where they are");
         std::fs::write(dirs[0].path.join("src/main.rs"), "bonjour").unwrap();
         assert_eq!(std::fs::read_to_string(real.join("src/main.rs")).unwrap(), "hello");

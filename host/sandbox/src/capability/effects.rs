@@ -22,6 +22,7 @@ use crate::contract::bindings::tool::reson::plugin::process::{Command, Output, P
 use base64::Engine as _;
 use reson_text::redact::{redact, redact_bytes};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use wasmtime::component::Linker;
 use wasmtime_wasi::HostMonotonicClock;
@@ -237,8 +238,12 @@ impl ProcessOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Effect {
-    /// `http.send`.
+    /// `http.send`, or `http.send-streaming` with the body as the guest
+    /// read it.
     Http {
+        /// Sent with `send-streaming`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        streaming: bool,
         /// The request.
         request: HttpRequest,
         /// The response or error.
@@ -348,6 +353,9 @@ struct Log {
     used: Vec<bool>,
     divergence: Option<Divergence>,
     call: Option<CallInfo>,
+    /// The bodies of streamed responses read so far, by entry (a cut
+    /// body keeps one byte past the cap, to show it was cut).
+    streamed: HashMap<usize, Vec<u8>>,
 }
 
 impl Log {
@@ -414,7 +422,16 @@ impl Effects {
 
     /// The effects recorded so far (in a replay: the recording).
     pub fn effects(&self) -> Vec<Effect> {
-        self.log().entries.clone()
+        let log = self.log();
+        let mut entries = log.entries.clone();
+        for (&index, read) in &log.streamed {
+            if let Some(Effect::Http { outcome: HttpOutcome::Response { body, .. }, .. }) =
+                entries.get_mut(index)
+            {
+                *body = Blob::new(read);
+            }
+        }
+        entries
     }
 
     /// The first divergence of a replay.
@@ -443,6 +460,62 @@ impl Effects {
         self.log().entries.push(effect);
     }
 
+    /// Records a `send-streaming` request and its answer (the status and
+    /// headers, or the error); the body follows as the guest reads it.
+    /// Returns the entry's index.
+    pub(crate) fn record_streamed(
+        &self,
+        request: &Request,
+        answer: &Result<(u16, Vec<(String, String)>), HttpError>,
+    ) -> usize {
+        let outcome = match answer {
+            Ok((status, headers)) => HttpOutcome::Response {
+                status: *status,
+                headers: headers.clone(),
+                body: Blob::new(&[]),
+            },
+            Err(e) => HttpOutcome::of(&Err(e.clone())),
+        };
+        let mut log = self.log();
+        log.entries.push(Effect::Http {
+            streaming: true,
+            request: HttpRequest::of(request),
+            outcome,
+        });
+        log.entries.len() - 1
+    }
+
+    /// Adds `chunk`, read by the guest, to the body of streamed entry `index`.
+    pub(crate) fn streamed_read(&self, index: usize, chunk: &[u8]) {
+        let mut log = self.log();
+        let body = log.streamed.entry(index).or_default();
+        let room = (MAX_BLOB_BYTES + 1).saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// A replay's answer to `send-streaming`: the recorded status, headers
+    /// and body, or the error for the guest.
+    pub(crate) fn streamed_answer(
+        &self,
+        request: &Request,
+    ) -> Result<(u16, Vec<(String, String)>, Vec<u8>), HttpError> {
+        let asked = HttpRequest::of(request);
+        let mut log = self.log();
+        let found = log.take(
+            |e| matches!(e, Effect::Http { streaming: true, request, .. } if *request == asked),
+        );
+        match found {
+            Some(Effect::Http { outcome, .. }) => {
+                outcome.answer().map(|r| (r.status, r.headers, r.body))
+            }
+            _ => {
+                let line = format!("{} {} (streamed)", asked.method, asked.url);
+                log.diverge("http", line.clone(), "the recording has no such request");
+                Err(HttpError::Io(format!("replay: no recorded response to {line}")))
+            }
+        }
+    }
+
     /// A replay's answer to a host call it cannot make: the reason, as a
     /// divergence, for the guest's error.
     pub(crate) fn refuse(&self, kind: &str, asked: String) -> String {
@@ -463,8 +536,9 @@ impl HostState {
         if effects.is_replay() {
             self.remaining()?;
             let mut log = effects.log();
-            let found =
-                log.take(|e| matches!(e, Effect::Http { request, .. } if *request == asked));
+            let found = log.take(
+                |e| matches!(e, Effect::Http { streaming: false, request, .. } if *request == asked),
+            );
             return Ok(match found {
                 Some(Effect::Http { outcome, .. }) => outcome.answer(),
                 _ => {
@@ -475,16 +549,9 @@ impl HostState {
             });
         }
         let answer = self.send_live(request).await?;
-        effects.push(Effect::Http { request: asked, outcome: HttpOutcome::of(&answer) });
+        let outcome = HttpOutcome::of(&answer);
+        effects.push(Effect::Http { streaming: false, request: asked, outcome });
         Ok(answer)
-    }
-
-    /// `http.send-streaming` in a replay, which cannot stream: refused.
-    pub(super) fn streaming_replayed(&self, request: &Request) -> Option<HttpError> {
-        let effects = self.effects.as_ref().filter(|e| e.is_replay())?;
-        let asked = HttpRequest::of(request);
-        let line = format!("{} {} (streamed)", asked.method, asked.url);
-        Some(HttpError::Io(effects.refuse("http", line)))
     }
 
     /// `process.run`, recorded or answered from a recording.
@@ -668,6 +735,7 @@ mod tests {
 
     fn http(url: &str, body: &str) -> Effect {
         Effect::Http {
+            streaming: false,
             request: HttpRequest {
                 method: "GET".into(),
                 url: url.into(),
