@@ -131,12 +131,12 @@ mod store;
 mod tree;
 mod usage;
 
+pub use artifact::{ObjectData, RecordData, digest_of};
 pub use event::{Event, EventKind};
 pub use file::{Durability, FileTraceStore};
 pub use goal::{
     AgentMode, Goal, GoalError, GoalKind, GoalKnowledge, GoalStats, GoalStatus, GoalTree,
 };
-pub use artifact::{ObjectData, RecordData, digest_of};
 pub use image::{ImageData, ImageError, ImageRef, check_image, image_media_type};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, INTERRUPTED, Message, Role, ToolCall, Usage};

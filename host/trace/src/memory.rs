@@ -328,9 +328,7 @@ impl TraceStore for MemoryTraceStore {
         kind: &str,
         key: &str,
     ) -> Result<Option<serde_json::Value>, TraceError> {
-        self.with(id, |stored| {
-            Ok(stored.records.get(&(kind.to_owned(), key.to_owned())).cloned())
-        })
+        self.with(id, |stored| Ok(stored.records.get(&(kind.to_owned(), key.to_owned())).cloned()))
     }
 
     async fn list_records(

@@ -118,7 +118,10 @@ pub(super) fn check_snapshot(snapshot: &TraceSnapshot) -> Result<(), TraceError>
     }
     for object in &snapshot.objects {
         if super::artifact::digest_of(&object.data) != object.digest {
-            return Err(bad(format!("object {:?} does not hold what its digest says", object.digest)));
+            return Err(bad(format!(
+                "object {:?} does not hold what its digest says",
+                object.digest
+            )));
         }
     }
     for record in &snapshot.records {

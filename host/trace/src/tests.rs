@@ -1185,15 +1185,15 @@ async fn objects_and_records_are_kept_and_move_with_their_trace(store: &dyn Trac
     assert_eq!(store.get_object("t1", &binary.digest).await.unwrap(), Some(binary.data.clone()));
     assert_eq!(store.get_object("t1", &digest_of(b"other")).await.unwrap(), None);
     assert_eq!(store.get_object("t1", "../meta.json").await.unwrap(), None);
-    assert!(matches!(
-        store.get_object("nope", &hello.digest).await,
-        Err(TraceError::NotFound(_))
-    ));
+    assert!(matches!(store.get_object("nope", &hello.digest).await, Err(TraceError::NotFound(_))));
     assert!(matches!(store.put_object("nope", &hello).await, Err(TraceError::NotFound(_))));
 
     let body = serde_json::json!({"files": {"src/main.rs": hello.digest}});
     store.put_record("t1", "checkpoint", "000002", &body).await.unwrap();
-    store.put_record("t1", "checkpoint", "000001", &serde_json::json!({"first": true})).await.unwrap();
+    store
+        .put_record("t1", "checkpoint", "000001", &serde_json::json!({"first": true}))
+        .await
+        .unwrap();
     store.put_record("t1", "effects", "call_1", &serde_json::json!([1, 2])).await.unwrap();
     // Filed again: replaced.
     store.put_record("t1", "effects", "call_1", &serde_json::json!([3])).await.unwrap();
