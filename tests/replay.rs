@@ -61,7 +61,7 @@ lock_file = "reson.lock"
 traces_dir = "traces"
 {store}
 [permissions]
-default = "allow"
+rules = [{{ decision = "allow", tool = "{{write,edit}}", pattern = "{{src,notes}}/**", examples = ["src/main.rs", "notes/done.txt"], counter_examples = ["../outside.txt", "/etc/passwd"] }}]
 
 [plugins.fs]
 dirs = [{{ path = "workspace", access = "read-write" }}]
