@@ -107,8 +107,10 @@ mod tests {
             metadata: Access::Read,
         };
         let mut config = PluginsConfig::default();
-        let mut fs = PluginGrant::default();
-        fs.dirs = vec![grant(work.path(), Access::ReadWrite), grant(readable.path(), Access::Read)];
+        let fs = PluginGrant {
+            dirs: vec![grant(work.path(), Access::ReadWrite), grant(readable.path(), Access::Read)],
+            ..PluginGrant::default()
+        };
         config.plugins.insert("fs".into(), fs);
 
         let scratch = scratch(&config).unwrap();

@@ -29,6 +29,9 @@ use wasmtime_wasi::HostMonotonicClock;
 use wasmtime_wasi::p2::bindings::clocks::wall_clock::{self, Datetime};
 use wasmtime_wasi::p2::bindings::random::{insecure, insecure_seed, random};
 
+/// A streamed response's status and headers.
+pub(crate) type Head = (u16, Vec<(String, String)>);
+
 /// The most bytes of one body, output or random draw a recording keeps;
 /// past it the entry is cut and says from how many bytes.
 pub const MAX_BLOB_BYTES: usize = 1 << 20;
@@ -466,7 +469,7 @@ impl Effects {
     pub(crate) fn record_streamed(
         &self,
         request: &Request,
-        answer: &Result<(u16, Vec<(String, String)>), HttpError>,
+        answer: &Result<Head, HttpError>,
     ) -> usize {
         let outcome = match answer {
             Ok((status, headers)) => HttpOutcome::Response {
@@ -495,10 +498,7 @@ impl Effects {
 
     /// A replay's answer to `send-streaming`: the recorded status, headers
     /// and body, or the error for the guest.
-    pub(crate) fn streamed_answer(
-        &self,
-        request: &Request,
-    ) -> Result<(u16, Vec<(String, String)>, Vec<u8>), HttpError> {
+    pub(crate) fn streamed_answer(&self, request: &Request) -> Result<(Head, Vec<u8>), HttpError> {
         let asked = HttpRequest::of(request);
         let mut log = self.log();
         let found = log.take(
@@ -506,7 +506,7 @@ impl Effects {
         );
         match found {
             Some(Effect::Http { outcome, .. }) => {
-                outcome.answer().map(|r| (r.status, r.headers, r.body))
+                outcome.answer().map(|r| ((r.status, r.headers), r.body))
             }
             _ => {
                 let line = format!("{} {} (streamed)", asked.method, asked.url);

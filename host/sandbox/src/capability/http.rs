@@ -360,7 +360,7 @@ impl Host for HostState {
         self.remaining()?;
         let effects = self.effects.clone();
         if let Some(effects) = effects.as_ref().filter(|e| e.is_replay()) {
-            let (status, headers, ready) = match effects.streamed_answer(&request) {
+            let ((status, headers), ready) = match effects.streamed_answer(&request) {
                 Ok(answer) => answer,
                 Err(e) => return Ok(Err(e)),
             };
