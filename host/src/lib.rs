@@ -51,7 +51,7 @@
 pub mod config;
 
 pub use reson_agent::{
-    agent, experience, knowledge, policy, provider, scope, skills, store, tools,
+    agent, experience, knowledge, policy, provider, replay, scope, skills, store, tools,
 };
 pub use reson_mcp as mcp;
 pub use reson_origin_guard as origin_guard;

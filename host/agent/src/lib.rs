@@ -5,7 +5,8 @@
 //! ([`tools`]: one [`tools::ToolSource`] interface for plugin tools, MCP
 //! tools and the built-ins), a trace store, and runs the loop model →
 //! tools → trace, with permissions and budgets ([`policy`]), sub-agents,
-//! compaction, [`skills`], [`experience`]s, [`knowledge`], sessions and tasks.
+//! compaction, [`skills`], [`experience`]s, [`knowledge`], sessions and tasks;
+//! and [`replay`]s a trace's plugin calls offline against their recorded effects.
 //!
 //! It depends on `reson-sandbox`, `reson-trace` and `reson-text` only. It
 //! must never know about HTTP servers, MCP or the command line: those
@@ -17,6 +18,7 @@ pub mod experience;
 pub mod knowledge;
 pub mod policy;
 pub mod provider;
+pub mod replay;
 pub mod scope;
 pub mod skills;
 pub mod store;

@@ -145,6 +145,12 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Traces(traces::Command::Reflect(args)) => {
             learn::reflect(&open(cli, |o, _| learn::prepare_reflect(o, args)).await?, args).await
         }
+        Command::Traces(traces::Command::Replay(args)) => {
+            // Declared first, so it outlives the runtime working in it.
+            let mut scratch = None;
+            let host = open(cli, |o, _| traces::prepare_replay(o, args, &mut scratch)).await?;
+            traces::replay(&host, args).await
+        }
         Command::Traces(cmd) => traces::run(&config(cli)?, cmd).await,
         Command::Serve(args) => {
             serve::run(&open(cli, |o, c| serve::prepare_options(o, c, args)).await?, args).await

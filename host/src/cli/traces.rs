@@ -1,11 +1,13 @@
-//! `reson traces ...`: list traces, show one as a tree, copy them between
-//! the file store and PostgreSQL.
+//! `reson traces ...`: list traces, show one as a tree, replay one's
+//! plugin calls offline, copy them between the file store and PostgreSQL.
 
 use super::term::{say, say_err, say_part};
 use anyhow::Context as _;
 use clap::{Subcommand, ValueEnum};
 use reson::config::{Config, StoreKind};
 use reson::database::Database;
+use reson::plugin::Options;
+use reson::replay::{ReplayError, Scratch};
 use reson::store::database_options;
 use reson::trace::{Durability, FileTraceStore, PgTraceStore, Trace, TraceFilter, TraceStore};
 use std::path::PathBuf;
@@ -40,6 +42,12 @@ pub(crate) enum Command {
     /// Reflect on a finished trace: the model writes what it learnt into
     /// the experiences, on a side branch of the trace (its head stays).
     Reflect(super::learn::ReflectArgs),
+    /// Run a trace's plugin tool calls again, offline, against the effects
+    /// recorded with them (no network, no commands, the recorded clock and
+    /// randomness), on a scratch copy of the workspace; model answers come
+    /// from the trace. Prints "identical" (exit 0) or the first divergence
+    /// (exit 1).
+    Replay(ReplayArgs),
     /// Copy every trace from the file store into PostgreSQL, or back.
     /// Traces already in the target are compared, never overwritten.
     Migrate {
@@ -54,6 +62,69 @@ pub(crate) enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+}
+
+/// `traces replay`.
+#[derive(clap::Args)]
+pub(crate) struct ReplayArgs {
+    /// Trace id.
+    id: String,
+    /// Run the calls with the plugins of this directory (a new build)
+    /// instead of the configured ones.
+    #[arg(long, value_name = "DIR")]
+    plugins: Option<PathBuf>,
+    /// Replay the calls of messages from this sequence on.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    from: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Points the runtime of a replay at a scratch copy of the workspace, a
+/// throwaway copy of the lock file (a replay accepts nothing for the user)
+/// and the plugins of `--plugins`; `scratch` keeps the copy.
+pub(crate) fn prepare_replay(
+    options: &mut Options,
+    args: &ReplayArgs,
+    scratch: &mut Option<Scratch>,
+) -> anyhow::Result<()> {
+    let made = reson::replay::scratch(&options.config)?;
+    if let Some(dir) = &args.plugins {
+        options.plugins_dir = dir.clone();
+    }
+    let lock = made.path().join("reson.lock");
+    if options.lock_file.exists() {
+        std::fs::copy(&options.lock_file, &lock)
+            .with_context(|| format!("copying {}", options.lock_file.display()))?;
+    }
+    options.lock_file = lock;
+    options.config = made.config.clone();
+    *scratch = Some(made);
+    Ok(())
+}
+
+/// `traces replay`: the report, and exit 0 when identical, 1 when not.
+pub(crate) async fn replay(host: &super::Host, args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+    let stores = super::open_stores(&host.config).await?;
+    let report = match reson::replay::replay(&*stores.traces, &args.id, host, args.from).await {
+        Ok(report) => report,
+        Err(e @ ReplayError::NoSuchTrace(_)) => {
+            say_err!("error: {e}");
+            return Ok(ExitCode::from(super::exit::USAGE));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if args.json {
+        say!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        say!("{report}");
+    }
+    Ok(if report.identical() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(super::exit::TOOL_FAILED)
+    })
 }
 
 /// Where `traces migrate` copies to.
@@ -74,8 +145,10 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
         StoreKind::Postgres => database_options(&config.traces, &config.plugins)?.display_url(),
     };
     match command {
-        Command::Reflect(_) | Command::Migrate { .. } => {
-            unreachable!("reflect needs a provider and migrate two stores: handled apart")
+        Command::Reflect(_) | Command::Replay(_) | Command::Migrate { .. } => {
+            unreachable!(
+                "reflect needs a provider, replay a runtime and migrate two stores: handled apart"
+            )
         }
         Command::List { json, roots, user } => {
             let filter =

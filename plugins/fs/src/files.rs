@@ -102,6 +102,11 @@ pub fn edit(args: EditArgs, ctx: &Context) -> Result<Output, ToolError> {
     let (updated, count) =
         text::replace(&content, &args.old_string, &args.new_string, args.replace_all, &path)?;
     fs::write(&path, updated).map_err(|err| io_error(&path, err))?;
+    // A deliberately changed report, built only by the replay tests to
+    // show that a replay catches a plugin whose behaviour changed.
+    if cfg!(feature = "changed-edit") {
+        return Ok(Output::text(format!("edited {} ({count} changes)", path.display())));
+    }
     Ok(Output::text(format!("replaced {} in {}", plural(count, "occurrence"), path.display())))
 }
 

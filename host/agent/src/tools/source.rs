@@ -6,6 +6,7 @@
 
 use crate::tools::ToolResult;
 use async_trait::async_trait;
+use reson_sandbox::capability::effects::Effects;
 use reson_sandbox::plugin::{CallContext, ToolSpec};
 use reson_trace::{GoalTree, ToolCall, Trace, TraceStore};
 use std::any::{Any, TypeId};
@@ -65,6 +66,9 @@ pub struct ToolContext<'a> {
     pub goals: Option<&'a mut GoalTree>,
     /// Whatever else the caller provides.
     pub extensions: Extensions,
+    /// Where a plugin call's host calls are recorded, or answered from in
+    /// a replay; `None` records nothing.
+    pub effects: Option<Effects>,
 }
 
 impl ToolContext<'_> {
@@ -74,6 +78,7 @@ impl ToolContext<'_> {
             call_id: self.call_id.clone(),
             trace_id: self.trace_id.clone(),
             cancel: Some(self.cancel.clone()),
+            effects: self.effects.clone(),
         }
     }
 }
@@ -84,6 +89,7 @@ impl From<&CallContext> for ToolContext<'_> {
             call_id: context.call_id.clone(),
             trace_id: context.trace_id.clone(),
             cancel: context.cancel.clone().unwrap_or_default(),
+            effects: context.effects.clone(),
             ..Self::default()
         }
     }

@@ -186,7 +186,11 @@ impl Session {
             };
             return Ok(CallToolResult::error(vec![ContentBlock::text(redact(&text))]));
         }
-        let cx = CallContext { call_id: call.id.clone(), trace_id: None, cancel: Some(context.ct) };
+        let cx = CallContext {
+            call_id: call.id.clone(),
+            cancel: Some(context.ct),
+            ..CallContext::default()
+        };
         Ok(to_mcp(self.shared.tools.call(&call, &cx).await))
     }
 }

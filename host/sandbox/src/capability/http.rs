@@ -3,6 +3,7 @@
 //! check and only where they are bound, and every secret scrubbed from
 //! what comes back before the guest sees it.
 
+use super::effects::Effects;
 use super::secrets::{MARK_OPEN, SecretError, replace_refs};
 use super::{HostState, HostTrap};
 use crate::contract::bindings::tool::reson::plugin::http::{
@@ -23,7 +24,8 @@ const MAX_READ_BYTES: u32 = 1 << 20;
 
 /// A streamed response body, owned by the guest through a resource handle.
 pub struct BodyStream {
-    response: reqwest::Response,
+    /// `None` for a body a replay answers from its recording (all `ready`).
+    response: Option<reqwest::Response>,
     read: u64,
     deadline: Instant,
     /// `None` once the server's body has ended.
@@ -31,6 +33,8 @@ pub struct BodyStream {
     /// Redacted bytes not yet handed to the guest, from `taken` on.
     ready: Vec<u8>,
     taken: usize,
+    /// The call's effect log and the entry of this request, when recording.
+    recording: Option<(Effects, usize)>,
 }
 
 /// The client of the current tokio runtime, built once per runtime. Its
@@ -318,8 +322,12 @@ fn cut_short() -> wasmtime::Error {
     wasmtime::Error::new(HostTrap::Deadline)
 }
 
-impl Host for HostState {
-    async fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
+impl HostState {
+    /// `http.send` on the network.
+    pub(super) async fn send_live(
+        &mut self,
+        request: Request,
+    ) -> wasmtime::Result<Result<Response, HttpError>> {
         self.remaining()?;
         let mut response = match self.start(request).await? {
             Ok(response) => response,
@@ -338,25 +346,62 @@ impl Host for HostState {
             Ok(body) => Ok(Response { status, headers, body: redact_bytes(&body).into_owned() }),
         })
     }
+}
+
+impl Host for HostState {
+    async fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
+        self.send_with_effects(request).await
+    }
 
     async fn send_streaming(
         &mut self,
         request: Request,
     ) -> wasmtime::Result<Result<StreamingResponse, HttpError>> {
         self.remaining()?;
+        let effects = self.effects.clone();
+        if let Some(effects) = effects.as_ref().filter(|e| e.is_replay()) {
+            let ((status, headers), ready) = match effects.streamed_answer(&request) {
+                Ok(answer) => answer,
+                Err(e) => return Ok(Err(e)),
+            };
+            let body = self.table.push(BodyStream {
+                response: None,
+                read: 0,
+                deadline: self.deadline,
+                redactor: None,
+                ready,
+                taken: 0,
+                recording: None,
+            })?;
+            return Ok(Ok(StreamingResponse { status, headers, body }));
+        }
+        let asked = effects.as_ref().map(|_| request.clone());
         let response = match self.start(request).await? {
             Ok(response) => response,
-            Err(e) => return Ok(Err(e)),
+            Err(e) => {
+                if let (Some(effects), Some(asked)) = (&effects, &asked) {
+                    effects.record_streamed(asked, &Err(e.clone()));
+                }
+                return Ok(Err(e));
+            }
         };
         let status = response.status().as_u16();
         let headers = headers_of(&response);
+        let recording = match (effects, asked) {
+            (Some(effects), Some(asked)) => {
+                let index = effects.record_streamed(&asked, &Ok((status, headers.clone())));
+                Some((effects, index))
+            }
+            _ => None,
+        };
         let body = self.table.push(BodyStream {
-            response,
+            response: Some(response),
             read: 0,
             deadline: self.deadline,
             redactor: Some(StreamRedactor::default()),
             ready: Vec::new(),
             taken: 0,
+            recording,
         })?;
         Ok(Ok(StreamingResponse { status, headers, body }))
     }
@@ -376,11 +421,14 @@ impl HostBodyStream for HostState {
         // for the next read from the server; the guest gets only what has
         // been judged.
         while body.taken == body.ready.len() {
-            let Some(redactor) = body.redactor.as_mut() else { return Ok(Ok(None)) };
+            let (Some(redactor), Some(response)) = (body.redactor.as_mut(), body.response.as_mut())
+            else {
+                return Ok(Ok(None));
+            };
             if Instant::now() >= body.deadline {
                 return Ok(Err(HttpError::Timeout));
             }
-            let next = within_call(deadline, cancel.clone(), body.response.chunk());
+            let next = within_call(deadline, cancel.clone(), response.chunk());
             let chunk = match next.await.ok_or_else(cut_short)? {
                 Ok(chunk) => chunk,
                 Err(e) if e.is_timeout() => return Ok(Err(HttpError::Timeout)),
@@ -399,6 +447,9 @@ impl HostBodyStream for HostState {
         let end = (body.taken + max).min(body.ready.len());
         let chunk = body.ready[body.taken..end].to_vec();
         body.taken = end;
+        if let Some((effects, index)) = &body.recording {
+            effects.streamed_read(*index, &chunk);
+        }
         Ok(Ok(Some(chunk)))
     }
 

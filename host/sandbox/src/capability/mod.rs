@@ -1,5 +1,6 @@
 //! What the host gives guests: `log`, `config`, `http`, `process`,
-//! `streaming`, `browser`, and WASI p2 confined to the granted directories.
+//! `streaming`, `browser`, and WASI p2 confined to the granted directories;
+//! [`effects`] records what a call does through them, or replays it.
 //!
 //! Every import checks the call's deadline on entry, so a guest looping over
 //! host calls is stopped as surely as one looping in pure wasm, and every
@@ -8,6 +9,7 @@
 pub mod browser;
 pub(crate) mod clock;
 mod config;
+pub mod effects;
 pub(crate) mod files;
 pub(crate) mod http;
 mod log;
@@ -62,6 +64,8 @@ pub(crate) struct HostState {
     logged: usize,
     /// Bytes of deltas streamed in this call.
     streamed: u64,
+    /// This call's effect log, when the caller keeps one.
+    pub(crate) effects: Option<effects::Effects>,
 }
 
 impl HostState {
@@ -87,6 +91,7 @@ impl HostState {
             browser: None,
             logged: 0,
             streamed: 0,
+            effects: None,
         }
     }
 

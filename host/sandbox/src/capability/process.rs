@@ -151,6 +151,16 @@ impl HostState {
 
 impl Host for HostState {
     async fn run(&mut self, command: Command) -> wasmtime::Result<Result<Output, ProcessError>> {
+        self.run_with_effects(command).await
+    }
+}
+
+impl HostState {
+    /// `process.run`, for real.
+    pub(super) async fn run_live(
+        &mut self,
+        command: Command,
+    ) -> wasmtime::Result<Result<Output, ProcessError>> {
         let remaining = self.remaining()?;
         let resolved = match self.grants.command(&command.program, &command.args) {
             Ok(resolved) => resolved,

@@ -146,6 +146,7 @@ impl Sandbox {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::capability::clock::add_to_linker(&mut linker)?;
+        crate::capability::effects::add_to_linker(&mut linker)?;
         crate::capability::files::add_to_linker(&mut linker)?;
         // The three worlds share their host interfaces; `streaming` is the
         // provider world's only extra import.

@@ -9,6 +9,7 @@ use super::error::{CallError, Limit, LoadError, ToolFailure};
 use super::instance::{CallStore, Site};
 use super::lock::LockFile;
 use crate::capability::browser::{Scope, SessionKey};
+use crate::capability::effects::Effects;
 use crate::capability::{DeltaSink, HostState, Secrets};
 use crate::config::PluginsConfig;
 use crate::contract::bindings::plan_parser::PlanParserPluginPre;
@@ -83,6 +84,9 @@ pub struct CallContext {
     /// Cancel it to cut the call short (it then fails with
     /// [`CallError::Cancelled`]).
     pub cancel: Option<CancellationToken>,
+    /// Where the call's host calls are recorded, or answered from in a
+    /// replay; `None` records nothing.
+    pub effects: Option<Effects>,
 }
 
 pub(crate) struct ToolEntry {
@@ -500,6 +504,10 @@ impl LoadedPlugin {
         };
         let scope = Scope { browsers: sandbox.browsers.clone(), key: key.clone() };
         call.store.data_mut().browser = Some(scope);
+        if let Some(effects) = &context.effects {
+            effects.begin(&self.name, &self.sha256, tool);
+        }
+        call.store.data_mut().effects = context.effects.clone();
         let wit_context = wit::CallContext {
             call_id: context.call_id.clone(),
             trace_id: context.trace_id.clone(),
@@ -517,6 +525,7 @@ impl LoadedPlugin {
             sandbox.browsers.close_key(&key).await;
         }
         call.store.data_mut().browser = None;
+        call.store.data_mut().effects = None;
         let result = match result {
             Ok(answer) => {
                 // The guest returned normally: its instance can be entered again.

@@ -123,6 +123,24 @@ struct NapArgs {
 
 /// Attacks the deadline from inside a host call: a WASI sleep blocks in the
 /// host, where epoch interruption cannot reach.
+/// Reads the wall clock, the monotonic clock twice and the hash seed
+/// (`wasi:random`), so that two calls answer differently unless the host
+/// gives them the same values (a replay).
+fn entropy(_: NoArgs, _: &Context) -> Result<Output, ToolError> {
+    use std::hash::BuildHasher;
+    let started = std::time::Instant::now();
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| ToolError::failed(format!("wall clock: {e}")))?;
+    let seed = std::collections::hash_map::RandomState::new().hash_one(0_u64);
+    let elapsed = started.elapsed();
+    Ok(Output::text(format!(
+        "wall={} elapsed={} hash={seed:016x}",
+        wall.as_nanos(),
+        elapsed.as_nanos()
+    )))
+}
+
 fn nap(args: NapArgs, _: &Context) -> Result<Output, ToolError> {
     std::thread::sleep(std::time::Duration::from_millis(args.ms));
     Ok(Output::text(format!("slept {} ms", args.ms)))
@@ -487,6 +505,7 @@ fn base_tools() -> Toolbox {
         .tool("settings", "Returns the plugin's config settings, reversed.", settings)
         .tool("host_spin", "Loops forever calling a host import.", host_spin)
         .tool("nap", "Sleeps `ms` milliseconds.", nap)
+        .tool("entropy", "Reads the clocks and the random seed.", entropy)
         .tool("count", "Counts the calls this instance served.", count)
         .tool("hoard", "Allocates `mb` MiB and never frees them.", hoard)
         .tool("knock", "Asks `times` times for `url` through the host.", knock)

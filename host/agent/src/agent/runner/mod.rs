@@ -102,6 +102,9 @@ pub struct RunConfig {
     /// (5 MiB by default, what Anthropic takes per image); a larger one is
     /// left out and the model told why.
     pub max_image_bytes: u64,
+    /// Record each plugin tool call's effects with the trace, for
+    /// [`replay`](crate::replay) (on by default).
+    pub record_effects: bool,
 }
 
 const DEFAULT_MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
@@ -128,6 +131,7 @@ impl Default for RunConfig {
             skills: None,
             compaction: CompactionConfig::default(),
             max_image_bytes: DEFAULT_MAX_IMAGE_BYTES,
+            record_effects: true,
         }
     }
 }

@@ -8,8 +8,10 @@ use crate::agent::approval::ApprovalRequest;
 use crate::agent::error::AgentError;
 use crate::agent::runner::{AgentEvent, Run, RunConfig, Runner};
 use crate::policy::Meter;
+use crate::replay::{CallRecording, EFFECTS, record_key};
 use crate::tools::{Dispatch, OnOffer, ToolContext, ToolResult, unknown_tool};
 use futures::stream::{FuturesUnordered, StreamExt};
+use reson_sandbox::capability::effects::Effects;
 use reson_trace::{ContentPart, EventKind, GoalTree, Message, ToolCall, Trace, check_image};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -62,6 +64,8 @@ struct CallOutcome {
     goal_id: Option<String>,
     /// For an in-order call: the goal tree after it.
     goals: Option<GoalTree>,
+    /// The call's effect log, when the run records effects.
+    effects: Option<Effects>,
 }
 
 impl Run {
@@ -142,14 +146,17 @@ impl Run {
             depth: self.depth,
         });
         let (trace_id, cancel) = (&self.trace.id, &self.cancel);
+        let record = self.config.record_effects;
         let visible = Arc::new(self.visible());
         let mut running: FuturesUnordered<_> = concurrent
             .iter()
             .map(|&i| {
+                let effects = record.then(Effects::record);
                 let mut context = ToolContext {
                     call_id: calls[i].id.clone(),
                     trace_id: Some(trace_id.clone()),
                     cancel: cancel.clone(),
+                    effects: effects.clone(),
                     ..ToolContext::default()
                 };
                 context.extensions.insert(caller.clone());
@@ -158,16 +165,17 @@ impl Run {
                 async move {
                     let started = Instant::now();
                     let result = on_offer.call(&calls[i], &mut context).await;
-                    (i, result, started.elapsed())
+                    (i, result, started.elapsed(), effects)
                 }
             })
             .collect();
         loop {
             tokio::select! {
                 next = running.next() => {
-                    let Some((i, result, took)) = next else { break };
+                    let Some((i, result, took, effects)) = next else { break };
                     let mut finished = self.finished(&calls[i], result, None);
                     finished.took = took;
+                    finished.effects = effects;
                     done[i] = Some(finished);
                     self.store_ready(calls, &mut done, &mut stored).await?;
                 }
@@ -195,6 +203,7 @@ impl Run {
         call: &ToolCall,
     ) -> Result<CallOutcome, AgentError> {
         let started = Instant::now();
+        let effects = self.config.record_effects.then(Effects::record);
         let result = {
             let visible = Arc::new(self.visible());
             let mut context = ToolContext {
@@ -202,6 +211,7 @@ impl Run {
                 trace_id: Some(self.trace.id.clone()),
                 cancel: self.cancel.clone(),
                 goals: Some(&mut self.goals),
+                effects: effects.clone(),
                 ..ToolContext::default()
             };
             context.extensions.insert(visible);
@@ -212,6 +222,7 @@ impl Run {
         }
         let mut finished = self.finished(call, result, Some(self.goals.snapshot()));
         finished.took = started.elapsed();
+        finished.effects = effects;
         Ok(finished)
     }
 
@@ -241,6 +252,7 @@ impl Run {
             took: Duration::ZERO,
             goal_id: self.goals.current().map(|g| g.id.clone()),
             goals,
+            effects: None,
         }
     }
 
@@ -311,7 +323,18 @@ impl Run {
         call: &ToolCall,
         finished: CallOutcome,
     ) -> Result<(), AgentError> {
-        let CallOutcome { result, took, goal_id, goals } = finished;
+        let CallOutcome { result, took, goal_id, goals, effects } = finished;
+        // Filed before the result, so that a result in the trace always
+        // has its recording (a crash between the two leaves a recording
+        // whose call has no result yet, which a replay never reaches).
+        if let Some(recording) = effects.and_then(|e| CallRecording::new(call, &result, &e)) {
+            let value = serde_json::to_value(&recording)
+                .map_err(|e| AgentError::Memory(format!("recording of call {}: {e}", call.id)))?;
+            self.inner
+                .store
+                .put_record(&self.trace.id, EFFECTS, &record_key(&call.id), &value)
+                .await?;
+        }
         let mut message = Message::tool_result(call, result.text.clone());
         message.long_term_memory = result.long_term_memory;
         message.include_output_only_once = result.include_output_only_once;

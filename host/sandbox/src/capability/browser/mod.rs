@@ -137,14 +137,19 @@ async fn info(session: &Session, id: PageId, slot: &PageSlot) -> PageInfo {
 macro_rules! with_session {
     ($state:ident, |$session:ident| $body:expr) => {{
         let left = $state.remaining()?;
-        let cancel = $state.cancel.clone();
-        let out = bounded(left, cancel, async {
-            let mut held = $state.browser_session().await?;
-            let $session = held.as_mut().expect("a session is started before it is handed out");
-            $body
-        })
-        .await;
-        Ok(out)
+        // A replay opens no browser: the recording cannot answer a page.
+        if let Some(refused) = $state.browser_replayed() {
+            Ok(Err(BrowserError::Failed(refused)))
+        } else {
+            let cancel = $state.cancel.clone();
+            let out = bounded(left, cancel, async {
+                let mut held = $state.browser_session().await?;
+                let $session = held.as_mut().expect("a session is started before it is handed out");
+                $body
+            })
+            .await;
+            Ok(out)
+        }
     }};
 }
 

@@ -1,0 +1,129 @@
+//! The scratch workspace a replay runs on: every read-write granted
+//! directory copied to a temporary one, and the plugins' config with
+//! those grants pointed there, mounted where the guests saw the real ones
+//! (so that the recorded arguments, with their absolute paths, still
+//! name the same files).
+//!
+//! The copy is of the directories as they are now. Once workspace
+//! checkpoints exist, [`fill`] is the one place to switch to their
+//! state at the message the replay starts from.
+
+use super::ReplayError;
+use reson_sandbox::config::{Access, PluginsConfig};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// A config whose writable directories are scratch copies, and the
+/// directory holding them (removed when this is dropped).
+#[derive(Debug)]
+pub struct Scratch {
+    /// The plugins' config, remapped.
+    pub config: PluginsConfig,
+    /// Holds the copies.
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    /// The scratch directory, for whatever else a replay must not write
+    /// in place (a copy of the lock file).
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A scratch copy of `config`'s read-write granted directories.
+pub fn scratch(config: &PluginsConfig) -> Result<Scratch, ReplayError> {
+    let io = |path: &Path, e: std::io::Error| ReplayError::Workspace {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("reson-replay-")
+        .tempdir()
+        .map_err(|e| io(Path::new("/tmp"), e))?;
+    let mut remapped = config.clone();
+    let mut copies: HashMap<PathBuf, PathBuf> = HashMap::new();
+    for grant in remapped.plugins.values_mut() {
+        for granted in &mut grant.dirs {
+            if granted.access != Access::ReadWrite {
+                continue;
+            }
+            let host = config.resolve(&granted.path);
+            let host = host.canonicalize().map_err(|e| io(&host, e))?;
+            let next = copies.len();
+            let copy = match copies.get(&host) {
+                Some(copy) => copy.clone(),
+                None => {
+                    let copy = dir.path().join(next.to_string());
+                    fill(&host, &copy).map_err(|e| io(&host, e))?;
+                    copies.insert(host.clone(), copy.clone());
+                    copy
+                }
+            };
+            granted.mount.get_or_insert_with(|| host.to_string_lossy().into_owned());
+            granted.path = copy;
+        }
+    }
+    Ok(Scratch { config: remapped, dir })
+}
+
+/// Fills `to` with the workspace state of `from`: today, a copy of it as
+/// it is (symbolic links copied as links, never followed), each file with
+/// its modification time, which tools show (`glob` lists newest first).
+fn fill(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+        } else if kind.is_dir() {
+            fill(&source, &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(&source, &target)?;
+            let modified = entry.metadata()?.modified()?;
+            std::fs::File::options().write(true).open(&target)?.set_modified(modified)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reson_sandbox::config::{DirGrant, PluginGrant};
+
+    #[test]
+    fn writable_dirs_are_copied_and_mounted_where_they_were() {
+        let work = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(work.path().join("src")).unwrap();
+        std::fs::write(work.path().join("src/main.rs"), "hello").unwrap();
+        let readable = tempfile::tempdir().unwrap();
+        let grant = |path: &Path, access| DirGrant {
+            path: path.to_path_buf(),
+            access,
+            mount: None,
+            metadata: Access::Read,
+        };
+        let mut config = PluginsConfig::default();
+        let fs = PluginGrant {
+            dirs: vec![grant(work.path(), Access::ReadWrite), grant(readable.path(), Access::Read)],
+            ..PluginGrant::default()
+        };
+        config.plugins.insert("fs".into(), fs);
+
+        let scratch = scratch(&config).unwrap();
+        let dirs = &scratch.config.plugins["fs"].dirs;
+        let real = work.path().canonicalize().unwrap();
+        assert_ne!(dirs[0].path, real);
+        assert_eq!(dirs[0].mount.as_deref(), Some(&*real.to_string_lossy()));
+        let copy = dirs[0].path.join("src/main.rs");
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), "hello");
+        let modified = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
+        assert_eq!(modified(&copy), modified(&real.join("src/main.rs")));
+        assert_eq!(dirs[1].path, readable.path(), "read-only grants stay where they are");
+        std::fs::write(dirs[0].path.join("src/main.rs"), "bonjour").unwrap();
+        assert_eq!(std::fs::read_to_string(real.join("src/main.rs")).unwrap(), "hello");
+    }
+}
