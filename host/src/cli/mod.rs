@@ -90,7 +90,8 @@ pub(crate) mod exit {
     pub const LIMIT: u8 = 4;
     pub const TRAPPED: u8 = 5;
     pub const HOST: u8 = 6;
-    /// `traces migrate` left traces alone: they differ from the target's.
+    /// `traces migrate` left traces alone: they differ from the target's;
+    /// or a restore refused to overwrite files changed outside Reson.
     pub const CONFLICT: u8 = 7;
 }
 
@@ -191,6 +192,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     };
     if let Some(dir) = &cli.traces_dir {
         config.traces.traces_dir = Some(std::path::absolute(dir)?);
+        config.agent.checkpoints.skip = vec![config.traces.traces_dir()];
     }
     Ok(config)
 }

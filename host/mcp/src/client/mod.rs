@@ -23,6 +23,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceC
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
@@ -99,6 +100,8 @@ struct Server {
     config: ServerConfig,
     /// What its process may touch, as `reson mcp list` says it.
     confinement: String,
+    /// `writes`, resolved and canonical.
+    writes: Vec<PathBuf>,
     state: RwLock<State>,
 }
 
@@ -150,6 +153,14 @@ impl McpTools {
                     name: name.clone(),
                     config: server.clone(),
                     confinement: confinement(server, config.sandbox.jail),
+                    writes: server
+                        .writes
+                        .iter()
+                        .map(|dir| {
+                            let dir = config.resolve(dir);
+                            dir.canonicalize().unwrap_or(dir)
+                        })
+                        .collect(),
                     state: RwLock::new(State {
                         status: Some(if server.enabled {
                             Status::Starting
@@ -279,6 +290,16 @@ impl ToolSource for McpTools {
 
     fn changes(&self) -> Option<watch::Receiver<u64>> {
         Some(McpTools::changes(self))
+    }
+
+    fn writes(&self, name: &str) -> Vec<PathBuf> {
+        let Some((server, _)) = name.split_once(SEPARATOR) else { return Vec::new() };
+        self.inner
+            .servers
+            .iter()
+            .find(|s| s.name == server)
+            .map(|s| s.writes.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -102,6 +102,15 @@ pub struct RunConfig {
     /// (5 MiB by default, what Anthropic takes per image); a larger one is
     /// left out and the model told why.
     pub max_image_bytes: u64,
+    /// Workspace checkpoints around calls that can write (`[checkpoints]`).
+    pub checkpoints: crate::config::CheckpointsConfig,
+    /// With `after_sequence`: put the files the trace's calls changed back
+    /// as they were at the message the rewind starts from, before the run
+    /// goes on. Files changed outside Reson since make the run fail to
+    /// start, with their list and nothing written, unless `force_restore`.
+    pub restore_files: bool,
+    /// Restore over files changed outside Reson.
+    pub force_restore: bool,
 }
 
 const DEFAULT_MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
@@ -128,6 +137,9 @@ impl Default for RunConfig {
             skills: None,
             compaction: CompactionConfig::default(),
             max_image_bytes: DEFAULT_MAX_IMAGE_BYTES,
+            checkpoints: crate::config::CheckpointsConfig::default(),
+            restore_files: false,
+            force_restore: false,
         }
     }
 }
@@ -596,6 +608,8 @@ struct Run {
     /// The images of the path as `data:` URLs, by name: read from the store
     /// once per run, not once per model call.
     images: HashMap<String, String>,
+    /// The checkpoints of this run, from its first call that can write.
+    workspace: Option<reson_workspace::Workspace>,
 }
 
 impl Run {
