@@ -11,7 +11,6 @@
 
 use crate::WorkspaceError;
 use crate::entry::{Entry, Manifest};
-use futures::StreamExt;
 use reson_trace::{MessageTree, ObjectData, TraceStore};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -170,11 +169,8 @@ impl History {
         checkpoint: Checkpoint,
         objects: Vec<ObjectData>,
     ) -> Result<String, WorkspaceError> {
-        let mut puts = futures::stream::iter(objects.iter())
-            .map(|object| store.put_object(trace_id, object))
-            .buffer_unordered(16);
-        while let Some(put) = puts.next().await {
-            put?;
+        for object in &objects {
+            store.put_object(trace_id, object).await?;
         }
         let key = self.next_key(checkpoint.sequence);
         let body = serde_json::to_value(&checkpoint).expect("a checkpoint serializes");
