@@ -61,7 +61,9 @@ impl Setup {
         std::fs::write(ws.join("src/other.rs"), "// other\n").unwrap();
         let grants = "[plugins.fs]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]\n\
                       [plugins.shell]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]\n\
-                      process = [\"cp *\", \"touch *\"]\nlimits = { timeout_ms = 20000 }\n";
+                      process = [\"cp *\", \"touch *\"]\nlimits = { timeout_ms = 20000 }\n\
+                      [presets.writer]\n\
+                      rules = [{ decision = \"allow\", tool = \"{write,edit,shell}\" }]\n";
         let runtime = dir.open_scripted(&json!({ "turns": turns }), grants).await;
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
@@ -151,7 +153,8 @@ async fn a_rewind_with_restore_puts_the_files_back() {
     let s = Setup::new(edit_turns()).await;
     let id = s.edited().await;
     let checkpoints = reson::workspace::checkpoints(&*s.store, &id).await.unwrap();
-    let causes: Vec<(&str, &Cause)> = checkpoints.iter().map(|(k, c)| (k.as_str(), &c.cause)).collect();
+    let causes: Vec<(&str, &Cause)> =
+        checkpoints.iter().map(|(k, c)| (k.as_str(), &c.cause)).collect();
     let calls = Cause::Calls { calls: vec!["call_0_0".into(), "call_0_1".into()] };
     assert_eq!(causes, [("000000", &Cause::Base), ("000004", &calls)]);
 
@@ -160,10 +163,12 @@ async fn a_rewind_with_restore_puts_the_files_back() {
     assert_eq!(s.read("src/main.rs").as_deref(), Some(MAIN));
     assert!(!s.ws().join("notes/done.txt").exists());
     let all = reson::workspace::checkpoints(&*s.store, &id).await.unwrap();
-    assert_eq!(all.last().unwrap().1.cause, Cause::Restore { to: 1 });
+    let restore = all.iter().find(|(key, _)| key == "000001").expect("a restore checkpoint");
+    assert_eq!(restore.1.cause, Cause::Restore { to: 1 });
 
     // The old branch is still there to go back to.
-    s.set_turns(json!([{ "text": "back" }]));
+    // Two answers precede the new message on that branch: the third turn answers.
+    s.set_turns(json!([{ "text": "-" }, { "text": "-" }, { "text": "back" }]));
     let back = RunConfig {
         trace_id: Some(id.clone()),
         after_sequence: Some(5),
@@ -235,7 +240,8 @@ async fn checkpoints_survive_kill_9_and_restore_works_after() {
     let script = s.dir.path().join("slow.json");
     std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
     let mut child = s
-        .reson(&["run", "--json", "--script", &script.to_string_lossy(), "rename the greeting"])
+        .reson(&["run", "--json", "--preset", "writer", "--script", &script.to_string_lossy()])
+        .arg("rename the greeting")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -259,8 +265,15 @@ async fn checkpoints_survive_kill_9_and_restore_works_after() {
     let answer = s.dir.path().join("answer.json");
     std::fs::write(&answer, json!({ "turns": [{ "text": "over" }] }).to_string()).unwrap();
     let out = s.output(&[
-        "run", "--trace", &id, "--after", "1", "--restore-files",
-        "--script", &answer.to_string_lossy(), "start over",
+        "run",
+        "--trace",
+        &id,
+        "--after",
+        "1",
+        "--restore-files",
+        "--script",
+        &answer.to_string_lossy(),
+        "start over",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(s.read("src/main.rs").as_deref(), Some(MAIN));
@@ -316,7 +329,8 @@ async fn checkpoints_move_to_postgres_and_restore_from_there() {
     assert!(out.status.success(), "{}", stderr(&out));
 
     let db = PgTraceStore::new(Database::connect(&url).await.unwrap());
-    let restored = reson::workspace::restore(&db, &id, 1, false, &Options::default()).await.unwrap();
+    let restored =
+        reson::workspace::restore(&db, &id, 1, false, &Options::default()).await.unwrap();
     assert_eq!(restored.written, [s.ws().join("src/main.rs")]);
     assert_eq!(restored.removed, [s.ws().join("notes/done.txt")]);
     assert_eq!(s.read("src/main.rs").as_deref(), Some(MAIN));
@@ -336,7 +350,10 @@ async fn the_api_restores_files_and_answers_409_on_a_conflict() {
     std::fs::write(s.ws().join("src/main.rs"), "// by hand\n").unwrap();
     let body = json!({ "after_sequence": 1, "restore_files": true,
                        "messages": [{ "role": "user", "content": "again" }] });
-    let message = api.post(&format!("/api/traces/{id}/run"), body.clone()).await.expect_error(409, "conflict");
+    let message = api
+        .post(&format!("/api/traces/{id}/run"), body.clone())
+        .await
+        .expect_error(409, "conflict");
     assert!(message.contains("src/main.rs"), "{message}");
     assert_eq!(s.read("src/main.rs").as_deref(), Some("// by hand\n"));
 

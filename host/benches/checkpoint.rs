@@ -25,8 +25,11 @@ fn workspace(root: &Path) {
         let dir = root.join(format!("pkg{d:03}"));
         std::fs::create_dir_all(&dir).unwrap();
         for f in 0..FILES_PER_DIR {
-            std::fs::write(dir.join(format!("file{f:03}.rs")), format!("// {d} {f}\nfn f() {{}}\n"))
-                .unwrap();
+            std::fs::write(
+                dir.join(format!("file{f:03}.rs")),
+                format!("// {d} {f}\nfn f() {{}}\n"),
+            )
+            .unwrap();
         }
     }
 }

@@ -10,8 +10,8 @@
 //! `AsRef`, and never sees the others.
 
 pub use reson_agent::config::{
-    AgentConfig, CheckpointsConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig, SkillsConfig,
-    SubAgentsConfig,
+    AgentConfig, CheckpointsConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig,
+    SkillsConfig, SubAgentsConfig,
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{

@@ -5,8 +5,8 @@ use super::{Host, exit};
 use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
-    AgentError, AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals, Permissions,
-    RunConfig, Runner, SubAgentSettings,
+    AgentError, AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals,
+    Permissions, RunConfig, Runner, SubAgentSettings,
 };
 use reson::config::{Access, DirGrant};
 use reson::contract::World;

@@ -179,7 +179,9 @@ pub(crate) fn walk(
         on_dir(&dir);
         let listing = match fs::read_dir(&abs) {
             Ok(listing) => listing,
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
+            Err(e)
+                if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) =>
+            {
                 continue;
             }
             Err(e) => return Err(WorkspaceError::io(&abs, e)),
@@ -187,7 +189,10 @@ pub(crate) fn walk(
         for item in listing {
             let item = item.map_err(|e| WorkspaceError::io(&abs, e))?;
             let Some(name) = item.file_name().to_str().map(str::to_owned) else {
-                tracing::warn!("{}: a name that is not UTF-8 is left out of checkpoints", abs.display());
+                tracing::warn!(
+                    "{}: a name that is not UTF-8 is left out of checkpoints",
+                    abs.display()
+                );
                 continue;
             };
             if Skip::name(&name) {
@@ -227,9 +232,10 @@ mod tests {
         std::os::unix::fs::symlink("src/main.rs", root.join("link")).unwrap();
         let skip = Skip { dirs: vec![root.join("store")] };
         let mut dirs = Vec::new();
-        let manifest =
-            walk(root, "", &skip, &Manifest::new(), 1 << 20, &mut |d: &str| dirs.push(d.to_owned()))
-                .unwrap();
+        let manifest = walk(root, "", &skip, &Manifest::new(), 1 << 20, &mut |d: &str| {
+            dirs.push(d.to_owned())
+        })
+        .unwrap();
         let paths: Vec<&str> = manifest.keys().map(String::as_str).collect();
         assert_eq!(paths, ["link", "src/deep/a.txt", "src/main.rs"]);
         assert_eq!(manifest["link"].link.as_deref(), Some("src/main.rs"));

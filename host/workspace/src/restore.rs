@@ -163,8 +163,12 @@ pub async fn restore(
     }
     delta.retain(|_, paths| !paths.is_empty());
     if !delta.is_empty() {
-        let checkpoint =
-            Checkpoint { sequence: at, cause: Cause::Restore { to: at }, at_ms: now_ms(), roots: delta };
+        let checkpoint = Checkpoint {
+            sequence: at,
+            cause: Cause::Restore { to: at },
+            at_ms: now_ms(),
+            roots: delta,
+        };
         restored.checkpoint = Some(history.write(store, trace_id, checkpoint, Vec::new()).await?);
     }
     Ok(restored)
@@ -239,9 +243,7 @@ fn place(abs: &Path, entry: &Entry, data: Option<&[u8]>) -> Result<(), Workspace
             let mut tmp =
                 tempfile::Builder::new().prefix(".reson-restore").tempfile_in(dir).map_err(io)?;
             tmp.write_all(data.unwrap_or_default()).map_err(io)?;
-            tmp.as_file()
-                .set_permissions(fs::Permissions::from_mode(entry.mode))
-                .map_err(io)?;
+            tmp.as_file().set_permissions(fs::Permissions::from_mode(entry.mode)).map_err(io)?;
             tmp.as_file().sync_all().map_err(io)?;
             tmp.persist(abs).map_err(|e| io(e.error))?;
         }

@@ -152,9 +152,7 @@ impl Watcher {
             let stale: Vec<WatchDescriptor> = self
                 .dirs
                 .iter()
-                .filter(|(_, (root, dir))| {
-                    gone.iter().any(|(r, g)| r == root && under(dir, g))
-                })
+                .filter(|(_, (root, dir))| gone.iter().any(|(r, g)| r == root && under(dir, g)))
                 .map(|(wd, _)| wd.clone())
                 .collect();
             for wd in stale {

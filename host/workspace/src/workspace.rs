@@ -39,7 +39,8 @@ impl Workspace {
     /// The workspace of a run of trace `trace_id`; nothing is read until
     /// the first [`before`](Self::before).
     pub fn new(trace_id: &str, options: Options) -> Self {
-        let skip = Skip { dirs: options.skip.iter().filter_map(|d| d.canonicalize().ok()).collect() };
+        let skip =
+            Skip { dirs: options.skip.iter().filter_map(|d| d.canonicalize().ok()).collect() };
         Self {
             trace_id: trace_id.to_owned(),
             options,
@@ -126,9 +127,14 @@ impl Workspace {
         let based = history.knows(root);
         let index = self.roots.len();
         let watcher = &mut self.watcher;
-        let disk = entry::walk(root, "", &self.skip, &prior, self.options.max_file_bytes, &mut |dir: &str| {
-            watcher.watch(index, dir, &root.join(dir))
-        })?;
+        let disk = entry::walk(
+            root,
+            "",
+            &self.skip,
+            &prior,
+            self.options.max_file_bytes,
+            &mut |dir: &str| watcher.watch(index, dir, &root.join(dir)),
+        )?;
         let dirty = disk.keys().chain(recorded.keys()).cloned().collect();
         self.roots.push(Root { path: root.to_path_buf(), disk, recorded, dirty, based });
         Ok((!based).then(|| root.to_path_buf()))
@@ -142,10 +148,14 @@ impl Workspace {
             Seen::Anything => {
                 for (index, root) in self.roots.iter_mut().enumerate() {
                     let watcher = &mut self.watcher;
-                    let disk =
-                        entry::walk(&root.path, "", &self.skip, &root.disk, max, &mut |dir: &str| {
-                            watcher.watch(index, dir, &root.path.join(dir))
-                        })?;
+                    let disk = entry::walk(
+                        &root.path,
+                        "",
+                        &self.skip,
+                        &root.disk,
+                        max,
+                        &mut |dir: &str| watcher.watch(index, dir, &root.path.join(dir)),
+                    )?;
                     let changed: Vec<String> = disk
                         .iter()
                         .filter(|(p, e)| root.disk.get(*p) != Some(e))
