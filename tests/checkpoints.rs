@@ -255,10 +255,11 @@ async fn checkpoints_survive_kill_9_and_restore_works_after() {
         }
         if event["type"] == "model_request" && event["iteration"] == 2 {
             child.kill().unwrap();
-            child.wait().unwrap();
             break;
         }
     }
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "killed mid-run: {status}");
     let id = id.expect("the run started");
     assert_eq!(s.read("src/main.rs").as_deref(), Some(BONJOUR));
 

@@ -14,11 +14,14 @@ use reson::trace::{
 };
 use reson::workspace::{Options, Workspace};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 const DIRS: usize = 100;
 const FILES_PER_DIR: usize = 100;
+
+static NONCE: AtomicU64 = AtomicU64::new(0);
 
 fn workspace(root: &Path) {
     for d in 0..DIRS {
@@ -61,7 +64,9 @@ async fn around_a_call(store: &dyn TraceStore, ws: &mut Workspace, root: &Path, 
     ws.before(store, &MessageTree::new(), seq, &roots).await.unwrap();
     let before = start.elapsed();
     let file = root.join(format!("pkg{:03}/file{:03}.rs", seq as usize % DIRS, seq as usize % 97));
-    std::fs::write(&file, format!("// changed at {seq}\n")).unwrap();
+    // Never the same bytes twice, whichever workspace wrote the file last.
+    let nonce = NONCE.fetch_add(1, Ordering::Relaxed);
+    std::fs::write(&file, format!("// changed at {seq}, write {nonce}\n")).unwrap();
     let start = Instant::now();
     let key = ws.after(store, seq + 1, vec![format!("call_{seq}")]).await.unwrap();
     let took = before + start.elapsed();

@@ -13,7 +13,7 @@ use crate::WorkspaceError;
 use crate::entry::{Entry, Manifest};
 use reson_trace::{MessageTree, ObjectData, TraceStore};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The record kind of checkpoints.
@@ -85,6 +85,9 @@ pub type State = BTreeMap<PathBuf, Manifest>;
 pub(crate) struct History {
     pub(crate) checkpoints: Vec<(String, Checkpoint)>,
     pub(crate) latest: Option<String>,
+    /// How many checkpoints each sequence has, for the next key: counting
+    /// them per write would grow with the trace.
+    taken: HashMap<u64, u64>,
 }
 
 /// (sequence, n) of a key, for ordering: `000012` is (12, 0),
@@ -107,11 +110,15 @@ impl History {
             checkpoints.push((record.key, checkpoint));
         }
         checkpoints.sort_by_key(|(key, _)| order(key));
+        let mut taken = HashMap::new();
+        for (key, _) in &checkpoints {
+            *taken.entry(order(key).0).or_default() += 1;
+        }
         let latest = store
             .get_record(trace_id, LATEST_KIND, LATEST_KEY)
             .await?
             .and_then(|v| v.get("key").and_then(|k| k.as_str()).map(str::to_owned));
-        Ok(Self { checkpoints, latest })
+        Ok(Self { checkpoints, latest, taken })
     }
 
     /// The state at message `at`: the checkpoints on its path, in order.
@@ -155,8 +162,10 @@ impl History {
     }
 
     fn next_key(&self, sequence: u64) -> String {
-        let taken = self.checkpoints.iter().filter(|(k, _)| order(k).0 == sequence).count();
-        if taken == 0 { format!("{sequence:06}") } else { format!("{sequence:06}.{taken:04}") }
+        match self.taken.get(&sequence).copied().unwrap_or(0) {
+            0 => format!("{sequence:06}"),
+            n => format!("{sequence:06}.{n:04}"),
+        }
     }
 
     /// Records a checkpoint (objects first, then the record, then the
@@ -178,6 +187,7 @@ impl History {
         store
             .put_record(trace_id, LATEST_KIND, LATEST_KEY, &serde_json::json!({ "key": key }))
             .await?;
+        *self.taken.entry(checkpoint.sequence).or_default() += 1;
         self.checkpoints.push((key.clone(), checkpoint));
         self.latest = Some(key.clone());
         Ok(key)

@@ -220,16 +220,22 @@ impl Workspace {
             let mut paths = BTreeMap::new();
             if full {
                 paths.extend(root.disk.iter().map(|(p, e)| (p.clone(), Some(e.clone()))));
+                root.recorded.clone_from(&root.disk);
             } else {
+                // Only the dirty paths: a copy of the whole index per call
+                // would cost more than the rest of the checkpoint.
                 for path in &root.dirty {
-                    let (now, was) = (root.disk.get(path), root.recorded.get(path));
-                    if !entry::same(now, was) {
+                    let now = root.disk.get(path);
+                    if !entry::same(now, root.recorded.get(path)) {
                         paths.insert(path.clone(), now.cloned());
                     }
+                    match now {
+                        Some(entry) => root.recorded.insert(path.clone(), entry.clone()),
+                        None => root.recorded.remove(path),
+                    };
                 }
             }
             root.dirty.clear();
-            root.recorded.clone_from(&root.disk);
             if full || !paths.is_empty() {
                 delta.insert(root.path.clone(), paths);
             }
