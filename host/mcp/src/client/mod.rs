@@ -664,6 +664,32 @@ mod tests {
         serde_json::json!({ "type": "object" })
     }
 
+    #[tokio::test]
+    async fn a_server_marked_as_writing_names_its_directories_for_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let server = |writes: Vec<std::path::PathBuf>| ServerConfig {
+            command: Some(vec!["true".into()]),
+            enabled: false,
+            writes,
+            ..ServerConfig::default()
+        };
+        let mcp = McpConfig {
+            servers: [
+                ("w".to_owned(), server(vec!["out".into()])),
+                ("r".to_owned(), server(vec![])),
+            ]
+            .into(),
+        };
+        let config =
+            PluginsConfig { base_dir: dir.path().to_path_buf(), ..PluginsConfig::default() };
+        let tools = McpTools::start(&mcp, &config);
+        let out = dir.path().join("out").canonicalize().unwrap();
+        assert_eq!(ToolSource::writes(&tools, "w__save"), [out]);
+        assert!(ToolSource::writes(&tools, "r__save").is_empty());
+        assert!(ToolSource::writes(&tools, "save").is_empty());
+    }
+
     #[test]
     fn a_servers_untrusted_tools_are_refused_with_reasons() {
         let listed = vec![
