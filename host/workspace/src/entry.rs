@@ -140,6 +140,12 @@ pub(crate) fn stat_entry(
         Ok(digest) => digest,
         // Deleted between the stat and the read: nothing is there now.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // A file no one may read is no content to keep: left out (a
+        // restore may put a readable one back), not a failed run.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            tracing::warn!("{}: unreadable, left out of checkpoints", abs.display());
+            return Ok(None);
+        }
         Err(e) => return Err(WorkspaceError::io(abs, e)),
     };
     Ok(Some(entry))
