@@ -48,8 +48,12 @@ step run "Rename the greeting to bonjour and note the change" --script "$root/ex
 trace=$("$reson" traces list --json | sed -n 's/.*"id": "\(tr_[0-9a-f]*\)".*/\1/p' | head -n1)
 step traces show "$trace"
 
-printf '\n\033[1mRewind: a new branch after message 1 (the task); the old one stays in the tree:\033[0m\n'
-step run --trace "$trace" --after 1 "Start over, please" --script "$root/examples/scripts/short-answer.json"
+printf '\n\033[1mWhat the run changed in the workspace (from its checkpoints):\033[0m\n'
+step traces diff "$trace" --from 1 --to 16
+
+printf '\n\033[1mRewind: a new branch after message 1 (the task), the files put back as they were there; the old branch stays in the tree:\033[0m\n'
+step run --trace "$trace" --after 1 --restore-files "Start over, please" --script "$root/examples/scripts/short-answer.json"
+echo "src/main.rs again: $(grep -o '"[a-z]*"' "$ws/src/main.rs")"
 step traces show "$trace"
 
 printf '\n\033[1mWhat the sandbox refuses:\033[0m\n'

@@ -155,15 +155,16 @@ fn the_demo_replays_identically_and_a_changed_edit_is_caught_at_its_call() {
         assert!(tools.iter().any(|t| t == tool), "{tool} in {tools:?}");
     }
 
-    // Until checkpoints restore it, the workspace is put back by hand as
-    // the run found it.
-    copy_workspace(&d.join("workspace"));
+    // The workspace says "bonjour" now; the replay's scratch copy is
+    // rebuilt from the trace's checkpoints as the run found it, or the
+    // edit of "hello" would fail.
     let out = reson(d, &["traces", "replay", &id]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(stdout(&out).trim(), "identical (5 calls, 5 skipped)");
+    let now = std::fs::read_to_string(&main_rs).unwrap();
     assert!(
-        std::fs::read_to_string(&main_rs).unwrap().contains("\"hello\""),
-        "the replay edited a scratch copy, not the workspace"
+        now.contains("bonjour") && !now.contains("\"hello\""),
+        "the replay wrote a scratch copy"
     );
 
     let out = reson(d, &["traces", "replay", &id, "--json"]);

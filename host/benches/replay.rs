@@ -50,7 +50,7 @@ async fn recorded_trace(store: &MemoryTraceStore, runtime: &Runtime) -> String {
 }
 
 async fn replay_all(store: &MemoryTraceStore, id: &str, runtime: &Runtime) {
-    let report = replay(store, id, runtime, 0).await.unwrap();
+    let report = replay(store, id, runtime, None, 0).await.unwrap();
     assert!(report.identical() && report.replayed == CALLS, "{report}");
 }
 

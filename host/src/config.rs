@@ -1,7 +1,8 @@
 //! The user's `reson.toml`, composed from the sections each crate owns:
 //! the sandbox's ([`PluginsConfig`]: plugins, grants, secrets), the trace
 //! stores' ([`TraceConfig`]), the agent's ([`AgentConfig`]: permissions,
-//! presets, budgets, sub-agents, skills, experiences, knowledge, compaction), MCP's
+//! presets, budgets, sub-agents, skills, experiences, knowledge, compaction,
+//! checkpoints), MCP's
 //! ([`McpConfig`]) and the server's ([`ServerSettings`]).
 //!
 //! The file is read once, whole, so an unknown key anywhere is refused
@@ -9,8 +10,8 @@
 //! `AsRef`, and never sees the others.
 
 pub use reson_agent::config::{
-    AgentConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig, SkillsConfig,
-    SubAgentsConfig,
+    AgentConfig, CheckpointsConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig,
+    SkillsConfig, SubAgentsConfig,
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{
@@ -100,6 +101,8 @@ struct Document {
     #[serde(default)]
     compaction: CompactionConfig,
     #[serde(default)]
+    checkpoints: CheckpointsConfig,
+    #[serde(default)]
     mcp: BTreeMap<String, McpServerConfig>,
 }
 
@@ -133,6 +136,9 @@ impl Config {
         self.plugins.base_dir.clone_from(&dir);
         self.traces.base_dir.clone_from(&dir);
         self.agent.base_dir = dir;
+        // Checkpoints of a workspace that holds the trace store would
+        // record the trace writing itself.
+        self.agent.checkpoints.skip = vec![self.traces.traces_dir()];
     }
 
     /// The rules in force under preset `name` (a user preset, else a
@@ -189,6 +195,7 @@ impl From<Document> for Config {
                 experiences: d.experiences,
                 knowledge: d.knowledge,
                 compaction: d.compaction,
+                checkpoints: d.checkpoints,
                 base_dir: PathBuf::new(),
                 search_path,
             },
@@ -219,6 +226,7 @@ impl Serialize for Config {
             experiences: c.agent.experiences,
             knowledge: c.agent.knowledge,
             compaction: c.agent.compaction,
+            checkpoints: c.agent.checkpoints,
             mcp: c.mcp.servers,
         }
         .serialize(serializer)

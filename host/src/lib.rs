@@ -34,6 +34,7 @@
 //! | `reson-text` | the redaction point, safe text | [`redact`], [`text`] |
 //! | `reson-sandbox` | untrusted components under grants | [`contract`], [`plugin`], [`capability`], [`jail`] |
 //! | `reson-trace` | traces and their stores, PostgreSQL | [`trace`], [`database`] |
+//! | `reson-workspace` | workspace checkpoints, restore, diff | [`workspace`] |
 //! | `reson-agent` | the agent loop and its tools | [`agent`], [`tools`], [`provider`], [`policy`], [`skills`], [`experience`], [`knowledge`], [`store`] |
 //! | `reson-mcp` | MCP both ways | [`mcp`] |
 //! | `reson-origin-guard` | what browser-facing servers refuse | [`origin_guard`] |
@@ -60,3 +61,4 @@ pub use reson_server as api;
 pub use reson_text::{redact, text};
 pub use reson_trace as trace;
 pub use reson_trace::database;
+pub use reson_workspace as workspace;

@@ -1,6 +1,6 @@
 //! The sections of `reson.toml` the agent reads: `[permissions]`,
 //! `[presets.NAME]`, `[budget]`, `[sub_agents]`, `[skills]`,
-//! `[experiences]`, `[knowledge]` and `[compaction]`.
+//! `[experiences]`, `[knowledge]`, `[compaction]` and `[checkpoints]`.
 
 use crate::policy::{Budget, Decision, Preset, Rule, RuleError, RuleSet, SearchPath};
 use serde::{Deserialize, Serialize};
@@ -28,6 +28,8 @@ pub struct AgentConfig {
     pub knowledge: KnowledgeConfig,
     /// When and how a run's history is compacted.
     pub compaction: CompactionConfig,
+    /// Workspace checkpoints around calls that can write.
+    pub checkpoints: CheckpointsConfig,
     /// The directory relative paths resolve against.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -224,5 +226,36 @@ pub struct CompactionConfig {
 impl Default for CompactionConfig {
     fn default() -> Self {
         Self { enabled: true, context_window: None, threshold: 0.8, model: None }
+    }
+}
+
+/// `[checkpoints]`: what tool calls change in the directories they may
+/// write is recorded with the trace, so a rewind can restore it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointsConfig {
+    /// Take checkpoints at all.
+    pub enabled: bool,
+    /// Files larger than this are recorded by digest only (not restorable).
+    pub max_file_bytes: u64,
+    /// Directories never indexed: the trace store's, set by the host.
+    #[serde(skip)]
+    pub skip: Vec<PathBuf>,
+}
+
+impl Default for CheckpointsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_file_bytes: reson_workspace::DEFAULT_MAX_FILE_BYTES,
+            skip: Vec::new(),
+        }
+    }
+}
+
+impl CheckpointsConfig {
+    /// The options of the checkpoints taken under it.
+    pub fn options(&self) -> reson_workspace::Options {
+        reson_workspace::Options { max_file_bytes: self.max_file_bytes, skip: self.skip.clone() }
     }
 }

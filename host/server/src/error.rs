@@ -158,6 +158,11 @@ impl From<reson_agent::agent::AgentError> for ApiError {
             AgentError::NoSuchMessage { .. } | AgentError::Config(_) => {
                 Self::BadRequest(e.to_string())
             }
+            // Files changed outside Reson, which the restore would
+            // overwrite: the message lists them.
+            AgentError::Checkpoint(reson_workspace::WorkspaceError::Conflicts { .. }) => {
+                Self::Conflict(e.to_string())
+            }
             _ => Self::Internal(e.to_string()),
         }
     }

@@ -31,6 +31,10 @@ pub(crate) struct RunRequest {
     pub(crate) budget: Option<Budget>,
     /// A new trace's user; a run of an existing trace is its owner's.
     pub(crate) uid: Option<String>,
+    /// With `after_sequence`: restore the workspace files first.
+    pub(crate) restore_files: bool,
+    /// With `restore_files`: over files changed outside Reson too.
+    pub(crate) force: bool,
 }
 
 /// Starts a run and returns its trace and mode once the trace is prepared;
@@ -93,7 +97,10 @@ pub(crate) async fn start(
         trace_id: request.trace_id.clone(),
         new_trace_id: request.trace_id.is_none().then(|| trace_id.clone()),
         // Rewinding to the head is a continue.
-        after_sequence: request.after_sequence.filter(|after| Some(*after) != head),
+        // (Unless the files are restored: the head's state is a target too.)
+        after_sequence: request
+            .after_sequence
+            .filter(|after| Some(*after) != head || request.restore_files),
         system_prompt: request
             .system_prompt
             .or_else(|| existing.is_none().then(|| defaults.system_prompt.clone()).flatten()),
@@ -106,6 +113,9 @@ pub(crate) async fn start(
         budget: request.budget.map_or(config.budget, |asked| config.budget.tightest(asked)),
         skills: (!preset.skills.is_empty()).then(|| preset.skills.clone()),
         compaction: config.compaction.clone(),
+        checkpoints: config.checkpoints.clone(),
+        restore_files: request.restore_files,
+        force_restore: request.force,
         ..RunConfig::default()
     };
     let runner = Runner::new(

@@ -90,7 +90,8 @@ pub(crate) mod exit {
     pub const LIMIT: u8 = 4;
     pub const TRAPPED: u8 = 5;
     pub const HOST: u8 = 6;
-    /// `traces migrate` left traces alone: they differ from the target's.
+    /// `traces migrate` left traces alone: they differ from the target's;
+    /// or a restore refused to overwrite files changed outside Reson.
     pub const CONFLICT: u8 = 7;
 }
 
@@ -149,7 +150,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
             // Declared first, so it outlives the runtime working in it.
             let mut scratch = None;
             let host = open(cli, |o, _| traces::prepare_replay(o, args, &mut scratch)).await?;
-            traces::replay(&host, args).await
+            traces::replay(&host, scratch.as_ref(), args).await
         }
         Command::Traces(cmd) => traces::run(&config(cli)?, cmd).await,
         Command::Serve(args) => {
@@ -197,6 +198,7 @@ fn config(cli: &Cli) -> anyhow::Result<Config> {
     };
     if let Some(dir) = &cli.traces_dir {
         config.traces.traces_dir = Some(std::path::absolute(dir)?);
+        config.agent.checkpoints.skip = vec![config.traces.traces_dir()];
     }
     Ok(config)
 }

@@ -5,8 +5,8 @@ use super::{Host, exit};
 use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
-    AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals, Permissions,
-    RunConfig, Runner, SubAgentSettings,
+    AgentError, AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals,
+    Permissions, RunConfig, Runner, SubAgentSettings,
 };
 use reson::config::{Access, DirGrant};
 use reson::contract::World;
@@ -14,6 +14,7 @@ use reson::plugin::{Options, PluginStatus, Runtime};
 use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
 use reson::trace::{Message, Role, TraceStatus};
+use reson::workspace::WorkspaceError;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -148,6 +149,14 @@ pub(crate) struct RunArgs {
     /// With --trace: rewind, so the new message follows this sequence.
     #[arg(long, requires = "trace")]
     after: Option<u64>,
+    /// With --after: put the files the trace's tool calls changed back as
+    /// they were at that message first. Refuses, listing them, when files
+    /// changed outside Reson since its last checkpoint.
+    #[arg(long, requires = "after")]
+    restore_files: bool,
+    /// With --restore-files: overwrite files changed outside Reson too.
+    #[arg(long, requires = "restore_files")]
+    force: bool,
     /// System prompt.
     #[arg(long)]
     system: Option<String>,
@@ -283,9 +292,19 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
         budget,
         skills: (!preset.skills.is_empty()).then(|| preset.skills.clone()),
         compaction: config.compaction.clone(),
+        checkpoints: config.checkpoints.clone(),
+        restore_files: args.restore_files,
+        force_restore: args.force,
         ..RunConfig::default()
     };
-    let mut handle = runner.run(messages, config).await?;
+    let mut handle = match runner.run(messages, config).await {
+        Ok(handle) => handle,
+        Err(AgentError::Checkpoint(e @ WorkspaceError::Conflicts { .. })) => {
+            say_err!("error: {e}");
+            return Ok(ExitCode::from(exit::CONFLICT));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let trace_id = handle.trace_id().to_owned();
 
     // Registered at once (unlike `tokio::signal::ctrl_c`, which listens only

@@ -1,5 +1,6 @@
-//! `reson traces ...`: list traces, show one as a tree, replay one's
-//! plugin calls offline, copy them between the file store and PostgreSQL.
+//! `reson traces ...`: list traces, show one as a tree, diff its workspace
+//! between two messages, replay its plugin calls offline, copy them between
+//! the file store and PostgreSQL.
 
 use super::term::{say, say_err, say_part};
 use anyhow::Context as _;
@@ -9,7 +10,10 @@ use reson::database::Database;
 use reson::plugin::Options;
 use reson::replay::{ReplayError, Scratch};
 use reson::store::database_options;
-use reson::trace::{Durability, FileTraceStore, PgTraceStore, Trace, TraceFilter, TraceStore};
+use reson::trace::{
+    Durability, FileTraceStore, PgTraceStore, Trace, TraceError, TraceFilter, TraceStore,
+};
+use reson::workspace::WorkspaceError;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -38,6 +42,24 @@ pub(crate) enum Command {
         /// of the main path's.
         #[arg(long)]
         at: Option<u64>,
+    },
+    /// What the trace's tool calls changed in the workspace between two
+    /// messages (from their checkpoints).
+    Diff {
+        /// Trace id.
+        id: String,
+        /// The earlier message.
+        #[arg(long)]
+        from: u64,
+        /// The later message.
+        #[arg(long)]
+        to: u64,
+        /// Only the changed paths and sizes, no text diffs.
+        #[arg(long)]
+        stat: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Reflect on a finished trace: the model writes what it learnt into
     /// the experiences, on a side branch of the trace (its head stays).
@@ -105,16 +127,21 @@ pub(crate) fn prepare_replay(
 }
 
 /// `traces replay`: the report, and exit 0 when identical, 1 when not.
-pub(crate) async fn replay(host: &super::Host, args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn replay(
+    host: &super::Host,
+    scratch: Option<&Scratch>,
+    args: &ReplayArgs,
+) -> anyhow::Result<ExitCode> {
     let stores = super::open_stores(&host.config).await?;
-    let report = match reson::replay::replay(&*stores.traces, &args.id, host, args.from).await {
-        Ok(report) => report,
-        Err(e @ ReplayError::NoSuchTrace(_)) => {
-            say_err!("error: {e}");
-            return Ok(ExitCode::from(super::exit::USAGE));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let report =
+        match reson::replay::replay(&*stores.traces, &args.id, host, scratch, args.from).await {
+            Ok(report) => report,
+            Err(e @ ReplayError::NoSuchTrace(_)) => {
+                say_err!("error: {e}");
+                return Ok(ExitCode::from(super::exit::USAGE));
+            }
+            Err(e) => return Err(e.into()),
+        };
     if args.json {
         say!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -237,10 +264,69 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 None => say!("\ngoals:"),
             }
             say_part!("{}", goals.render());
+            show_checkpoints(store, &trace.id).await?;
             show_sub_traces(store, &trace).await?;
+        }
+        Command::Diff { id, from, to, stat, json } => {
+            let files = match reson::workspace::diff(store, id, *from, *to).await {
+                Ok(files) => files,
+                Err(e @ WorkspaceError::NoSuchMessage { .. })
+                | Err(e @ WorkspaceError::Store(TraceError::NotFound(_))) => {
+                    say_err!("error: {e}");
+                    return Ok(ExitCode::from(super::exit::USAGE));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if *json {
+                say!("{}", serde_json::to_string_pretty(&files)?);
+            } else if files.is_empty() {
+                say!("no files changed between {from} and {to}");
+            } else {
+                print_diff(&files, *stat);
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The checkpoints of trace `id`, one a line: key, cause, paths changed.
+async fn show_checkpoints(store: &dyn TraceStore, id: &str) -> anyhow::Result<()> {
+    let checkpoints = reson::workspace::checkpoints(store, id).await?;
+    if checkpoints.is_empty() {
+        return Ok(());
+    }
+    say!("\nworkspace checkpoints (after message: cause, files):");
+    for (key, checkpoint) in checkpoints {
+        say!("  {key}  {}: {} files", checkpoint.cause, checkpoint.paths());
+    }
+    Ok(())
+}
+
+/// `traces diff` as text: per file its change and sizes, then (unless
+/// `stat`) its unified diff.
+fn print_diff(files: &[reson::workspace::FileDiff], stat: bool) {
+    use reson::workspace::Change;
+    let size = |s: Option<u64>| s.map_or_else(|| "-".to_owned(), |s| s.to_string());
+    for file in files {
+        let mark = match file.change {
+            Change::Added => "A",
+            Change::Removed => "D",
+            Change::Modified => "M",
+        };
+        say!(
+            "{mark} {}  ({} -> {} bytes)",
+            file.root.join(&file.path).display(),
+            size(file.old_size),
+            size(file.new_size)
+        );
+        if !stat {
+            match &file.patch {
+                Some(patch) => say_part!("{patch}"),
+                None if file.change != Change::Removed => say!("  (binary, or bytes not kept)"),
+                None => {}
+            }
+        }
+    }
 }
 
 /// The sub-agents of `root`, each under the goal that started it, with its

@@ -46,6 +46,10 @@ pub enum AgentError {
         /// The trace's highest sequence.
         last: u64,
     },
+    /// A workspace checkpoint or restore failed; a restore's conflicts
+    /// (files changed outside Reson) are listed, and nothing was written.
+    #[error("workspace checkpoint: {0}")]
+    Checkpoint(#[from] reson_workspace::WorkspaceError),
     /// The agent was built or configured wrongly.
     #[error("configuration error: {0}")]
     Config(String),
@@ -61,6 +65,7 @@ impl AgentError {
         match self {
             Self::Llm(e) => e.is_retryable(),
             Self::Tool(_) | Self::Memory(_) => true,
+            Self::Checkpoint(e) => !matches!(e, reson_workspace::WorkspaceError::Conflicts { .. }),
             Self::PlanParse(_)
             | Self::HookBlocked { .. }
             | Self::LimitExceeded(_)

@@ -109,6 +109,10 @@ pub struct ReplayReport {
     pub skipped: usize,
     /// The first divergence; `None` when every call behaved as recorded.
     pub divergence: Option<CallDivergence>,
+    /// Writable directories the trace has no checkpoint of, which the
+    /// replay ran on as they are now rather than as they were.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copied_as_now: Vec<PathBuf>,
 }
 
 impl ReplayReport {
@@ -120,6 +124,9 @@ impl ReplayReport {
 
 impl fmt::Display for ReplayReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for dir in &self.copied_as_now {
+            writeln!(f, "(no checkpoint of {}: replayed on it as it is now)", dir.display())?;
+        }
         let Some(d) = &self.divergence else {
             let calls = if self.replayed == 1 { "call" } else { "calls" };
             return write!(f, "identical ({} {calls}, {} skipped)", self.replayed, self.skipped);
@@ -148,20 +155,28 @@ impl fmt::Display for ReplayReport {
 /// Replays trace `trace_id` of `store` from message `from` on: every
 /// plugin tool call of its main path that has a recording runs in
 /// `runtime` with [`Effects::replay`], in call order, until one diverges.
-/// `runtime` should serve a scratch workspace ([`scratch`]): the calls
-/// write into it.
+/// `runtime` should serve `workspace` (made by [`scratch`] from its
+/// config): before the first call, it is filled with the directories as
+/// they were at that call's message, and the calls write into it.
 pub async fn replay(
     store: &dyn TraceStore,
     trace_id: &str,
     runtime: &Runtime,
+    workspace: Option<&Scratch>,
     from: u64,
 ) -> Result<ReplayReport, ReplayError> {
     let trace = store
         .get_trace(trace_id)
         .await?
         .ok_or_else(|| ReplayError::NoSuchTrace(trace_id.into()))?;
-    let mut report =
-        ReplayReport { trace_id: trace_id.to_owned(), replayed: 0, skipped: 0, divergence: None };
+    let mut report = ReplayReport {
+        trace_id: trace_id.to_owned(),
+        replayed: 0,
+        skipped: 0,
+        divergence: None,
+        copied_as_now: Vec::new(),
+    };
+    let mut filled = workspace.is_none();
     let Some(head) = trace.head_sequence else { return Ok(report) };
     let path = store.get_main_path_messages(trace_id, head).await?;
     let calls = path
@@ -180,6 +195,10 @@ pub async fn replay(
             // Another call whose id sanitises to the same key.
             report.skipped += 1;
             continue;
+        }
+        if let (false, Some(workspace)) = (filled, workspace) {
+            report.copied_as_now = workspace.fill(store, trace_id, sequence).await?;
+            filled = true;
         }
         report.replayed += 1;
         let effects = Effects::replay(recording.effects.clone());

@@ -4,12 +4,15 @@
 //! (so that the recorded arguments, with their absolute paths, still
 //! name the same files).
 //!
-//! The copy is of the directories as they are now. Once workspace
-//! checkpoints exist, [`fill`] is the one place to switch to their
-//! state at the message the replay starts from.
+//! The copies hold the directories as they were at the message the
+//! replay starts from, rebuilt from the trace's workspace checkpoints
+//! ([`Scratch::fill`]); a directory the trace never checkpointed is copied
+//! as it is now, and the report says so.
 
 use super::ReplayError;
 use reson_sandbox::config::{Access, PluginsConfig};
+use reson_trace::TraceStore;
+use reson_workspace::WorkspaceError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -21,6 +24,8 @@ pub struct Scratch {
     pub config: PluginsConfig,
     /// Holds the copies.
     dir: tempfile::TempDir,
+    /// Each writable directory and its copy.
+    copies: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Scratch {
@@ -29,9 +34,44 @@ impl Scratch {
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+
+    /// Fills the copies with the directories as they were at message `at`
+    /// of trace `trace_id`, from its checkpoints, files with their
+    /// recorded modification times (tools that sort by time see what the
+    /// run saw). A directory the trace has no checkpoint of is copied as it
+    /// is now; those are returned.
+    pub async fn fill(
+        &self,
+        store: &dyn TraceStore,
+        trace_id: &str,
+        at: u64,
+    ) -> Result<Vec<PathBuf>, ReplayError> {
+        let mut as_now = Vec::new();
+        for (host, copy) in &self.copies {
+            let pair = [(host.clone(), copy.clone())];
+            match reson_workspace::materialize(store, trace_id, at, &pair).await {
+                Ok(()) => {}
+                Err(WorkspaceError::UnknownRoot(_)) => {
+                    copy_as_now(host, copy).map_err(|e| ReplayError::Workspace {
+                        path: host.clone(),
+                        reason: e.to_string(),
+                    })?;
+                    as_now.push(host.clone());
+                }
+                Err(e) => {
+                    return Err(ReplayError::Workspace {
+                        path: host.clone(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(as_now)
+    }
 }
 
-/// A scratch copy of `config`'s read-write granted directories.
+/// A scratch workspace for `config`'s read-write granted directories:
+/// empty directories until [`Scratch::fill`].
 pub fn scratch(config: &PluginsConfig) -> Result<Scratch, ReplayError> {
     let io = |path: &Path, e: std::io::Error| ReplayError::Workspace {
         path: path.to_path_buf(),
@@ -55,7 +95,7 @@ pub fn scratch(config: &PluginsConfig) -> Result<Scratch, ReplayError> {
                 Some(copy) => copy.clone(),
                 None => {
                     let copy = dir.path().join(next.to_string());
-                    fill(&host, &copy).map_err(|e| io(&host, e))?;
+                    std::fs::create_dir(&copy).map_err(|e| io(&copy, e))?;
                     copies.insert(host.clone(), copy.clone());
                     copy
                 }
@@ -64,13 +104,15 @@ pub fn scratch(config: &PluginsConfig) -> Result<Scratch, ReplayError> {
             granted.path = copy;
         }
     }
-    Ok(Scratch { config: remapped, dir })
+    let mut copies: Vec<(PathBuf, PathBuf)> = copies.into_iter().collect();
+    copies.sort();
+    Ok(Scratch { config: remapped, dir, copies })
 }
 
-/// Fills `to` with the workspace state of `from`: today, a copy of it as
-/// it is (symbolic links copied as links, never followed), each file with
-/// its modification time, which tools show (`glob` lists newest first).
-fn fill(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copies `from` into `to` as it is now (symbolic links copied as links,
+/// never followed), each file with its modification time, which tools show
+/// (`glob` lists newest first).
+fn copy_as_now(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -79,7 +121,7 @@ fn fill(from: &Path, to: &Path) -> std::io::Result<()> {
         if kind.is_symlink() {
             std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
         } else if kind.is_dir() {
-            fill(&source, &target)?;
+            copy_as_now(&source, &target)?;
         } else if kind.is_file() {
             std::fs::copy(&source, &target)?;
             let modified = entry.metadata()?.modified()?;
@@ -94,8 +136,8 @@ mod tests {
     use super::*;
     use reson_sandbox::config::{DirGrant, PluginGrant};
 
-    #[test]
-    fn writable_dirs_are_copied_and_mounted_where_they_were() {
+    #[tokio::test]
+    async fn writable_dirs_are_copied_and_mounted_where_they_were() {
         let work = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(work.path().join("src")).unwrap();
         std::fs::write(work.path().join("src/main.rs"), "hello").unwrap();
@@ -114,6 +156,12 @@ mod tests {
         config.plugins.insert("fs".into(), fs);
 
         let scratch = scratch(&config).unwrap();
+        let store = reson_trace::MemoryTraceStore::new();
+        let trace = reson_trace::Trace::new(reson_trace::TraceMode::Agent, "t", "default");
+        store.create_trace(&trace).await.unwrap();
+        // No checkpoint of the directory: copied as it is now, and said.
+        let as_now = scratch.fill(&store, &trace.id, 0).await.unwrap();
+        assert_eq!(as_now, [work.path().canonicalize().unwrap()]);
         let dirs = &scratch.config.plugins["fs"].dirs;
         let real = work.path().canonicalize().unwrap();
         assert_ne!(dirs[0].path, real);

@@ -22,6 +22,7 @@ use crate::skills::Skills;
 use reson_sandbox::plugin::{CallContext, Image, RESERVED_TOOL_NAMES, Runtime, ToolSpec};
 use reson_trace::ToolCall;
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The result of one tool call, as it goes back to the model.
@@ -298,6 +299,20 @@ impl OnOffer {
     /// How calls of `name` are scheduled; `None` when it is not on offer.
     pub(crate) fn dispatch(&self, name: &str) -> Option<Dispatch> {
         self.sources.get(name).map(|s| s.dispatch())
+    }
+
+    /// The directories the calls `calls` can change, each once.
+    pub(crate) fn writes<'a>(&self, calls: impl IntoIterator<Item = &'a ToolCall>) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for call in calls {
+            let Some(source) = self.sources.get(&call.name) else { continue };
+            for dir in source.writes(&call.name) {
+                if !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+            }
+        }
+        dirs
     }
 
     /// Runs a tool with all a run gives it. Every failure becomes a result

@@ -2,9 +2,11 @@
 
 use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
+use reson_sandbox::config::Access;
 use reson_sandbox::plugin::Runtime;
 use reson_sandbox::plugin::ToolSpec;
 use reson_trace::ToolCall;
+use std::path::PathBuf;
 use tokio::sync::watch;
 
 #[async_trait]
@@ -24,6 +26,24 @@ impl ToolSource for Runtime {
             },
             Err(e) => ToolResult::error(format!("Error: {e}")),
         }
+    }
+
+    /// The read-write directories granted to the plugin serving `name`:
+    /// its WASI writes and the commands it starts (jailed with the same
+    /// directories) can change them.
+    fn writes(&self, name: &str) -> Vec<PathBuf> {
+        self.plugins()
+            .into_iter()
+            .find(|p| p.tools.iter().any(|t| t == name))
+            .and_then(|p| p.grants)
+            .map(|g| {
+                g.dirs
+                    .into_iter()
+                    .filter(|d| d.access == Access::ReadWrite)
+                    .map(|d| d.host)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn changes(&self) -> Option<watch::Receiver<u64>> {

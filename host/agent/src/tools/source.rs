@@ -11,6 +11,7 @@ use reson_sandbox::plugin::{CallContext, ToolSpec};
 use reson_trace::{GoalTree, ToolCall, Trace, TraceStore};
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -124,6 +125,13 @@ pub trait ToolSource: Send + Sync {
     /// Ticks when the tools it serves may have changed.
     fn changes(&self) -> Option<watch::Receiver<u64>> {
         None
+    }
+
+    /// The directories a call of its tool `name` can change (absolute,
+    /// canonical): the run checkpoints them around the call. None unless
+    /// the source says so.
+    fn writes(&self, _name: &str) -> Vec<PathBuf> {
+        Vec::new()
     }
 
     /// Called when a run of trace `trace_id` ends (finished, failed or

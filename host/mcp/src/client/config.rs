@@ -3,6 +3,7 @@
 use reson_sandbox::config::DirGrant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// What `reson.toml` says about MCP servers: the `[mcp.NAME]` tables.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -70,6 +71,11 @@ pub struct ServerConfig {
     pub jail: bool,
     /// Processes and threads a jailed server may hold at once.
     pub max_processes: Option<u32>,
+    /// Directories its tools change (relative to the config): a run
+    /// checkpoints them around each call of its tools, so a rewind can
+    /// restore them.
+    #[serde(default)]
+    pub writes: Vec<PathBuf>,
 }
 
 fn yes() -> bool {

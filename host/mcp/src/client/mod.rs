@@ -23,6 +23,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceC
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
@@ -99,6 +100,8 @@ struct Server {
     config: ServerConfig,
     /// What its process may touch, as `reson mcp list` says it.
     confinement: String,
+    /// `writes`, resolved and canonical.
+    writes: Vec<PathBuf>,
     state: RwLock<State>,
 }
 
@@ -150,6 +153,14 @@ impl McpTools {
                     name: name.clone(),
                     config: server.clone(),
                     confinement: confinement(server, config.sandbox.jail),
+                    writes: server
+                        .writes
+                        .iter()
+                        .map(|dir| {
+                            let dir = config.resolve(dir);
+                            dir.canonicalize().unwrap_or(dir)
+                        })
+                        .collect(),
                     state: RwLock::new(State {
                         status: Some(if server.enabled {
                             Status::Starting
@@ -279,6 +290,16 @@ impl ToolSource for McpTools {
 
     fn changes(&self) -> Option<watch::Receiver<u64>> {
         Some(McpTools::changes(self))
+    }
+
+    fn writes(&self, name: &str) -> Vec<PathBuf> {
+        let Some((server, _)) = name.split_once(SEPARATOR) else { return Vec::new() };
+        self.inner
+            .servers
+            .iter()
+            .find(|s| s.name == server)
+            .map(|s| s.writes.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -641,6 +662,32 @@ mod tests {
 
     fn object() -> serde_json::Value {
         serde_json::json!({ "type": "object" })
+    }
+
+    #[tokio::test]
+    async fn a_server_marked_as_writing_names_its_directories_for_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let server = |writes: Vec<std::path::PathBuf>| ServerConfig {
+            command: Some(vec!["true".into()]),
+            enabled: false,
+            writes,
+            ..ServerConfig::default()
+        };
+        let mcp = McpConfig {
+            servers: [
+                ("w".to_owned(), server(vec!["out".into()])),
+                ("r".to_owned(), server(vec![])),
+            ]
+            .into(),
+        };
+        let config =
+            PluginsConfig { base_dir: dir.path().to_path_buf(), ..PluginsConfig::default() };
+        let tools = McpTools::start(&mcp, &config);
+        let out = dir.path().join("out").canonicalize().unwrap();
+        assert_eq!(ToolSource::writes(&tools, "w__save"), [out]);
+        assert!(ToolSource::writes(&tools, "r__save").is_empty());
+        assert!(ToolSource::writes(&tools, "save").is_empty());
     }
 
     #[test]

@@ -132,6 +132,14 @@ pub(crate) struct RunAgain {
     after_sequence: Option<u64>,
     #[serde(default)]
     messages: Vec<InMessage>,
+    /// With `after_sequence`: first put the files the trace's tool calls
+    /// changed back as they were at that message. Files changed outside
+    /// Reson since its last checkpoint refuse the run (409, listed).
+    #[serde(default)]
+    restore_files: bool,
+    /// With `restore_files`: overwrite files changed outside Reson too.
+    #[serde(default)]
+    force: bool,
 }
 
 /// A run started on an existing trace.
@@ -153,7 +161,7 @@ pub(crate) struct Started {
         (status = 200, body = Started),
         (status = 400, description = "A sequence not on the tree, or nothing to answer", body = ErrorBody),
         (status = 404, body = ErrorBody),
-        (status = 409, description = "A run of the trace is going", body = ErrorBody),
+        (status = 409, description = "A run of the trace is going, or `restore_files` would overwrite files changed outside Reson (listed)", body = ErrorBody),
         (status = 422, body = ErrorBody),
     ))]
 pub(crate) async fn run(
@@ -167,6 +175,8 @@ pub(crate) async fn run(
         trace_id: Some(id),
         after_sequence: body.after_sequence,
         messages: messages(body.messages),
+        restore_files: body.restore_files,
+        force: body.force,
         ..RunRequest::default()
     };
     let (trace_id, mode) = runs::start(&state, &caller, request).await?;

@@ -274,6 +274,7 @@
     clearStream(v);
     $('stop-button').hidden = true;
     $('live-state').textContent = '';
+    $('restore-state').textContent = '';
     delete $('trace-view').dataset.live;
     delete $('trace-view').dataset.status;
     try {
@@ -443,7 +444,37 @@
       node.append(disclosure(v, `c${m.sequence}:${call.id}`, `tool call: ${call.name} (${call.id})`,
         el('pre', { text: prettyJson(call.arguments) })));
     }
+    if (!v.running) {
+      node.append(el('button', {
+        type: 'button', class: 'rewind', 'data-rewind': m.sequence,
+        text: 'Rewind here, restore files', onclick: () => rewindRestoring(v, m.sequence),
+      }));
+    }
     return node;
+  }
+
+  /**
+   * Starts a run of the trace from after message `sequence`, with the
+   * workspace files first put back as they were there. A 409 lists the
+   * files changed outside Reson since, which the server would not overwrite.
+   */
+  async function rewindRestoring(v, sequence) {
+    $('restore-state').textContent = `restoring files to message ${sequence}…`;
+    try {
+      const started = await api(`/api/traces/${enc(v.id)}/run`, {
+        method: 'POST', body: { after_sequence: sequence, restore_files: true },
+      });
+      if (view !== v) return;
+      $('restore-state').textContent = `files restored to message ${sequence}; ${started.mode} started`;
+      clearError();
+      v.running = true;
+      renderMeta(v);
+      renderMessages(v);
+    } catch (e) {
+      if (view !== v) return;
+      $('restore-state').textContent = '';
+      showError(e.status === 409 ? `Not restored: ${e.message}` : `Could not rewind: ${e.message}`);
+    }
   }
 
   /** A collapsed block that stays open across redraws once opened. */

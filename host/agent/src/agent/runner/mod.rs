@@ -105,6 +105,15 @@ pub struct RunConfig {
     /// Record each plugin tool call's effects with the trace, for
     /// [`replay`](crate::replay) (on by default).
     pub record_effects: bool,
+    /// Workspace checkpoints around calls that can write (`[checkpoints]`).
+    pub checkpoints: crate::config::CheckpointsConfig,
+    /// With `after_sequence`: put the files the trace's calls changed back
+    /// as they were at the message the rewind starts from, before the run
+    /// goes on. Files changed outside Reson since make the run fail to
+    /// start, with their list and nothing written, unless `force_restore`.
+    pub restore_files: bool,
+    /// Restore over files changed outside Reson.
+    pub force_restore: bool,
 }
 
 const DEFAULT_MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
@@ -132,6 +141,9 @@ impl Default for RunConfig {
             compaction: CompactionConfig::default(),
             max_image_bytes: DEFAULT_MAX_IMAGE_BYTES,
             record_effects: true,
+            checkpoints: crate::config::CheckpointsConfig::default(),
+            restore_files: false,
+            force_restore: false,
         }
     }
 }
@@ -600,6 +612,8 @@ struct Run {
     /// The images of the path as `data:` URLs, by name: read from the store
     /// once per run, not once per model call.
     images: HashMap<String, String>,
+    /// The checkpoints of this run, from its first call that can write.
+    workspace: Option<reson_workspace::Workspace>,
 }
 
 impl Run {

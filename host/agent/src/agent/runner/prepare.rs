@@ -110,6 +110,7 @@ impl Run {
             depth,
             compaction: compact::State::default(),
             images: HashMap::new(),
+            workspace: None,
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });
@@ -125,7 +126,23 @@ impl Run {
                     last: run.trace.last_sequence,
                 });
             }
-            parent = Some(run.tree.rewind_point(after));
+            let point = run.tree.rewind_point(after);
+            parent = Some(point);
+            if run.config.restore_files {
+                let config = &run.config;
+                reson_workspace::restore(
+                    &*run.inner.store,
+                    &run.trace.id,
+                    point,
+                    config.force_restore,
+                    &config.checkpoints.options(),
+                )
+                .await?;
+            }
+        } else if run.config.restore_files {
+            return Err(AgentError::Config(
+                "restoring files needs a rewind: say after which message".into(),
+            ));
         }
         run.load_path(&all, parent);
         // Rewind and regenerate move the head back; new messages follow it.

@@ -13,6 +13,7 @@ use crate::tools::{Dispatch, OnOffer, ToolContext, ToolResult, unknown_tool};
 use futures::stream::{FuturesUnordered, StreamExt};
 use reson_sandbox::capability::effects::Effects;
 use reson_trace::{ContentPart, EventKind, GoalTree, Message, ToolCall, Trace, check_image};
+use reson_workspace::Workspace;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
@@ -76,6 +77,32 @@ impl Run {
     /// soon as the results of every call before it are, so they stay in
     /// call order; `ToolFinished` goes out as each call ends.
     pub(super) async fn run_tools(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
+        let roots = if self.config.checkpoints.enabled {
+            self.inner.tools.on_offer().writes(calls)
+        } else {
+            Vec::new()
+        };
+        if roots.is_empty() {
+            return self.run_calls(calls).await;
+        }
+        // The disk as it is before the calls, whoever changed it since the
+        // last checkpoint, so the next one holds only what they change.
+        let sequence = self.trace.head_sequence.unwrap_or(0);
+        let workspace = self.workspace.get_or_insert_with(|| {
+            Workspace::new(&self.trace.id, self.config.checkpoints.options())
+        });
+        workspace.before(&*self.inner.store, &self.tree, sequence, &roots).await?;
+        self.run_calls(calls).await?;
+        let ids = calls.iter().map(|c| c.id.clone()).collect();
+        let last = self.trace.head_sequence.unwrap_or(0);
+        if let Some(workspace) = &mut self.workspace {
+            workspace.after(&*self.inner.store, last, ids).await?;
+        }
+        Ok(())
+    }
+
+    /// [`run_tools`](Self::run_tools) without the checkpoints.
+    async fn run_calls(&mut self, calls: &[ToolCall]) -> Result<(), AgentError> {
         for call in calls {
             self.inner
                 .store

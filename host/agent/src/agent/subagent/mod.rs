@@ -394,6 +394,9 @@ async fn prepare(
         parent: Some((caller.trace_id.clone(), parent_goal.clone())),
         budget: Budget::default(),
         skills: skills.clone().or_else(|| caller.config.skills.clone()),
+        // A sub-agent never rewinds, so it restores nothing.
+        restore_files: false,
+        force_restore: false,
         ..caller.config.clone()
     };
     let mut extra = serde_json::Map::new();
