@@ -2,7 +2,8 @@
 # The main job, offline: build the host and the bundled plugins (installing
 # the wasm32-wasip2 target if needed), run an agent on the bundled scripted
 # provider that uses the sandboxed fs tools on a copy of examples/workspace,
-# and show its trace. Then a rewind, and what the sandbox refuses.
+# and show its trace, what it changed and its offline replay. Then a rewind
+# that puts the files back, and what the sandbox refuses.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -50,6 +51,9 @@ step traces show "$trace"
 
 printf '\n\033[1mWhat the run changed in the workspace (from its checkpoints):\033[0m\n'
 step traces diff "$trace" --from 1 --to 16
+
+printf '\n\033[1mReplay: its plugin calls again, offline, each answered from what it recorded, on a scratch copy of the workspace as the run found it:\033[0m\n'
+step traces replay "$trace"
 
 printf '\n\033[1mRewind: a new branch after message 1 (the task), the files put back as they were there; the old branch stays in the tree:\033[0m\n'
 step run --trace "$trace" --after 1 --restore-files "Start over, please" --script "$root/examples/scripts/short-answer.json"

@@ -320,8 +320,13 @@ mod tests {
 
     #[test]
     fn a_report_says_identical_or_where_it_diverged() {
-        let mut report =
-            ReplayReport { trace_id: "t".into(), replayed: 3, skipped: 2, divergence: None };
+        let mut report = ReplayReport {
+            trace_id: "t".into(),
+            replayed: 3,
+            skipped: 2,
+            divergence: None,
+            copied_as_now: Vec::new(),
+        };
         assert_eq!(report.to_string(), "identical (3 calls, 2 skipped)");
         report.divergence = Some(CallDivergence {
             sequence: 7,
@@ -337,5 +342,8 @@ mod tests {
         assert!(shown.contains("the plugin changed"), "{shown}");
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["divergence"]["difference"], "output");
+        assert!(json.get("copied_as_now").is_none(), "{json}");
+        report.copied_as_now.push("/work/space".into());
+        assert!(report.to_string().starts_with("(no checkpoint of /work/space: replayed on it"));
     }
 }
