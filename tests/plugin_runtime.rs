@@ -253,6 +253,17 @@ async fn compiled_code_is_reused_from_the_cache() {
     assert!(cached, "the cache entry is keyed by the plugin's digest");
 }
 
+/// The files under `dir`, at any depth.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flat_map(|e| {
+            let path = e.unwrap().path();
+            if path.is_dir() { walk(&path) } else { vec![path] }
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_corrupt_cache_entry_is_recompiled() {
     let dir = TestDir::new();
@@ -261,9 +272,13 @@ async fn a_corrupt_cache_entry_is_recompiled() {
     let mut options = dir.options("");
     options.cache_dir = cache.clone();
     Runtime::open(options.clone()).await.unwrap();
-    for entry in std::fs::read_dir(&cache).unwrap() {
-        std::fs::write(entry.unwrap().path(), b"garbage").unwrap();
+    // Compiled code and remembered digests (`digests/`) alike.
+    let mut corrupted = 0;
+    for entry in walk(&cache) {
+        std::fs::write(entry, b"garbage").unwrap();
+        corrupted += 1;
     }
+    assert!(corrupted >= 2, "a compiled entry and a digest");
     let rt = Runtime::open(options).await.unwrap();
     assert!(!rt.plugins()[0].from_cache);
     assert_eq!(call(&rt, "echo", json!({"text": "ok"})).await.unwrap(), "ok");
