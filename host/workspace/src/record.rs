@@ -6,8 +6,8 @@
 //! state holds, why it was taken, and per root the paths it changed (an
 //! entry, or `null` for a deletion). Bases sit at sequence 0, before every
 //! message. The state at message N is the checkpoints at N and its
-//! ancestors (and 0), applied in order. `checkpoint-latest/latest` names
-//! the checkpoint written last: the disk as Reson last saw it.
+//! ancestors (and 0), applied in order. The checkpoint written last (the
+//! highest `serial`) is the disk as Reson last saw it.
 
 use crate::WorkspaceError;
 use crate::entry::{Entry, Manifest};
@@ -18,9 +18,6 @@ use std::path::{Path, PathBuf};
 
 /// The record kind of checkpoints.
 pub const KIND: &str = "checkpoint";
-/// The record kind (and key) naming the checkpoint written last.
-const LATEST_KIND: &str = "checkpoint-latest";
-const LATEST_KEY: &str = "latest";
 
 /// Why a checkpoint was taken.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +65,11 @@ pub struct Checkpoint {
     pub at_ms: u64,
     /// What it changed.
     pub roots: Delta,
+    /// Its place in the order checkpoints were written (from 1), whatever
+    /// their messages: the latest tells what Reson last saw on disk. Set
+    /// when it is written.
+    #[serde(default)]
+    pub serial: u64,
 }
 
 impl Checkpoint {
@@ -88,6 +90,8 @@ pub(crate) struct History {
     /// How many checkpoints each sequence has, for the next key: counting
     /// them per write would grow with the trace.
     taken: HashMap<u64, u64>,
+    /// The highest serial written.
+    serial: u64,
 }
 
 /// (sequence, n) of a key, for ordering: `000012` is (12, 0),
@@ -114,11 +118,10 @@ impl History {
         for (key, _) in &checkpoints {
             *taken.entry(order(key).0).or_default() += 1;
         }
-        let latest = store
-            .get_record(trace_id, LATEST_KIND, LATEST_KEY)
-            .await?
-            .and_then(|v| v.get("key").and_then(|k| k.as_str()).map(str::to_owned));
-        Ok(Self { checkpoints, latest, taken })
+        let last = checkpoints.iter().max_by_key(|(_, c)| c.serial);
+        let latest = last.map(|(key, _)| key.clone());
+        let serial = last.map_or(0, |(_, c)| c.serial);
+        Ok(Self { checkpoints, latest, taken, serial })
     }
 
     /// The state at message `at`: the checkpoints on its path, in order.
@@ -168,26 +171,25 @@ impl History {
         }
     }
 
-    /// Records a checkpoint (objects first, then the record, then the
-    /// "latest" mark, so a crash leaves no record naming missing bytes)
-    /// and returns its key.
+    /// Records a checkpoint (objects first, then the record, so a crash
+    /// leaves no record naming missing bytes) as the latest, and returns
+    /// its key.
     pub(crate) async fn write(
         &mut self,
         store: &dyn TraceStore,
         trace_id: &str,
-        checkpoint: Checkpoint,
+        mut checkpoint: Checkpoint,
         objects: Vec<ObjectData>,
     ) -> Result<String, WorkspaceError> {
+        checkpoint.serial = self.serial + 1;
         for object in &objects {
             store.put_object(trace_id, object).await?;
         }
         let key = self.next_key(checkpoint.sequence);
         let body = serde_json::to_value(&checkpoint).expect("a checkpoint serializes");
         store.put_record(trace_id, KIND, &key, &body).await?;
-        store
-            .put_record(trace_id, LATEST_KIND, LATEST_KEY, &serde_json::json!({ "key": key }))
-            .await?;
         *self.taken.entry(checkpoint.sequence).or_default() += 1;
+        self.serial = checkpoint.serial;
         self.checkpoints.push((key.clone(), checkpoint));
         self.latest = Some(key.clone());
         Ok(key)

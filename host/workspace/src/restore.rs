@@ -168,6 +168,7 @@ pub async fn restore(
             cause: Cause::Restore { to: at },
             at_ms: now_ms(),
             roots: delta,
+            serial: 0,
         };
         restored.checkpoint = Some(history.write(store, trace_id, checkpoint, Vec::new()).await?);
     }

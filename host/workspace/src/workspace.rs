@@ -268,7 +268,7 @@ impl Workspace {
                 }
             }
         }
-        let checkpoint = Checkpoint { sequence, cause, at_ms: now_ms(), roots: delta };
+        let checkpoint = Checkpoint { sequence, cause, at_ms: now_ms(), roots: delta, serial: 0 };
         let history = self.history.as_mut().expect("loaded before");
         Ok(Some(history.write(store, &self.trace_id, checkpoint, objects).await?))
     }
