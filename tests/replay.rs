@@ -19,7 +19,7 @@ use reson::trace::{Durability, FileTraceStore, PgTraceStore, Role, TraceStore};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use support::TestDir;
 
 /// `reson ARGS` in `dir`, with its `reson.toml` and the shared cache.
@@ -106,32 +106,32 @@ fn demo_run(dir: &Path) -> String {
     only_trace(dir, &[])
 }
 
-/// A plugins directory holding only an `fs` built with the `changed-edit`
-/// feature, whose `edit` reports its work in other words.
-fn changed_fs() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = support::root();
-        // Built apart (a debug build compiles fastest), so that the
-        // bundled build's artifacts stay as they are.
-        support::plugins();
-        let target = root.join("target/wasm-changed-fs");
-        let status = Command::new("cargo")
-            .args(["build", "--quiet", "--target", "wasm32-wasip2", "-p", "fs"])
-            .args(["--features", "changed-edit"])
-            .arg("--manifest-path")
-            .arg(root.join("plugins/Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&target)
-            .status()
-            .unwrap();
-        assert!(status.success(), "building the changed fs");
-        let out = root.join("target/changed-fs-plugins");
-        std::fs::create_dir_all(&out).unwrap();
-        std::fs::copy(target.join("wasm32-wasip2/debug/fs.wasm"), out.join("fs.wasm")).unwrap();
-        std::fs::copy(root.join("plugins/fs/reson-plugin.toml"), out.join("fs.toml")).unwrap();
-        out
-    })
+/// A plugins directory holding only an `fs` built with `feature`:
+/// `changed-edit`, whose `edit` reports its work in other words, or
+/// `changed-write`, whose `edit` writes another file and says the same.
+fn changed_fs(feature: &str) -> PathBuf {
+    static BUILD: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let root = support::root();
+    let out = root.join("target").join(format!("{feature}-fs-plugins"));
+    // Built apart (a debug build compiles fastest), so that the bundled
+    // build's artifacts stay as they are.
+    support::plugins();
+    let target = root.join("target/wasm-changed-fs");
+    let status = Command::new("cargo")
+        .args(["build", "--quiet", "--target", "wasm32-wasip2", "-p", "fs"])
+        .args(["--features", feature])
+        .arg("--manifest-path")
+        .arg(root.join("plugins/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .unwrap();
+    assert!(status.success(), "building fs with {feature}");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::copy(target.join("wasm32-wasip2/debug/fs.wasm"), out.join("fs.wasm")).unwrap();
+    std::fs::copy(root.join("plugins/fs/reson-plugin.toml"), out.join("fs.toml")).unwrap();
+    out
 }
 
 #[test]
@@ -173,7 +173,7 @@ fn the_demo_replays_identically_and_a_changed_edit_is_caught_at_its_call() {
     assert_eq!((report["replayed"].as_u64(), report["divergence"].is_null()), (Some(5), true));
 
     // A changed build of fs: caught at the edit, with a diff.
-    let changed = changed_fs().to_string_lossy().into_owned();
+    let changed = changed_fs("changed-edit").to_string_lossy().into_owned();
     let out = reson(d, &["traces", "replay", &id, "--plugins", &changed, "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -203,6 +203,26 @@ fn the_demo_replays_identically_and_a_changed_edit_is_caught_at_its_call() {
     let out = reson(d, &["traces", "replay", &id, "--plugins", &changed, "--from", &after]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(stdout(&out).trim(), "identical (0 calls, 1 skipped)");
+
+    // A build whose edit writes something else but says the same: caught
+    // by the files the edit's message left, against the run's checkpoint.
+    let writes = changed_fs("changed-write").to_string_lossy().into_owned();
+    let out = reson(d, &["traces", "replay", &id, "--plugins", &writes, "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let divergence = &report["divergence"];
+    assert_eq!(divergence["difference"], "files", "{report}");
+    assert_eq!(divergence["sequence"].as_u64(), Some(edit_message.sequence), "{report}");
+    let paths: Vec<&str> =
+        divergence["paths"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(paths.len(), 1, "{paths:?}");
+    assert!(paths[0].ends_with("src/main.rs"), "{paths:?}");
+    let out = reson(d, &["traces", "replay", &id, "--plugins", &writes]);
+    assert!(
+        stdout(&out).contains("the files after its message's calls differ"),
+        "{}",
+        stdout(&out)
+    );
 
     let out = reson(d, &["traces", "replay", "tr_none"]);
     assert_eq!(out.status.code(), Some(2));

@@ -31,7 +31,7 @@ mod workspace;
 pub use diff::{Change, FileDiff, diff};
 pub use entry::{Entry, Manifest};
 pub use record::{Cause, Checkpoint, Delta, KIND, checkpoints};
-pub use restore::{Restored, materialize, restore};
+pub use restore::{Restored, compare, materialize, restore};
 pub use workspace::Workspace;
 
 use std::path::{Path, PathBuf};

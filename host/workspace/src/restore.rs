@@ -1,10 +1,11 @@
 //! Putting recorded states back on the disk: a restore of the roots
-//! themselves (refusing to overwrite what changed outside Reson), and a
-//! copy of a state into another directory.
+//! themselves (refusing to overwrite what changed outside Reson), a copy
+//! of a state into another directory, and the comparison of such a copy
+//! with a recorded state.
 
 use crate::entry::{self, Entry, Manifest, Skip, same};
 use crate::record::{Cause, Checkpoint, Delta, History, State, now_ms};
-use crate::{Options, WorkspaceError};
+use crate::{DEFAULT_MAX_FILE_BYTES, Options, WorkspaceError};
 use reson_trace::{MessageTree, TraceStore};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -222,6 +223,40 @@ pub async fn materialize(
         place(abs, entry, data.as_deref(), true)?;
     }
     Ok(())
+}
+
+/// The paths (relative to `root`) where directory `dir` holds something
+/// other than root `root` held at message `at` of trace `trace_id`:
+/// another content, link or mode, or a file only one of them has
+/// (modification times and inodes aside). What a replay checks after a
+/// message's calls, in its scratch copy of `root`.
+pub async fn compare(
+    store: &dyn TraceStore,
+    trace_id: &str,
+    at: u64,
+    root: &Path,
+    dir: &Path,
+) -> Result<Vec<String>, WorkspaceError> {
+    let tree = tree_at(store, trace_id, at).await?;
+    let recorded = History::load(store, trace_id)
+        .await?
+        .state_at(&tree, at)
+        .remove(root)
+        .ok_or_else(|| WorkspaceError::UnknownRoot(root.to_path_buf()))?;
+    let now = entry::walk(
+        dir,
+        "",
+        &Skip::default(),
+        &Manifest::new(),
+        DEFAULT_MAX_FILE_BYTES,
+        &mut |_| {},
+    )?;
+    let paths: BTreeSet<&String> = recorded.keys().chain(now.keys()).collect();
+    Ok(paths
+        .into_iter()
+        .filter(|path| !same(recorded.get(*path), now.get(*path)))
+        .cloned()
+        .collect())
 }
 
 /// Puts `entry` at `abs` atomically (a temporary file renamed over it),

@@ -101,9 +101,11 @@ pub fn edit(args: EditArgs, ctx: &Context) -> Result<Output, ToolError> {
     let content = paths::read_text(&path)?;
     let (updated, count) =
         text::replace(&content, &args.old_string, &args.new_string, args.replace_all, &path)?;
+    // A deliberately changed write, and report, built only by the replay
+    // tests to show that a replay catches a plugin whose behaviour changed.
+    let updated =
+        if cfg!(feature = "changed-write") { format!("{updated}// edited\n") } else { updated };
     fs::write(&path, updated).map_err(|err| io_error(&path, err))?;
-    // A deliberately changed report, built only by the replay tests to
-    // show that a replay catches a plugin whose behaviour changed.
     if cfg!(feature = "changed-edit") {
         return Ok(Output::text(format!("edited {} ({count} changes)", path.display())));
     }

@@ -76,6 +76,13 @@ pub enum Difference {
         /// A short diff, recorded (`-`) against replayed (`+`).
         diff: String,
     },
+    /// Its message's calls left other files than the run's did (compared
+    /// with the workspace checkpoint after them; reported at the last call
+    /// of the message).
+    Files {
+        /// The files that differ, by their path in the run's workspace.
+        paths: Vec<String>,
+    },
 }
 
 /// The first call of a replay that did not behave as recorded.
@@ -144,6 +151,11 @@ impl fmt::Display for ReplayReport {
                 write!(f, "  recorded effects it never asked for: {}", effects.join("; "))?;
             }
             Difference::Output { diff } => write!(f, "  its output differs:\n{diff}")?,
+            Difference::Files { paths } => write!(
+                f,
+                "  the files after its message's calls differ from the run's: {}",
+                paths.join(", ")
+            )?,
         }
         if d.replayed_sha256.as_ref().is_some_and(|now| *now != d.recorded_sha256) {
             write!(f, "\n  (the plugin changed since the recording)")?;
@@ -179,47 +191,65 @@ pub async fn replay(
     let mut filled = workspace.is_none();
     let Some(head) = trace.head_sequence else { return Ok(report) };
     let path = store.get_main_path_messages(trace_id, head).await?;
-    let calls = path
-        .iter()
-        .filter(|m| m.role == Role::Assistant && m.sequence >= from)
-        .flat_map(|m| m.tool_calls.iter().map(move |call| (m.sequence, call)));
-    for (sequence, call) in calls {
-        let Some(value) = store.get_record(trace_id, EFFECTS, &record_key(&call.id)).await? else {
-            report.skipped += 1;
-            continue;
-        };
-        let bad = |reason: String| ReplayError::BadRecording { call_id: call.id.clone(), reason };
-        let recording: CallRecording =
-            serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
-        if recording.call_id != call.id {
-            // Another call whose id sanitises to the same key.
-            report.skipped += 1;
+    for (at, message) in path.iter().enumerate() {
+        if message.role != Role::Assistant || message.sequence < from {
             continue;
         }
-        if let (false, Some(workspace)) = (filled, workspace) {
-            report.copied_as_now = workspace.fill(store, trace_id, sequence).await?;
-            filled = true;
-        }
-        report.replayed += 1;
-        let effects = Effects::replay(recording.effects.clone());
-        let mut context = ToolContext {
-            call_id: call.id.clone(),
-            trace_id: Some(trace_id.to_owned()),
-            effects: Some(effects.clone()),
-            ..ToolContext::default()
-        };
-        let result = ToolSource::call(runtime, call, &mut context).await;
-        if let Some(difference) = compare(&recording, &result, &effects) {
-            report.divergence = Some(CallDivergence {
+        let sequence = message.sequence;
+        let mut last = None;
+        for call in &message.tool_calls {
+            let Some(value) = store.get_record(trace_id, EFFECTS, &record_key(&call.id)).await?
+            else {
+                report.skipped += 1;
+                continue;
+            };
+            let bad =
+                |reason: String| ReplayError::BadRecording { call_id: call.id.clone(), reason };
+            let recording: CallRecording =
+                serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+            if recording.call_id != call.id {
+                // Another call whose id sanitises to the same key.
+                report.skipped += 1;
+                continue;
+            }
+            if let (false, Some(workspace)) = (filled, workspace) {
+                report.copied_as_now = workspace.fill(store, trace_id, sequence).await?;
+                filled = true;
+            }
+            report.replayed += 1;
+            let effects = Effects::replay(recording.effects.clone());
+            let mut context = ToolContext {
+                call_id: call.id.clone(),
+                trace_id: Some(trace_id.to_owned()),
+                effects: Some(effects.clone()),
+                ..ToolContext::default()
+            };
+            let result = ToolSource::call(runtime, call, &mut context).await;
+            let diverged = |difference| CallDivergence {
                 sequence,
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
-                plugin: recording.plugin,
-                recorded_sha256: recording.sha256,
+                plugin: recording.plugin.clone(),
+                recorded_sha256: recording.sha256.clone(),
                 replayed_sha256: effects.call().map(|c| c.sha256),
                 difference,
-            });
-            break;
+            };
+            if let Some(difference) = compare(&recording, &result, &effects) {
+                report.divergence = Some(diverged(difference));
+                return Ok(report);
+            }
+            last = Some(diverged(Difference::Files { paths: Vec::new() }));
+        }
+        // The files the message's calls left, against the checkpoint the
+        // run took after its results (the last of them on the path).
+        let (Some(mut divergence), Some(workspace)) = (last, workspace) else { continue };
+        let results = path[at + 1..].iter().take_while(|m| m.role == Role::Tool);
+        let after = results.last().map_or(sequence, |m| m.sequence);
+        let paths = workspace.differences(store, trace_id, after, &report.copied_as_now).await?;
+        if !paths.is_empty() {
+            divergence.difference = Difference::Files { paths };
+            report.divergence = Some(divergence);
+            return Ok(report);
         }
     }
     Ok(report)

@@ -68,6 +68,27 @@ impl Scratch {
         }
         Ok(as_now)
     }
+
+    /// The files of the copies that differ from the directories as they
+    /// were at message `at` (`root/path` each), skipping the directories
+    /// copied as they are now (`as_now`), which have no recorded state.
+    pub(crate) async fn differences(
+        &self,
+        store: &dyn TraceStore,
+        trace_id: &str,
+        at: u64,
+        as_now: &[PathBuf],
+    ) -> Result<Vec<String>, ReplayError> {
+        let mut differ = Vec::new();
+        for (host, copy) in self.copies.iter().filter(|(host, _)| !as_now.contains(host)) {
+            let paths =
+                reson_workspace::compare(store, trace_id, at, host, copy).await.map_err(|e| {
+                    ReplayError::Workspace { path: host.clone(), reason: e.to_string() }
+                })?;
+            differ.extend(paths.into_iter().map(|p| host.join(p).display().to_string()));
+        }
+        Ok(differ)
+    }
 }
 
 /// A scratch workspace for `config`'s read-write granted directories:
