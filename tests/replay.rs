@@ -229,6 +229,39 @@ fn the_demo_replays_identically_and_a_changed_edit_is_caught_at_its_call() {
     assert!(stderr(&out).contains("no trace tr_none"), "{}", stderr(&out));
 }
 
+#[test]
+fn a_file_read_whose_content_changed_since_is_a_divergence() {
+    // Without checkpoints the replay runs on the workspace as it is now,
+    // where src/main.rs already says "bonjour": the digests recorded when
+    // `grep` and `read` opened it tell the replay that this is not what
+    // they read.
+    let dir = demo_dir("[checkpoints]\nenabled = false\n");
+    let d = dir.path();
+    let id = demo_run(d);
+    let store = FileTraceStore::open(d.join("traces"), Durability::Batched).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let messages = rt.block_on(store.get_messages(&id)).unwrap();
+    let reading = messages
+        .iter()
+        .find(|m| m.role == Role::Assistant && m.tool_calls.iter().any(|c| c.name == "read"))
+        .unwrap();
+    let from = reading.sequence.to_string();
+    // Only the edit is left changed (a file the run wrote later would be
+    // a read the recording lacks, found first or not by directory order).
+    std::fs::remove_file(d.join("workspace/notes/done.txt")).unwrap();
+    let out = reson(d, &["traces", "replay", &id, "--from", &from, "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let divergence = &report["divergence"];
+    assert_eq!(divergence["sequence"].as_u64(), Some(reading.sequence), "{report}");
+    assert_eq!(divergence["difference"], "effect", "{report}");
+    assert_eq!(divergence["divergence"]["kind"], "file-read", "{report}");
+    let asked = divergence["divergence"]["asked"].as_str().unwrap();
+    assert!(asked.ends_with("src/main.rs"), "{report}");
+    assert_eq!(divergence["divergence"]["why"], "its content differs from the recording");
+    assert_eq!(report["copied_as_now"].as_array().map(Vec::len), Some(1), "{report}");
+}
+
 /// A local HTTP server that answers every request with `hit N`, counting.
 async fn counting_server() -> (String, tokio::task::JoinHandle<()>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -22,6 +22,7 @@ use reson_sandbox::capability::effects::{Divergence, Effects};
 use reson_sandbox::plugin::Runtime;
 use reson_trace::{Role, TraceError, TraceStore};
 use serde::Serialize;
+use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -189,6 +190,18 @@ pub async fn replay(
         copied_as_now: Vec::new(),
     };
     let mut filled = workspace.is_none();
+    let checkpointed: HashSet<u64> = match workspace {
+        Some(_) => reson_workspace::checkpoints(store, trace_id)
+            .await
+            .map_err(|e| ReplayError::Workspace {
+                path: PathBuf::from(trace_id),
+                reason: e.to_string(),
+            })?
+            .into_iter()
+            .map(|(_, checkpoint)| checkpoint.sequence)
+            .collect(),
+        None => HashSet::new(),
+    };
     let Some(head) = trace.head_sequence else { return Ok(report) };
     let path = store.get_main_path_messages(trace_id, head).await?;
     for (at, message) in path.iter().enumerate() {
@@ -241,10 +254,14 @@ pub async fn replay(
             last = Some(diverged(Difference::Files { paths: Vec::new() }));
         }
         // The files the message's calls left, against the checkpoint the
-        // run took after its results (the last of them on the path).
+        // run took after its results (the last of them on the path), when
+        // it took one (a run killed before it did has none to compare).
         let (Some(mut divergence), Some(workspace)) = (last, workspace) else { continue };
         let results = path[at + 1..].iter().take_while(|m| m.role == Role::Tool);
         let after = results.last().map_or(sequence, |m| m.sequence);
+        if !checkpointed.contains(&after) {
+            continue;
+        }
         let paths = workspace.differences(store, trace_id, after, &report.copied_as_now).await?;
         if !paths.is_empty() {
             divergence.difference = Difference::Files { paths };

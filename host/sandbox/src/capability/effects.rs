@@ -1,7 +1,8 @@
 //! Recorded effects: every host call a guest makes during one tool call
-//! (`http`, `process`, the WASI clocks and randomness), written down in
-//! order so that the call can be run again offline, and answered from
-//! that record when it is.
+//! (`http`, `process`, the WASI clocks and randomness, and the digest of
+//! each file it opens for reading), written down in order so that the
+//! call can be run again offline, and answered (or, for a file, checked)
+//! from that record when it is.
 //!
 //! A caller hands a tool call an [`Effects`] handle in its
 //! [`CallContext`](crate::plugin::CallContext): [`Effects::record`] logs
@@ -290,7 +291,22 @@ pub enum Effect {
         /// The two halves.
         value: (u64, u64),
     },
+    /// A regular file opened for reading (`wasi:filesystem` `open-at`).
+    FileRead {
+        /// The path as the guest named it, relative to the directory it
+        /// opened it from.
+        path: String,
+        /// Its size when opened.
+        bytes: u64,
+        /// The SHA-256 of its content; `None` over [`MAX_HASHED_FILE_BYTES`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sha256: Option<String>,
+    },
 }
+
+/// Largest file whose content is hashed when it is opened for reading:
+/// a larger one is recorded by its size alone.
+pub const MAX_HASHED_FILE_BYTES: u64 = 16 << 20;
 
 impl Effect {
     /// The kind of host call, as a recording names it.
@@ -305,6 +321,7 @@ impl Effect {
             Self::RandomU64 { insecure: false, .. } => "random-u64",
             Self::RandomU64 { insecure: true, .. } => "insecure-random-u64",
             Self::InsecureSeed { .. } => "insecure-seed",
+            Self::FileRead { .. } => "file-read",
         }
     }
 
@@ -314,6 +331,7 @@ impl Effect {
             Self::Http { request, .. } => format!("{} {}", request.method, request.url),
             Self::Process { command, .. } => command.argv.join(" "),
             Self::RandomBytes { bytes, .. } => format!("{} bytes", bytes.bytes().len()),
+            Self::FileRead { path, .. } => path.clone(),
             _ => "a value".to_owned(),
         }
     }
@@ -580,6 +598,30 @@ impl HostState {
         Ok(answer)
     }
 
+    /// A regular file the guest opened for reading: its digest recorded,
+    /// or, in a replay, checked against the recording (a read the
+    /// recording lacks, or of other content, is a divergence; the guest
+    /// reads the file either way).
+    pub(super) fn file_read(&mut self, path: &str, file: &std::fs::File) {
+        let Some(effects) = self.effects.clone() else { return };
+        let (bytes, sha256) = file_digest(file);
+        if !effects.is_replay() {
+            effects.push(Effect::FileRead { path: path.to_owned(), bytes, sha256 });
+            return;
+        }
+        let mut log = effects.log();
+        let found = log.take(|e| matches!(e, Effect::FileRead { path: p, .. } if p == path));
+        match found {
+            Some(Effect::FileRead { sha256: recorded, bytes: size, .. })
+                if recorded != sha256 || size != bytes =>
+            {
+                log.diverge("file-read", path.to_owned(), "its content differs from the recording");
+            }
+            Some(_) => {}
+            None => log.diverge("file-read", path.to_owned(), "the recording has no read of it"),
+        }
+    }
+
     /// A browser call in a replay, which opens no browser: the error for
     /// the guest.
     pub(super) fn browser_replayed(&self) -> Option<String> {
@@ -675,6 +717,32 @@ impl HostState {
                 _ => None,
             },
         )
+    }
+}
+
+/// The size and, up to [`MAX_HASHED_FILE_BYTES`], the SHA-256 of `file`,
+/// read at offsets (the guest's position in it does not move). A file that
+/// cannot be read is recorded by its size, as the guest will find out.
+fn file_digest(file: &std::fs::File) -> (u64, Option<String>) {
+    use sha2::Digest as _;
+    use std::os::unix::fs::FileExt as _;
+    let bytes = file.metadata().map_or(0, |m| m.len());
+    if bytes > MAX_HASHED_FILE_BYTES {
+        return (bytes, None);
+    }
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut at = 0u64;
+    loop {
+        match file.read_at(&mut buf, at) {
+            Ok(0) => return (bytes, Some(hex::encode(hasher.finalize()))),
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                at += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return (bytes, None),
+        }
     }
 }
 

@@ -128,6 +128,9 @@ impl HostState {
             return Ok(Err(fs::ErrorCode::NotDirectory));
         } else if kind.is_file() {
             clear_nonblocking(&file)?;
+            if !create && !mode.contains(OpenMode::WRITE) {
+                self.file_read(path, &file);
+            }
             Descriptor::File(File::new(file, perms, mode, true))
         } else {
             return Ok(Err(fs::ErrorCode::Access));
