@@ -113,6 +113,28 @@ impl PgTraceStore {
     }
 
     /// `NotFound` unless trace `id` exists.
+    /// The bytes `sql` selects for trace `id` and `key` (an image's name, an
+    /// object's digest); `None` when the trace has none such, `NotFound`
+    /// when there is no such trace.
+    async fn bytes_of(
+        &self,
+        sql: &'static str,
+        id: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, TraceError> {
+        check_id(id)?;
+        let data: Option<Vec<u8>> = sqlx::query_scalar(sql)
+            .bind(id)
+            .bind(key)
+            .fetch_optional(self.db.pool())
+            .await
+            .map_err(db)?;
+        if data.is_none() {
+            self.require(id).await?;
+        }
+        Ok(data)
+    }
+
     async fn require(&self, id: &str) -> Result<(), TraceError> {
         let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM traces WHERE id = $1")
             .bind(id)
@@ -584,18 +606,8 @@ impl TraceStore for PgTraceStore {
     }
 
     async fn get_image(&self, id: &str, name: &str) -> Result<Option<Vec<u8>>, TraceError> {
-        check_id(id)?;
-        let data: Option<Vec<u8>> =
-            sqlx::query_scalar("SELECT data FROM message_images WHERE trace_id = $1 AND name = $2")
-                .bind(id)
-                .bind(name)
-                .fetch_optional(self.db.pool())
-                .await
-                .map_err(db)?;
-        if data.is_none() {
-            self.require(id).await?;
-        }
-        Ok(data)
+        self.bytes_of("SELECT data FROM message_images WHERE trace_id = $1 AND name = $2", id, name)
+            .await
     }
 
     async fn put_object(&self, id: &str, object: &ObjectData) -> Result<(), TraceError> {
@@ -619,19 +631,12 @@ impl TraceStore for PgTraceStore {
     }
 
     async fn get_object(&self, id: &str, digest: &str) -> Result<Option<Vec<u8>>, TraceError> {
-        check_id(id)?;
-        let data: Option<Vec<u8>> = sqlx::query_scalar(
+        self.bytes_of(
             "SELECT data FROM trace_objects WHERE trace_id = $1 AND digest = $2",
+            id,
+            digest,
         )
-        .bind(id)
-        .bind(digest)
-        .fetch_optional(self.db.pool())
         .await
-        .map_err(db)?;
-        if data.is_none() {
-            self.require(id).await?;
-        }
-        Ok(data)
     }
 
     async fn list_objects(&self, id: &str) -> Result<Vec<String>, TraceError> {
