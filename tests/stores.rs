@@ -598,3 +598,26 @@ async fn traces_migrate_carries_images_and_show_says_where_they_are() {
         "the round trip changed nothing"
     );
 }
+
+/// `[store] durability = "immediate"`: a run on the file store waits for
+/// its fsyncs and leaves the same trace; a durability the store does not
+/// know is refused at start, naming the key.
+#[test]
+fn the_file_store_durability_is_chosen_in_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("script.json"), json!({ "turns": [{ "text": "synced" }] }).to_string())
+        .unwrap();
+    std::fs::write(d.join("reson.toml"), "[store]\ndurability = \"immediate\"\n").unwrap();
+    let out = reson(d, &["run", "--script", "script.json", "--json", "hi"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = stdout(&reson(d, &["traces", "list"]));
+    assert!(shown.contains("completed"), "{shown}");
+    assert_eq!(std::fs::read_dir(d.join(".reson/traces")).unwrap().count(), 1);
+
+    std::fs::write(d.join("reson.toml"), "[store]\ndurability = \"someday\"\n").unwrap();
+    let out = reson(d, &["run", "--script", "script.json", "hi"]);
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(said.contains("durability") && said.contains("someday"), "{said}");
+}

@@ -1,6 +1,7 @@
 //! The sections of `reson.toml` the trace stores read: `traces_dir` and
 //! `[store]`.
 
+use crate::file::Durability;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -72,6 +73,12 @@ pub struct StoreConfig {
     /// heartbeat: when the host dies, another may continue the trace after
     /// this long.
     pub lease_ms: u64,
+    /// When the file store's writes reach stable storage: `batched` (a
+    /// write survives the process being killed; fsync'd a few milliseconds
+    /// later) or `immediate` (a call returns only once its writes are
+    /// fsync'd, group-committed across traces). PostgreSQL always commits
+    /// durably.
+    pub durability: Durability,
 }
 
 /// Which store `[store]` names.
@@ -94,6 +101,7 @@ impl Default for StoreConfig {
             password_secret: None,
             max_connections: 16,
             lease_ms: 15_000,
+            durability: Durability::Batched,
         }
     }
 }
@@ -108,6 +116,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("password_secret", &self.password_secret)
             .field("max_connections", &self.max_connections)
             .field("lease_ms", &self.lease_ms)
+            .field("durability", &self.durability)
             .finish()
     }
 }

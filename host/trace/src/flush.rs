@@ -5,6 +5,12 @@
 //! fsync can take milliseconds on a busy disk; done on a tokio worker it
 //! would stall every task queued there, and a `spawn_blocking` per fsync
 //! would grow the blocking pool with the number of concurrent runs.
+//!
+//! Awaited syncs are group-committed too: every caller that asked while the
+//! thread was busy is served by the next batch, one pass over the union of
+//! their targets, and each is answered once its own targets are on stable
+//! storage. A thousand traces writing at once then wait for a few batches,
+//! not for a thousand fsyncs in a row.
 
 use super::store::TraceError;
 use std::collections::HashSet;
@@ -37,6 +43,9 @@ struct Shared {
     /// How many [`Flusher::enqueue`] calls are synced; awaited by
     /// [`Flusher::wait`].
     flushed: watch::Sender<u64>,
+    /// Batches of awaited syncs done, for the test that they are shared.
+    #[cfg(test)]
+    batches: std::sync::atomic::AtomicU64,
 }
 
 /// Targets one caller awaits, with where to send the outcome.
@@ -75,6 +84,8 @@ impl Flusher {
             queue: Mutex::default(),
             work: Condvar::new(),
             flushed: watch::Sender::new(0),
+            #[cfg(test)]
+            batches: std::sync::atomic::AtomicU64::new(0),
         });
         let worker = Arc::clone(&shared);
         std::thread::Builder::new().name("reson-trace-sync".into()).spawn(move || run(&worker))?;
@@ -142,10 +153,11 @@ fn run(shared: &Shared) {
         let urgent = std::mem::take(&mut queue.urgent);
         let upto = queue.enqueued;
         drop(queue);
-        for job in urgent {
-            // The caller may have given up waiting; the sync stands anyway.
-            let _ = job.done.send(sync_batch(job.targets));
+        #[cfg(test)]
+        if !urgent.is_empty() {
+            shared.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        sync_urgent(urgent);
         let result = sync_batch(batch);
         queue = shared.lock();
         if let Err(e) = result {
@@ -158,6 +170,30 @@ fn run(shared: &Shared) {
     }
 }
 
+/// Syncs what every waiting caller asked for in one batch, and answers
+/// each with the outcome of its own targets.
+fn sync_urgent(jobs: Vec<Urgent>) {
+    if jobs.is_empty() {
+        return;
+    }
+    let all = jobs.iter().flat_map(|job| job.targets.iter().cloned()).collect();
+    let failed = sync_all(all);
+    for job in jobs {
+        let outcome = job
+            .targets
+            .iter()
+            .find_map(|t| failed.iter().find(|(f, _)| f == t))
+            .map_or(Ok(()), |(target, e)| Err(failure(target, e)));
+        // The caller may have given up waiting; the sync stands anyway.
+        let _ = job.done.send(outcome);
+    }
+}
+
+/// Syncs a batch; its first failure, if any.
+fn sync_batch(batch: Vec<Target>) -> Result<(), TraceError> {
+    sync_all(batch).first().map_or(Ok(()), |(target, e)| Err(failure(target, e)))
+}
+
 /// Syncs each target once, at its last place in the batch: a file's latest
 /// contents may refer to anything written before them (meta.json to the
 /// message files), so those are synced first. A large batch (many runs
@@ -166,19 +202,21 @@ fn run(shared: &Shared) {
 /// one. Its files go first, then the directories naming them; among files,
 /// order is the disk's then, which the reader tolerates as it does a power
 /// loss between two syncs (a message file left empty is skipped, the head
-/// falls back to the newest that survived).
-fn sync_batch(batch: Vec<Target>) -> Result<(), TraceError> {
+/// falls back to the newest that survived). Returns the targets that
+/// failed, each with its error; the others are on stable storage.
+fn sync_all(batch: Vec<Target>) -> Vec<(Target, io::Error)> {
     let mut seen = HashSet::new();
     let mut order: Vec<Target> =
         batch.into_iter().rev().filter(|t| seen.insert(t.clone())).collect();
     order.reverse();
     if order.len() < PARALLEL_FROM {
-        return order.iter().try_for_each(sync_target);
+        return order.into_iter().filter_map(synced).collect();
     }
     let (files, dirs): (Vec<Target>, Vec<Target>) =
         order.into_iter().partition(|t| matches!(t, Target::File(_)));
-    sync_parallel(&files)?;
-    sync_parallel(&dirs)
+    let mut failed = sync_parallel(files);
+    failed.extend(sync_parallel(dirs));
+    failed
 }
 
 /// From this many targets on, a batch is synced by [`SYNC_THREADS`] threads.
@@ -186,36 +224,52 @@ const PARALLEL_FROM: usize = 16;
 /// Threads syncing one large batch.
 const SYNC_THREADS: usize = 8;
 
-fn sync_parallel(targets: &[Target]) -> Result<(), TraceError> {
+fn sync_parallel(targets: Vec<Target>) -> Vec<(Target, io::Error)> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let take = || targets.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..SYNC_THREADS.min(targets.len()))
             .map(|_| {
                 scope.spawn(|| {
+                    let mut failed = Vec::new();
                     while let Some(target) = take() {
-                        sync_target(target)?;
+                        failed.extend(synced(target.clone()));
                     }
-                    Ok(())
+                    failed
                 })
             })
             .collect();
         workers
             .into_iter()
-            .try_for_each(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     })
 }
 
-fn sync_target(target: &Target) -> Result<(), TraceError> {
-    let (path, result) = match target {
-        Target::File(path) => (path, File::open(path).and_then(|f| f.sync_data())),
-        Target::Dir(path) => (path, sync_dir(path)),
+/// Syncs `target`; on failure, the target with its error.
+fn synced(target: Target) -> Option<(Target, io::Error)> {
+    match sync_target(&target) {
+        Ok(()) => None,
+        Err(e) => Some((target, e)),
+    }
+}
+
+/// The error a caller gets for `target`'s failed sync: io errors are not
+/// `Clone`, and one failure may be several callers' to report.
+fn failure(target: &Target, e: &io::Error) -> TraceError {
+    let (Target::File(path) | Target::Dir(path)) = target;
+    TraceError::Io { path: path.clone(), source: io::Error::new(e.kind(), e.to_string()) }
+}
+
+fn sync_target(target: &Target) -> io::Result<()> {
+    let result = match target {
+        Target::File(path) => File::open(path).and_then(|f| f.sync_data()),
+        Target::Dir(path) => sync_dir(path),
     };
     match result {
         // Removed since (a deleted trace): nothing left to keep.
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(TraceError::Io { path: path.clone(), source }),
-        Ok(()) => Ok(()),
+        other => other,
     }
 }
 
@@ -235,6 +289,37 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Callers waiting at once share batches, and each hears only of its
+    /// own targets' failure.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn awaited_syncs_are_group_committed_and_failures_stay_their_callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let flusher = std::sync::Arc::new(Flusher::start().unwrap());
+        let mut callers = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let file = dir.path().join(format!("{i}.json"));
+            std::fs::write(&file, "{}").unwrap();
+            let target = if i == 77 {
+                Target::File(dir.path().join("0.json").join("not-a-directory"))
+            } else {
+                Target::File(file)
+            };
+            let flusher = std::sync::Arc::clone(&flusher);
+            let parent = Target::Dir(dir.path().to_owned());
+            callers.spawn(async move { (i, flusher.sync_now(vec![target, parent]).await) });
+        }
+        let mut failed = Vec::new();
+        while let Some(joined) = callers.join_next().await {
+            let (i, outcome) = joined.unwrap();
+            if outcome.is_err() {
+                failed.push(i);
+            }
+        }
+        assert_eq!(failed, [77]);
+        let batches = flusher.shared.batches.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(batches < 200, "200 waiting callers took {batches} batches");
+    }
 
     #[test]
     fn a_large_batch_is_synced_whole_and_any_failure_is_the_batchs() {

@@ -110,6 +110,8 @@
 //! awaits them. The writes themselves are a few
 //! small syscalls each, done inline: cheaper than a hop to a blocking thread.
 
+#[cfg(feature = "postgres")]
+mod announce;
 pub mod artifact;
 mod branch;
 pub mod config;

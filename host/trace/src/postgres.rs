@@ -13,9 +13,10 @@
 //! trace over) whole or not at all. Sequences and event ids are the
 //! caller's next, as in the other stores; the primary keys refuse one to a
 //! writer whose copy of the trace is behind, rather than storing it twice.
-//! Every event insert notifies the channel [`EVENTS_CHANNEL`] with
-//! `"{trace_id} {event_id}"` in its transaction, so hosts listening hear
-//! of it exactly when it is readable.
+//! Every event stored is announced on the channel [`EVENTS_CHANNEL`] with
+//! `"{trace_id} {event_id}"` once its write committed, so hosts listening
+//! hear of it when it is readable (see `announce.rs` for why not in the
+//! write's own transaction).
 //!
 //! The main path is one query. Each message stores its `segment`: the
 //! sequence of the first message of its linear chain (a message joins its
@@ -24,6 +25,7 @@
 //! root's, one row per branch point, and each chain's part of the path is
 //! a range scan of one index.
 
+use super::announce::Announcer;
 use super::artifact::{ObjectData, RecordData};
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
@@ -41,8 +43,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-/// The channel every event insert notifies, with the payload
+/// The channel every stored event is announced on, with the payload
 /// `"{trace_id} {event_id}"`.
 pub const EVENTS_CHANNEL: &str = "reson_events";
 
@@ -82,12 +85,13 @@ fn decode_batch(
 #[derive(Clone, Debug)]
 pub struct PgTraceStore {
     db: Database,
+    announcer: Arc<Announcer>,
 }
 
 impl PgTraceStore {
     /// The store on `db` (already migrated).
     pub fn new(db: Database) -> Self {
-        Self { db }
+        Self { db, announcer: Arc::default() }
     }
 
     /// The sequences of the main path ending at `head`, root first: the
@@ -256,10 +260,9 @@ impl PgTraceStore {
         let sql = match event {
             Some(_) => format!(
                 "{write}, e AS (INSERT INTO events (trace_id, id, body) \
-                                SELECT trace_id, $11, $12 FROM m RETURNING trace_id, id) \
+                                SELECT trace_id, $11, $12 FROM m RETURNING trace_id) \
                  SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM m), \
-                        (SELECT count(*) FROM (SELECT pg_notify($13, e.trace_id || ' ' || e.id) \
-                                               FROM e) n)"
+                        (SELECT count(*) FROM e)"
             ),
             None => format!(
                 "{write} SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM m), 0::bigint"
@@ -277,16 +280,21 @@ impl PgTraceStore {
             .bind(kept(id, after)?)
             .bind(check_parent);
         if let Some(event) = event {
-            query = query.bind(to_i64(event.id)).bind(kept(id, event)?).bind(EVENTS_CHANNEL);
+            query = query.bind(to_i64(event.id)).bind(kept(id, event)?);
         }
-        let (traces, messages, _) = query.fetch_one(self.db.pool()).await.map_err(db)?;
+        let (traces, messages, events) = query.fetch_one(self.db.pool()).await.map_err(db)?;
         match (traces, messages) {
             (0, _) => Err(TraceError::NotFound(id.clone())),
             (_, 0) => Err(TraceError::NoSuchMessage {
                 trace_id: id.clone(),
                 sequence: message.parent_sequence.unwrap_or_default(),
             }),
-            _ => Ok(()),
+            _ => {
+                if let Some(event) = event.filter(|_| events > 0) {
+                    self.announcer.announce(&self.db, id, event.id);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -306,10 +314,8 @@ impl PgTraceStore {
         let sql = match event {
             Some(_) => format!(
                 "{write}, e AS (INSERT INTO events (trace_id, id, body) \
-                                SELECT id, $8, $9 FROM u RETURNING trace_id, id) \
-                 SELECT (SELECT count(*) FROM u), \
-                        (SELECT count(*) FROM (SELECT pg_notify($10, e.trace_id || ' ' || e.id) \
-                                               FROM e) n)"
+                                SELECT id, $8, $9 FROM u RETURNING trace_id) \
+                 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM e)"
             ),
             None => format!("{write} SELECT (SELECT count(*) FROM u), 0::bigint"),
         };
@@ -322,11 +328,14 @@ impl PgTraceStore {
             .bind(kept(id, trace)?)
             .bind(goals.map(|g| kept(id, g)).transpose()?);
         if let Some(event) = event {
-            query = query.bind(to_i64(event.id)).bind(kept(id, event)?).bind(EVENTS_CHANNEL);
+            query = query.bind(to_i64(event.id)).bind(kept(id, event)?);
         }
-        let (updated, _) = query.fetch_one(self.db.pool()).await.map_err(db)?;
+        let (updated, events) = query.fetch_one(self.db.pool()).await.map_err(db)?;
         if updated == 0 {
             return Err(TraceError::NotFound(id.clone()));
+        }
+        if let Some(event) = event.filter(|_| events > 0) {
+            self.announcer.announce(&self.db, id, event.id);
         }
         Ok(())
     }
@@ -729,22 +738,22 @@ impl TraceStore for PgTraceStore {
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         check_id(&trace.id)?;
         let event = next_event(trace, kind);
-        let notified: i64 = sqlx::query_scalar(
+        let stored: i64 = sqlx::query_scalar(
             "WITH e AS (INSERT INTO events (trace_id, id, body) \
                         SELECT t.id, $2, $3 FROM traces t WHERE t.id = $1 \
-                        RETURNING trace_id, id) \
-             SELECT count(*) FROM (SELECT pg_notify($4, e.trace_id || ' ' || e.id) FROM e) n",
+                        RETURNING trace_id) \
+             SELECT count(*) FROM e",
         )
         .bind(&trace.id)
         .bind(to_i64(event.id))
         .bind(kept(&trace.id, &event)?)
-        .bind(EVENTS_CHANNEL)
         .fetch_one(self.db.pool())
         .await
         .map_err(db)?;
-        if notified == 0 {
+        if stored == 0 {
             return Err(TraceError::NotFound(trace.id.clone()));
         }
+        self.announcer.announce(&self.db, &trace.id, event.id);
         trace.last_event_id = event.id;
         Ok(event)
     }
@@ -831,7 +840,9 @@ impl TraceStore for PgTraceStore {
     }
 
     async fn sync(&self) -> Result<(), TraceError> {
-        // A write returns once its transaction committed: nothing waits.
+        // A write returns once its transaction committed; what is left is
+        // telling the listeners.
+        self.announcer.flushed().await;
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use crate::knowledge::{FileKnowledgeStore, KnowledgeStore, PgKnowledgeStore};
 use reson_sandbox::config::PluginsConfig;
 use reson_trace::config::{StoreKind, TraceConfig};
 use reson_trace::database::{Database, DatabaseError, DatabaseOptions};
-use reson_trace::{Durability, FileTraceStore, PgTraceStore, TraceError, TraceStore};
+use reson_trace::{FileTraceStore, PgTraceStore, TraceError, TraceStore};
 use std::sync::Arc;
 
 /// Why the configured stores could not be opened.
@@ -49,7 +49,10 @@ impl Stores {
         let traces_config: &TraceConfig = config.as_ref();
         match traces_config.store.kind {
             StoreKind::File => {
-                let traces = FileTraceStore::open(traces_config.traces_dir(), Durability::Batched)?;
+                let traces = FileTraceStore::open(
+                    traces_config.traces_dir(),
+                    traces_config.store.durability,
+                )?;
                 Ok(Self {
                     traces: Arc::new(traces),
                     experiences: Arc::new(FileExperienceStore::from_config(
