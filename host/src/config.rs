@@ -15,7 +15,8 @@ pub use reson_agent::config::{
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{
-    Access, DirGrant, JailMode, Limits, PluginGrant, PluginsConfig, SandboxConfig, SecretConfig,
+    Access, DirGrant, JailMode, Limits, PluginGrant, PluginsConfig, PluginsTable, SandboxConfig,
+    SecretConfig, TrustedKey,
 };
 pub use reson_server::config::ServerSettings;
 pub use reson_trace::config::{StoreConfig, StoreKind, TraceConfig};
@@ -79,7 +80,7 @@ struct Document {
     #[serde(default)]
     sandbox: SandboxConfig,
     #[serde(default)]
-    plugins: BTreeMap<String, PluginGrant>,
+    plugins: PluginsTable,
     #[serde(default)]
     permissions: PermissionsConfig,
     #[serde(default)]
