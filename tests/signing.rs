@@ -41,7 +41,7 @@ fn failure(rt: &Runtime, name: &str) -> String {
     }
 }
 
-fn echo(dir: &TestDir) -> std::path::PathBuf {
+fn install_echo(dir: &TestDir) -> std::path::PathBuf {
     dir.install(support::plugins(), "echo");
     dir.plugins().join("echo.wasm")
 }
@@ -76,7 +76,7 @@ async fn call(rt: &Runtime) -> String {
 async fn embedded_and_detached_signatures_by_a_trusted_key_load() {
     let dir = TestDir::new();
     let alice = key(&dir, "alice");
-    let file = echo(&dir);
+    let file = install_echo(&dir);
     let original = std::fs::read(&file).unwrap();
 
     let signed = signing::sign(&file, &alice.secret, false).unwrap();
@@ -94,7 +94,7 @@ async fn embedded_and_detached_signatures_by_a_trusted_key_load() {
 
     let dir = TestDir::new();
     let (alice, bob) = (key(&dir, "alice"), key(&dir, "bob"));
-    let file = echo(&dir);
+    let file = install_echo(&dir);
     let signed = signing::sign(&file, &alice.secret, true).unwrap();
     assert_eq!(signed.written, dir.plugins().join("echo.wasm.sig"));
     assert_eq!(std::fs::read(&file).unwrap(), original, "a detached signature leaves the file");
@@ -118,7 +118,7 @@ async fn a_tampered_byte_is_refused_before_compiling() {
     for detached in [false, true] {
         let dir = TestDir::new();
         let alice = key(&dir, "alice");
-        let file = echo(&dir);
+        let file = install_echo(&dir);
         signing::sign(&file, &alice.secret, detached).unwrap();
         flip_last_byte(&file);
         let rt = dir.open(&policy(true, &[&alice])).await;
@@ -137,7 +137,7 @@ async fn a_tampered_byte_is_refused_before_compiling() {
 async fn a_signature_by_an_untrusted_key_is_refused_or_warned_about() {
     let dir = TestDir::new();
     let (alice, mallory) = (key(&dir, "alice"), key(&dir, "mallory"));
-    let file = echo(&dir);
+    let file = install_echo(&dir);
     signing::sign(&file, &mallory.secret, false).unwrap();
 
     let rt = dir.open(&policy(true, &[&alice])).await;
@@ -167,7 +167,7 @@ async fn a_signature_by_an_untrusted_key_is_refused_or_warned_about() {
 async fn a_stripped_signature_leaves_an_unsigned_plugin() {
     let dir = TestDir::new();
     let alice = key(&dir, "alice");
-    let file = echo(&dir);
+    let file = install_echo(&dir);
     signing::sign(&file, &alice.secret, false).unwrap();
     std::fs::write(&file, strip(&std::fs::read(&file).unwrap())).unwrap();
     let rt = dir.open(&policy(true, &[&alice])).await;
@@ -177,7 +177,7 @@ async fn a_stripped_signature_leaves_an_unsigned_plugin() {
     // on the signed pair was remembered.
     let dir = TestDir::new();
     let alice = key(&dir, "alice");
-    let file = echo(&dir);
+    let file = install_echo(&dir);
     signing::sign(&file, &alice.secret, true).unwrap();
     assert_eq!(info(&dir.open(&policy(true, &[&alice])).await, "echo").status, PluginStatus::Ready);
     std::fs::remove_file(signing::detached_path(&file)).unwrap();
@@ -188,7 +188,7 @@ async fn a_stripped_signature_leaves_an_unsigned_plugin() {
 #[tokio::test]
 async fn unsigned_plugins_load_unless_a_signature_is_required() {
     let dir = TestDir::new();
-    echo(&dir);
+    install_echo(&dir);
     let rt = dir.open("").await;
     let echo = info(&rt, "echo");
     assert_eq!((echo.status, echo.signature), (PluginStatus::Ready, Some(SignatureStatus::Unsigned)));
@@ -205,7 +205,7 @@ async fn unsigned_plugins_load_unless_a_signature_is_required() {
 async fn a_remembered_verdict_follows_the_trusted_keys() {
     let dir = TestDir::new();
     let (alice, bob) = (key(&dir, "alice"), key(&dir, "bob"));
-    let file = echo(&dir);
+    let file = install_echo(&dir);
     signing::sign(&file, &alice.secret, false).unwrap();
     let rt = dir.open(&policy(true, &[&alice])).await;
     assert_eq!(info(&rt, "echo").status, PluginStatus::Ready);
@@ -240,7 +240,7 @@ fn replace(src: &[u8], dst: &Path) {
 async fn a_badly_signed_replacement_keeps_the_last_good_version_serving() {
     let dir = TestDir::new();
     let (alice, mallory) = (key(&dir, "alice"), key(&dir, "mallory"));
-    let file = echo(&dir);
+    let file = install_echo(&dir);
     signing::sign(&file, &alice.secret, false).unwrap();
     let rt = dir.open(&policy(true, &[&alice])).await;
     let _watcher = rt.watch().unwrap();
