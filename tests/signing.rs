@@ -88,7 +88,10 @@ async fn embedded_and_detached_signatures_by_a_trusted_key_load() {
     assert_eq!(echo.status, PluginStatus::Ready);
     assert_eq!(
         echo.signature,
-        Some(SignatureStatus::Signed { signers: vec!["alice".into()], placement: Placement::Embedded })
+        Some(SignatureStatus::Signed {
+            signers: vec!["alice".into()],
+            placement: Placement::Embedded
+        })
     );
     assert_eq!(call(&rt).await, "ping");
 
@@ -143,7 +146,10 @@ async fn a_signature_by_an_untrusted_key_is_refused_or_warned_about() {
     let rt = dir.open(&policy(true, &[&alice])).await;
     let error = failure(&rt, "echo");
     assert!(
-        error.contains(&format!("signed (embedded), but by no trusted key (key id {})", mallory.key_id)),
+        error.contains(&format!(
+            "signed (embedded), but by no trusted key (key id {})",
+            mallory.key_id
+        )),
         "{error}"
     );
 
@@ -171,7 +177,9 @@ async fn a_stripped_signature_leaves_an_unsigned_plugin() {
     signing::sign(&file, &alice.secret, false).unwrap();
     std::fs::write(&file, strip(&std::fs::read(&file).unwrap())).unwrap();
     let rt = dir.open(&policy(true, &[&alice])).await;
-    assert!(failure(&rt, "echo").ends_with("`[plugins] require_signature` is on, and it is unsigned"));
+    assert!(
+        failure(&rt, "echo").ends_with("`[plugins] require_signature` is on, and it is unsigned")
+    );
 
     // A detached signature removed: unsigned too, even though the verdict
     // on the signed pair was remembered.
@@ -191,7 +199,10 @@ async fn unsigned_plugins_load_unless_a_signature_is_required() {
     install_echo(&dir);
     let rt = dir.open("").await;
     let echo = info(&rt, "echo");
-    assert_eq!((echo.status, echo.signature), (PluginStatus::Ready, Some(SignatureStatus::Unsigned)));
+    assert_eq!(
+        (echo.status, echo.signature),
+        (PluginStatus::Ready, Some(SignatureStatus::Unsigned))
+    );
     assert_eq!(call(&rt).await, "ping");
 
     // The same component's compiled code is in the cache now; requiring a
@@ -324,8 +335,11 @@ fn the_cli_signs_and_lists_who_signed_what() {
     // Not required, an untrusted signature is a warning.
     std::fs::remove_file(dir.plugins().join("fs.wasm.sig")).unwrap();
     ok(reson(dir.path(), &["plugins", "sign", "fs", "--key", "keys/mallory.key", "--detached"]));
-    std::fs::write(dir.path().join("reson.toml"), "[plugins]\ntrusted_keys = [\"keys/alice.pub\"]\n")
-        .unwrap();
+    std::fs::write(
+        dir.path().join("reson.toml"),
+        "[plugins]\ntrusted_keys = [\"keys/alice.pub\"]\n",
+    )
+    .unwrap();
     let list = ok(reson(dir.path(), &["plugins", "list"]));
     assert!(
         list.contains("    signature WARNING: signed (detached), but by no trusted key (key id "),

@@ -185,8 +185,8 @@ impl PluginFiles {
             Err(LoadError::Io { reason, .. }) if reason == NOT_FOUND => None,
             Err(e) => return Err(e),
         };
-        let detached =
-            signing::read_detached(file).map_err(|(file, reason)| LoadError::Io { file, reason })?;
+        let detached = signing::read_detached(file)
+            .map_err(|(file, reason)| LoadError::Io { file, reason })?;
         Ok(Self { file: file.to_owned(), bytes, sha256, manifest, detached })
     }
 

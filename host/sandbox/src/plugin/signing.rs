@@ -18,9 +18,7 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use wasmsign2::{
-    KeyPair, Module, PublicKey, PublicKeySet, SecretKey, SignatureData, WSError,
-};
+use wasmsign2::{KeyPair, Module, PublicKey, PublicKeySet, SecretKey, SignatureData, WSError};
 
 /// Largest detached signature read: room for every signature wasmsign2
 /// allows on one component.
@@ -359,7 +357,10 @@ impl PluginsConfig {
         for entry in &self.plugins.trusted_keys {
             if let Some(text) = entry.inline() {
                 parse_inline(text).map_err(|e| {
-                    format!("[plugins] trusted_keys: `{}`: not an Ed25519 public key: {e}", entry.key)
+                    format!(
+                        "[plugins] trusted_keys: `{}`: not an Ed25519 public key: {e}",
+                        entry.key
+                    )
                 })?;
             }
             if let Some(name) = &entry.name
@@ -490,7 +491,8 @@ impl TrustStore {
                     .collect();
                 key_ids.sort();
                 key_ids.dedup();
-                let claims_trusted = key_ids.iter().any(|id| self.keys.iter().any(|k| k.key_id == *id));
+                let claims_trusted =
+                    key_ids.iter().any(|id| self.keys.iter().any(|k| k.key_id == *id));
                 if signed_this && !claims_trusted {
                     SignatureStatus::Untrusted { key_ids, placement }
                 } else {
@@ -541,7 +543,8 @@ pub(crate) fn embedded(head: &[u8]) -> bool {
     let Some((_, n)) = leb_u32(after_id) else { return false };
     let name = &after_id[n..];
     leb_u32(name).is_some_and(|(len, m)| {
-        len as usize == SECTION_NAME.len() && name.get(m..m + SECTION_NAME.len()) == Some(SECTION_NAME)
+        len as usize == SECTION_NAME.len()
+            && name.get(m..m + SECTION_NAME.len()) == Some(SECTION_NAME)
     })
 }
 
