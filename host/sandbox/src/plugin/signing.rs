@@ -346,7 +346,14 @@ fn parse_inline(text: &str) -> Result<PublicKey, String> {
         .map_err(|e| format!("not base64: {e}"))?;
     let raw: [u8; 32] =
         raw.try_into().map_err(|raw: Vec<u8>| format!("{} bytes, not 32", raw.len()))?;
-    PublicKey::from_bytes(&[&[1u8][..], &raw].concat()).map_err(|e| e.to_string())
+    PublicKey::from_bytes(&[&[1u8][..], &raw].concat()).map_err(|e| e.to_string()).and_then(usable)
+}
+
+/// `pk`, if it is a canonical curve point of large order: any other key
+/// could never verify a signature, so trusting it is a mistake to report.
+fn usable(pk: PublicKey) -> Result<PublicKey, String> {
+    pk.pk.validate().map_err(|e| format!("not a usable point ({e})"))?;
+    Ok(pk)
 }
 
 impl PluginsConfig {
@@ -392,11 +399,14 @@ impl TrustStore {
                     let path = config.resolve(Path::new(&entry.key));
                     let bytes = std::fs::read(&path)
                         .map_err(|source| SigningError::Io { path: path.clone(), source })?;
-                    let pk = PublicKey::from_any(&bytes).map_err(|e| SigningError::BadKey {
-                        key: path.display().to_string(),
-                        kind: "public",
-                        reason: e.to_string(),
-                    })?;
+                    let pk = PublicKey::from_any(&bytes)
+                        .map_err(|e| e.to_string())
+                        .and_then(usable)
+                        .map_err(|reason| SigningError::BadKey {
+                            key: path.display().to_string(),
+                            kind: "public",
+                            reason,
+                        })?;
                     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
                     let name = stem.unwrap_or_else(|| key_id(&pk));
                     (pk, name)
@@ -569,7 +579,7 @@ mod tests {
     #[test]
     fn a_signature_section_is_told_from_the_first_bytes() {
         let header = *b"\0asm\x0d\0\x01\0";
-        let signed = [&header[..], &[0, 0x80, 0x01, 9], b"signature", &[0; 8]].concat();
+        let signed = [&header[..], &[0, 0x80, 0x01, 9], b"signature", &[0; 16]].concat();
         assert!(embedded(&signed[..HEAD_BYTES]));
         let other = [&header[..], &[0, 5, 4], b"name", &[0; 8]].concat();
         assert!(!embedded(&other));
