@@ -171,6 +171,51 @@ impl TrustedKey {
     }
 }
 
+/// Parses an inline key's base64 text (what follows `ed25519:`).
+pub(crate) fn parse_inline_key(text: &str) -> Result<wasmsign2::PublicKey, String> {
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    let raw: [u8; 32] =
+        raw.try_into().map_err(|raw: Vec<u8>| format!("{} bytes, not 32", raw.len()))?;
+    // wasmsign2's raw form: the algorithm id, then the key.
+    wasmsign2::PublicKey::from_bytes(&[&[1u8][..], &raw].concat())
+        .map_err(|e| e.to_string())
+        .and_then(usable_key)
+}
+
+/// `pk`, if it is a canonical curve point of large order: any other key
+/// could never verify a signature, so trusting it is a mistake to report.
+pub(crate) fn usable_key(pk: wasmsign2::PublicKey) -> Result<wasmsign2::PublicKey, String> {
+    pk.pk.validate().map_err(|e| format!("not a usable point ({e})"))?;
+    Ok(pk)
+}
+
+impl PluginsConfig {
+    /// Checks the inline trusted keys and that no name is listed twice (key
+    /// files are read when the runtime opens).
+    pub(crate) fn validate_trusted_keys(&self) -> Result<(), String> {
+        let mut names = std::collections::BTreeSet::new();
+        for entry in &self.plugins.trusted_keys {
+            if let Some(text) = entry.inline() {
+                parse_inline_key(text).map_err(|e| {
+                    format!(
+                        "[plugins] trusted_keys: `{}`: not an Ed25519 public key: {e}",
+                        entry.key
+                    )
+                })?;
+            }
+            if let Some(name) = &entry.name
+                && !names.insert(name.clone())
+            {
+                return Err(format!("[plugins] trusted_keys: the name `{name}` is used twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<'de> Deserialize<'de> for TrustedKey {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]

@@ -11,7 +11,7 @@
 //! [`digest`](super::digest)), a changed `.sig` or key list another key.
 
 use super::digest::{self, sha256};
-use crate::config::{INLINE_KEY_PREFIX, PluginsConfig};
+use crate::config::{INLINE_KEY_PREFIX, PluginsConfig, parse_inline_key, usable_key};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -339,47 +339,6 @@ pub(crate) struct TrustStore {
     fingerprint: String,
 }
 
-/// Parses an inline key, `ed25519:BASE64`.
-fn parse_inline(text: &str) -> Result<PublicKey, String> {
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .map_err(|e| format!("not base64: {e}"))?;
-    let raw: [u8; 32] =
-        raw.try_into().map_err(|raw: Vec<u8>| format!("{} bytes, not 32", raw.len()))?;
-    PublicKey::from_bytes(&[&[1u8][..], &raw].concat()).map_err(|e| e.to_string()).and_then(usable)
-}
-
-/// `pk`, if it is a canonical curve point of large order: any other key
-/// could never verify a signature, so trusting it is a mistake to report.
-fn usable(pk: PublicKey) -> Result<PublicKey, String> {
-    pk.pk.validate().map_err(|e| format!("not a usable point ({e})"))?;
-    Ok(pk)
-}
-
-impl PluginsConfig {
-    /// Checks the inline trusted keys and that no name or key is listed
-    /// twice (key files are read when the runtime opens).
-    pub(crate) fn validate_trusted_keys(&self) -> Result<(), String> {
-        let mut names = std::collections::BTreeSet::new();
-        for entry in &self.plugins.trusted_keys {
-            if let Some(text) = entry.inline() {
-                parse_inline(text).map_err(|e| {
-                    format!(
-                        "[plugins] trusted_keys: `{}`: not an Ed25519 public key: {e}",
-                        entry.key
-                    )
-                })?;
-            }
-            if let Some(name) = &entry.name
-                && !names.insert(name.clone())
-            {
-                return Err(format!("[plugins] trusted_keys: the name `{name}` is used twice"));
-            }
-        }
-        Ok(())
-    }
-}
-
 impl TrustStore {
     /// Reads the keys the config names (files relative to it).
     pub(crate) fn from_config(config: &PluginsConfig) -> Result<Self, SigningError> {
@@ -387,7 +346,7 @@ impl TrustStore {
         for entry in &config.plugins.trusted_keys {
             let (pk, default_name) = match entry.inline() {
                 Some(text) => {
-                    let pk = parse_inline(text).map_err(|reason| SigningError::BadKey {
+                    let pk = parse_inline_key(text).map_err(|reason| SigningError::BadKey {
                         key: entry.key.clone(),
                         kind: "public",
                         reason,
@@ -401,7 +360,7 @@ impl TrustStore {
                         .map_err(|source| SigningError::Io { path: path.clone(), source })?;
                     let pk = PublicKey::from_any(&bytes)
                         .map_err(|e| e.to_string())
-                        .and_then(usable)
+                        .and_then(usable_key)
                         .map_err(|reason| SigningError::BadKey {
                             key: path.display().to_string(),
                             kind: "public",
@@ -592,8 +551,11 @@ mod tests {
     fn inline_keys_must_be_32_base64_bytes() {
         let pair = KeyPair::generate();
         let text = inline(&pair.pk);
-        assert_eq!(parse_inline(text.strip_prefix(INLINE_KEY_PREFIX).unwrap()).unwrap(), pair.pk);
-        assert!(parse_inline("AAAA").unwrap_err().contains("3 bytes"));
-        assert!(parse_inline("not base64!").unwrap_err().contains("base64"));
+        assert_eq!(
+            parse_inline_key(text.strip_prefix(INLINE_KEY_PREFIX).unwrap()).unwrap(),
+            pair.pk
+        );
+        assert!(parse_inline_key("AAAA").unwrap_err().contains("3 bytes"));
+        assert!(parse_inline_key("not base64!").unwrap_err().contains("base64"));
     }
 }
