@@ -230,6 +230,20 @@ async fn a_remembered_verdict_follows_the_trusted_keys() {
     let echo = info(&rt, "echo");
     assert!(echo.from_cache, "the second load of the same bytes is a cache hit");
     assert_eq!(echo.status, PluginStatus::Ready);
+
+    // The same key under another name: the list shows the name in force.
+    let renamed = format!(
+        "[plugins]\nrequire_signature = true\ntrusted_keys = [{{ name = \"a2\", key = \"{}\" }}]\n",
+        alice.inline
+    );
+    let rt = dir.open(&renamed).await;
+    assert_eq!(
+        info(&rt, "echo").signature,
+        Some(SignatureStatus::Signed {
+            signers: vec!["a2".into()],
+            placement: Placement::Embedded
+        })
+    );
 }
 
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -353,4 +367,26 @@ fn the_cli_signs_and_lists_who_signed_what() {
     let list = ok(reson(dir.path(), &["plugins", "list"]));
     assert!(list.contains("FAILED: "), "{list}");
     assert!(list.contains("it is signed (detached), but by no trusted key"), "{list}");
+
+    // `plugins install` brings a detached signature along.
+    let staging = dir.path().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    for ext in ["wasm", "toml"] {
+        std::fs::copy(
+            support::plugins().join(format!("echo.{ext}")),
+            staging.join(format!("echo.{ext}")),
+        )
+        .unwrap();
+    }
+    ok(reson(
+        dir.path(),
+        &["plugins", "sign", "staging/echo.wasm", "--key", "keys/alice.key", "--detached"],
+    ));
+    ok(reson(dir.path(), &["plugins", "install", "staging/echo.wasm"]));
+    assert_eq!(
+        std::fs::read(dir.plugins().join("echo.wasm.sig")).unwrap(),
+        std::fs::read(staging.join("echo.wasm.sig")).unwrap()
+    );
+    let list = ok(reson(dir.path(), &["plugins", "list"]));
+    assert!(list.contains("    signature signed by alice (detached)"), "{list}");
 }

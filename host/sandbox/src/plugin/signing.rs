@@ -335,7 +335,7 @@ pub(crate) struct TrustStore {
     keys: Vec<Trusted>,
     set: PublicKeySet,
     pub(crate) require: bool,
-    /// Identifies the key list, for remembered verdicts.
+    /// Identifies the keys and their names, for remembered verdicts.
     fingerprint: String,
 }
 
@@ -381,9 +381,11 @@ impl TrustStore {
             let name = entry.name.clone().unwrap_or(default_name);
             keys.push(Trusted { name, key_id: key_id(&pk), pk });
         }
-        let mut ids: Vec<&str> = keys.iter().map(|k| k.key_id.as_str()).collect();
-        ids.sort_unstable();
-        let fingerprint = sha256(ids.join(" ").as_bytes());
+        // Names too: a remembered verdict shows them.
+        let mut named: Vec<String> =
+            keys.iter().map(|k| format!("{}={:?}", hex::encode(*k.pk.pk), k.name)).collect();
+        named.sort_unstable();
+        let fingerprint = sha256(named.join(" ").as_bytes());
         let set = PublicKeySet::new(keys.iter().map(|k| k.pk.clone()).collect());
         Ok(Self { keys, set, require: config.plugins.require_signature, fingerprint })
     }
