@@ -137,7 +137,7 @@ pub(crate) struct LoadContext<'a> {
     pub(crate) cache_dir: &'a Path,
     pub(crate) lock: &'a Mutex<LockFile>,
     pub(crate) secrets: &'a Arc<Secrets>,
-    pub(crate) trust: &'a TrustStore,
+    pub(crate) trust: &'a Arc<TrustStore>,
 }
 
 /// The manifest path beside a plugin file.
@@ -314,17 +314,30 @@ pub(crate) async fn load(
     check_header(file, &head)?;
     // Before the lock records it and before any compiled code is used: a
     // refused component leaves no trace but its error. Its bytes are read
-    // only when its verdict is not remembered.
-    let mut bytes = files.bytes.clone();
-    let signature =
-        cx.trust.check(cx.cache_dir, &sha256, &head, files.detached.as_deref(), || {
-            let read = match &files.bytes {
-                Some(bytes) => bytes.clone(),
-                None => read_component(file, &sha256)?,
-            };
-            bytes = Some(read.clone());
-            Ok::<_, LoadError>(read)
-        })?;
+    // (and hashed, off the async workers) only when its verdict is not
+    // remembered.
+    let verify = {
+        let (trust, cache_dir) = (cx.trust.clone(), cx.cache_dir.to_owned());
+        let (file, digest, detached) = (file.to_owned(), sha256.clone(), files.detached.clone());
+        let mut bytes = files.bytes.clone();
+        move || {
+            let signature = trust.check(&cache_dir, &digest, &head, detached.as_deref(), || {
+                let read = match bytes.clone() {
+                    Some(read) => read,
+                    None => read_component(&file, &digest)?,
+                };
+                bytes = Some(read.clone());
+                Ok::<_, LoadError>(read)
+            })?;
+            Ok((signature, bytes))
+        }
+    };
+    let (signature, bytes) = tokio::task::spawn_blocking(verify).await.unwrap_or_else(|e| {
+        Err(LoadError::Io {
+            file: file.into(),
+            reason: format!("checking its signature failed: {e}"),
+        })
+    })?;
     if cx.trust.require && !signature.is_trusted() {
         return Err(LoadError::Signature { file: file.into(), status: signature });
     }

@@ -393,7 +393,7 @@ struct Inner {
     sandbox: Sandbox,
     options: Options,
     secrets: Arc<Secrets>,
-    trust: TrustStore,
+    trust: Arc<TrustStore>,
     lock: Mutex<LockFile>,
     catalog: RwLock<Arc<Catalog>>,
     /// Serialises reloads; calls never take it.
@@ -422,7 +422,7 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
         let secrets = Arc::new(Secrets::from_config(&options.config));
-        let trust = TrustStore::from_config(&options.config)?;
+        let trust = Arc::new(TrustStore::from_config(&options.config)?);
         let runtime = Self {
             inner: Arc::new(Inner {
                 sandbox,
