@@ -127,7 +127,7 @@ async fn a_tampered_byte_is_refused_before_compiling() {
         let rt = dir.open(&policy(true, &[&alice])).await;
         let error = failure(&rt, "echo");
         let placement = if detached { "detached" } else { "embedded" };
-        assert!(error.contains("echo.wasm: refused before compiling"), "{error}");
+        assert!(error.contains("echo.wasm: refused before compiling, as "), "{error}");
         assert!(
             error.contains(&format!("the {placement} signature does not match the content")),
             "{error}"
@@ -178,7 +178,9 @@ async fn a_stripped_signature_leaves_an_unsigned_plugin() {
     std::fs::write(&file, strip(&std::fs::read(&file).unwrap())).unwrap();
     let rt = dir.open(&policy(true, &[&alice])).await;
     assert!(
-        failure(&rt, "echo").ends_with("`[plugins] require_signature` is on, and it is unsigned")
+        failure(&rt, "echo").ends_with(
+            "refused before compiling, as `[plugins] require_signature` is on: unsigned"
+        )
     );
 
     // A detached signature removed: unsigned too, even though the verdict
@@ -190,7 +192,7 @@ async fn a_stripped_signature_leaves_an_unsigned_plugin() {
     assert_eq!(info(&dir.open(&policy(true, &[&alice])).await, "echo").status, PluginStatus::Ready);
     std::fs::remove_file(signing::detached_path(&file)).unwrap();
     let rt = dir.open(&policy(true, &[&alice])).await;
-    assert!(failure(&rt, "echo").ends_with("it is unsigned"));
+    assert!(failure(&rt, "echo").ends_with("is on: unsigned"));
 }
 
 #[tokio::test]
@@ -208,7 +210,7 @@ async fn unsigned_plugins_load_unless_a_signature_is_required() {
     // The same component's compiled code is in the cache now; requiring a
     // signature refuses it all the same.
     let rt = dir.open("[plugins]\nrequire_signature = true\n").await;
-    assert!(failure(&rt, "echo").contains("it is unsigned"));
+    assert!(failure(&rt, "echo").contains("is on: unsigned"));
     assert!(rt.call_tool("echo", ARGS, &CallContext::default()).await.is_err());
 }
 
@@ -285,7 +287,7 @@ async fn a_badly_signed_replacement_keeps_the_last_good_version_serving() {
     // watcher loads it.
     replace(&v2, &file);
     wait_for("the unsigned refusal", || {
-        matches!(info(&rt, "echo").status, PluginStatus::Stale(e) if e.ends_with("it is unsigned"))
+        matches!(info(&rt, "echo").status, PluginStatus::Stale(e) if e.ends_with("is on: unsigned"))
     })
     .await;
     assert_eq!(call(&rt).await, "ping");
@@ -321,6 +323,11 @@ fn the_cli_signs_and_lists_who_signed_what() {
     let again = reson(dir.path(), &["plugins", "keygen", "alice", "--dir", "keys"]);
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
     ok(reson(dir.path(), &["plugins", "keygen", "mallory", "--dir", "keys"]));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("keys/alice.key")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the secret key is its owner's alone");
+    let bad = reson(dir.path(), &["plugins", "keygen", "../alice", "--dir", "keys"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("key name \"../alice\""));
 
     let signed = ok(reson(dir.path(), &["plugins", "sign", "echo", "--key", "keys/alice.key"]));
     assert!(signed.contains("wrote plugins/echo.wasm"), "{signed}");
@@ -366,7 +373,7 @@ fn the_cli_signs_and_lists_who_signed_what() {
     .unwrap();
     let list = ok(reson(dir.path(), &["plugins", "list"]));
     assert!(list.contains("FAILED: "), "{list}");
-    assert!(list.contains("it is signed (detached), but by no trusted key"), "{list}");
+    assert!(list.contains("is on: signed (detached), but by no trusted key"), "{list}");
 
     // `plugins install` brings a detached signature along.
     let staging = dir.path().join("staging");

@@ -93,7 +93,7 @@ pub enum LoadError {
         reason: String,
     },
     /// `[plugins] require_signature` is on and no trusted key signed it.
-    #[error("{}: refused before compiling: `[plugins] require_signature` is on, and it is {status}", file.display())]
+    #[error("{}: refused before compiling, as `[plugins] require_signature` is on: {status}", file.display())]
     Signature {
         /// The plugin file.
         file: PathBuf,

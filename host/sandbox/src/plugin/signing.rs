@@ -143,6 +143,9 @@ pub enum SigningError {
         /// What is wrong.
         reason: String,
     },
+    /// A key name that is no plain file name.
+    #[error("key name {0:?}: use letters, digits, `-`, `_` and `.`, not starting with `.`")]
+    BadName(String),
     /// `keygen` would overwrite a key.
     #[error("{}: already exists; choose another name or directory", .0.display())]
     Exists(PathBuf),
@@ -218,8 +221,8 @@ pub struct KeyFiles {
     pub key_id: String,
 }
 
-/// Makes an Ed25519 key pair and writes it to `dir/NAME.key` and
-/// `dir/NAME.pub`, never over existing files.
+/// Makes an Ed25519 key pair and writes it to `dir/NAME.key` (readable by
+/// its owner only) and `dir/NAME.pub`, never over existing files.
 pub fn keygen(dir: &Path, name: &str) -> Result<KeyFiles, SigningError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -227,6 +230,10 @@ pub fn keygen(dir: &Path, name: &str) -> Result<KeyFiles, SigningError> {
         let path = path.to_owned();
         move |source| SigningError::Io { path, source }
     };
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || name.starts_with('.') || !name.chars().all(plain) {
+        return Err(SigningError::BadName(name.to_owned()));
+    }
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let (secret, public) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.pub")));
     for path in [&secret, &public] {
