@@ -198,6 +198,7 @@ async fn a_stripped_signature_leaves_an_unsigned_plugin() {
 #[tokio::test]
 async fn unsigned_plugins_load_unless_a_signature_is_required() {
     let dir = TestDir::new();
+    let alice = key(&dir, "alice");
     install_echo(&dir);
     let rt = dir.open("").await;
     let echo = info(&rt, "echo");
@@ -209,7 +210,7 @@ async fn unsigned_plugins_load_unless_a_signature_is_required() {
 
     // The same component's compiled code is in the cache now; requiring a
     // signature refuses it all the same.
-    let rt = dir.open("[plugins]\nrequire_signature = true\n").await;
+    let rt = dir.open(&policy(true, &[&alice])).await;
     assert!(failure(&rt, "echo").contains("is on: unsigned"));
     assert!(rt.call_tool("echo", ARGS, &CallContext::default()).await.is_err());
 }

@@ -475,6 +475,7 @@ mod tests {
             ),
             ("[plugins]\ntrusted_keys = [{ name = \"a\", kye = \"x\" }]\n", "kye"),
             ("[plugins]\nrequire_signature = \"yes\"\n", "line 2"),
+            ("[plugins]\nrequire_signature = true\n", "trusted_keys is empty"),
             (
                 "[plugins]\ntrusted_keys = [{ name = \"a\", key = \"x\" }, \
                  { name = \"a\", key = \"y\" }]\n",

@@ -193,9 +193,15 @@ pub(crate) fn usable_key(pk: wasmsign2::PublicKey) -> Result<wasmsign2::PublicKe
 }
 
 impl PluginsConfig {
-    /// Checks the inline trusted keys and that no name is listed twice (key
-    /// files are read when the runtime opens).
+    /// Checks that a required signature has keys to be made with, the
+    /// inline trusted keys, and that no name is listed twice (key files are
+    /// read when the runtime opens).
     pub(crate) fn validate_trusted_keys(&self) -> Result<(), String> {
+        if self.plugins.require_signature && self.plugins.trusted_keys.is_empty() {
+            return Err("[plugins] require_signature is on, but trusted_keys is empty: every \
+                 plugin would be refused; name the keys whose signatures you trust"
+                .into());
+        }
         let mut names = std::collections::BTreeSet::new();
         for entry in &self.plugins.trusted_keys {
             if let Some(text) = entry.inline() {
