@@ -5,6 +5,9 @@
 //!   other names), from process start to exit; and the same load inside
 //!   one process (`Runtime::open`), to tell the process's own start-up
 //!   from the plugins';
+//! - the same in-process load with all 20 plugins signed (embedded) and
+//!   `require_signature` on: with every verdict remembered (the cached
+//!   path), and with none (each component read, hashed and verified);
 //! - the time to the first streamed token of a scripted `reson run`, from
 //!   process start to the first word of the model's answer on stdout.
 //!
@@ -15,7 +18,7 @@
 mod support;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use reson::plugin::{Options, Runtime};
+use reson::plugin::{Options, PluginStatus, Runtime, signing};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -82,6 +85,36 @@ fn setup() -> support::TestDir {
     dir
 }
 
+/// A copy of `dir` whose plugins are all signed (embedded) by one key that
+/// its config trusts and requires.
+fn signed_copy(dir: &Path) -> support::TestDir {
+    let signed = support::TestDir::new();
+    for entry in std::fs::read_dir(dir.join("plugins")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wasm" || e == "toml") {
+            std::fs::copy(&path, signed.plugins().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let key = signing::keygen(&signed.path().join("keys"), "bench").unwrap();
+    for entry in std::fs::read_dir(signed.plugins()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            signing::sign(&path, &key.secret, false).unwrap();
+        }
+    }
+    let config = std::fs::read_to_string(dir.join("reson.toml")).unwrap();
+    let policy = format!(
+        "[plugins]\nrequire_signature = true\ntrusted_keys = [\"{}\"]\n",
+        key.public.display()
+    );
+    std::fs::write(
+        signed.path().join("reson.toml"),
+        config.replacen("[plugins.scripted]", &format!("{policy}\n[plugins.scripted]"), 1),
+    )
+    .unwrap();
+    signed
+}
+
 fn reson(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_reson"));
     command.env("RESON_CONFIG", dir.join("reson.toml")).current_dir(dir);
@@ -133,14 +166,33 @@ fn bench(c: &mut Criterion) {
     let cold = plugins_list(&path);
 
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let options =
-        || Options::from_config(reson::config::Config::load(&path.join("reson.toml")).unwrap());
-    let open = || {
+    // Every plugin loads from the compiled-code cache; in the signed copy,
+    // every one is signed by the trusted key.
+    let open_at = |path: &Path, signed: bool| {
+        let options =
+            Options::from_config(reson::config::Config::load(&path.join("reson.toml")).unwrap());
         let start = Instant::now();
-        let runtime = tokio.block_on(Runtime::open(options())).expect("runtime opens");
+        let runtime = tokio.block_on(Runtime::open(options)).expect("runtime opens");
         let took = start.elapsed();
-        assert_eq!(runtime.plugins().len(), PLUGINS);
+        let plugins = runtime.plugins();
+        assert_eq!(plugins.len(), PLUGINS);
+        for p in &plugins {
+            assert!(p.status == PluginStatus::Ready && p.from_cache, "{}: {:?}", p.name, p.status);
+            assert_eq!(p.signature.as_ref().is_some_and(|s| s.is_trusted()), signed, "{}", p.name);
+        }
         took
+    };
+    let open = || open_at(&path, false);
+
+    let signed = signed_copy(&path);
+    let signed_path = signed.path().to_owned();
+    // Compiles the signed components (other bytes, other digests) once.
+    let signed_cold = plugins_list(&signed_path);
+    let verdicts = signed_path.join("cache/signatures");
+    let open_signed = || open_at(&signed_path, true);
+    let open_signed_unremembered = || {
+        std::fs::remove_dir_all(&verdicts).unwrap();
+        open_at(&signed_path, true)
     };
 
     let mut group = c.benchmark_group("startup");
@@ -151,6 +203,12 @@ fn bench(c: &mut Criterion) {
     group.bench_function("Runtime::open, 20 cached plugins (in process)", |b| {
         b.iter_custom(|n| (0..n).map(|_| open()).sum())
     });
+    group.bench_function("Runtime::open, 20 cached signed plugins, verdicts remembered", |b| {
+        b.iter_custom(|n| (0..n).map(|_| open_signed()).sum())
+    });
+    group.bench_function("Runtime::open, 20 cached signed plugins, verifying each", |b| {
+        b.iter_custom(|n| (0..n).map(|_| open_signed_unremembered()).sum())
+    });
     group.bench_function("reson run, time to first token", |b| {
         b.iter_custom(|n| (0..n).map(|_| first_token(&path).0).sum())
     });
@@ -159,6 +217,8 @@ fn bench(c: &mut Criterion) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let list = support::median((0..20).map(|_| ms(plugins_list(&path))).collect());
     let opened = support::median((0..20).map(|_| ms(open())).collect());
+    let signed_opened = support::median((0..20).map(|_| ms(open_signed())).collect());
+    let verified = support::median((0..20).map(|_| ms(open_signed_unremembered())).collect());
     let runs: Vec<(Duration, Duration)> = (0..20).map(|_| first_token(&path)).collect();
     let token = support::median(runs.iter().map(|r| ms(r.0)).collect());
     let exit = support::median(runs.iter().map(|r| ms(r.1)).collect());
@@ -169,6 +229,9 @@ fn bench(c: &mut Criterion) {
         list
     );
     println!("  of which Runtime::open in process:               {:>8.1} ms", opened);
+    println!("reson plugins list, 20 signed, first (compiles):   {:>8.1} ms", ms(signed_cold));
+    println!("Runtime::open, 20 signed, required, remembered:    {:>8.1} ms", signed_opened);
+    println!("Runtime::open, 20 signed, required, verifying all: {:>8.1} ms", verified);
     println!("reson run (scripted), process start to 1st token:  {:>8.1} ms", token);
     println!("reson run (scripted), process start to exit:       {:>8.1} ms", exit);
 }

@@ -15,7 +15,8 @@ pub use reson_agent::config::{
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{
-    Access, DirGrant, JailMode, Limits, PluginGrant, PluginsConfig, SandboxConfig, SecretConfig,
+    Access, DirGrant, JailMode, Limits, PluginGrant, PluginsConfig, PluginsTable, SandboxConfig,
+    SecretConfig, TrustedKey,
 };
 pub use reson_server::config::ServerSettings;
 pub use reson_trace::config::{StoreConfig, StoreKind, TraceConfig};
@@ -79,7 +80,7 @@ struct Document {
     #[serde(default)]
     sandbox: SandboxConfig,
     #[serde(default)]
-    plugins: BTreeMap<String, PluginGrant>,
+    plugins: PluginsTable,
     #[serde(default)]
     permissions: PermissionsConfig,
     #[serde(default)]
@@ -438,6 +439,51 @@ mod tests {
         ] {
             let err = Config::parse(text).unwrap_err();
             assert!(err.contains(key) && err.contains("line 2"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_plugins_table_holds_the_signature_policy_beside_the_grants() {
+        let key = "ed25519:xes4Ydwwk8UVmYdwCUCmyfKDqWwjf7XpIjxFduoc1z0=";
+        let config = Config::parse(&format!(
+            "[plugins]\nrequire_signature = true\n\
+             trusted_keys = [\"{key}\", {{ name = \"bob\", key = \"keys/bob.pub\" }}]\n\
+             [plugins.fs]\ntools = [\"read\"]\n"
+        ))
+        .unwrap();
+        let table = &config.plugins.plugins;
+        assert!(table.require_signature);
+        assert_eq!(
+            table.trusted_keys,
+            [
+                TrustedKey { name: None, key: key.into() },
+                TrustedKey { name: Some("bob".into()), key: "keys/bob.pub".into() }
+            ]
+        );
+        assert_eq!(table.keys().collect::<Vec<_>>(), ["fs"]);
+        assert_eq!(config.grant("fs").tools, Some(vec!["read".into()]));
+        let again = Config::parse(&toml::to_string(&config).unwrap()).unwrap();
+        assert_eq!(again.plugins.plugins.trusted_keys, table.trusted_keys);
+        assert!(again.plugins.plugins.require_signature);
+
+        for (text, wanted) in [
+            ("[plugins]\ntrusted_keys = [\"ed25519:AAAA\"]\n", "3 bytes, not 32"),
+            // 32 bytes, but no curve point: no signature could verify.
+            (
+                "[plugins]\ntrusted_keys = [\"ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\"]\n",
+                "not an Ed25519 public key",
+            ),
+            ("[plugins]\ntrusted_keys = [{ name = \"a\", kye = \"x\" }]\n", "kye"),
+            ("[plugins]\nrequire_signature = \"yes\"\n", "line 2"),
+            ("[plugins]\nrequire_signature = true\n", "trusted_keys is empty"),
+            (
+                "[plugins]\ntrusted_keys = [{ name = \"a\", key = \"x\" }, \
+                 { name = \"a\", key = \"y\" }]\n",
+                "the name `a` is used twice",
+            ),
+        ] {
+            let err = Config::parse(text).unwrap_err();
+            assert!(err.contains(wanted), "{text}: {err}");
         }
     }
 

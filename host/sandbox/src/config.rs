@@ -1,20 +1,25 @@
 //! The sections of `reson.toml` the sandbox reads: where plugins live, the
-//! engine-wide `[sandbox]` settings, what each plugin is granted
-//! (`[plugins.NAME]`), and `[secrets]`.
+//! engine-wide `[sandbox]` settings, which plugin signatures are trusted
+//! (`[plugins] require_signature`, `trusted_keys`), what each plugin is
+//! granted (`[plugins.NAME]`), and `[secrets]`.
 //!
 //! Nothing here can be widened by a plugin or a model: a plugin gets the
 //! intersection of what its manifest requests and what these grant.
 
-use serde::{Deserialize, Serialize};
+use serde::de::{self, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 
 /// The search path when `[sandbox] command_path` is not set.
 pub const DEFAULT_COMMAND_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
 
 /// What `reson.toml` says about plugins: the keys `plugins_dir`,
-/// `cache_dir`, `lock_file` and the tables `[sandbox]`, `[plugins.NAME]`
-/// and `[secrets]`. Relative paths are relative to the file.
+/// `cache_dir`, `lock_file` and the tables `[sandbox]`, `[plugins]` (with
+/// `[plugins.NAME]`) and `[secrets]`. Relative paths are relative to the
+/// file.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct PluginsConfig {
@@ -26,9 +31,10 @@ pub struct PluginsConfig {
     pub lock_file: Option<PathBuf>,
     /// Engine-wide sandbox settings.
     pub sandbox: SandboxConfig,
-    /// Grants per plugin name. A plugin not listed here is granted nothing
-    /// beyond computing and logging.
-    pub plugins: BTreeMap<String, PluginGrant>,
+    /// `[plugins]`: the signature policy, and grants per plugin name. A
+    /// plugin not listed here is granted nothing beyond computing and
+    /// logging.
+    pub plugins: PluginsTable,
     /// Secrets by name, for plugins granted those names: a value
     /// (`NAME = "value"`) or a table (`[secrets.NAME] value = "..."`,
     /// `urls = [...]`) that binds the secret to the URLs it may be sent to.
@@ -55,6 +61,194 @@ impl PluginsConfig {
 impl AsRef<PluginsConfig> for PluginsConfig {
     fn as_ref(&self) -> &PluginsConfig {
         self
+    }
+}
+
+/// The `[plugins]` table: the keys `require_signature` and `trusted_keys`,
+/// and one `[plugins.NAME]` grant per plugin (so no plugin can be named
+/// after either key). It derefs to the grants.
+#[derive(Debug, Clone, Default)]
+pub struct PluginsTable {
+    /// Refuse every plugin that no trusted key signed, before it is
+    /// compiled or taken from the compiled-code cache. Off, signatures are
+    /// still checked and shown, and a bad one is a warning.
+    pub require_signature: bool,
+    /// The public keys whose signatures are trusted.
+    pub trusted_keys: Vec<TrustedKey>,
+    /// Grants by plugin name.
+    pub grants: BTreeMap<String, PluginGrant>,
+}
+
+const REQUIRE_SIGNATURE: &str = "require_signature";
+const TRUSTED_KEYS: &str = "trusted_keys";
+
+impl Deref for PluginsTable {
+    type Target = BTreeMap<String, PluginGrant>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.grants
+    }
+}
+
+impl DerefMut for PluginsTable {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.grants
+    }
+}
+
+impl<'de> Deserialize<'de> for PluginsTable {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Table;
+        impl<'de> Visitor<'de> for Table {
+            type Value = PluginsTable;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("the [plugins] table")
+            }
+
+            // Key by key, so that the TOML reader still names the line of a
+            // bad grant.
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PluginsTable, A::Error> {
+                let mut table = PluginsTable::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        REQUIRE_SIGNATURE => table.require_signature = map.next_value()?,
+                        TRUSTED_KEYS => table.trusted_keys = map.next_value()?,
+                        _ => {
+                            let grant = map.next_value()?;
+                            if table.grants.insert(key.clone(), grant).is_some() {
+                                return Err(de::Error::custom(format!(
+                                    "[plugins.{key}] appears twice"
+                                )));
+                            }
+                        }
+                    }
+                }
+                Ok(table)
+            }
+        }
+        deserializer.deserialize_map(Table)
+    }
+}
+
+impl Serialize for PluginsTable {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        if self.require_signature {
+            map.serialize_entry(REQUIRE_SIGNATURE, &true)?;
+        }
+        if !self.trusted_keys.is_empty() {
+            map.serialize_entry(TRUSTED_KEYS, &self.trusted_keys)?;
+        }
+        for (name, grant) in &self.grants {
+            map.serialize_entry(name, grant)?;
+        }
+        map.end()
+    }
+}
+
+/// One entry of `[plugins] trusted_keys`: a key (`"ed25519:BASE64"`, as
+/// `reson plugins keygen` prints it) or the path of a public key file (PEM,
+/// DER or wasmsign2's raw form), alone or as `{ name = "...", key = "..." }`.
+/// The name is what `reson plugins list` shows as the signer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrustedKey {
+    /// Shown as the signer; defaults to the key file's stem, or the key id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The key inline (`ed25519:` then the base64 of its 32 bytes), or a
+    /// path to a key file (relative to the config file).
+    pub key: String,
+}
+
+/// The prefix of a public key written inline.
+pub const INLINE_KEY_PREFIX: &str = "ed25519:";
+
+impl TrustedKey {
+    /// The key's base64 text, when it is inline rather than a path.
+    pub fn inline(&self) -> Option<&str> {
+        self.key.strip_prefix(INLINE_KEY_PREFIX)
+    }
+}
+
+/// Parses an inline key's base64 text (what follows `ed25519:`).
+pub(crate) fn parse_inline_key(text: &str) -> Result<wasmsign2::PublicKey, String> {
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    let raw: [u8; 32] =
+        raw.try_into().map_err(|raw: Vec<u8>| format!("{} bytes, not 32", raw.len()))?;
+    // wasmsign2's raw form: the algorithm id, then the key.
+    wasmsign2::PublicKey::from_bytes(&[&[1u8][..], &raw].concat())
+        .map_err(|e| e.to_string())
+        .and_then(usable_key)
+}
+
+/// `pk`, if it is a canonical curve point of large order: any other key
+/// could never verify a signature, so trusting it is a mistake to report.
+pub(crate) fn usable_key(pk: wasmsign2::PublicKey) -> Result<wasmsign2::PublicKey, String> {
+    pk.pk.validate().map_err(|e| format!("not a usable point ({e})"))?;
+    Ok(pk)
+}
+
+impl PluginsConfig {
+    /// Checks that a required signature has keys to be made with, the
+    /// inline trusted keys, and that no name is listed twice (key files are
+    /// read when the runtime opens).
+    pub(crate) fn validate_trusted_keys(&self) -> Result<(), String> {
+        if self.plugins.require_signature && self.plugins.trusted_keys.is_empty() {
+            return Err("[plugins] require_signature is on, but trusted_keys is empty: every \
+                 plugin would be refused; name the keys whose signatures you trust"
+                .into());
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for entry in &self.plugins.trusted_keys {
+            if let Some(text) = entry.inline() {
+                parse_inline_key(text).map_err(|e| {
+                    format!(
+                        "[plugins] trusted_keys: `{}`: not an Ed25519 public key: {e}",
+                        entry.key
+                    )
+                })?;
+            }
+            if let Some(name) = &entry.name
+                && !names.insert(name.clone())
+            {
+                return Err(format!("[plugins] trusted_keys: the name `{name}` is used twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for TrustedKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Named {
+            name: Option<String>,
+            key: String,
+        }
+        struct Entry;
+        impl<'de> Visitor<'de> for Entry {
+            type Value = TrustedKey;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a key (\"ed25519:...\" or a key file's path) or { name, key }")
+            }
+
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<TrustedKey, E> {
+                Ok(TrustedKey { name: None, key: key.to_owned() })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TrustedKey, A::Error> {
+                let Named { name, key } =
+                    Named::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(TrustedKey { name, key })
+            }
+        }
+        deserializer.deserialize_any(Entry)
     }
 }
 

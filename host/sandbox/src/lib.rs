@@ -8,7 +8,8 @@
 //!
 //! - [`contract`]: the WIT worlds a component may target, as bindings.
 //! - [`plugin`]: the engine, the loader and compiled-code cache, the lock
-//!   file, hot reload, and calls into instances.
+//!   file, signatures and the keys trusted for them, hot reload, and calls
+//!   into instances.
 //! - [`capability`]: the host side of every import a guest may call
 //!   (files, `http`, `process`, secrets, clock, logs).
 //! - [`manifest`]: what a plugin requests, beside its component.

@@ -4,7 +4,7 @@ use super::author::{self, Lang};
 use super::exit;
 use super::term::{one_line, say};
 use clap::Subcommand;
-use reson::plugin::{PluginInfo, PluginStatus, Runtime};
+use reson::plugin::{PluginInfo, PluginStatus, Runtime, signing};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -49,6 +49,28 @@ pub(crate) enum Command {
         /// The project directory or the .wasm file.
         path: PathBuf,
     },
+    /// Make an Ed25519 key pair for signing plugins: DIR/NAME.key (secret,
+    /// keep it private) and DIR/NAME.pub.
+    Keygen {
+        /// The key's name, shown as the signer once trusted.
+        name: String,
+        /// Where to write the two files.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Sign a plugin component: the signature is embedded (the file is
+    /// rewritten), or written beside it as PLUGIN.wasm.sig with
+    /// --detached. Signatures already there are kept.
+    Sign {
+        /// The .wasm file, or the name of a plugin in the plugins directory.
+        plugin: PathBuf,
+        /// The secret key file (from `reson plugins keygen`, or wasmsign2's).
+        #[arg(long)]
+        key: PathBuf,
+        /// Write the signature beside the component instead of into it.
+        #[arg(long)]
+        detached: bool,
+    },
 }
 
 impl Command {
@@ -88,6 +110,35 @@ pub(crate) fn run_offline(command: &Command, plugins_dir: &Path) -> anyhow::Resu
                 plugins_dir.display()
             );
         }
+        Command::Keygen { name, dir } => {
+            let keys = signing::keygen(dir, name)?;
+            say!(
+                "wrote {} (secret: keep it private) and {}; key id {}\n\
+                 trust it in reson.toml:\n[plugins]\n\
+                 trusted_keys = [{{ name = \"{name}\", key = \"{}\" }}]",
+                keys.secret.display(),
+                keys.public.display(),
+                keys.key_id,
+                keys.inline
+            );
+        }
+        Command::Sign { plugin, key, detached } => {
+            let named = plugins_dir.join(plugin).with_extension("wasm");
+            let file = if !plugin.exists() && plugin.components().count() == 1 && named.exists() {
+                named
+            } else {
+                plugin.clone()
+            };
+            let signed = signing::sign(&file, key, *detached)?;
+            say!(
+                "signed {} with key id {} ({} signature{} now); wrote {}",
+                file.display(),
+                signed.key_id,
+                signed.signatures,
+                if signed.signatures == 1 { "" } else { "s" },
+                signed.written.display()
+            );
+        }
         Command::List { .. } | Command::Accept { .. } => {
             anyhow::bail!("this command needs the plugin runtime")
         }
@@ -101,7 +152,11 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
             say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
         }
         Command::List { json: false } => print_table(&runtime.plugins()),
-        Command::New { .. } | Command::Build { .. } | Command::Install { .. } => {
+        Command::New { .. }
+        | Command::Build { .. }
+        | Command::Install { .. }
+        | Command::Keygen { .. }
+        | Command::Sign { .. } => {
             return run_offline(command, &runtime.options().plugins_dir);
         }
         Command::Accept { name } => {
@@ -139,6 +194,11 @@ fn print_table(plugins: &[PluginInfo]) {
         say!("{} {version}  [{world}]  {status}", p.name);
         if let Some(sha) = &p.sha256 {
             say!("    sha256  {sha}");
+        }
+        match &p.signature {
+            Some(s) if s.is_bad() => say!("    signature WARNING: {}", one_line(&s.to_string())),
+            Some(s) => say!("    signature {}", one_line(&s.to_string())),
+            None => {}
         }
         if !p.tools.is_empty() {
             say!("    tools   {}", p.tools.join(", "));

@@ -70,17 +70,28 @@ pub(crate) fn remembered(cache_dir: &Path, path: &Path, identity: FileIdentity) 
 /// logged: the next load hashes the file again.
 pub(crate) fn remember(cache_dir: &Path, path: &Path, identity: FileIdentity, digest: &str) {
     let entry = entry(cache_dir, path);
-    let write = || -> std::io::Result<()> {
-        let dir = entry.parent().unwrap_or(cache_dir);
-        std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        tmp.write_all(identity.line(digest).as_bytes())?;
-        tmp.persist(&entry)?;
-        Ok(())
-    };
-    if let Err(e) = write() {
+    if let Err(e) = write_atomically(&entry, identity.line(digest).as_bytes(), None) {
         tracing::warn!(path = %entry.display(), "cannot remember a plugin's digest: {e}");
     }
+}
+
+/// Writes `bytes` to `path` through a file beside it renamed into place,
+/// so a reader sees the old content or the new, never a mix; with the
+/// permissions of `like`, when given. Makes the directory if need be.
+pub(crate) fn write_atomically(
+    path: &Path,
+    bytes: &[u8],
+    like: Option<Metadata>,
+) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    if let Some(like) = like {
+        tmp.as_file().set_permissions(like.permissions())?;
+    }
+    tmp.persist(path)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -92,6 +92,14 @@ pub enum LoadError {
         /// What went wrong.
         reason: String,
     },
+    /// `[plugins] require_signature` is on and no trusted key signed it.
+    #[error("{}: refused before compiling, as `[plugins] require_signature` is on: {status}", file.display())]
+    Signature {
+        /// The plugin file.
+        file: PathBuf,
+        /// What its signature says.
+        status: super::signing::SignatureStatus,
+    },
     /// Reading a file failed.
     #[error("{}: {reason}", file.display())]
     Io {

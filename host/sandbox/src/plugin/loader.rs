@@ -1,6 +1,6 @@
 //! Turning a `<name>.wasm` + `<name>.toml` pair into a [`LoadedPlugin`]:
-//! manifest, digest and lock, compile (or cache), contract check, grants,
-//! linking, and the tool list.
+//! manifest, digest, signature and lock, compile (or cache), contract
+//! check, grants, linking, and the tool list.
 
 use super::cache::{self, Source};
 use super::digest::{self, FileIdentity, sha256};
@@ -8,6 +8,7 @@ use super::engine::{KeptMark, Sandbox};
 use super::error::{CallError, Limit, LoadError, ToolFailure};
 use super::instance::{CallStore, Site};
 use super::lock::LockFile;
+use super::signing::{self, SignatureStatus, TrustStore};
 use crate::capability::browser::{Scope, SessionKey};
 use crate::capability::effects::Effects;
 use crate::capability::{DeltaSink, HostState, Secrets};
@@ -114,6 +115,8 @@ pub(crate) struct LoadedPlugin {
     pub(crate) exports: Exports,
     pub(crate) generation: u64,
     pub(crate) from_cache: bool,
+    /// What its signature says.
+    pub(crate) signature: SignatureStatus,
 }
 
 /// A tool plugin's Store and instance, kept for the next call.
@@ -134,6 +137,7 @@ pub(crate) struct LoadContext<'a> {
     pub(crate) cache_dir: &'a Path,
     pub(crate) lock: &'a Mutex<LockFile>,
     pub(crate) secrets: &'a Arc<Secrets>,
+    pub(crate) trust: &'a Arc<TrustStore>,
 }
 
 /// The manifest path beside a plugin file.
@@ -143,12 +147,13 @@ pub(crate) fn manifest_path(file: &Path) -> PathBuf {
 
 /// A plugin's files as read once from disk: the component's digest (and
 /// its bytes, when they had to be read to find it), and the manifest text
-/// (if there is one).
+/// and detached signature (if there are any).
 pub(crate) struct PluginFiles {
     file: PathBuf,
     bytes: Option<Arc<[u8]>>,
     pub(crate) sha256: String,
     manifest: Option<String>,
+    detached: Option<Vec<u8>>,
 }
 
 impl PluginFiles {
@@ -180,25 +185,32 @@ impl PluginFiles {
             Err(LoadError::Io { reason, .. }) if reason == NOT_FOUND => None,
             Err(e) => return Err(e),
         };
-        Ok(Self { file: file.to_owned(), bytes, sha256, manifest })
+        let detached = signing::read_detached(file)
+            .map_err(|(file, reason)| LoadError::Io { file, reason })?;
+        Ok(Self { file: file.to_owned(), bytes, sha256, manifest, detached })
     }
 
-    /// The component's first bytes, for the header check.
+    /// The component's first bytes, for the header and signature checks.
     fn head(&self) -> Result<Vec<u8>, LoadError> {
+        let len = signing::HEAD_BYTES;
         if let Some(bytes) = &self.bytes {
-            return Ok(bytes.iter().take(8).copied().collect());
+            return Ok(bytes.iter().take(len).copied().collect());
         }
-        let mut head = Vec::with_capacity(8);
+        let mut head = Vec::with_capacity(len);
         std::fs::File::open(&self.file)
-            .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 8), &mut head))
+            .and_then(|f| {
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, len as u64), &mut head)
+            })
             .map_err(|e| LoadError::Io { file: self.file.clone(), reason: e.to_string() })?;
         Ok(head)
     }
 
-    /// Identifies this exact pair of files, to skip reloads that change nothing.
+    /// Identifies these exact files (component, manifest, detached
+    /// signature), to skip reloads that change nothing.
     pub(crate) fn fingerprint(&self) -> String {
         let manifest = self.manifest.as_deref().unwrap_or_default();
-        sha256(&[self.sha256.as_bytes(), manifest.as_bytes()].concat())
+        let signature = self.detached.as_deref().map(sha256).unwrap_or_default();
+        sha256(&[self.sha256.as_bytes(), manifest.as_bytes(), signature.as_bytes()].concat())
     }
 
     /// The manifest, checked to name the file's plugin.
@@ -298,7 +310,40 @@ pub(crate) async fn load(
 ) -> Result<LoadedPlugin, LoadError> {
     let manifest = files.manifest(name, file)?;
     let sha256 = files.sha256.clone();
-    check_header(file, &files.head()?)?;
+    let head = files.head()?;
+    check_header(file, &head)?;
+    // Before the lock records it and before any compiled code is used: a
+    // refused component leaves no trace but its error. Its bytes are read
+    // (and hashed, off the async workers) only when its verdict is not
+    // remembered.
+    let verify = {
+        let (trust, cache_dir) = (cx.trust.clone(), cx.cache_dir.to_owned());
+        let (file, digest, detached) = (file.to_owned(), sha256.clone(), files.detached.clone());
+        let mut bytes = files.bytes.clone();
+        move || {
+            let signature = trust.check(&cache_dir, &digest, &head, detached.as_deref(), || {
+                let read = match bytes.clone() {
+                    Some(read) => read,
+                    None => read_component(&file, &digest)?,
+                };
+                bytes = Some(read.clone());
+                Ok::<_, LoadError>(read)
+            })?;
+            Ok((signature, bytes))
+        }
+    };
+    let (signature, bytes) = tokio::task::spawn_blocking(verify).await.unwrap_or_else(|e| {
+        Err(LoadError::Io {
+            file: file.into(),
+            reason: format!("checking its signature failed: {e}"),
+        })
+    })?;
+    if cx.trust.require && !signature.is_trusted() {
+        return Err(LoadError::Signature { file: file.into(), status: signature });
+    }
+    if signature.is_bad() {
+        tracing::warn!(plugin = %name, "{}: {signature}", file.display());
+    }
     cx.lock.lock().expect("lock file mutex").admit(name, &sha256, &manifest.requests).map_err(
         |grown| LoadError::NeedsApproval { file: file.into(), name: name.into(), grown },
     )?;
@@ -307,7 +352,7 @@ pub(crate) async fn load(
     let (dir, digest) = (cx.cache_dir.to_owned(), sha256.clone());
     // Read only on a cache miss: a hit needs the digest alone.
     let wasm = {
-        let (bytes, file, digest) = (files.bytes.clone(), files.file.clone(), sha256.clone());
+        let (file, digest) = (files.file.clone(), sha256.clone());
         move || match bytes {
             Some(bytes) => Ok(bytes),
             None => read_component(&file, &digest).map_err(|e| e.to_string()),
@@ -359,6 +404,7 @@ pub(crate) async fn load(
         exports,
         generation,
         from_cache: source == Source::Cache,
+        signature,
     })
 }
 

@@ -10,6 +10,7 @@ mod loader;
 mod lock;
 
 mod runtime;
+pub mod signing;
 mod watch;
 
 pub use crate::manifest::{Manifest, Requests};
@@ -18,4 +19,5 @@ pub use loader::{CallContext, Image, ToolOutput, ToolSpec};
 pub use runtime::{
     Options, PluginInfo, PluginStatus, RESERVED_TOOL_NAMES, RefusedTool, Runtime, RuntimeError,
 };
+pub use signing::{Placement, SignatureStatus};
 pub use watch::Watcher;

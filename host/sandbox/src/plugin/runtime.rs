@@ -5,6 +5,7 @@ use super::engine::Sandbox;
 use super::error::{CallError, LoadError};
 use super::loader::{self, CallContext, LoadContext, LoadedPlugin, ToolOutput, ToolSpec};
 use super::lock::LockFile;
+use super::signing::{SignatureStatus, SigningError, TrustStore};
 use crate::capability::{DeltaSink, Secrets};
 use crate::config::PluginsConfig;
 use crate::contract::World;
@@ -85,6 +86,9 @@ pub enum RuntimeError {
         /// The directory.
         path: PathBuf,
     },
+    /// A key `[plugins] trusted_keys` names cannot be read.
+    #[error("cannot read a trusted key: {0}")]
+    TrustedKey(#[from] SigningError),
     /// No plugin of that name is loaded.
     #[error("no plugin named `{0}`")]
     NoSuchPlugin(String),
@@ -135,6 +139,8 @@ pub struct PluginInfo {
     pub generation: u64,
     /// Whether the serving generation came from the compiled-code cache.
     pub from_cache: bool,
+    /// What the serving generation's signature says.
+    pub signature: Option<SignatureStatus>,
     /// Ready, disabled, failed or stale.
     pub status: PluginStatus,
 }
@@ -387,6 +393,7 @@ struct Inner {
     sandbox: Sandbox,
     options: Options,
     secrets: Arc<Secrets>,
+    trust: Arc<TrustStore>,
     lock: Mutex<LockFile>,
     catalog: RwLock<Arc<Catalog>>,
     /// Serialises reloads; calls never take it.
@@ -415,11 +422,13 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
         let secrets = Arc::new(Secrets::from_config(&options.config));
+        let trust = Arc::new(TrustStore::from_config(&options.config)?);
         let runtime = Self {
             inner: Arc::new(Inner {
                 sandbox,
                 options,
                 secrets,
+                trust,
                 lock: Mutex::new(lock),
                 catalog: RwLock::new(Arc::default()),
                 reload: tokio::sync::Mutex::new(()),
@@ -473,6 +482,7 @@ impl Runtime {
                     grants: active.map(|p| (*p.grants).clone()),
                     generation: active.map_or(0, |p| p.generation),
                     from_cache: active.is_some_and(|p| p.from_cache),
+                    signature: active.map(|p| p.signature.clone()),
                     status: slot.status.clone(),
                 }
             })
@@ -613,6 +623,7 @@ impl Runtime {
             cache_dir: &self.inner.options.cache_dir,
             lock: &self.inner.lock,
             secrets: &self.inner.secrets,
+            trust: &self.inner.trust,
         };
         let (cx, before) = (&cx, &before);
         // Compiles run on the blocking pool, so a cold start compiles in
@@ -729,12 +740,15 @@ fn valid_plugin_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-/// The plugin a path in the plugins directory belongs to, if any.
+/// The plugin a path in the plugins directory belongs to (its component,
+/// manifest or detached signature), if any.
 pub(crate) fn plugin_name(path: &Path) -> Option<String> {
     let ext = path.extension()?.to_str()?;
-    if ext != "wasm" && ext != "toml" {
-        return None;
-    }
     let stem = path.file_stem()?.to_str()?;
+    let stem = match ext {
+        "wasm" | "toml" => stem,
+        "sig" => stem.strip_suffix(".wasm")?,
+        _ => return None,
+    };
     (!stem.starts_with('.') && stem != "reson").then(|| stem.to_owned())
 }

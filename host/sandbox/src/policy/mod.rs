@@ -23,8 +23,8 @@ impl SandboxConfig {
 }
 
 impl PluginsConfig {
-    /// Checks what the types alone cannot: secret URL patterns and the
-    /// command search path.
+    /// Checks what the types alone cannot: secret URL patterns, the
+    /// command search path and inline trusted keys.
     pub fn validate(&self) -> Result<(), String> {
         for (name, secret) in &self.secrets {
             for pattern in secret.urls.iter().flatten() {
@@ -32,6 +32,6 @@ impl PluginsConfig {
             }
         }
         self.sandbox.search_path().map_err(|e| format!("[sandbox]: {e}"))?;
-        Ok(())
+        self.validate_trusted_keys()
     }
 }

@@ -160,7 +160,8 @@ pub(crate) fn build(dir: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// `reson plugins install PATH`: a project directory (its `dist/`), or a
-/// `.wasm` with its manifest beside it, copied into `plugins_dir`. Each
+/// `.wasm` with its manifest (and detached signature, if it has one)
+/// beside it, copied into `plugins_dir`. Each
 /// file is written aside and renamed, so a watching host never loads half
 /// a file.
 pub(crate) fn install(path: &Path, plugins_dir: &Path) -> anyhow::Result<String> {
@@ -189,7 +190,20 @@ pub(crate) fn install(path: &Path, plugins_dir: &Path) -> anyhow::Result<String>
         std::fs::create_dir_all(plugins_dir)
             .with_context(|| format!("creating {}", plugins_dir.display()))?;
     }
-    for (from, ext) in [(&wasm, "wasm"), (&manifest_file, "toml")] {
+    // A detached signature goes with the component, first, so the new
+    // component never meets the old one's signature; none removes the old.
+    let signature = reson::plugin::signing::detached_path(&wasm);
+    let files: &[(&Path, &str)] = if signature.is_file() {
+        &[(&signature, "wasm.sig"), (&wasm, "wasm"), (&manifest_file, "toml")]
+    } else {
+        let stale = plugins_dir.join(format!("{}.wasm.sig", manifest.name));
+        if stale.exists() {
+            std::fs::remove_file(&stale)
+                .with_context(|| format!("removing the old signature {}", stale.display()))?;
+        }
+        &[(&wasm, "wasm"), (&manifest_file, "toml")]
+    };
+    for (from, ext) in files {
         let to = plugins_dir.join(format!("{}.{ext}", manifest.name));
         let aside = plugins_dir.join(format!(".{}.{ext}.tmp", manifest.name));
         std::fs::copy(from, &aside).with_context(|| {
