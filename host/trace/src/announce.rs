@@ -17,11 +17,14 @@
 //! listeners read again when they reconnect, and a trace another host
 //! takes over is read whole.
 
-use super::postgres::EVENTS_CHANNEL;
 use crate::database::Database;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+
+/// The channel every stored event is announced on, with the payload
+/// `"{trace_id} {event_id}"`.
+pub const EVENTS_CHANNEL: &str = "reson_events";
 
 /// Most payloads in one statement.
 const BATCH: usize = 1024;

@@ -1,7 +1,6 @@
 //! The sections of `reson.toml` the trace stores read: `traces_dir` and
 //! `[store]`.
 
-use crate::file::Durability;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -158,4 +157,25 @@ pub fn redact_url(url: &str) -> String {
         Ok(_) => url.to_owned(),
         Err(_) => "(unparsable URL)".to_owned(),
     }
+}
+
+/// When writes reach stable storage: `[store] durability`, `"batched"`
+/// (the default) or `"immediate"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Calls return once their writes are with the OS, which survives the
+    /// process being killed at any instant; a background thread fsyncs them
+    /// in write order a few milliseconds later (group commit), and
+    /// [`TraceStore::sync`] awaits it. A power loss before then may lose
+    /// the latest writes.
+    #[default]
+    Batched,
+    /// Calls return only once their writes and the directory entries
+    /// naming them are fsync'd, which survives a power loss too. The
+    /// fsyncs are done by the store's background thread while the call
+    /// awaits them, so that no tokio worker blocks on the disk, and they
+    /// are group-committed: one batch serves every call, of any trace,
+    /// that waits meanwhile.
+    Immediate,
 }

@@ -2,6 +2,7 @@
 //! safety and fsync policy in the module docs of [`crate`]).
 
 use super::artifact::{ObjectData, RecordData};
+use super::config::Durability;
 use super::event::{Event, EventKind};
 use super::flush::{Flusher, Target};
 use super::goal::{GoalStats, GoalTree};
@@ -28,27 +29,6 @@ const RECORDS: &str = "records";
 /// How many messages continuing the head may be added before meta.json is
 /// rewritten; `get_trace` reads at most this many message files to catch up.
 const META_EVERY: u64 = 32;
-
-/// When writes reach stable storage: `[store] durability`, `"batched"`
-/// (the default) or `"immediate"`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Durability {
-    /// Calls return once their writes are with the OS, which survives the
-    /// process being killed at any instant; a background thread fsyncs them
-    /// in write order a few milliseconds later (group commit), and
-    /// [`TraceStore::sync`] awaits it. A power loss before then may lose
-    /// the latest writes.
-    #[default]
-    Batched,
-    /// Calls return only once their writes and the directory entries
-    /// naming them are fsync'd, which survives a power loss too. The
-    /// fsyncs are done by the store's background thread while the call
-    /// awaits them, so that no tokio worker blocks on the disk, and they
-    /// are group-committed: one batch serves every call, of any trace,
-    /// that waits meanwhile.
-    Immediate,
-}
 
 /// Traces as files under `root`, one directory per trace.
 pub struct FileTraceStore {

@@ -133,9 +133,12 @@ mod store;
 mod tree;
 mod usage;
 
+#[cfg(feature = "postgres")]
+pub use announce::EVENTS_CHANNEL;
 pub use artifact::{ObjectData, RecordData, digest_of};
+pub use config::Durability;
 pub use event::{Event, EventKind};
-pub use file::{Durability, FileTraceStore};
+pub use file::FileTraceStore;
 pub use goal::{
     AgentMode, Goal, GoalError, GoalKind, GoalKnowledge, GoalStats, GoalStatus, GoalTree,
 };
@@ -147,7 +150,7 @@ pub use model::{
     Collaborator, CollaboratorKind, CollaboratorStatus, Trace, TraceContext, TraceMode, TraceStatus,
 };
 #[cfg(feature = "postgres")]
-pub use postgres::{EVENTS_CHANNEL, PgTraceStore};
+pub use postgres::PgTraceStore;
 pub use render::render_tree;
 pub use store::{TraceError, TraceFilter, TraceSnapshot, TraceStore};
 pub use tree::MessageTree;

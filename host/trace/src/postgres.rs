@@ -13,7 +13,7 @@
 //! trace over) whole or not at all. Sequences and event ids are the
 //! caller's next, as in the other stores; the primary keys refuse one to a
 //! writer whose copy of the trace is behind, rather than storing it twice.
-//! Every event stored is announced on the channel [`EVENTS_CHANNEL`] with
+//! Every event stored is announced on the channel [`EVENTS_CHANNEL`](crate::EVENTS_CHANNEL) with
 //! `"{trace_id} {event_id}"` once its write committed, so hosts listening
 //! hear of it when it is readable (see `announce.rs` for why not in the
 //! write's own transaction).
@@ -44,10 +44,6 @@ use serde::de::DeserializeOwned;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// The channel every stored event is announced on, with the payload
-/// `"{trace_id} {event_id}"`.
-pub const EVENTS_CHANNEL: &str = "reson_events";
 
 /// The walk from a head (`$2`) of trace `$1` to the root: one row
 /// `(segment, upto)` per chain on the path.
