@@ -22,4 +22,5 @@ pub mod replay;
 pub mod scope;
 pub mod skills;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
