@@ -104,7 +104,9 @@ async fn traces(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> Vec<u8>
 async fn metrics(State(got): State<Arc<Mutex<Received>>>, body: Bytes) -> Vec<u8> {
     let request = ExportMetricsServiceRequest::decode(body).expect("a protobuf metrics export");
     let mut got = got.lock().unwrap();
-    for metric in request.resource_metrics.into_iter().flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics) {
+    for metric in
+        request.resource_metrics.into_iter().flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics)
+    {
         if let Some(metric::Data::Histogram(histogram)) = metric.data {
             for point in histogram.data_points {
                 got.histograms.push((metric.name.clone(), metric.unit.clone(), point));
@@ -186,8 +188,9 @@ impl Setup {
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         let (_, rules) = config.preset("default").unwrap();
-        let permissions = permissions
-            .unwrap_or_else(|| Permissions::new(rules, PendingApprovals::new(Duration::from_secs(30))));
+        let permissions = permissions.unwrap_or_else(|| {
+            Permissions::new(rules, PendingApprovals::new(Duration::from_secs(30)))
+        });
         let runner = Runner::new(
             store,
             Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
@@ -202,7 +205,11 @@ impl Setup {
 
     /// Runs `task` to its end, answering approval requests with `answers`
     /// in order.
-    async fn run(&self, task: &str, approvals: Option<(&PendingApprovals, &[Answer])>) -> RunOutcome {
+    async fn run(
+        &self,
+        task: &str,
+        approvals: Option<(&PendingApprovals, &[Answer])>,
+    ) -> RunOutcome {
         let config = RunConfig {
             params: LlmParams { model: MODEL.into(), ..LlmParams::default() },
             ..RunConfig::default()
@@ -238,7 +245,8 @@ fn echo(text: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_exports_genai_spans_nested_under_their_callers_and_the_metrics() {
     let receiver = Receiver::start().await;
-    let usage = |input: u64, output: u64| json!({ "prompt_tokens": input, "completion_tokens": output });
+    let usage =
+        |input: u64, output: u64| json!({ "prompt_tokens": input, "completion_tokens": output });
     let script = json!({
         "turns": [
             { "tool_calls": [echo("hello")], "usage": usage(12, 4) },
@@ -266,7 +274,12 @@ async fn a_run_exports_genai_spans_nested_under_their_callers_and_the_metrics() 
         .into_iter()
         .filter(|s| s.parent_span_id.is_empty())
         .collect();
-    assert_eq!(roots.len(), 1, "one root run: {:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    assert_eq!(
+        roots.len(),
+        1,
+        "one root run: {:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
     let root = roots[0];
     assert_eq!(attr(root, "gen_ai.operation.name").as_deref(), Some("invoke_agent"));
     assert_eq!(attr(root, "gen_ai.agent.name").as_deref(), Some("default"));
@@ -291,9 +304,15 @@ async fn a_run_exports_genai_spans_nested_under_their_callers_and_the_metrics() 
     assert_eq!(attr(first, "gen_ai.response.model").as_deref(), Some(MODEL));
     assert_eq!(int(&first.attributes, "gen_ai.usage.input_tokens"), Some(12));
     assert_eq!(int(&first.attributes, "gen_ai.usage.output_tokens"), Some(4));
-    assert_eq!(strings(&first.attributes, "gen_ai.response.finish_reasons"), Some(vec!["tool_calls".into()]));
+    assert_eq!(
+        strings(&first.attributes, "gen_ai.response.finish_reasons"),
+        Some(vec!["tool_calls".into()])
+    );
     let last = chats.iter().max_by_key(|s| s.start_time_unix_nano).unwrap();
-    assert_eq!(strings(&last.attributes, "gen_ai.response.finish_reasons"), Some(vec!["stop".into()]));
+    assert_eq!(
+        strings(&last.attributes, "gen_ai.response.finish_reasons"),
+        Some(vec!["stop".into()])
+    );
 
     let tool = mine.iter().find(|s| s.name == "execute_tool echo").expect("the echo call's span");
     assert_eq!(attr(tool, "gen_ai.operation.name").as_deref(), Some("execute_tool"));
@@ -310,14 +329,23 @@ async fn a_run_exports_genai_spans_nested_under_their_callers_and_the_metrics() 
     assert_eq!(sub.len(), 1, "one sub-agent run under the call");
     let sub = sub[0];
     assert!(sub.name.starts_with("invoke_agent "), "{}", sub.name);
-    assert_ne!(attr(sub, "gen_ai.conversation.id"), Some(outcome.trace_id.clone()), "its own trace");
+    assert_ne!(
+        attr(sub, "gen_ai.conversation.id"),
+        Some(outcome.trace_id.clone()),
+        "its own trace"
+    );
     let sub_chats = children(&spans, sub);
     assert_eq!(sub_chats.len(), 1);
     assert_eq!(int(&sub_chats[0].attributes, "gen_ai.usage.input_tokens"), Some(7));
 
     // Contents stay home unless the user opts in.
     for span in &spans {
-        for key in ["gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"] {
+        for key in [
+            "gen_ai.input.messages",
+            "gen_ai.output.messages",
+            "gen_ai.tool.call.arguments",
+            "gen_ai.tool.call.result",
+        ] {
             assert!(attribute(&span.attributes, key).is_none(), "{key} on {}", span.name);
         }
     }
@@ -369,13 +397,16 @@ async fn contents_go_out_only_when_opted_in_and_then_redacted() {
     let s = Setup::new(script, &config).await;
     s.run(&format!("echo the key {SECRET}"), None).await;
     receiver
-        .until("the run's spans", |got| got.spans.iter().any(|s| s.name.starts_with("invoke_agent")))
+        .until("the run's spans", |got| {
+            got.spans.iter().any(|s| s.name.starts_with("invoke_agent"))
+        })
         .await;
     let spans = receiver.spans();
 
     let chats = named(&spans, &format!("chat {MODEL}"));
     let second = chats.iter().max_by_key(|s| s.start_time_unix_nano).unwrap();
-    let input: Value = serde_json::from_str(&attr(second, "gen_ai.input.messages").unwrap()).unwrap();
+    let input: Value =
+        serde_json::from_str(&attr(second, "gen_ai.input.messages").unwrap()).unwrap();
     let input = input.as_array().unwrap();
     assert_eq!(input[0]["role"], "user");
     assert_eq!(input[0]["parts"][0]["type"], "text");
@@ -386,7 +417,8 @@ async fn contents_go_out_only_when_opted_in_and_then_redacted() {
     assert_eq!(input[2]["role"], "tool");
     assert_eq!(input[2]["parts"][0]["type"], "tool_call_response");
     assert_eq!(input[2]["parts"][0]["response"], "the key is [REDACTED]");
-    let output: Value = serde_json::from_str(&attr(second, "gen_ai.output.messages").unwrap()).unwrap();
+    let output: Value =
+        serde_json::from_str(&attr(second, "gen_ai.output.messages").unwrap()).unwrap();
     assert_eq!(output[0]["parts"][0]["content"], "echoed");
     assert_eq!(output[0]["finish_reason"], "stop");
 
@@ -421,11 +453,14 @@ async fn tool_spans_carry_the_permission_decision_and_the_limit_hit() {
     let rules = RuleSet::compile(&[rule]).unwrap().with_default(Decision::Allow);
     let pending = PendingApprovals::new(Duration::from_secs(30));
     let permissions = Permissions::new(rules, pending.clone());
-    let config = format!("[plugins.echo]\nlimits = {{ output_bytes = 256 }}\n{}", endpoint(&receiver.url));
+    let config =
+        format!("[plugins.echo]\nlimits = {{ output_bytes = 256 }}\n{}", endpoint(&receiver.url));
     let s = Setup::with_permissions(script, &config, Some(permissions)).await;
     s.run("echo three times", Some((&pending, &[Answer::Once, Answer::Once, Answer::Deny]))).await;
     receiver
-        .until("the run's spans", |got| got.spans.iter().any(|s| s.name.starts_with("invoke_agent")))
+        .until("the run's spans", |got| {
+            got.spans.iter().any(|s| s.name.starts_with("invoke_agent"))
+        })
         .await;
     let spans = receiver.spans();
     let mut tools = named(&spans, "execute_tool echo");
@@ -433,7 +468,10 @@ async fn tool_spans_carry_the_permission_decision_and_the_limit_hit() {
     assert_eq!(tools.len(), 3);
     let decisions: Vec<Option<String>> =
         tools.iter().map(|s| attr(s, "reson.permission.decision")).collect();
-    assert_eq!(decisions, [Some("ask-once".into()), Some("ask-once".into()), Some("ask-denied".into())]);
+    assert_eq!(
+        decisions,
+        [Some("ask-once".into()), Some("ask-once".into()), Some("ask-denied".into())]
+    );
 
     let ok = tools[0];
     assert_eq!(attr(ok, "reson.tool.limit"), None);
@@ -442,7 +480,9 @@ async fn tool_spans_carry_the_permission_decision_and_the_limit_hit() {
     let limit = attr(limited, "reson.tool.limit").expect("the limit hit");
     assert!(limit.starts_with("output limit of 256 bytes"), "{limit}");
     assert_eq!(attr(limited, "error.type").as_deref(), Some("limit_exceeded"));
-    assert!(matches!(&limited.status, Some(Status { code, .. }) if *code == status::StatusCode::Error as i32));
+    assert!(
+        matches!(&limited.status, Some(Status { code, .. }) if *code == status::StatusCode::Error as i32)
+    );
     let denied = tools[2];
     assert_eq!(attr(denied, "error.type").as_deref(), Some("tool_error"));
     assert_eq!(attr(denied, "reson.tool.limit"), None);
@@ -507,7 +547,8 @@ fn a_bad_telemetry_section_is_refused_with_its_reason() {
     assert!(err.contains("not a URL"), "{err}");
     let err = Config::parse("[telemetry]\ncapture_contents = true\n").unwrap_err();
     assert!(err.contains("capture_contents"), "{err}");
-    let config = Config::parse("[telemetry]\notlp_endpoint = \"https://collector:4318\"\n").unwrap();
+    let config =
+        Config::parse("[telemetry]\notlp_endpoint = \"https://collector:4318\"\n").unwrap();
     assert_eq!(config.agent.telemetry.otlp_endpoint.as_deref(), Some("https://collector:4318"));
     assert!(!config.agent.telemetry.capture_content);
 }

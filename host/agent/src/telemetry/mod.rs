@@ -17,6 +17,7 @@ mod span;
 
 pub(crate) use span::Span;
 
+use crate::config::TelemetryConfig;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Histogram, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
@@ -24,7 +25,6 @@ use opentelemetry_otlp::{Protocol, WithExportConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use crate::config::TelemetryConfig;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,12 +78,13 @@ const DURATION_BUCKETS: [f64; 14] =
 
 /// The conventions' advised buckets for `gen_ai.client.token.usage`.
 const TOKEN_BUCKETS: [f64; 14] = [
-    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-    4194304.0, 16777216.0, 67108864.0,
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
 ];
 
 /// The standard variables that name an OTLP endpoint.
-const ENDPOINT_VARS: [&str; 2] = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"];
+const ENDPOINT_VARS: [&str; 2] =
+    ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"];
 
 impl Telemetry {
     /// Exports nothing, at no cost.
@@ -165,11 +166,12 @@ impl Telemetry {
     /// is not held up by it.
     pub(crate) fn flush_soon(&self) {
         let Some(exporter) = self.on.clone() else { return };
-        let spawned = std::thread::Builder::new().name("reson-otel-flush".into()).spawn(move || {
-            if let Err(e) = exporter.flush() {
-                tracing::debug!("OpenTelemetry flush: {e}");
-            }
-        });
+        let spawned =
+            std::thread::Builder::new().name("reson-otel-flush".into()).spawn(move || {
+                if let Err(e) = exporter.flush() {
+                    tracing::debug!("OpenTelemetry flush: {e}");
+                }
+            });
         if let Err(e) = spawned {
             tracing::debug!("OpenTelemetry flush not started: {e}");
         }

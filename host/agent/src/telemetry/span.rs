@@ -178,7 +178,8 @@ impl Span {
                     attributes
                 });
                 let usage = &response.usage;
-                for (kind, count) in [("input", usage.prompt_tokens), ("output", usage.completion_tokens)]
+                for (kind, count) in
+                    [("input", usage.prompt_tokens), ("output", usage.completion_tokens)]
                 {
                     let mut keys = metric.clone();
                     keys.push(KeyValue::new("gen_ai.token.type", kind));
@@ -250,7 +251,8 @@ impl Span {
     /// `ask-once`, ...), with the rule that made it.
     pub(crate) fn permission(&self, decision: &str, rule: Option<&str>) {
         self.set(|| {
-            let mut attributes = vec![KeyValue::new("reson.permission.decision", decision.to_owned())];
+            let mut attributes =
+                vec![KeyValue::new("reson.permission.decision", decision.to_owned())];
             if let Some(rule) = rule {
                 attributes.push(KeyValue::new("reson.permission.rule", rule.to_owned()));
             }
@@ -268,7 +270,9 @@ impl Span {
             self.set(|| vec![KeyValue::new("reson.tool.limit", limit.to_string())]);
         }
         if self.captures() {
-            self.set(|| vec![KeyValue::new("gen_ai.tool.call.result", content::redacted(&result.text))]);
+            self.set(|| {
+                vec![KeyValue::new("gen_ai.tool.call.result", content::redacted(&result.text))]
+            });
         }
         if !result.ok {
             let kind = if result.limit.is_some() { "limit_exceeded" } else { "tool_error" };
@@ -284,10 +288,7 @@ fn usage_attributes(usage: &Usage) -> Vec<KeyValue> {
         KeyValue::new("gen_ai.usage.input_tokens", tokens(usage.prompt_tokens)),
         KeyValue::new("gen_ai.usage.output_tokens", tokens(usage.completion_tokens)),
         KeyValue::new("gen_ai.usage.cache_read.input_tokens", tokens(usage.cache_read_tokens)),
-        KeyValue::new(
-            "gen_ai.usage.cache_creation.input_tokens",
-            tokens(usage.cache_write_tokens),
-        ),
+        KeyValue::new("gen_ai.usage.cache_creation.input_tokens", tokens(usage.cache_write_tokens)),
         KeyValue::new("gen_ai.usage.reasoning.output_tokens", tokens(usage.reasoning_tokens)),
     ]
 }

@@ -3,8 +3,8 @@
 use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::config::Access;
-use reson_sandbox::plugin::{CallError, Runtime};
 use reson_sandbox::plugin::ToolSpec;
+use reson_sandbox::plugin::{CallError, Runtime};
 use reson_trace::ToolCall;
 use std::path::PathBuf;
 use tokio::sync::watch;

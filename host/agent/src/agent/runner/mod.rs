@@ -452,8 +452,7 @@ impl Runner {
         tools: ToolRegistry,
         hooks: Hooks,
     ) -> Self {
-        let inner =
-        Inner {
+        let inner = Inner {
             store,
             provider,
             tools,
@@ -565,8 +564,7 @@ impl Runner {
             self.inner.provider.name(),
             &config.params.model,
         );
-        let mut run = match Run::prepare(self.inner.clone(), messages, config, events, link).await
-        {
+        let mut run = match Run::prepare(self.inner.clone(), messages, config, events, link).await {
             Ok(run) => run,
             Err(e) => {
                 span.end_run("failed", Some(&e.to_string()), &Usage::default());
