@@ -552,3 +552,41 @@ fn a_bad_telemetry_section_is_refused_with_its_reason() {
     assert_eq!(config.agent.telemetry.otlp_endpoint.as_deref(), Some("https://collector:4318"));
     assert!(!config.agent.telemetry.capture_content);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_exports_a_short_run_before_it_exits_to_the_standard_endpoint() {
+    let receiver = Receiver::start().await;
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
+    dir.config("[permissions]\ndefault = \"allow\"\n");
+    let script = dir.path().join("script.json");
+    let turns = json!({ "turns": [{ "tool_calls": [echo("hi")] }, { "text": "done" }] });
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let path = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args(["--config", &path(dir.path().join("reson.toml"))])
+        .args(["--plugins-dir", &path(dir.plugins())])
+        .args(["--cache-dir", &path(support::cache_dir())])
+        .args(["--traces-dir", &path(dir.path().join("traces"))])
+        .args(["run", "--json", "--script", &path(script), "say hi"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)
+        .env_remove("OTEL_SDK_DISABLED")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Already there when the process has exited: nothing waited for a batch.
+    let spans = receiver.spans();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    let root = spans
+        .iter()
+        .find(|s| s.name.starts_with("invoke_agent "))
+        .unwrap_or_else(|| panic!("no run span before exit: {names:?}"));
+    assert_eq!(children(&spans, root).len(), 3, "two model calls and the echo call: {names:?}");
+    assert!(named(&spans, "execute_tool echo").len() == 1, "{names:?}");
+    let got = receiver.got.lock().unwrap();
+    assert!(
+        got.histograms.iter().any(|(n, ..)| n == "gen_ai.client.operation.duration"),
+        "the metrics went out too"
+    );
+}
