@@ -590,3 +590,51 @@ async fn the_cli_exports_a_short_run_before_it_exits_to_the_standard_endpoint() 
         "the metrics went out too"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_is_a_span_with_its_summary_call_under_it() {
+    const WINDOW: u64 = 8_000;
+    let receiver = Receiver::start().await;
+    let long = |n: usize| json!({ "tool_calls": [echo(&format!("step {n}: {}", "lorem ipsum ".repeat(150)))] });
+    let mut turns: Vec<Value> = (1..=10).map(long).collect();
+    turns.push(json!({ "text": "all echoed" }));
+    let script = json!({
+        "turns": turns,
+        "models": { "summarizer": { "turns": [{ "text": "Echoed the steps so far." }] } }
+    });
+    let s = Setup::new(script, &endpoint(&receiver.url)).await;
+    let config = RunConfig {
+        params: LlmParams { model: MODEL.into(), ..LlmParams::default() },
+        compaction: reson::agent::compaction::CompactionConfig {
+            // Room for the sub-agent tools' specs, which no compaction shrinks.
+            context_window: Some(WINDOW),
+            model: Some("summarizer".into()),
+            ..Default::default()
+        },
+        ..RunConfig::default()
+    };
+    let handle =
+        s.runner.run(vec![Message::new(Role::User, "echo ten times")], config).await.unwrap();
+    let outcome = handle.wait().await.unwrap();
+    assert_eq!(outcome.final_text.as_deref(), Some("all echoed"));
+    receiver
+        .until("the run's spans", |got| {
+            got.spans.iter().any(|s| s.name.starts_with("invoke_agent"))
+        })
+        .await;
+    let spans = receiver.spans();
+    let root = named(&spans, "invoke_agent default")[0];
+    let compactions = named(&spans, "compaction");
+    assert!(!compactions.is_empty(), "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    for compaction in &compactions {
+        assert_eq!(compaction.parent_span_id, root.span_id);
+        assert_eq!(int(&compaction.attributes, "reson.compaction.level"), Some(2));
+        let before = int(&compaction.attributes, "reson.compaction.tokens_before").unwrap();
+        let after = int(&compaction.attributes, "reson.compaction.tokens_after").unwrap();
+        assert!(after < before && before > WINDOW as i64 * 8 / 10, "{before} -> {after}");
+        let summary = children(&spans, compaction);
+        assert_eq!(summary.len(), 1);
+        assert_eq!(summary[0].name, "chat summarizer");
+        assert_eq!(attr(summary[0], "gen_ai.request.model").as_deref(), Some("summarizer"));
+    }
+}

@@ -205,7 +205,7 @@ pub(crate) const SYSTEM_PROMPT: &str = "You are a careful software agent. Use th
                              files in the workspace, then answer briefly.";
 
 /// How long the end of a run waits for the OpenTelemetry collector.
-const TELEMETRY_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const TELEMETRY_WAIT: Duration = Duration::from_secs(5);
 
 /// What the command line grants, applied before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
