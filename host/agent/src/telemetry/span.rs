@@ -43,12 +43,15 @@ impl Telemetry {
         model: &str,
     ) -> Span {
         let Some(exporter) = &self.on else { return Span::default() };
-        let attributes = vec![
+        let mut attributes = vec![
             KeyValue::new(OPERATION, "invoke_agent"),
             KeyValue::new("gen_ai.agent.name", agent.to_owned()),
             KeyValue::new(PROVIDER, provider.to_owned()),
-            KeyValue::new(REQUEST_MODEL, model.to_owned()),
         ];
+        // The provider's default model, when the run names none: unknown here.
+        if !model.is_empty() {
+            attributes.push(KeyValue::new(REQUEST_MODEL, model.to_owned()));
+        }
         let cx = parent.0.as_ref().map_or_else(Context::new, |p| p.cx.clone());
         let name = format!("invoke_agent {agent}");
         Span::start(exporter, &cx, name, SpanKind::Internal, attributes, Vec::new())
@@ -132,11 +135,11 @@ impl Span {
     pub(crate) fn chat(&self, provider: &str, request: &ChatRequest) -> Self {
         let Some(live) = &self.0 else { return Self::default() };
         let model = &request.params.model;
-        let metric = vec![
-            KeyValue::new(OPERATION, "chat"),
-            KeyValue::new(PROVIDER, provider.to_owned()),
-            KeyValue::new(REQUEST_MODEL, model.clone()),
-        ];
+        let mut metric =
+            vec![KeyValue::new(OPERATION, "chat"), KeyValue::new(PROVIDER, provider.to_owned())];
+        if !model.is_empty() {
+            metric.push(KeyValue::new(REQUEST_MODEL, model.clone()));
+        }
         let mut attributes = metric.clone();
         let params = &request.params;
         if let Some(t) = params.temperature {
