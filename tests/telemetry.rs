@@ -575,6 +575,8 @@ async fn the_cli_exports_a_short_run_before_it_exits_to_the_standard_endpoint() 
         .args(["run", "--json", "--script", &path(script), "say hi"])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)
         .env_remove("OTEL_SDK_DISABLED")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
         .output()
         .await
         .unwrap();
