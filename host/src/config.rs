@@ -2,7 +2,7 @@
 //! the sandbox's ([`PluginsConfig`]: plugins, grants, secrets), the trace
 //! stores' ([`TraceConfig`]), the agent's ([`AgentConfig`]: permissions,
 //! presets, budgets, sub-agents, skills, experiences, knowledge, compaction,
-//! checkpoints), MCP's
+//! checkpoints, telemetry), MCP's
 //! ([`McpConfig`]) and the server's ([`ServerSettings`]).
 //!
 //! The file is read once, whole, so an unknown key anywhere is refused
@@ -11,7 +11,7 @@
 
 pub use reson_agent::config::{
     AgentConfig, CheckpointsConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig,
-    SkillsConfig, SubAgentsConfig,
+    SkillsConfig, SubAgentsConfig, TelemetryConfig,
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{
@@ -103,6 +103,8 @@ struct Document {
     compaction: CompactionConfig,
     #[serde(default)]
     checkpoints: CheckpointsConfig,
+    #[serde(default)]
+    telemetry: TelemetryConfig,
     #[serde(default)]
     mcp: BTreeMap<String, McpServerConfig>,
 }
@@ -197,6 +199,7 @@ impl From<Document> for Config {
                 knowledge: d.knowledge,
                 compaction: d.compaction,
                 checkpoints: d.checkpoints,
+                telemetry: d.telemetry,
                 base_dir: PathBuf::new(),
                 search_path,
             },
@@ -228,6 +231,7 @@ impl Serialize for Config {
             knowledge: c.agent.knowledge,
             compaction: c.agent.compaction,
             checkpoints: c.agent.checkpoints,
+            telemetry: c.agent.telemetry,
             mcp: c.mcp.servers,
         }
         .serialize(serializer)

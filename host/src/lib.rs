@@ -52,7 +52,7 @@
 pub mod config;
 
 pub use reson_agent::{
-    agent, experience, knowledge, policy, provider, replay, scope, skills, store, tools,
+    agent, experience, knowledge, policy, provider, replay, scope, skills, store, telemetry, tools,
 };
 pub use reson_mcp as mcp;
 pub use reson_origin_guard as origin_guard;

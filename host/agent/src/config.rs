@@ -1,6 +1,7 @@
 //! The sections of `reson.toml` the agent reads: `[permissions]`,
 //! `[presets.NAME]`, `[budget]`, `[sub_agents]`, `[skills]`,
-//! `[experiences]`, `[knowledge]`, `[compaction]` and `[checkpoints]`.
+//! `[experiences]`, `[knowledge]`, `[compaction]`, `[checkpoints]` and
+//! `[telemetry]`.
 
 use crate::policy::{Budget, Decision, Preset, Rule, RuleError, RuleSet, SearchPath};
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,8 @@ pub struct AgentConfig {
     pub compaction: CompactionConfig,
     /// Workspace checkpoints around calls that can write.
     pub checkpoints: CheckpointsConfig,
+    /// OpenTelemetry export of runs' spans and metrics.
+    pub telemetry: TelemetryConfig,
     /// The directory relative paths resolve against.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -46,6 +49,7 @@ impl AgentConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.budget.validate().map_err(|e| format!("[budget]: {e}"))?;
         self.sub_agents.validate().map_err(|e| format!("[sub_agents]: {e}"))?;
+        self.telemetry.validate().map_err(|e| format!("[telemetry]: {e}"))?;
         let global = self.rule_set().map_err(|e| format!("[permissions]: {e}"))?;
         for (name, preset) in &self.presets {
             let preset = Preset { name: name.clone(), ..preset.clone() };
@@ -257,5 +261,33 @@ impl CheckpointsConfig {
     /// The options of the checkpoints taken under it.
     pub fn options(&self) -> reson_workspace::Options {
         reson_workspace::Options { max_file_bytes: self.max_file_bytes, skip: self.skip.clone() }
+    }
+}
+
+/// The `[telemetry]` section of `reson.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL (`http://localhost:4318`):
+    /// spans go to `/v1/traces`, metrics to `/v1/metrics`. When unset,
+    /// the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (and the per-signal
+    /// variables) are used; with neither, nothing is exported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// Put message contents on the spans (prompts, answers, tool arguments
+    /// and results), redacted. Off by default: contents may be private.
+    pub capture_content: bool,
+}
+
+impl TelemetryConfig {
+    /// Checks the endpoint is an `http` or `https` URL.
+    pub fn validate(&self) -> Result<(), String> {
+        let Some(endpoint) = &self.otlp_endpoint else { return Ok(()) };
+        let url = reqwest::Url::parse(endpoint)
+            .map_err(|e| format!("otlp_endpoint {endpoint:?} is not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("otlp_endpoint {endpoint:?} must be an http or https URL"));
+        }
+        Ok(())
     }
 }

@@ -7,6 +7,7 @@
 //! tools → trace, with permissions and budgets ([`policy`]), sub-agents,
 //! compaction, [`skills`], [`experience`]s, [`knowledge`], sessions and tasks;
 //! and [`replay`]s a trace's plugin calls offline against their recorded effects.
+//! Runs can export OpenTelemetry GenAI spans and metrics ([`telemetry`]).
 //!
 //! It depends on `reson-sandbox`, `reson-trace` and `reson-text` only. It
 //! must never know about HTTP servers, MCP or the command line: those
@@ -22,4 +23,5 @@ pub mod replay;
 pub mod scope;
 pub mod skills;
 pub mod store;
+pub mod telemetry;
 pub mod tools;

@@ -143,6 +143,8 @@ impl Server {
         )
         .await;
         let sub_agents = SubAgentSettings::from_config(&config.agent).map_err(ApiError::Config)?;
+        let telemetry = reson_agent::telemetry::Telemetry::from_config(&config.agent.telemetry)
+            .map_err(|e| ApiError::Config(e.to_string()))?;
         let users = Arc::new(config.users()?);
         let channels = Arc::new(events::Channels::default());
         let watchers = TaskTracker::new();
@@ -153,6 +155,7 @@ impl Server {
             tools,
             knowledge,
             sub_agents,
+            telemetry,
             store: Arc::new(events::NotifyingStore::new(store, channels.clone(), runs.clone())),
             approvals: PendingApprovals::new(config.approval_timeout),
             runs,
@@ -233,6 +236,9 @@ impl Server {
             cluster.released(SHUTDOWN_WAIT).await;
         }
         state.store.sync().await?;
+        if let Err(e) = state.telemetry.shutdown(SHUTDOWN_WAIT).await {
+            tracing::warn!("{e}");
+        }
         Ok(())
     }
 }

@@ -125,7 +125,8 @@ pub(crate) async fn start(
         Hooks::none(),
     )
     .with_permissions(Permissions::new(rules, state.approvals.clone()))
-    .with_sub_agents(state.sub_agents.clone());
+    .with_sub_agents(state.sub_agents.clone())
+    .with_telemetry(state.telemetry.clone());
     // In place before the run writes its first event, which sets the
     // source's last event id.
     let source = Arc::new(LiveSource::new(trace_id.clone(), state.channels.clone()));

@@ -22,6 +22,8 @@ pub(crate) struct AppState {
     pub(crate) knowledge: Arc<dyn reson_agent::knowledge::KnowledgeStore>,
     /// Limits of the sub-agents runs start.
     pub(crate) sub_agents: reson_agent::agent::SubAgentSettings,
+    /// Where runs' spans and metrics go (`[telemetry]`).
+    pub(crate) telemetry: reson_agent::telemetry::Telemetry,
     /// The store, waking watchers on each event.
     pub(crate) store: Arc<dyn TraceStore>,
     pub(crate) config: Arc<ServerConfig>,

@@ -13,6 +13,7 @@ use reson::contract::World;
 use reson::plugin::{Options, PluginStatus, Runtime};
 use reson::policy::Preset;
 use reson::provider::{LlmParams, PluginProvider};
+use reson::telemetry::Telemetry;
 use reson::trace::{Message, Role, TraceStatus};
 use reson::workspace::WorkspaceError;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -203,6 +204,9 @@ impl RunArgs {
 pub(crate) const SYSTEM_PROMPT: &str = "You are a careful software agent. Use the tools to inspect and change \
                              files in the workspace, then answer briefly.";
 
+/// How long the end of a run waits for the OpenTelemetry collector.
+pub(crate) const TELEMETRY_WAIT: Duration = Duration::from_secs(5);
+
 /// What the command line grants, applied before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
     args.model.grant_vendor(options)?;
@@ -268,9 +272,11 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
         super::mcp::START_WAIT,
     )
     .await;
+    let telemetry = Telemetry::from_config(&config.telemetry)?;
     let runner = Runner::new(stores.traces, provider, tools, Hooks::none())
         .with_permissions(permissions)
-        .with_sub_agents(sub_agents);
+        .with_sub_agents(sub_agents)
+        .with_telemetry(telemetry.clone());
 
     let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
     let config = RunConfig {
@@ -339,6 +345,10 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     }
     let outcome = handle.wait().await;
     printer.clear_spinner();
+    // The run's spans and metrics leave before the process does.
+    if let Err(e) = telemetry.shutdown(TELEMETRY_WAIT).await {
+        tracing::warn!("{e}");
+    }
     match outcome {
         Ok(outcome) => {
             say_err!(

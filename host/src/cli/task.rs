@@ -10,6 +10,7 @@ use reson::agent::{
 };
 use reson::plugin::Options;
 use reson::provider::LlmParams;
+use reson::telemetry::Telemetry;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow:
 pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
     let store = super::open_stores(&runtime.config).await?.traces;
+    let telemetry = Telemetry::from_config(&runtime.config.agent.telemetry)?;
     let bundle = AgentBuilder::new()
         .provider(Arc::new(args.model.provider(runtime)))
         .tools(super::mcp::tools(runtime).await)
@@ -56,6 +58,7 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
         .store(store)
         .params(LlmParams { model: args.model.model.clone(), ..LlmParams::default() })
         .permissions(super::run::permissions(runtime, &args.model.preset)?.1)
+        .telemetry(telemetry.clone())
         .build()?;
     let parser = Arc::new(PluginPlanParser::new(runtime.runtime.clone(), args.parser.clone()));
     let policy = match args.on_failure {
@@ -76,6 +79,9 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
         }
         None => task.run(&args.goal, |p| printer.show(p)).await,
     };
+    if let Err(e) = telemetry.shutdown(super::run::TELEMETRY_WAIT).await {
+        tracing::warn!("{e}");
+    }
     match outcome {
         Ok(outcome) => {
             say_part!("\n{}", outcome.plan.render());

@@ -7,6 +7,7 @@ use super::hooks::{HookEvent, HookPoint, Hooks};
 use super::memory::SessionMemory;
 use super::runner::{AgentEvent, RunConfig, Runner};
 use crate::provider::{ChatProvider, LlmParams};
+use crate::telemetry::Telemetry;
 use crate::tools::ToolRegistry;
 use reson_sandbox::plugin::ToolSpec;
 use reson_trace::{Message, Role, TraceMode, TraceStore, Usage};
@@ -71,6 +72,7 @@ pub struct RuntimeBundle {
     params: LlmParams,
     max_iterations: u32,
     permissions: Option<Arc<Permissions>>,
+    telemetry: Telemetry,
 }
 
 impl RuntimeBundle {
@@ -108,6 +110,7 @@ pub struct AgentBuilder {
     params: LlmParams,
     max_iterations: Option<u32>,
     permissions: Option<Permissions>,
+    telemetry: Telemetry,
 }
 
 impl AgentBuilder {
@@ -158,6 +161,12 @@ impl AgentBuilder {
         self
     }
 
+    /// Where the runs' spans and metrics go (nowhere by default).
+    pub fn telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// The bundle, or which part is missing.
     pub fn build(self) -> Result<RuntimeBundle, AgentError> {
         let missing = |what: &str| AgentError::Config(format!("AgentBuilder: no {what} given"));
@@ -169,6 +178,7 @@ impl AgentBuilder {
             params: self.params,
             max_iterations: self.max_iterations.unwrap_or(50),
             permissions: self.permissions.map(Arc::new),
+            telemetry: self.telemetry,
         })
     }
 }
@@ -224,7 +234,8 @@ impl AgentSession {
             bundle.provider.clone(),
             bundle.registry_for(agent.as_ref()),
             bundle.hooks.clone(),
-        );
+        )
+        .with_telemetry(bundle.telemetry.clone());
         if let Some(permissions) = &bundle.permissions {
             runner = runner.with_shared_permissions(permissions.clone());
         }

@@ -19,7 +19,7 @@ pub use source::{Dispatch, Extensions, ToolContext, ToolSource};
 use crate::experience::Experiences;
 use crate::knowledge::Knowledge;
 use crate::skills::Skills;
-use reson_sandbox::plugin::{CallContext, Image, RESERVED_TOOL_NAMES, Runtime, ToolSpec};
+use reson_sandbox::plugin::{CallContext, Image, Limit, RESERVED_TOOL_NAMES, Runtime, ToolSpec};
 use reson_trace::ToolCall;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -38,6 +38,8 @@ pub struct ToolResult {
     pub include_output_only_once: bool,
     /// Images that go to the model with the text.
     pub images: Vec<Image>,
+    /// The sandbox limit that stopped the call, if one did.
+    pub limit: Option<Limit>,
 }
 
 impl ToolResult {
@@ -49,6 +51,7 @@ impl ToolResult {
             long_term_memory: None,
             include_output_only_once: false,
             images: Vec::new(),
+            limit: None,
         }
     }
 

@@ -3,8 +3,8 @@
 use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::config::Access;
-use reson_sandbox::plugin::Runtime;
 use reson_sandbox::plugin::ToolSpec;
+use reson_sandbox::plugin::{CallError, Runtime};
 use reson_trace::ToolCall;
 use std::path::PathBuf;
 use tokio::sync::watch;
@@ -23,8 +23,15 @@ impl ToolSource for Runtime {
                 long_term_memory: out.long_term_memory,
                 include_output_only_once: out.include_output_only_once,
                 images: out.images,
+                limit: None,
             },
-            Err(e) => ToolResult::error(format!("Error: {e}")),
+            Err(e) => {
+                let limit = match &e {
+                    CallError::LimitExceeded { limit, .. } => Some(limit.clone()),
+                    _ => None,
+                };
+                ToolResult { limit, ..ToolResult::error(format!("Error: {e}")) }
+            }
         }
     }
 

@@ -79,11 +79,13 @@ impl Run {
         let after = counter.request(&level1.messages, tools);
         if after <= budget {
             if level1.goals != self.compaction.goals {
+                let span = self.span.compaction(1);
                 self.compaction_hook(HookPoint::PreCompaction, iteration, 1).await?;
                 self.compacted(1, level1.goals.clone(), level1.dropped, None, before, after)
                     .await?;
                 self.compaction.goals = level1.goals;
                 self.compaction_hook(HookPoint::PostCompaction, iteration, 1).await?;
+                span.end_compaction(before, after);
             }
             return Ok(Some(level1.messages));
         }
@@ -158,6 +160,7 @@ impl Run {
         if keep == 0 || keep >= self.path.len() {
             return Ok(true);
         }
+        let span = self.span.compaction(2);
         self.compaction_hook(HookPoint::PreCompaction, iteration, 2).await?;
         let range = self.path[keep..].to_vec();
         let counter = self.counter();
@@ -178,16 +181,29 @@ impl Run {
             params,
         };
         self.requests += 1;
+        let chat = span.chat(self.inner.provider.name(), &request);
         let call = provider::complete(&*self.inner.provider, request, self.cancel.clone(), |_| {});
         let response = tokio::select! {
             biased;
             () = self.cancel.cancelled() => None,
             response = call => Some(response),
         };
-        let Some(response) = response else { return Ok(false) };
+        let Some(response) = response else {
+            chat.end_stopped();
+            span.end_stopped();
+            return Ok(false);
+        };
+        chat.end_chat(response.as_ref());
         let response = match response {
-            Err(_) if self.stopped() => return Ok(false),
-            other => other?,
+            Err(_) if self.stopped() => {
+                span.end_stopped();
+                return Ok(false);
+            }
+            Err(e) => {
+                span.end_failed(&e.to_string());
+                return Err(e.into());
+            }
+            Ok(response) => response,
         };
         let mut summary =
             compaction::summary_message(&response.message.text(), &self.goals, &range);
@@ -202,6 +218,7 @@ impl Run {
         self.compacted(2, Vec::new(), sequences, Some(stored.sequence), before, after).await?;
         self.compaction.goals.clear();
         self.compaction_hook(HookPoint::PostCompaction, iteration, 2).await?;
+        span.end_compaction(before, after);
         Ok(true)
     }
 }

@@ -34,7 +34,16 @@ impl Run {
                 (TraceStatus::Failed, Some(e.to_string()))
             }
         };
-        self.finish(status, error.clone()).await?;
+        let finished = self.finish(status, error.clone()).await;
+        let label = serde_json::to_value(status).ok();
+        let label = label.as_ref().and_then(|v| v.as_str()).unwrap_or("failed");
+        self.span.end_run(label, error.as_deref(), &self.usage);
+        // A root run's spans go now, not at the batch's next tick: a short
+        // CLI run may be the process's last.
+        if self.depth == 0 {
+            self.inner.telemetry.flush_soon();
+        }
+        finished?;
         self.emit(AgentEvent::Finished { status, error });
         result.map(|status| RunOutcome {
             trace_id: self.trace.id.clone(),

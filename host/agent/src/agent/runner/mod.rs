@@ -34,6 +34,7 @@ use crate::agent::error::AgentError;
 use crate::agent::hooks::{HookEvent, HookPoint, Hooks};
 use crate::policy::{Budget, Meter};
 use crate::provider::{ChatProvider, LlmParams};
+use crate::telemetry::{Span, Telemetry};
 use crate::tools::ToolRegistry;
 use futures::stream::Stream;
 use reson_sandbox::plugin::ToolSpec;
@@ -376,6 +377,8 @@ struct Inner {
     tools: ToolRegistry,
     hooks: Hooks,
     permissions: Option<Arc<Permissions>>,
+    /// Where spans and metrics go; sub-agents' runners share it.
+    telemetry: Telemetry,
     /// Shared with the runners of sub-agents, so `stop` reaches them too.
     running: Arc<Mutex<HashMap<String, CancellationToken>>>,
 }
@@ -401,6 +404,8 @@ pub(crate) struct Link {
     pub(crate) extra: serde_json::Map<String, serde_json::Value>,
     /// How many runs are above it: its caller's depth plus one.
     pub(crate) depth: u32,
+    /// The span of the call that starts it: its own span goes under it.
+    pub(crate) parent_span: Span,
 }
 
 /// A trace's entry in the set of running traces, removed when this is
@@ -447,8 +452,15 @@ impl Runner {
         tools: ToolRegistry,
         hooks: Hooks,
     ) -> Self {
-        let inner =
-            Inner { store, provider, tools, hooks, permissions: None, running: Arc::default() };
+        let inner = Inner {
+            store,
+            provider,
+            tools,
+            hooks,
+            permissions: None,
+            telemetry: Telemetry::off(),
+            running: Arc::default(),
+        };
         Self { inner: Arc::new(inner) }
     }
 
@@ -457,6 +469,13 @@ impl Runner {
     /// rules deny outright are not offered to the model.
     pub fn with_permissions(self, permissions: Permissions) -> Self {
         self.with_shared_permissions(Arc::new(permissions))
+    }
+
+    /// The same runner exporting spans and metrics of its runs (and
+    /// their sub-agents') to `telemetry`.
+    pub fn with_telemetry(self, telemetry: Telemetry) -> Self {
+        let inner = Inner { telemetry, ..(*self.inner).clone() };
+        Self { inner: Arc::new(inner) }
     }
 
     pub(crate) fn with_shared_permissions(self, permissions: Arc<Permissions>) -> Self {
@@ -527,6 +546,7 @@ impl Runner {
                     cancel: CancellationToken::new(),
                     extra: Default::default(),
                     depth: 0,
+                    parent_span: Span::default(),
                 }
             }
         };
@@ -538,7 +558,21 @@ impl Runner {
         if let Some(id) = config.trace_id.as_ref().or(config.new_trace_id.as_ref()) {
             claim.take(id, &cancel)?;
         }
-        let run = Run::prepare(self.inner.clone(), messages, config, events, link).await?;
+        let span = self.inner.telemetry.invoke_agent(
+            &link.parent_span,
+            &config.agent_type,
+            self.inner.provider.name(),
+            &config.params.model,
+        );
+        let mut run = match Run::prepare(self.inner.clone(), messages, config, events, link).await {
+            Ok(run) => run,
+            Err(e) => {
+                span.end_run("failed", Some(&e.to_string()), &Usage::default());
+                return Err(e);
+            }
+        };
+        span.conversation(&run.trace.id);
+        run.span = span;
         let trace_id = run.trace.id.clone();
         if claim.trace_id.is_none() {
             claim.take(&trace_id, &cancel)?;
@@ -614,6 +648,8 @@ struct Run {
     images: HashMap<String, String>,
     /// The checkpoints of this run, from its first call that can write.
     workspace: Option<reson_workspace::Workspace>,
+    /// This run's `invoke_agent` span.
+    span: Span,
 }
 
 impl Run {

@@ -76,6 +76,7 @@ impl Run {
                 let _ = events.send(event);
             };
             self.requests += 1;
+            let span = self.span.chat(provider.name(), &request);
             let call = provider::complete(&*provider, request.clone(), cancel.clone(), on_delta);
             // A stop cuts the call in flight at once, even on a provider
             // slow to see its token, and wins over an answer racing it.
@@ -90,6 +91,10 @@ impl Run {
                     None => Ok(response),
                 })
             });
+            match &result {
+                Some(result) => span.end_chat(result.as_ref()),
+                None => span.end_stopped(),
+            }
             match result {
                 Some(Ok(response)) => return Ok(Some((response, attempt))),
                 None => {

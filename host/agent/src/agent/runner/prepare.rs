@@ -7,6 +7,7 @@ use crate::agent::error::AgentError;
 use crate::agent::runner::{
     AgentEvent, INTERRUPTED, Inner, Link, Run, RunConfig, RunMode, compact,
 };
+use crate::telemetry::Span;
 use crate::tools::goal;
 use reson_trace::{EventKind, Message, MessageTree, Role, Trace, TraceStatus, Usage};
 use std::collections::HashMap;
@@ -28,7 +29,7 @@ impl Run {
         events: mpsc::UnboundedSender<AgentEvent>,
         link: Link,
     ) -> Result<Self, AgentError> {
-        let Link { meter, cancel, extra, depth } = link;
+        let Link { meter, cancel, extra, depth, parent_span: _ } = link;
         let store = inner.store.clone();
         let (trace, mode) = match &config.trace_id {
             None => {
@@ -111,6 +112,7 @@ impl Run {
             compaction: compact::State::default(),
             images: HashMap::new(),
             workspace: None,
+            span: Span::default(),
         };
         // First on the stream, before the messages this preparation adds.
         run.emit(AgentEvent::TraceStarted { trace_id: run.trace.id.clone(), mode });

@@ -9,6 +9,7 @@ use crate::agent::error::AgentError;
 use crate::agent::runner::{AgentEvent, Run, RunConfig, Runner};
 use crate::policy::Meter;
 use crate::replay::{CallRecording, EFFECTS, record_key};
+use crate::telemetry::Span;
 use crate::tools::{Dispatch, OnOffer, ToolContext, ToolResult, unknown_tool};
 use futures::stream::{FuturesUnordered, StreamExt};
 use reson_sandbox::capability::effects::Effects;
@@ -121,7 +122,9 @@ impl Run {
                 arguments: call.arguments.clone(),
             });
         }
-        let offered: Vec<String> = self.inner.offered_tools().into_iter().map(|t| t.name).collect();
+        let specs = self.inner.offered_tools();
+        let offered: Vec<String> = specs.iter().map(|t| t.name.clone()).collect();
+        let spans: Vec<Span> = calls.iter().map(|c| self.span.execute_tool(c, &specs)).collect();
         let on_offer = self.inner.tools.on_offer();
         let mut done: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
         let mut stored = 0;
@@ -129,16 +132,17 @@ impl Run {
         for (i, call) in calls.iter().enumerate() {
             // A stop (perhaps given while an earlier call awaited approval)
             // ends the message here: no more prompts, nothing more runs.
+            let span = &spans[i];
             let now = if self.stopped() {
-                Some(self.finished(call, ToolResult::error(STOPPED_BEFORE_CALL.into()), None))
+                Some(self.finished(call, span, ToolResult::error(STOPPED_BEFORE_CALL.into()), None))
             } else if !offered.contains(&call.name) {
                 // Checked before the permissions: a name the model made up
                 // must not wait for an approval no one can give.
-                Some(self.finished(call, unknown_tool(&call.name, &offered), None))
-            } else if let Some(denied) = self.permitted(call).await? {
-                Some(self.finished(call, denied, None))
+                Some(self.finished(call, span, unknown_tool(&call.name, &offered), None))
+            } else if let Some(denied) = self.permitted(call, span).await? {
+                Some(self.finished(call, span, denied, None))
             } else if on_offer.dispatch(&call.name) == Some(Dispatch::InOrder) {
-                Some(self.in_order(&on_offer, call).await?)
+                Some(self.in_order(&on_offer, call, span).await?)
             } else {
                 concurrent.push(i);
                 None
@@ -149,7 +153,7 @@ impl Run {
         if self.stopped() {
             for &i in &concurrent {
                 let stopped = ToolResult::error(STOPPED_BEFORE_CALL.into());
-                done[i] = Some(self.finished(&calls[i], stopped, None));
+                done[i] = Some(self.finished(&calls[i], &spans[i], stopped, None));
             }
             return self.store_ready(calls, &mut done, &mut stored).await;
         }
@@ -188,6 +192,8 @@ impl Run {
                 };
                 context.extensions.insert(caller.clone());
                 context.extensions.insert(visible.clone());
+                // A sub-agent's span goes under this call's.
+                context.extensions.insert(Arc::new(spans[i].clone()));
                 let on_offer = &on_offer;
                 async move {
                     let started = Instant::now();
@@ -200,7 +206,7 @@ impl Run {
             tokio::select! {
                 next = running.next() => {
                     let Some((i, result, took, effects)) = next else { break };
-                    let mut finished = self.finished(&calls[i], result, None);
+                    let mut finished = self.finished(&calls[i], &spans[i], result, None);
                     finished.took = took;
                     finished.effects = effects;
                     done[i] = Some(finished);
@@ -228,6 +234,7 @@ impl Run {
         &mut self,
         on_offer: &OnOffer,
         call: &ToolCall,
+        span: &Span,
     ) -> Result<CallOutcome, AgentError> {
         let started = Instant::now();
         let effects = self.config.record_effects.then(Effects::record);
@@ -247,7 +254,7 @@ impl Run {
         if result.ok {
             self.goal_changed().await?;
         }
-        let mut finished = self.finished(call, result, Some(self.goals.snapshot()));
+        let mut finished = self.finished(call, span, result, Some(self.goals.snapshot()));
         finished.took = started.elapsed();
         finished.effects = effects;
         Ok(finished)
@@ -265,9 +272,11 @@ impl Run {
     fn finished(
         &self,
         call: &ToolCall,
+        span: &Span,
         result: ToolResult,
         goals: Option<GoalTree>,
     ) -> CallOutcome {
+        span.end_tool(&result);
         self.emit(AgentEvent::ToolFinished {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -300,7 +309,11 @@ impl Run {
 
     /// Checks one call against the permissions; a call that may not run
     /// gets its result (the reason). Every decision is recorded.
-    async fn permitted(&mut self, call: &ToolCall) -> Result<Option<ToolResult>, AgentError> {
+    async fn permitted(
+        &mut self,
+        call: &ToolCall,
+        span: &Span,
+    ) -> Result<Option<ToolResult>, AgentError> {
         let Some(permissions) = self.inner.permissions.clone() else { return Ok(None) };
         let events = self.events.clone();
         let announce = move |request: &ApprovalRequest| {
@@ -317,6 +330,7 @@ impl Run {
         let Some(ruling) = ruling else {
             return Ok(Some(ToolResult::error(STOPPED_BEFORE_CALL.into())));
         };
+        span.permission(ruling.decision, ruling.rule.as_deref());
         self.inner
             .store
             .append_event(

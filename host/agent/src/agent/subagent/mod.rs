@@ -15,6 +15,7 @@ use crate::agent::approval::{Announce, Answer, ApprovalRequest, Approver, Permis
 use crate::agent::runner::{AgentEvent, Caller, INTERRUPTED, Link, RunConfig, Runner, TraceUpdate};
 use crate::config::AgentConfig;
 use crate::policy::{Budget, Preset, RuleSet};
+use crate::telemetry::Span;
 use crate::tools::agent::{self, AgentArgs, AgentCallResult, SubAgentResult, SubAgentStats};
 use crate::tools::evaluate::{self, EvaluateArgs, EvaluateResult, Verdict};
 use crate::tools::{ToolContext, ToolResult, ToolSource};
@@ -126,10 +127,12 @@ impl ToolSource for SubAgents {
                 caller.depth, settings.max_depth
             ));
         }
+        // The span of this call, which the sub-agent's own goes under.
+        let span = context.extensions.get::<Span>().map(|s| (*s).clone()).unwrap_or_default();
         if call.name == evaluate::NAME {
-            run_evaluate(settings, &caller, call).await
+            run_evaluate(settings, &caller, call, &span).await
         } else {
-            run_agent(settings, &caller, call).await
+            run_agent(settings, &caller, call, &span).await
         }
     }
 
@@ -206,7 +209,12 @@ impl Drop for Slots {
     }
 }
 
-async fn run_agent(settings: &SubAgentSettings, caller: &Caller, call: &ToolCall) -> ToolResult {
+async fn run_agent(
+    settings: &SubAgentSettings,
+    caller: &Caller,
+    call: &ToolCall,
+    span: &Span,
+) -> ToolResult {
     let args = match AgentArgs::parse(&call.arguments) {
         Ok(args) => args,
         Err(e) => return ToolResult::error(e),
@@ -228,7 +236,7 @@ async fn run_agent(settings: &SubAgentSettings, caller: &Caller, call: &ToolCall
             skills: args.skills.clone(),
             goal_id: None,
         };
-        match prepare(settings, caller, call, start).await {
+        match prepare(settings, caller, call, span, start).await {
             Ok(child) => prepared.push(child),
             Err(e) => return ToolResult::error(e),
         }
@@ -242,7 +250,12 @@ async fn run_agent(settings: &SubAgentSettings, caller: &Caller, call: &ToolCall
     ToolResult { ok, ..ToolResult::text(text) }
 }
 
-async fn run_evaluate(settings: &SubAgentSettings, caller: &Caller, call: &ToolCall) -> ToolResult {
+async fn run_evaluate(
+    settings: &SubAgentSettings,
+    caller: &Caller,
+    call: &ToolCall,
+    span: &Span,
+) -> ToolResult {
     let args = match EvaluateArgs::parse(&call.arguments) {
         Ok(args) => args,
         Err(e) => return ToolResult::error(e),
@@ -268,7 +281,7 @@ async fn run_evaluate(settings: &SubAgentSettings, caller: &Caller, call: &ToolC
         // With no goal in focus, the evaluation belongs to the goal judged.
         goal_id: caller.goal_id.is_none().then(|| target.clone()),
     };
-    let child = match prepare(settings, caller, call, start).await {
+    let child = match prepare(settings, caller, call, span, start).await {
         Ok(child) => child,
         Err(e) => return ToolResult::error(e),
     };
@@ -319,6 +332,7 @@ async fn prepare(
     settings: &SubAgentSettings,
     caller: &Caller,
     call: &ToolCall,
+    span: &Span,
     start: Start,
 ) -> Result<Prepared, String> {
     let store = caller.runner.store().clone();
@@ -410,7 +424,13 @@ async fn prepare(
     };
     let mut messages = start.context;
     messages.push(Message::new(Role::User, start.task.clone()));
-    let link = Link { meter, cancel: caller.cancel.child_token(), extra, depth: caller.depth + 1 };
+    let link = Link {
+        meter,
+        cancel: caller.cancel.child_token(),
+        extra,
+        depth: caller.depth + 1,
+        parent_span: span.clone(),
+    };
     Ok(Prepared {
         runner: child_runner,
         messages,
