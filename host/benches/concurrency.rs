@@ -162,7 +162,12 @@ fn bench(c: &mut Criterion) {
     let peak_rss_mib = status_field("VmHWM:") as f64 / 1024.0;
 
     let mut group = c.benchmark_group("concurrency");
-    group.sample_size(10).measurement_time(Duration::from_secs(20));
+    // A wave takes seconds: ten of them, each timed alone, are enough.
+    group
+        .sample_size(10)
+        .sampling_mode(criterion::SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_secs(10));
     group.bench_function("1000 sessions x 3 turns, in-memory store", |b| {
         b.iter_custom(|n| (0..n).map(|_| tokio.block_on(wave(&memory, SESSIONS))).sum())
     });
