@@ -9,8 +9,8 @@
 //! fresh and kept-warm call, the goals, and where the time goes.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use reson::config::Config;
-use reson::plugin::{CallContext, Options, Runtime};
+use reson_sandbox::config::PluginsConfig;
+use reson_sandbox::plugin::{CallContext, Options, Runtime};
 use serde::Deserialize;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -68,9 +68,7 @@ async fn reson(dir: &Path, keep_warm: bool) -> Runtime {
         manifest.push_str("\n[instance]\nkeep_warm = true\n");
     }
     std::fs::write(plugins.join("echo.toml"), manifest).unwrap();
-    let config = dir.join("reson.toml");
-    std::fs::write(&config, "").unwrap();
-    let mut options = Options::from_config(Config::load(&config).unwrap());
+    let mut options = Options::from_config(PluginsConfig::default());
     options.plugins_dir = plugins;
     // The tests' compiled-code cache: the echo component compiles once.
     options.cache_dir = root().join("target/test-cache");
@@ -321,7 +319,7 @@ impl Figure {
 impl Peers<'_> {
     /// How long `n` calls of `figure` take.
     fn time(&mut self, figure: Figure, n: u64) -> Duration {
-        let ctx = CallContext::default();
+        let (tokio, ctx) = (self.tokio, CallContext::default());
         let start = Instant::now();
         match figure {
             Figure::ResonFresh | Figure::ResonWarm => {
@@ -329,20 +327,20 @@ impl Peers<'_> {
                     Figure::ResonFresh => self.reson_fresh,
                     _ => self.reson_warm,
                 };
-                self.tokio.block_on(async {
+                tokio.block_on(async {
                     for _ in 0..n {
-                        black_box(runtime.call_tool("echo", ARGS, &ctx).await.unwrap());
+                        drop(black_box(runtime.call_tool("echo", ARGS, &ctx).await.unwrap()));
                     }
                 })
             }
-            Figure::BareFresh => self.tokio.block_on(async {
+            Figure::BareFresh => tokio.block_on(async {
                 for _ in 0..n {
-                    black_box(self.bare.call_fresh(ARGS).await);
+                    drop(black_box(self.bare.call_fresh(ARGS).await));
                 }
             }),
-            Figure::BareLive => self.tokio.block_on(async {
+            Figure::BareLive => tokio.block_on(async {
                 for _ in 0..n {
-                    black_box(self.live.call(ARGS).await);
+                    drop(black_box(self.live.call(ARGS).await));
                 }
             }),
             Figure::Extism => (0..n).for_each(|_| drop(black_box(self.extism.call(ARGS)))),
@@ -418,7 +416,9 @@ fn bench(c: &mut Criterion) {
         }
     }
     let ns: Vec<f64> = samples.into_iter().map(median).collect();
-    let (fresh, warm) = (ns[0], ns[1]);
+    // `ALL` lists the figures in declaration order.
+    let at = |figure: Figure| ns[figure as usize];
+    let (fresh, warm) = (at(Figure::ResonFresh), at(Figure::ResonWarm));
     println!("\n== figures ==");
     println!(
         "{:<42} {:>9} {:>10} {:>12} {:>12}",
@@ -434,7 +434,9 @@ fn bench(c: &mut Criterion) {
             ns / warm
         );
     }
-    let (bare_fresh, bare_live, extism, extism_new, native) = (ns[2], ns[3], ns[4], ns[5], ns[7]);
+    let (bare_fresh, bare_live) = (at(Figure::BareFresh), at(Figure::BareLive));
+    let (extism, extism_new) = (at(Figure::Extism), at(Figure::ExtismCreate));
+    let native = at(Figure::Native);
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
     println!(
         "goal: Reson fresh faster than Extism Plugin::call: {:.2} vs {:.2} µs: {}",
