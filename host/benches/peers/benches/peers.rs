@@ -14,6 +14,7 @@ use reson_sandbox::plugin::{CallContext, Options, Runtime};
 use serde::Deserialize;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime as Tokio;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
@@ -33,6 +34,9 @@ use bare::reson::plugin::{config, http, log, process, types};
 
 const ARGS: &str = r#"{"text":"hello from the benchmark"}"#;
 const TEXT: &str = "hello from the benchmark";
+
+/// [`ARGS`] in the form the generated bindings take.
+static BARE_ARGS: LazyLock<String> = LazyLock::new(|| ARGS.to_owned());
 
 /// The repository root: this crate is host/benches/peers.
 fn root() -> PathBuf {
@@ -177,14 +181,15 @@ impl BareEcho {
         LiveEcho { store, plugin }
     }
 
-    /// A call on a fresh instance, as Reson makes by default.
-    async fn call_fresh(&self, args: &str) -> String {
-        self.instance().await.call(args).await
+    /// `echo(ARGS)` on a fresh instance, as Reson calls by default.
+    async fn call_fresh(&self) -> String {
+        self.instance().await.call().await
     }
 }
 
 impl LiveEcho {
-    async fn call(&mut self, args: &str) -> String {
+    /// `echo(ARGS)`.
+    async fn call(&mut self) -> String {
         let ctx = bare::exports::reson::plugin::tool::CallContext {
             call_id: String::new(),
             trace_id: None,
@@ -192,7 +197,7 @@ impl LiveEcho {
         };
         self.plugin
             .reson_plugin_tool()
-            .call_call(&mut self.store, "echo", args, &ctx)
+            .call_call(&mut self.store, "echo", &BARE_ARGS, &ctx)
             .await
             .unwrap()
             .unwrap()
@@ -335,12 +340,12 @@ impl Peers<'_> {
             }
             Figure::BareFresh => tokio.block_on(async {
                 for _ in 0..n {
-                    drop(black_box(self.bare.call_fresh(ARGS).await));
+                    drop(black_box(self.bare.call_fresh().await));
                 }
             }),
             Figure::BareLive => tokio.block_on(async {
                 for _ in 0..n {
-                    drop(black_box(self.live.call(ARGS).await));
+                    drop(black_box(self.live.call().await));
                 }
             }),
             Figure::Extism => (0..n).for_each(|_| drop(black_box(self.extism.call(ARGS)))),
@@ -357,8 +362,8 @@ impl Peers<'_> {
         match figure {
             Figure::ResonFresh => self.tokio.block_on(self.reson_fresh.call_tool("echo", ARGS, &ctx)).unwrap().text,
             Figure::ResonWarm => self.tokio.block_on(self.reson_warm.call_tool("echo", ARGS, &ctx)).unwrap().text,
-            Figure::BareFresh => self.tokio.block_on(self.bare.call_fresh(ARGS)),
-            Figure::BareLive => self.tokio.block_on(self.live.call(ARGS)),
+            Figure::BareFresh => self.tokio.block_on(self.bare.call_fresh()),
+            Figure::BareLive => self.tokio.block_on(self.live.call()),
             Figure::Extism => self.extism.call(ARGS),
             Figure::ExtismCreate => self.extism.create_and_call(ARGS),
             Figure::Wasmi => self.wasmi.call(ARGS),
