@@ -349,9 +349,13 @@ impl Peers<'_> {
                 }
             }),
             Figure::Extism => (0..n).for_each(|_| drop(black_box(self.extism.call(ARGS)))),
-            Figure::ExtismCreate => (0..n).for_each(|_| drop(black_box(self.extism.create_and_call(ARGS)))),
+            Figure::ExtismCreate => {
+                (0..n).for_each(|_| drop(black_box(self.extism.create_and_call(ARGS))))
+            }
             Figure::Wasmi => (0..n).for_each(|_| drop(black_box(self.wasmi.call(ARGS)))),
-            Figure::Native => (0..n).for_each(|_| drop(black_box(native_echo(black_box(ARGS)).unwrap()))),
+            Figure::Native => {
+                (0..n).for_each(|_| drop(black_box(native_echo(black_box(ARGS)).unwrap())))
+            }
         }
         start.elapsed()
     }
@@ -360,8 +364,12 @@ impl Peers<'_> {
     fn answer(&mut self, figure: Figure) -> String {
         let ctx = CallContext::default();
         match figure {
-            Figure::ResonFresh => self.tokio.block_on(self.reson_fresh.call_tool("echo", ARGS, &ctx)).unwrap().text,
-            Figure::ResonWarm => self.tokio.block_on(self.reson_warm.call_tool("echo", ARGS, &ctx)).unwrap().text,
+            Figure::ResonFresh => {
+                self.tokio.block_on(self.reson_fresh.call_tool("echo", ARGS, &ctx)).unwrap().text
+            }
+            Figure::ResonWarm => {
+                self.tokio.block_on(self.reson_warm.call_tool("echo", ARGS, &ctx)).unwrap().text
+            }
             Figure::BareFresh => self.tokio.block_on(self.bare.call_fresh()),
             Figure::BareLive => self.tokio.block_on(self.live.call()),
             Figure::Extism => self.extism.call(ARGS),
