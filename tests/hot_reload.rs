@@ -3,27 +3,11 @@
 mod support;
 
 use reson::plugin::{CallContext, CallError, PluginStatus, Runtime};
-use std::path::Path;
-use std::time::{Duration, Instant};
-use support::TestDir;
+use std::time::Duration;
+use support::{TestDir, replace, wait_for};
 use tokio_util::sync::CancellationToken;
 
 const ARGS: &str = r#"{"text":"ping"}"#;
-
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Replaces a file the way installers should: write aside, then rename.
-fn replace(src: &[u8], dst: &Path) {
-    let tmp = dst.with_extension("partial");
-    std::fs::write(&tmp, src).unwrap();
-    std::fs::rename(&tmp, dst).unwrap();
-}
 
 fn status(rt: &Runtime, name: &str) -> Option<PluginStatus> {
     rt.plugins().into_iter().find(|p| p.name == name).map(|p| p.status)

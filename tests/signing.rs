@@ -9,8 +9,7 @@ use reson::plugin::signing::{self, KeyFiles};
 use reson::plugin::{CallContext, Placement, PluginInfo, PluginStatus, Runtime, SignatureStatus};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-use support::TestDir;
+use support::{TestDir, replace, wait_for};
 
 const ARGS: &str = r#"{"text":"ping"}"#;
 
@@ -247,21 +246,6 @@ async fn a_remembered_verdict_follows_the_trusted_keys() {
             placement: Placement::Embedded
         })
     );
-}
-
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Replaces a file the way installers should: write aside, then rename.
-fn replace(src: &[u8], dst: &Path) {
-    let tmp = dst.with_extension("partial");
-    std::fs::write(&tmp, src).unwrap();
-    std::fs::rename(&tmp, dst).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

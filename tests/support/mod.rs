@@ -228,3 +228,23 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// Polls `done` every 20 ms until it holds; fails the test after a minute,
+/// naming `what` it waited for.
+pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Replaces a file the way installers should: write aside, then rename.
+pub fn replace(src: &[u8], dst: &Path) {
+    let tmp = dst.with_extension("partial");
+    std::fs::write(&tmp, src).unwrap();
+    std::fs::rename(&tmp, dst).unwrap();
+}
