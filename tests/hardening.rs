@@ -334,17 +334,6 @@ async fn a_guest_panic_is_reported_as_the_guests_words() {
     assert!(!shown.contains('\u{1b}') && shown.contains("\\u{1b}[2J"), "{shown}");
 }
 
-fn reson(cwd: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_reson"))
-        .current_dir(cwd)
-        .env_remove("RESON_CONFIG")
-        .env_remove("RESON_PLUGINS_DIR")
-        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
-        .args(args)
-        .output()
-        .expect("running reson")
-}
-
 #[test]
 fn terminal_output_escapes_control_characters() {
     let dir = TestDir::new();
@@ -352,11 +341,11 @@ fn terminal_output_escapes_control_characters() {
     std::fs::write(dir.plugins().join("evil\u{1b}[31m.wasm"), b"\0asm\x01\0\0\0").unwrap();
     let plugins = dir.plugins();
     let plugins = plugins.to_str().unwrap();
-    let list = reson(dir.path(), &["--plugins-dir", plugins, "plugins", "list"]);
+    let list = support::reson_cli(dir.path(), &["--plugins-dir", plugins, "plugins", "list"]);
     let out = String::from_utf8_lossy(&list.stdout);
     assert!(!out.contains('\u{1b}'), "{out}");
     assert!(out.contains("evil\\u{1b}[31m") && out.contains("plugin's file name"), "{out}");
-    let echo = reson(
+    let echo = support::reson_cli(
         dir.path(),
         &[
             "--plugins-dir",
@@ -375,17 +364,17 @@ fn terminal_output_escapes_control_characters() {
 #[test]
 fn a_first_run_in_an_empty_directory_says_what_to_do_and_leaves_nothing() {
     let empty = tempfile::tempdir().unwrap();
-    let run = reson(empty.path(), &["run", "hi"]);
+    let run = support::reson_cli(empty.path(), &["run", "hi"]);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success());
     assert!(err.contains("no plugins directory") && err.contains("plugins/build.sh"), "{err}");
-    let list = reson(empty.path(), &["plugins", "list"]);
+    let list = support::reson_cli(empty.path(), &["plugins", "list"]);
     assert!(!list.status.success());
     assert!(String::from_utf8_lossy(&list.stderr).contains("no plugins directory"));
 
     // A plugins directory without the provider.
     std::fs::create_dir(empty.path().join("plugins")).unwrap();
-    let run = reson(empty.path(), &["run", "hi"]);
+    let run = support::reson_cli(empty.path(), &["run", "hi"]);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success());
     assert!(err.contains("no provider plugin `scripted`"), "{err}");
@@ -395,11 +384,14 @@ fn a_first_run_in_an_empty_directory_says_what_to_do_and_leaves_nothing() {
     dir.install(support::plugins(), "scripted").install(support::plugins(), "echo");
     let plugins = dir.plugins();
     let plugins = plugins.to_str().unwrap();
-    let run = reson(dir.path(), &["--plugins-dir", plugins, "run", "hi"]);
+    let run = support::reson_cli(dir.path(), &["--plugins-dir", plugins, "run", "hi"]);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success());
     assert!(err.contains("--script"), "{err}");
-    let run = reson(dir.path(), &["--plugins-dir", plugins, "run", "hi", "--provider", "echo"]);
+    let run = support::reson_cli(
+        dir.path(),
+        &["--plugins-dir", plugins, "run", "hi", "--provider", "echo"],
+    );
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("tool-plugin world, not a provider"), "{err}");
     for base in [empty.path(), dir.path()] {
@@ -663,7 +655,7 @@ fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
     )
     .unwrap();
     let plugins = dir.plugins();
-    let run = reson(
+    let run = support::reson_cli(
         dir.path(),
         &[
             "--plugins-dir",
@@ -690,7 +682,7 @@ fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
     // The stored trace shows the model's names on their lines too.
     let id = out.lines().find_map(|l| l.strip_prefix("trace ")).unwrap();
     let id = id.split_whitespace().next().unwrap();
-    let show = reson(dir.path(), &["traces", "show", id]);
+    let show = support::reson_cli(dir.path(), &["traces", "show", id]);
     let shown = String::from_utf8_lossy(&show.stdout);
     assert!(show.status.success(), "{shown}");
     assert!(shown.contains("not\\u{a}real()"), "{shown}");
@@ -857,7 +849,7 @@ fn plugins_list_shows_every_grant_that_widens_a_command() {
     .unwrap();
     let config = dir.path().join("reson.toml");
     let plugins = dir.plugins();
-    let list = reson(
+    let list = support::reson_cli(
         dir.path(),
         &[
             "--config",
@@ -959,7 +951,8 @@ fn a_guest_asking_again_and_again_cannot_flood_the_audit_log() {
     dir.install(support::test_plugins(), "hostile");
     let plugins = dir.plugins().to_string_lossy().into_owned();
     let args = r#"{"url": "http://blocked.example/", "times": 5000}"#;
-    let run = reson(dir.path(), &["--plugins-dir", &plugins, "tool", "call", "knock", args]);
+    let run =
+        support::reson_cli(dir.path(), &["--plugins-dir", &plugins, "tool", "call", "knock", args]);
     let out = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{out}");
     assert_eq!(out.trim_end(), "denied 5000 of 5000");

@@ -8,7 +8,7 @@ mod support;
 use reson::plugin::signing::{self, KeyFiles};
 use reson::plugin::{CallContext, Placement, PluginInfo, PluginStatus, Runtime, SignatureStatus};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use support::{TestDir, replace, wait_for};
 
 const ARGS: &str = r#"{"text":"ping"}"#;
@@ -281,17 +281,6 @@ async fn a_badly_signed_replacement_keeps_the_last_good_version_serving() {
     assert_eq!(call(&rt).await, "v2:ping");
 }
 
-fn reson(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_reson"))
-        .current_dir(dir)
-        .env_remove("RESON_CONFIG")
-        .env_remove("RESON_PLUGINS_DIR")
-        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
-        .args(args)
-        .output()
-        .expect("running reson")
-}
-
 fn ok(out: Output) -> String {
     let text =
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -303,20 +292,21 @@ fn ok(out: Output) -> String {
 fn the_cli_signs_and_lists_who_signed_what() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo").install(support::plugins(), "fs");
-    let made = ok(reson(dir.path(), &["plugins", "keygen", "alice", "--dir", "keys"]));
+    let made = ok(support::reson_cli(dir.path(), &["plugins", "keygen", "alice", "--dir", "keys"]));
     assert!(made.contains("trusted_keys = [{ name = \"alice\", key = \"ed25519:"), "{made}");
-    let again = reson(dir.path(), &["plugins", "keygen", "alice", "--dir", "keys"]);
+    let again = support::reson_cli(dir.path(), &["plugins", "keygen", "alice", "--dir", "keys"]);
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
-    ok(reson(dir.path(), &["plugins", "keygen", "mallory", "--dir", "keys"]));
+    ok(support::reson_cli(dir.path(), &["plugins", "keygen", "mallory", "--dir", "keys"]));
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(dir.path().join("keys/alice.key")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the secret key is its owner's alone");
-    let bad = reson(dir.path(), &["plugins", "keygen", "../alice", "--dir", "keys"]);
+    let bad = support::reson_cli(dir.path(), &["plugins", "keygen", "../alice", "--dir", "keys"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("key name \"../alice\""));
 
-    let signed = ok(reson(dir.path(), &["plugins", "sign", "echo", "--key", "keys/alice.key"]));
+    let signed =
+        ok(support::reson_cli(dir.path(), &["plugins", "sign", "echo", "--key", "keys/alice.key"]));
     assert!(signed.contains("wrote plugins/echo.wasm"), "{signed}");
-    let signed = ok(reson(
+    let signed = ok(support::reson_cli(
         dir.path(),
         &["plugins", "sign", "plugins/fs.wasm", "--key", "keys/alice.key", "--detached"],
     ));
@@ -326,13 +316,13 @@ fn the_cli_signs_and_lists_who_signed_what() {
         "[plugins]\nrequire_signature = true\ntrusted_keys = [\"keys/alice.pub\"]\n",
     )
     .unwrap();
-    let list = ok(reson(dir.path(), &["plugins", "list"]));
+    let list = ok(support::reson_cli(dir.path(), &["plugins", "list"]));
     assert!(list.contains("    signature signed by alice (embedded)"), "{list}");
     assert!(list.contains("    signature signed by alice (detached)"), "{list}");
 
     // Signed again by an untrusted key: still trusted (alice signed too).
-    ok(reson(dir.path(), &["plugins", "sign", "echo", "--key", "keys/mallory.key"]));
-    let json = ok(reson(dir.path(), &["plugins", "list", "--json"]));
+    ok(support::reson_cli(dir.path(), &["plugins", "sign", "echo", "--key", "keys/mallory.key"]));
+    let json = ok(support::reson_cli(dir.path(), &["plugins", "list", "--json"]));
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
     let echo = json.as_array().unwrap().iter().find(|p| p["name"] == "echo").unwrap();
     assert_eq!(echo["signature"]["state"], "signed");
@@ -340,13 +330,16 @@ fn the_cli_signs_and_lists_who_signed_what() {
 
     // Not required, an untrusted signature is a warning.
     std::fs::remove_file(dir.plugins().join("fs.wasm.sig")).unwrap();
-    ok(reson(dir.path(), &["plugins", "sign", "fs", "--key", "keys/mallory.key", "--detached"]));
+    ok(support::reson_cli(
+        dir.path(),
+        &["plugins", "sign", "fs", "--key", "keys/mallory.key", "--detached"],
+    ));
     std::fs::write(
         dir.path().join("reson.toml"),
         "[plugins]\ntrusted_keys = [\"keys/alice.pub\"]\n",
     )
     .unwrap();
-    let list = ok(reson(dir.path(), &["plugins", "list"]));
+    let list = ok(support::reson_cli(dir.path(), &["plugins", "list"]));
     assert!(
         list.contains("    signature WARNING: signed (detached), but by no trusted key (key id "),
         "{list}"
@@ -356,7 +349,7 @@ fn the_cli_signs_and_lists_who_signed_what() {
         "[plugins]\nrequire_signature = true\ntrusted_keys = [\"keys/alice.pub\"]\n",
     )
     .unwrap();
-    let list = ok(reson(dir.path(), &["plugins", "list"]));
+    let list = ok(support::reson_cli(dir.path(), &["plugins", "list"]));
     assert!(list.contains("FAILED: "), "{list}");
     assert!(list.contains("is on: signed (detached), but by no trusted key"), "{list}");
 
@@ -370,15 +363,15 @@ fn the_cli_signs_and_lists_who_signed_what() {
         )
         .unwrap();
     }
-    ok(reson(
+    ok(support::reson_cli(
         dir.path(),
         &["plugins", "sign", "staging/echo.wasm", "--key", "keys/alice.key", "--detached"],
     ));
-    ok(reson(dir.path(), &["plugins", "install", "staging/echo.wasm"]));
+    ok(support::reson_cli(dir.path(), &["plugins", "install", "staging/echo.wasm"]));
     assert_eq!(
         std::fs::read(dir.plugins().join("echo.wasm.sig")).unwrap(),
         std::fs::read(staging.join("echo.wasm.sig")).unwrap()
     );
-    let list = ok(reson(dir.path(), &["plugins", "list"]));
+    let list = ok(support::reson_cli(dir.path(), &["plugins", "list"]));
     assert!(list.contains("    signature signed by alice (detached)"), "{list}");
 }

@@ -248,3 +248,16 @@ pub fn replace(src: &[u8], dst: &Path) {
     std::fs::write(&tmp, src).unwrap();
     std::fs::rename(&tmp, dst).unwrap();
 }
+
+/// The real `reson` binary run in `cwd` with `args`, on the shared
+/// compiled-code cache and no configuration from the environment.
+pub fn reson_cli(cwd: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_reson"))
+        .current_dir(cwd)
+        .env_remove("RESON_CONFIG")
+        .env_remove("RESON_PLUGINS_DIR")
+        .args(["--cache-dir", &cache_dir().to_string_lossy()])
+        .args(args)
+        .output()
+        .expect("running reson")
+}
