@@ -7,6 +7,8 @@
 #
 # DIR defaults to plugins/ and OUT_DIR to target/plugins. Files whose
 # content did not change are left alone, so a watching host does not reload.
+# The crates compile into RESON_WASM_TARGET_DIR (default target/wasm), which
+# the tests and the host's build script share, so each plugin builds once.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +18,7 @@ if [ "${1:-}" = "--workspace" ]; then
   shift 2
 fi
 out=${1:-"$root/target/plugins"}
-target_dir="$root/target/wasm"
+target_dir=${RESON_WASM_TARGET_DIR:-"$root/target/wasm"}
 
 if ! rustup target list --installed | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2

@@ -367,7 +367,7 @@ fn a_first_run_in_an_empty_directory_says_what_to_do_and_leaves_nothing() {
     let run = support::reson_cli(empty.path(), &["run", "hi"]);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success());
-    assert!(err.contains("no plugins directory") && err.contains("plugins/build.sh"), "{err}");
+    assert!(err.contains("no plugins directory") && err.contains("reson init"), "{err}");
     let list = support::reson_cli(empty.path(), &["plugins", "list"]);
     assert!(!list.status.success());
     assert!(String::from_utf8_lossy(&list.stderr).contains("no plugins directory"));

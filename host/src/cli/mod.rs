@@ -2,6 +2,7 @@
 //! codes here, at the edge.
 
 mod author;
+mod init;
 mod knowledge;
 mod learn;
 mod mcp;
@@ -44,6 +45,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Set up DIR to run agents: the bundled plugins (built into this
+    /// binary), a reson.toml granting DIR/workspace, and a script for the
+    /// offline provider.
+    Init(init::InitArgs),
     /// Inspect and manage plugins.
     #[command(subcommand)]
     Plugins(plugins::Command),
@@ -123,6 +128,7 @@ pub async fn main() -> ExitCode {
 /// Runs the command given, opening the plugin runtime if it needs one.
 async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
+        Command::Init(args) => init::run(args, cli.cache_dir.as_deref()).await,
         Command::Plugins(cmd) if cmd.needs_runtime() => {
             plugins::run(&open(cli, |_, _| Ok(())).await?.runtime, cmd).await
         }

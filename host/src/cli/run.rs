@@ -106,8 +106,8 @@ impl ModelArgs {
                 .collect();
             let there = if providers.is_empty() { "none".to_owned() } else { providers.join(", ") };
             anyhow::bail!(
-                "no provider plugin `{name}` in {dir} (providers there: {there}); build the \
-                 bundled plugins with `bash plugins/build.sh {dir}`, or pick one with --provider"
+                "no provider plugin `{name}` in {dir} (providers there: {there}); `reson init` \
+                 sets up the bundled plugins, or pick one with --provider"
             );
         };
         match (&plugin.status, plugin.world) {
@@ -221,9 +221,15 @@ const VENDORS: [(&str, &str, &str); 3] = [
 ];
 
 /// Grants the scripted provider read access to `script` and tells it where
-/// the script is.
+/// the script is. Without one, a `script` setting in the config (as
+/// `reson init` writes it) is taken relative to the config file.
 pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyhow::Result<()> {
-    let Some(script) = script else { return Ok(()) };
+    let configured = options.config.grant("scripted").config.get("script").map(PathBuf::from);
+    let script = match (script, configured) {
+        (Some(script), _) => script.to_path_buf(),
+        (None, Some(configured)) => options.config.resolve(&configured),
+        (None, None) => return Ok(()),
+    };
     let script = script.canonicalize().with_context(|| format!("script {}", script.display()))?;
     let dir = script.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
     let grant = options.config.plugins.entry("scripted".into()).or_default();

@@ -79,7 +79,7 @@ pub enum RuntimeError {
     },
     /// The plugins directory does not exist.
     #[error(
-        "no plugins directory at {}: build the bundled plugins into it with `bash plugins/build.sh {}`, or point `--plugins-dir` (or `plugins_dir` in reson.toml) at one",
+        "no plugins directory at {}: `reson init` sets up one with the bundled plugins (in a checkout, `bash plugins/build.sh {}` builds them there), or point `--plugins-dir` (or `plugins_dir` in reson.toml) at one",
         path.display(), path.display()
     )]
     NoPluginsDir {
