@@ -5,6 +5,8 @@
 //! caller's tool span), attributes, opt-in redacted contents, the metrics,
 //! and a collector that is down or silent costing the run nothing.
 
+#[path = "support/api.rs"]
+mod api_support;
 mod support;
 
 use axum::Router;
@@ -643,4 +645,47 @@ async fn a_compaction_is_a_span_with_its_summary_call_under_it() {
         assert_eq!(summary[0].name, "chat summarizer");
         assert_eq!(attr(summary[0], "gen_ai.request.model").as_deref(), Some("summarizer"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reson_serve_exports_each_run_it_starts_over_http() {
+    let receiver = Receiver::start().await;
+    let dir = api_support::dir_with(&["scripted", "echo"]);
+    let turns = json!([api_support::echo_turn("hello"), api_support::text_turn("done")]);
+    let script = api_support::set_script(dir.path(), turns);
+    dir.config(&api_support::config(&format!(
+        "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\n\
+         config = {{ script = \"{}\" }}\n{}",
+        script.display(),
+        endpoint(&receiver.url)
+    )));
+    let mut server = api_support::ServerProcess::start(dir.path(), &[]).await;
+    let first = server.api.start("say hello", json!({})).await;
+    server.api.finish(&first, 0).await;
+    let second = server.api.start("say hello again", json!({})).await;
+    server.api.finish(&second, 0).await;
+
+    // Each run is its own OpenTelemetry trace, exported while the server
+    // keeps serving: nothing waits for it to exit.
+    receiver
+        .until("two whole runs", |got| {
+            got.spans.iter().filter(|s| s.name.starts_with("invoke_agent ")).count() == 2
+                && got.spans.iter().filter(|s| s.name == "execute_tool echo").count() == 2
+        })
+        .await;
+    let spans = receiver.spans();
+    let roots: Vec<&Span> = spans.iter().filter(|s| s.name.starts_with("invoke_agent ")).collect();
+    assert_eq!(roots.len(), 2, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    assert_ne!(roots[0].trace_id, roots[1].trace_id, "one OpenTelemetry trace per run");
+    for root in &roots {
+        let names: Vec<&str> = children(&spans, root).iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names.len(), 3, "two model calls and the echo call: {names:?}");
+        assert!(names.contains(&"execute_tool echo"), "{names:?}");
+    }
+    let ours: Vec<String> = [first, second].into();
+    let conversations: Vec<String> =
+        roots.iter().filter_map(|s| attr(s, "gen_ai.conversation.id")).collect();
+    assert!(ours.iter().all(|id| conversations.contains(id)), "{conversations:?} vs {ours:?}");
+    server.signal("TERM");
+    assert_eq!(server.exit_code().await, Some(0), "{:?}", server.output.lock().unwrap());
 }

@@ -1,15 +1,19 @@
 //! Loop overhead per iteration: the runner with the real scripted provider
 //! component and the echo tool component, every message and event written
 //! to a file trace store (group-committed fsync, synced at the end of the
-//! run), on a two-worker tokio runtime. `cargo bench -p reson --bench
-//! agent_loop`.
+//! run), on a two-worker tokio runtime; then the same loop with
+//! OpenTelemetry off (the default: no exporter) and on (exporting to an
+//! OTLP/HTTP receiver on 127.0.0.1), interleaved, so their ratio is from one
+//! run. `cargo bench -p reson --bench agent_loop`.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use reson::agent::{Hooks, RunConfig, Runner};
+use reson::config::TelemetryConfig;
 use reson::provider::PluginProvider;
+use reson::telemetry::Telemetry;
 use reson::tools::ToolRegistry;
 use reson::trace::{Durability, FileTraceStore, Message, Role};
 use serde_json::json;
@@ -44,7 +48,12 @@ fn bench(c: &mut Criterion) {
         ToolRegistry::new(runtime),
         Hooks::none(),
     );
-    let per_iteration = || {
+    let receiver = rt.block_on(otlp_receiver());
+    let config = TelemetryConfig { otlp_endpoint: Some(receiver), ..TelemetryConfig::default() };
+    let telemetry = rt.block_on(async { Telemetry::from_config(&config).unwrap() });
+    assert!(telemetry.is_on());
+    let exporting = runner.clone().with_telemetry(telemetry);
+    let per_iteration = |runner: &Runner| {
         rt.block_on(async {
             let start = Instant::now();
             let outcome = runner
@@ -62,17 +71,42 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("agent-loop");
     group.sample_size(20);
     group.bench_function("one iteration (model + echo tool + durable trace)", |b| {
-        b.iter_custom(|n| (0..n).map(|_| per_iteration()).sum::<Duration>())
+        b.iter_custom(|n| (0..n).map(|_| per_iteration(&runner)).sum::<Duration>())
+    });
+    group.bench_function("one iteration, exporting OpenTelemetry", |b| {
+        b.iter_custom(|n| (0..n).map(|_| per_iteration(&exporting)).sum::<Duration>())
     });
     group.finish();
 
-    let mut samples: Vec<Duration> = (0..30).map(|_| per_iteration()).collect();
-    samples.sort();
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for _ in 0..30 {
+        off.push(per_iteration(&runner));
+        on.push(per_iteration(&exporting));
+    }
+    let (off, on) = (median_ms(off), median_ms(on));
     println!("\n== figures ==");
+    println!("agent loop, median per iteration: {off:>8.3} ms  (target <= 1 ms)");
     println!(
-        "agent loop, median per iteration: {:>8.3} ms  (target <= 1 ms)",
-        samples[15].as_secs_f64() * 1e3
+        "  with OpenTelemetry exporting:   {on:>8.3} ms  ({:.3}x; off, the default, is the line above)",
+        on / off
     );
+}
+
+fn median_ms(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1e3
+}
+
+/// An OTLP/HTTP receiver on 127.0.0.1 that takes every export; its base URL.
+async fn otlp_receiver() -> String {
+    let ok = || async { Vec::<u8>::new() };
+    let app = axum::Router::new()
+        .route("/v1/traces", axum::routing::post(ok))
+        .route("/v1/metrics", axum::routing::post(ok));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
 }
 
 criterion_group!(benches, bench);
