@@ -17,11 +17,11 @@ use reson_sandbox::plugin::CallContext;
 use reson_text::redact::redact;
 use reson_trace::ToolCall;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -100,10 +100,12 @@ struct Session {
 
 impl Session {
     /// The tools offered to the client: those the rules do not deny
-    /// outright. Tools that live inside a run (the goal tree) are not
-    /// served.
+    /// outright, by name (2026-07-28 asks for a deterministic order, which
+    /// also keeps clients' caches keyed on the list stable). Tools that
+    /// live inside a run (the goal tree) are not served.
     fn tools(&self) -> Vec<Tool> {
-        self.shared
+        let mut tools: Vec<Tool> = self
+            .shared
             .tools
             .standalone_specs()
             .into_iter()
@@ -115,10 +117,34 @@ impl Session {
                 };
                 Tool::new(spec.name, spec.description, Arc::new(schema))
             })
-            .collect()
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
     }
 
-    /// Sends `notifications/tools/list_changed` whenever the offered tools
+    /// Waits until the offered tools differ from `listed`, and updates it;
+    /// false once nothing can change them any more (the sources are gone).
+    async fn next_change(
+        &self,
+        changes: &mut [tokio::sync::watch::Receiver<u64>],
+        listed: &mut Vec<Tool>,
+    ) -> bool {
+        loop {
+            let ticks = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
+            let (tick, _, _) = futures::future::select_all(ticks).await;
+            if tick.is_err() {
+                return false;
+            }
+            let now = self.tools();
+            if now != *listed {
+                *listed = now;
+                return true;
+            }
+        }
+    }
+
+    /// Sends `notifications/tools/list_changed` to a client of an older
+    /// revision (which gets them on its session) whenever the offered tools
     /// change (a plugin replaced, an MCP server's list changed), until the
     /// client is gone.
     fn follow_changes(&self, peer: rmcp::Peer<RoleServer>) {
@@ -129,18 +155,9 @@ impl Session {
         let session = self.clone();
         tokio::spawn(async move {
             let mut listed = session.tools();
-            loop {
-                let ticks = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
-                let (tick, _, _) = futures::future::select_all(ticks).await;
-                if tick.is_err() || peer.is_transport_closed() {
+            while session.next_change(&mut changes, &mut listed).await {
+                if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
                     return;
-                }
-                let now = session.tools();
-                if now != listed {
-                    listed = now;
-                    if peer.notify_tool_list_changed().await.is_err() {
-                        return;
-                    }
                 }
             }
         });
@@ -165,12 +182,25 @@ impl Session {
             name: name.clone(),
             arguments: arguments.to_string(),
         };
-        self.approver.attach(&context.peer);
+        // 2026-07-28 forbids requests from server to client (an `ask` would
+        // need an input-required round, which Reson does not send yet), so
+        // only a client of an older revision can be asked.
+        let stateless = context.protocol_version().is_some_and(|v| crate::is_stateless(&v));
+        let askable = !stateless && approval::can_ask(&context.peer);
+        if askable {
+            self.approver.attach(&context.peer);
+        }
         let ruling = self.permissions.check("mcp", &call, &|_| {}).await;
         if !ruling.run {
             let text = match ruling.decision {
                 "ask-denied" => format!("Error: the user denied this call of `{name}`."),
-                "ask-timeout" if !approval::can_ask(&context.peer) => format!(
+                "ask-timeout" if stateless => format!(
+                    "Error: calling `{name}` needs approval, and a client on MCP {} cannot be \
+                     asked (that revision has no requests from server to client): allow it with \
+                     a permission rule in reson.toml.",
+                    crate::PROTOCOL_VERSION
+                ),
+                "ask-timeout" if !askable => format!(
                     "Error: calling `{name}` needs approval, and this MCP client cannot be asked \
                      (it does not support elicitation): allow it with a permission rule in reson.toml."
                 ),
@@ -241,7 +271,43 @@ impl ServerHandler for Session {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        // The list can change at any moment (a plugin is replaced): no
+        // client may keep it as fresh; one that wants to know listens. It is
+        // what this server's rules offer, not for a shared cache to hand on.
+        Ok(ListToolsResult::with_all_items(self.tools())
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// `subscriptions/listen` (2026-07-28): `notifications/tools/list_changed`
+    /// on the listening request's stream whenever the offered tools change,
+    /// until the client cancels it.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.shared.tools.changes();
+        if context.accepted().tools_list_changed != Some(true) || changes.is_empty() {
+            context.cancelled().await;
+            return Ok(());
+        }
+        let mut listed = self.tools();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = self.next_change(&mut changes, &mut listed) => {
+                    if !changed || context.sink().notify_tool_list_changed().await.is_err() {
+                        // Nothing more to say: the client ends the stream.
+                        context.cancelled().await;
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn call_tool(
