@@ -8,6 +8,10 @@
 
 mod support;
 
+// The stateless revision (2026-07-28), both ways.
+#[path = "mcp/stateless.rs"]
+mod stateless;
+
 use reson::agent::{AgentEvent, Hooks, PendingApprovals, Permissions, RunConfig, Runner};
 use reson::config::Config;
 use reson::mcp::client::{McpTools, Status};
