@@ -848,6 +848,7 @@ fn reson_mcp_list_shows_servers_status_and_tools() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("hostile  ") && stdout.contains("[ready]"), "{stdout}");
+    assert!(stdout.contains("    protocol: MCP 2026-07-28\n"), "the Python SDK's: {stdout}");
     assert!(
         stdout.contains("  hostile__echo\n") && stdout.contains("  hostile__wipe\n"),
         "{stdout}"

@@ -51,6 +51,10 @@ async fn post(
     (status, headers, messages(&text))
 }
 
+async fn messages_of(response: reqwest::Response) -> Vec<Value> {
+    messages(&response.text().await.unwrap())
+}
+
 /// The JSON-RPC messages of a body: one JSON value, or the `data:` lines
 /// of an event stream.
 fn messages(text: &str) -> Vec<Value> {
@@ -122,8 +126,12 @@ async fn a_stateless_http_client_discovers_lists_and_calls_through_the_rules() {
         post(url, &call(4, "echo", json!({ "text": "{\"a\":[1]}" })), MODERN, None).await;
     assert_eq!(answer(&messages, 4)["result"]["structuredContent"], json!({ "a": [1] }));
     let (_, _, messages) =
-        post(url, &call(5, "echo", json!({ "text": format!("key {SECRET}") })), MODERN, None)
-            .await;
+        post(url, &call(40, "echo", json!({ "text": "[1,2]" })), MODERN, None).await;
+    let array = &answer(&messages, 40)["result"];
+    assert_eq!(array["structuredContent"], json!([1, 2]), "any JSON value on 2026-07-28");
+    assert_eq!(array["content"][0]["text"], "[1,2]");
+    let (_, _, messages) =
+        post(url, &call(5, "echo", json!({ "text": format!("key {SECRET}") })), MODERN, None).await;
     assert_eq!(answer(&messages, 5)["result"]["content"][0]["text"], "key [REDACTED]");
 
     // Bad input: invalid arguments are a tool error; an unknown (or
@@ -168,6 +176,23 @@ async fn a_stateless_http_client_discovers_lists_and_calls_through_the_rules() {
     let negotiated = &answer(&messages, 11)["result"];
     assert_eq!(negotiated["protocolVersion"], "2025-06-18");
     assert!(negotiated.get("resultType").is_none(), "legacy results keep their old shape");
+    let session = headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
+    let legacy_call = json!({ "jsonrpc": "2.0", "id": 12, "method": "tools/call",
+        "params": { "name": "echo", "arguments": { "text": "[1,2]" } } });
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-session-id", session)
+        .body(legacy_call.to_string())
+        .send()
+        .await
+        .unwrap();
+    let legacy = answer(&messages_of(response).await, 12)["result"].clone();
+    assert_eq!(legacy["content"][0]["text"], "[1,2]");
+    assert!(legacy.get("structuredContent").is_none(), "an object only, before 2026-07-28");
+    assert!(legacy.get("resultType").is_none());
 }
 
 /// `subscriptions/listen` over HTTP: acknowledged, then a replaced plugin
@@ -197,9 +222,7 @@ async fn a_listener_hears_that_a_replaced_plugin_changed_the_tools() {
     let mut next = async |seen: &mut String, method: &str| {
         tokio::time::timeout(Duration::from_secs(30), async {
             loop {
-                if let Some(found) =
-                    messages(seen).into_iter().find(|m| m["method"] == method)
-                {
+                if let Some(found) = messages(seen).into_iter().find(|m| m["method"] == method) {
                     return found;
                 }
                 let chunk = response.chunk().await.unwrap().expect("the stream stays open");
@@ -331,7 +354,8 @@ async fn reson_speaks_2026_07_28_where_it_can_and_falls_back_where_not() {
         "mcp".into(),
         "serve".into(),
     ];
-    let everything = ["node".to_owned(), support::mcp::everything().display().to_string(), "stdio".into()];
+    let everything =
+        ["node".to_owned(), support::mcp::everything().display().to_string(), "stdio".into()];
     let dir = TestDir::new();
     let config = dir.config(&format!(
         "[mcp.own]\ncommand = {}\n[mcp.web]\nurl = \"{}\"\n[mcp.py]\ncommand = {}\n[mcp.old]\ncommand = {}\n",
@@ -419,7 +443,13 @@ output_bytes = 1000
 
     let (code, stdout, stderr) = reson(&["list"]);
     assert_eq!(code, 0, "{stderr}");
-    let line = |name: &str| stdout.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {stdout}")).to_owned();
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {stdout}"))
+            .to_owned()
+    };
     assert!(line("echo").contains("[echo]"), "{stdout}");
     assert!(line("hostile__echo").contains("[mcp:hostile]"), "{stdout}");
     assert!(stdout.contains("not served: hostile__bad name\\u{1b}[31m"), "{stdout}");

@@ -37,11 +37,8 @@ pub fn inspector() -> &'static Path {
 pub fn everything() -> &'static Path {
     static ENTRY: OnceLock<PathBuf> = OnceLock::new();
     ENTRY.get_or_init(|| {
-        let package = npm_install(
-            "mcp-everything",
-            "@modelcontextprotocol/server-everything",
-            EVERYTHING,
-        );
+        let package =
+            npm_install("mcp-everything", "@modelcontextprotocol/server-everything", EVERYTHING);
         package.join("dist/index.js")
     })
 }

@@ -8,7 +8,9 @@ use reson_sandbox::config::Access;
 use reson_sandbox::jail::{DEFAULT_MAX_PROCESSES, Jail, JailDir, JailGuard, JailSpec, NetworkRule};
 use reson_text::text::{Lines, escape_controls};
 use rmcp::model::{ClientConfig, Implementation};
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, NotificationContext, RunningService};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt as _, NotificationContext, RunningService,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient};

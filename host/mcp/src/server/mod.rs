@@ -225,13 +225,15 @@ impl Session {
     }
 }
 
-/// A tool result as MCP has it: the text (redacted), a JSON object result
-/// also as `structuredContent`, images as image content, failures (limits
-/// and traps named in the text) as `isError`.
+/// A tool result as MCP has it: the text (redacted), a JSON result also
+/// as `structuredContent`, images as image content, failures (limits and
+/// traps named in the text) as `isError`. 2026-07-28 takes any JSON value
+/// there; rmcp drops what is not an object for a client of an older
+/// revision, which keeps the text.
 fn to_mcp(result: ToolResult) -> CallToolResult {
     let text = redact(&result.text).into_owned();
     let structured = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(value @ serde_json::Value::Object(_)) if result.ok => Some(value),
+        Ok(value) if result.ok && !value.is_null() => Some(value),
         _ => None,
     };
     let mut content = vec![ContentBlock::text(text)];
@@ -324,12 +326,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_json_object_result_is_structured_and_failures_are_is_error() {
+    fn a_json_result_is_structured_and_failures_are_is_error() {
         let object = to_mcp(ToolResult::text(r#"{"a":1}"#.into()));
         assert_eq!(object.structured_content, Some(serde_json::json!({ "a": 1 })));
         assert_eq!(object.is_error, Some(false));
         assert_eq!(object.content[0].as_text().unwrap().text, r#"{"a":1}"#);
-        assert_eq!(to_mcp(ToolResult::text("[1]".into())).structured_content, None);
+        assert_eq!(to_mcp(ToolResult::text("[1]".into())).structured_content, Some([1].into()));
+        assert_eq!(to_mcp(ToolResult::text("plain words".into())).structured_content, None);
+        assert_eq!(to_mcp(ToolResult::text("null".into())).structured_content, None);
         let failed = to_mcp(ToolResult::error(r#"{"a":1}"#.into()));
         assert_eq!((failed.is_error, failed.structured_content), (Some(true), None));
     }
