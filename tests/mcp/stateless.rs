@@ -152,13 +152,40 @@ async fn a_stateless_http_client_discovers_lists_and_calls_through_the_rules() {
     assert_eq!(unsupported["data"]["requested"], "2099-01-01");
     assert!(unsupported["data"]["supported"].as_array().unwrap().contains(&json!(MODERN)));
 
-    // `ask` needs a request from server to client, which 2026-07-28 has
-    // not: denied, and the text says what to do.
+    // `ask`: a client that takes no elicitation cannot be asked, and is
+    // told what to do; one that does gets the question in an
+    // input-required result and sends the call again with its answer.
     let (_, _, messages) = post(url, &call(9, "count", json!({})), MODERN, None).await;
     let asked = &answer(&messages, 9)["result"];
     assert_eq!(asked["isError"], true);
     let text = asked["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("needs approval") && text.contains("permission rule"), "{text}");
+    assert!(text.contains("does not support elicitation") && text.contains("rule"), "{text}");
+    let eliciting = |id, answer: Option<&str>| {
+        let mut params = json!({ "name": "count", "arguments": {} });
+        if let Some(action) = answer {
+            params["inputResponses"] = json!({ "reson/approval": {
+                "action": action, "content": { "always": false } } });
+        }
+        let mut body = request(id, "tools/call", params, MODERN);
+        body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+            json!({ "elicitation": { "form": {} } });
+        body
+    };
+    let (_, _, messages) = post(url, &eliciting(20, None), MODERN, None).await;
+    let question = &answer(&messages, 20)["result"];
+    assert_eq!(question["resultType"], "input_required", "{question}");
+    let elicit = &question["inputRequests"]["reson/approval"];
+    assert_eq!(elicit["method"], "elicitation/create");
+    assert_eq!(elicit["params"]["mode"], "form");
+    assert!(elicit["params"]["message"].as_str().unwrap().contains("`count`"), "{elicit}");
+    assert_eq!(elicit["params"]["requestedSchema"]["properties"]["always"]["type"], "boolean");
+    let (_, _, messages) = post(url, &eliciting(21, Some("accept")), MODERN, None).await;
+    let ran = &answer(&messages, 21)["result"];
+    assert_eq!((&ran["resultType"], &ran["isError"]), (&json!("complete"), &json!(false)), "{ran}");
+    let (_, _, messages) = post(url, &eliciting(22, Some("decline")), MODERN, None).await;
+    let declined = &answer(&messages, 22)["result"];
+    assert_eq!(declined["isError"], true);
+    assert!(declined["content"][0]["text"].as_str().unwrap().contains("denied"), "{declined}");
 
     // The Origin check applies to stateless requests as to sessions.
     let (status, _, _) =

@@ -8,7 +8,7 @@ mod approval;
 pub mod http;
 mod stdio;
 
-use approval::ClientApprover;
+use approval::{ClientApprover, InlineApprover};
 use base64::Engine as _;
 use reson_agent::agent::Permissions;
 use reson_agent::policy::RuleSet;
@@ -18,8 +18,8 @@ use reson_text::redact::redact;
 use reson_trace::ToolCall;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, SubscriptionFilter, Tool,
+    Implementation, InitializeResult, InputRequiredResult, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
@@ -167,7 +167,7 @@ impl Session {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if !self.tools().iter().any(|t| t.name == name) {
             let offered: Vec<String> = self.tools().into_iter().map(|t| t.name.into()).collect();
@@ -182,24 +182,39 @@ impl Session {
             name: name.clone(),
             arguments: arguments.to_string(),
         };
-        // 2026-07-28 forbids requests from server to client (an `ask` would
-        // need an input-required round, which Reson does not send yet), so
-        // only a client of an older revision can be asked.
+        // 2026-07-28 has no requests from server to client: its `ask` is an
+        // input-required round, with permissions of this request alone.
         let stateless = context.protocol_version().is_some_and(|v| crate::is_stateless(&v));
-        let askable = !stateless && approval::can_ask(&context.peer);
-        if askable {
-            self.approver.attach(&context.peer);
-        }
-        let ruling = self.permissions.check("mcp", &call, &|_| {}).await;
+        let askable = if stateless {
+            approval::takes_forms(context.client_capabilities().as_ref())
+        } else {
+            approval::can_ask(&context.peer)
+        };
+        let ruling = if stateless {
+            let inline = Arc::new(
+                InlineApprover::new(request.input_responses.as_ref())
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
+            );
+            let permissions = Permissions::new(self.shared.rules.clone(), inline.clone());
+            let ruling = permissions.check("mcp", &call, &|_| {}).await;
+            let question = inline
+                .input_requests()
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            if askable && let Some(requests) = question {
+                return Ok(CallToolResponse::InputRequired(
+                    InputRequiredResult::from_input_requests(requests),
+                ));
+            }
+            ruling
+        } else {
+            if askable {
+                self.approver.attach(&context.peer);
+            }
+            self.permissions.check("mcp", &call, &|_| {}).await
+        };
         if !ruling.run {
             let text = match ruling.decision {
                 "ask-denied" => format!("Error: the user denied this call of `{name}`."),
-                "ask-timeout" if stateless => format!(
-                    "Error: calling `{name}` needs approval, and a client on MCP {} cannot be \
-                     asked (that revision has no requests from server to client): allow it with \
-                     a permission rule in reson.toml.",
-                    crate::PROTOCOL_VERSION
-                ),
                 "ask-timeout" if !askable => format!(
                     "Error: calling `{name}` needs approval, and this MCP client cannot be asked \
                      (it does not support elicitation): allow it with a permission rule in reson.toml."
@@ -214,14 +229,14 @@ impl Session {
                     format!("Error: permission denied for `{name}` ({why}).")
                 }
             };
-            return Ok(CallToolResult::error(vec![ContentBlock::text(redact(&text))]));
+            return Ok(CallToolResult::error(vec![ContentBlock::text(redact(&text))]).into());
         }
         let cx = CallContext {
             call_id: call.id.clone(),
             cancel: Some(context.ct),
             ..CallContext::default()
         };
-        Ok(to_mcp(self.shared.tools.call(&call, &cx).await))
+        Ok(to_mcp(self.shared.tools.call(&call, &cx).await).into())
     }
 }
 
@@ -317,7 +332,7 @@ impl ServerHandler for Session {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(request, context).await.map(CallToolResponse::from)
+        self.call(request, context).await
     }
 }
 
