@@ -148,3 +148,54 @@ impl Approver for InlineApprover {
         self.answer
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> ApprovalRequest {
+        ApprovalRequest {
+            id: 1,
+            trace_id: "mcp".into(),
+            call_id: "c".into(),
+            tool: "count".into(),
+            arguments: "{\"a\":\"\\u001b[2J\"}".into(),
+            rule: None,
+        }
+    }
+
+    fn answered(value: serde_json::Value) -> Result<InlineApprover, BadAnswer> {
+        InlineApprover::new(Some(&InputResponses::from([(APPROVAL_INPUT.to_owned(), value)])))
+    }
+
+    #[tokio::test]
+    async fn a_call_without_an_answer_asks_and_one_with_it_is_decided() {
+        let asking = InlineApprover::new(None).unwrap();
+        assert_eq!(asking.approve(&request(), &|_| {}).await, None);
+        let requests = asking.input_requests().unwrap().expect("a question");
+        let Some(InputRequest::Elicitation(elicit)) = requests.get(APPROVAL_INPUT) else {
+            panic!("{requests:?}")
+        };
+        let ElicitRequestParams::FormElicitationParams { message, .. } = &elicit.params else {
+            panic!("{elicit:?}")
+        };
+        assert!(message.contains("`count`") && !message.contains('\u{1b}'), "{message}");
+
+        let accepted = answered(serde_json::json!({ "action": "accept", "content": {} })).unwrap();
+        assert_eq!(accepted.approve(&request(), &|_| {}).await, Some(Answer::Once));
+        assert!(accepted.input_requests().unwrap().is_none(), "answered: nothing to ask");
+        let declined = answered(serde_json::json!({ "action": "decline" })).unwrap();
+        assert_eq!(declined.approve(&request(), &|_| {}).await, Some(Answer::Deny));
+        assert!(answered(serde_json::json!("yes")).is_err(), "an answer of the wrong shape");
+    }
+
+    #[test]
+    fn declaring_elicitation_without_a_mode_means_forms() {
+        let caps = |v| serde_json::from_value::<ClientCapabilities>(v).unwrap();
+        assert!(takes_forms(Some(&caps(serde_json::json!({ "elicitation": {} })))));
+        assert!(takes_forms(Some(&caps(serde_json::json!({ "elicitation": { "form": {} } })))));
+        assert!(!takes_forms(Some(&caps(serde_json::json!({ "elicitation": { "url": {} } })))));
+        assert!(!takes_forms(Some(&caps(serde_json::json!({})))));
+        assert!(!takes_forms(None));
+    }
+}
