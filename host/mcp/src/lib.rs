@@ -19,7 +19,19 @@ pub mod server;
 
 use rmcp::model::ProtocolVersion;
 
-/// The newest protocol revision spoken both ways. Later revisions are
-/// stateless (no `initialize`, no session for `list_changed`), which the
-/// two sides here do not implement yet; older ones are negotiated.
-pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+/// The newest protocol revision spoken both ways: 2026-07-28, stateless (no
+/// `initialize`; the version and the client's capabilities ride in each
+/// request's `_meta`; `list_changed` through `subscriptions/listen`).
+/// Every older revision is still served and used: a server answers both
+/// lifecycles, and a client falls back to [`LEGACY_VERSION`] with a server
+/// that does not answer `server/discover`.
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+
+/// The newest revision with an `initialize` handshake: what the client
+/// asks for from a server that does not speak [`PROTOCOL_VERSION`].
+pub const LEGACY_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Whether `version` is a stateless revision (no `initialize`, no session).
+pub(crate) fn is_stateless(version: &ProtocolVersion) -> bool {
+    !version.has_initialize()
+}

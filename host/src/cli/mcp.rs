@@ -127,6 +127,9 @@ pub(crate) async fn run(runtime: &Host, command: &Command) -> anyhow::Result<Exi
                 };
                 say!("{}  {}  [{status}]", server.name, one_line(&server.endpoint));
                 say!("    process: {}", one_line(&server.confinement));
+                if let Some(protocol) = &server.protocol {
+                    say!("    protocol: MCP {protocol}");
+                }
                 for tool in &server.tools {
                     say!("  {tool}");
                 }

@@ -142,7 +142,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
             term::say!("wrote the reson:plugin contract into {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Tool(cmd) => tool::run(&open(cli, |_, _| Ok(())).await?.runtime, cmd).await,
+        Command::Tool(cmd) => tool::run(&open(cli, |_, _| Ok(())).await?, cmd).await,
         Command::Run(args) => {
             run::run(&open(cli, |o, _| run::prepare_options(o, args)).await?, args).await
         }

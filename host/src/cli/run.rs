@@ -387,13 +387,13 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
 type Line = std::io::Result<String>;
 
 /// Asks the person at the terminal.
-struct TerminalApprover {
+pub(crate) struct TerminalApprover {
     /// Asks the terminal thread for the next line.
     reads: mpsc::Sender<oneshot::Sender<Line>>,
 }
 
 impl TerminalApprover {
-    fn new() -> anyhow::Result<Self> {
+    pub(crate) fn new() -> anyhow::Result<Self> {
         Self::reading(BufReader::new(std::io::stdin()))
     }
 

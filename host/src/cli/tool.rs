@@ -1,22 +1,32 @@
-//! `reson tool ...`: how tool authors try a tool without a model.
+//! `reson tool ...`: how tool authors try a tool without a model. The
+//! tools of the MCP servers the config names are listed and called here
+//! too, as `SERVER__tool`, under the preset's permission rules as a run
+//! applies them.
 
 use super::exit;
 use super::term::{one_line, say, say_err};
+use super::{Host, mcp};
 use anyhow::Context as _;
 use clap::Subcommand;
-use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
-use std::io::Read as _;
+use reson::agent::{Approver, PendingApprovals, Permissions};
+use reson::mcp::client::{self as mcp_client, McpConfig, McpTools};
+use reson::plugin::{CallContext, CallError, ToolFailure, ToolOutput, ToolSpec};
+use std::io::{IsTerminal as _, Read as _};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
-    /// The tools on offer, with their argument schemas.
+    /// The tools on offer, with their argument schemas: the plugins', and
+    /// the configured MCP servers' (marked `[mcp:SERVER]`).
     List {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Call one tool and print its output.
+    /// Call one tool and print its output. An MCP tool (`SERVER__tool`)
+    /// passes the preset's permission rules first.
     Call {
         /// Tool name.
         tool: String,
@@ -26,31 +36,17 @@ pub(crate) enum Command {
         /// Print the whole result (or error) as JSON.
         #[arg(long)]
         json: bool,
+        /// Permission preset for MCP tools: default, explore, analyst, browser, or one
+        /// from the config.
+        #[arg(long, default_value = "default")]
+        preset: String,
     },
 }
 
-pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(host: &Host, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::List { json: true } => {
-            say!("{}", serde_json::to_string_pretty(&runtime.tools())?);
-        }
-        Command::List { json: false } => {
-            for tool in runtime.tools() {
-                let description = one_line(&tool.description);
-                say!("{:<12} {:<10} {description}", tool.name, format!("[{}]", tool.plugin));
-            }
-            for plugin in runtime.plugins() {
-                for refused in &plugin.refused_tools {
-                    say!(
-                        "not served: {} of plugin `{}`: {}",
-                        refused.name,
-                        plugin.name,
-                        one_line(&refused.reason)
-                    );
-                }
-            }
-        }
-        Command::Call { tool, args, json } => {
+        Command::List { json } => list(host, *json).await?,
+        Command::Call { tool, args, json, preset } => {
             let args = if args == "-" {
                 tokio::task::spawn_blocking(|| {
                     let mut buf = String::new();
@@ -61,23 +57,186 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
             } else {
                 args.clone()
             };
-            return Ok(call(runtime, tool, &args, *json).await);
+            if let Some(server) = mcp_server(host, tool) {
+                return call_mcp(host, server, tool, &args, preset, *json).await;
+            }
+            return Ok(call(host, tool, &args, *json).await);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-async fn call(runtime: &Runtime, tool: &str, args: &str, json: bool) -> ExitCode {
-    match runtime.call_tool(tool, args, &CallContext::default()).await {
-        Ok(out) if json => {
-            say!("{}", serde_json::to_string_pretty(&out).expect("tool output serialises"));
-            ExitCode::SUCCESS
+/// The configured MCP servers of `only` (all when `None`), started and
+/// settled, or `None` when there are none.
+async fn start_mcp(host: &Host, only: Option<&str>) -> Option<McpTools> {
+    let servers = host
+        .config
+        .mcp
+        .servers
+        .iter()
+        .filter(|(name, _)| only.is_none_or(|only| only == name.as_str()))
+        .map(|(name, server)| (name.clone(), server.clone()))
+        .collect();
+    let config = McpConfig { servers };
+    if config.servers.is_empty() {
+        return None;
+    }
+    let tools = McpTools::start(&config, &host.config.plugins);
+    tools.settled(mcp::START_WAIT).await;
+    Some(tools)
+}
+
+async fn list(host: &Host, json: bool) -> anyhow::Result<()> {
+    let mut tools = host.tools();
+    let mcp = start_mcp(host, None).await;
+    let mut refused_mcp = Vec::new();
+    if let Some(mcp) = &mcp {
+        let served: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+        let (kept, shadowed) = mcp_client::shadowed(mcp.specs(), &served);
+        tools.extend(kept);
+        refused_mcp.extend(shadowed.into_values());
+        for server in mcp.servers() {
+            refused_mcp.extend(server.refused);
         }
-        Ok(out) => {
-            say!("{}", out.text);
-            for image in &out.images {
-                say!("[image {} ({} bytes)]", image.media_type, image.data.len());
+    }
+    if json {
+        say!("{}", serde_json::to_string_pretty(&tools)?);
+        return Ok(());
+    }
+    for tool in &tools {
+        let description = one_line(&tool.description);
+        say!("{:<12} {:<10} {description}", tool.name, format!("[{}]", tool.plugin));
+    }
+    for plugin in host.plugins() {
+        for refused in &plugin.refused_tools {
+            say!(
+                "not served: {} of plugin `{}`: {}",
+                refused.name,
+                plugin.name,
+                one_line(&refused.reason)
+            );
+        }
+    }
+    for refused in refused_mcp {
+        say!("not served: {}: {}", one_line(&refused.name), one_line(&refused.reason));
+    }
+    if let Some(mcp) = &mcp {
+        for server in mcp.servers() {
+            if let mcp_client::Status::Down { error, .. } = &server.status {
+                say!("MCP server `{}` is down: {}", server.name, one_line(error));
             }
+        }
+    }
+    Ok(())
+}
+
+/// The configured MCP server `tool` (`SERVER__tool`) names, unless a
+/// plugin serves that name (a plugin keeps its name).
+fn mcp_server<'a>(host: &Host, tool: &'a str) -> Option<&'a str> {
+    let (server, _) = tool.split_once(mcp_client::SEPARATOR)?;
+    let is_plugin_tool = host.tools().iter().any(|t: &ToolSpec| t.name.eq_ignore_ascii_case(tool));
+    (!is_plugin_tool && host.config.mcp.servers.contains_key(server)).then_some(server)
+}
+
+async fn call_mcp(
+    host: &Host,
+    server: &str,
+    tool: &str,
+    args: &str,
+    preset: &str,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    // As a run's: someone at the terminal answers `ask`. Without one no
+    // answer can come, so an `ask` is denied at once rather than waited on.
+    let (_, rules) = host.config.agent.preset(preset).map_err(anyhow::Error::msg)?;
+    let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() {
+        Arc::new(super::run::TerminalApprover::new()?)
+    } else {
+        PendingApprovals::new(Duration::ZERO)
+    };
+    let permissions = Permissions::new(rules, approver);
+    let Some(mcp) = start_mcp(host, Some(server)).await else {
+        anyhow::bail!("no MCP server `{server}` in the config");
+    };
+    let call = reson::trace::ToolCall {
+        id: "cli".into(),
+        name: tool.to_owned(),
+        arguments: args.to_owned(),
+    };
+    if mcp.specs().iter().any(|t| t.name == tool) {
+        let ruling = permissions.check("cli", &call, &|_| {}).await;
+        if !ruling.run {
+            let why = match ruling.decision {
+                "ask-denied" => "the call was denied".to_owned(),
+                "ask-timeout" => "it needs approval, and no one at a terminal can give it (allow \
+                                  it with a permission rule in reson.toml)"
+                    .to_owned(),
+                _ => ruling
+                    .rule
+                    .map_or_else(|| "no rule allows it".to_owned(), |r| format!("rule {r}")),
+            };
+            let err = serde_json::json!({ "error": "denied", "tool": tool, "reason": why });
+            if json {
+                say!("{}", serde_json::to_string_pretty(&err)?);
+            }
+            say_err!("error: permission denied for `{tool}` under preset `{preset}`: {why}");
+            return Ok(ExitCode::from(exit::DENIED));
+        }
+    }
+    match mcp.try_call(tool, args, &CallContext::default()).await {
+        Ok(result) => {
+            let out = ToolOutput {
+                text: result.text,
+                long_term_memory: result.long_term_memory,
+                include_output_only_once: result.include_output_only_once,
+                images: result.images,
+            };
+            print_output(&out, json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err) => {
+            if json {
+                say!("{}", serde_json::to_string_pretty(&err)?);
+            }
+            let code = mcp_exit_code(&err);
+            let message = match err {
+                mcp_client::CallError::UnknownTool { .. } => {
+                    let offered: Vec<String> = mcp.specs().into_iter().map(|t| t.name).collect();
+                    let status = mcp.servers().into_iter().next().map(|s| s.status);
+                    let down = match status {
+                        Some(mcp_client::Status::Down { error, .. }) => {
+                            format!(" (the server is down: {})", one_line(&error))
+                        }
+                        _ => String::new(),
+                    };
+                    format!(
+                        "{err}{down}; MCP server `{server}` offers: {}",
+                        if offered.is_empty() { "nothing".into() } else { offered.join(", ") }
+                    )
+                }
+                err => err.to_string(),
+            };
+            say_err!("error: {message}");
+            Ok(ExitCode::from(code))
+        }
+    }
+}
+
+fn print_output(out: &ToolOutput, json: bool) {
+    if json {
+        say!("{}", serde_json::to_string_pretty(out).expect("tool output serialises"));
+        return;
+    }
+    say!("{}", out.text);
+    for image in &out.images {
+        say!("[image {} ({} bytes)]", image.media_type, image.data.len());
+    }
+}
+
+async fn call(host: &Host, tool: &str, args: &str, json: bool) -> ExitCode {
+    match host.call_tool(tool, args, &CallContext::default()).await {
+        Ok(out) => {
+            print_output(&out, json);
             ExitCode::SUCCESS
         }
         Err(err) => {
@@ -100,5 +259,16 @@ fn exit_code(err: &CallError) -> u8 {
         CallError::LimitExceeded { .. } => exit::LIMIT,
         CallError::Trapped { .. } => exit::TRAPPED,
         CallError::Internal { .. } | CallError::Cancelled { .. } => exit::HOST,
+    }
+}
+
+/// The exit codes of plugin tools, for the same kinds of failure.
+fn mcp_exit_code(err: &mcp_client::CallError) -> u8 {
+    use mcp_client::CallError as E;
+    match err {
+        E::UnknownTool { .. } | E::InvalidArguments { .. } => exit::USAGE,
+        E::Failed { .. } | E::Refused { .. } => exit::TOOL_FAILED,
+        E::Timeout { .. } | E::OutputLimit { .. } => exit::LIMIT,
+        E::Unavailable { .. } | E::Connection { .. } | E::Cancelled { .. } => exit::HOST,
     }
 }

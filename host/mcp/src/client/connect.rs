@@ -8,10 +8,12 @@ use reson_sandbox::config::Access;
 use reson_sandbox::jail::{DEFAULT_MAX_PROCESSES, Jail, JailDir, JailGuard, JailSpec, NetworkRule};
 use reson_text::text::{Lines, escape_controls};
 use rmcp::model::{ClientConfig, Implementation};
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt as _, NotificationContext, RunningService,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient, ServiceExt as _};
+use rmcp::{ClientHandler, RoleClient};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::AsyncBufReadExt as _;
@@ -48,8 +50,18 @@ impl ClientHandler for Handler {
 /// A running connection to one server.
 pub(super) type Connection = RunningService<RoleClient, Handler>;
 
-/// Starts `config` and completes the MCP handshake; a jailed server's
-/// guard must live as long as the connection.
+/// How Reson meets a server: `server/discover` first, for the stateless
+/// revision; a server that does not know it (an error, or no answer within
+/// rmcp's 10 s) gets the `initialize` handshake of [`crate::LEGACY_VERSION`].
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![crate::PROTOCOL_VERSION],
+        legacy_version: Some(crate::LEGACY_VERSION),
+    }
+}
+
+/// Starts `config` and meets the server (see [`lifecycle`]); a jailed
+/// server's guard must live as long as the connection.
 pub(super) async fn connect(
     name: &str,
     config: &ServerConfig,
@@ -60,8 +72,10 @@ pub(super) async fn connect(
     match (&config.command, &config.url) {
         (Some(argv), _) => {
             let (transport, guard) = spawn(name, argv, config, launch).await?;
-            let running =
-                handler.serve(transport).await.map_err(|e| format!("handshake failed: {e}"))?;
+            let running = handler
+                .serve_with_lifecycle(transport, lifecycle())
+                .await
+                .map_err(|e| format!("handshake failed: {e}"))?;
             Ok((running, guard))
         }
         (None, Some(url)) => {
@@ -76,8 +90,10 @@ pub(super) async fn connect(
                 client,
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()),
             );
-            let running =
-                handler.serve(transport).await.map_err(|e| format!("handshake failed: {e}"))?;
+            let running = handler
+                .serve_with_lifecycle(transport, lifecycle())
+                .await
+                .map_err(|e| format!("handshake failed: {e}"))?;
             Ok((running, None))
         }
         (None, None) => Err("neither `command` nor `url` is set".into()),

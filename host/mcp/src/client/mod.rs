@@ -77,6 +77,10 @@ pub struct ServerInfo {
     /// What its process may touch: the jail it runs in, or that it runs
     /// with the host's rights.
     pub confinement: String,
+    /// The MCP revision spoken with it, once it is up: `2026-07-28` when it
+    /// answered `server/discover`, an older one when it took the
+    /// `initialize` handshake instead.
+    pub protocol: Option<String>,
 }
 
 /// A tool taken from a server.
@@ -92,6 +96,7 @@ struct State {
     tools: Vec<Arc<RemoteTool>>,
     refused: Vec<RefusedTool>,
     peer: Option<Peer<RoleClient>>,
+    protocol: Option<String>,
 }
 
 /// One configured server and what is known of it.
@@ -231,6 +236,7 @@ impl McpTools {
                     tools: state.tools.iter().map(|t| t.spec.name.clone()).collect(),
                     refused: state.refused.clone(),
                     confinement: server.confinement.clone(),
+                    protocol: state.protocol.clone(),
                 }
             })
             .collect()
@@ -269,8 +275,21 @@ impl McpTools {
     /// Calls the tool `name` (`SERVER__tool`); `None` when no server lists
     /// it. Every failure is a result the model can read.
     pub async fn call(&self, name: &str, args: &str, context: &CallContext) -> Option<ToolResult> {
-        let (server, tool) = self.find(name)?;
-        Some(call(&server, &tool, args, context).await)
+        self.find(name)?;
+        Some(self.try_call(name, args, context).await.unwrap_or_else(|e| e.into()))
+    }
+
+    /// Calls the tool `name` (`SERVER__tool`), saying why when there is no
+    /// result.
+    pub async fn try_call(
+        &self,
+        name: &str,
+        args: &str,
+        context: &CallContext,
+    ) -> Result<ToolResult, CallError> {
+        let (server, tool) =
+            self.find(name).ok_or_else(|| CallError::UnknownTool { tool: name.to_owned() })?;
+        call(&server, &tool, args, context).await
     }
 }
 
@@ -281,11 +300,9 @@ impl ToolSource for McpTools {
     }
 
     async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
-        McpTools::call(self, &call.name, &call.arguments, &context.call_context())
+        self.try_call(&call.name, &call.arguments, &context.call_context())
             .await
-            .unwrap_or_else(|| {
-                ToolResult::error(format!("Error: no MCP server serves `{}` now", call.name))
-            })
+            .unwrap_or_else(|e| e.into())
     }
 
     fn changes(&self) -> Option<watch::Receiver<u64>> {
@@ -320,13 +337,115 @@ pub async fn with_configured(
     registry.with_source(Arc::new(tools))
 }
 
-async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallContext) -> ToolResult {
+impl From<CallError> for ToolResult {
+    fn from(error: CallError) -> Self {
+        ToolResult::error(format!("Error: {error}"))
+    }
+}
+
+/// Why a call of an MCP tool did not give a result. Its text is what the
+/// model (or the person at `reson tool call`) reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+#[serde(tag = "error", rename_all = "kebab-case")]
+pub enum CallError {
+    /// No configured server lists the tool now.
+    #[error("no MCP server serves `{tool}` now")]
+    UnknownTool {
+        /// The name asked for.
+        tool: String,
+    },
+    /// The arguments are not a JSON object that the tool's input schema
+    /// accepts; nothing was sent.
+    #[error("invalid arguments for `{tool}`: {why}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// What is wrong with them.
+        why: String,
+    },
+    /// The server is starting, or down and being restarted.
+    #[error("MCP server `{server}` cannot take calls: {why}; try again later")]
+    Unavailable {
+        /// The server.
+        server: String,
+        /// Its state, in words.
+        why: String,
+    },
+    /// The caller cancelled the call.
+    #[error("tool `{tool}` was cancelled")]
+    Cancelled {
+        /// The tool.
+        tool: String,
+    },
+    /// The server took longer than its `timeout_ms`.
+    #[error("tool `{tool}` of MCP server `{server}` exceeded its time limit of {ms} ms")]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The server.
+        server: String,
+        /// The limit.
+        ms: u128,
+    },
+    /// The result was larger than the server's `max_output_bytes`.
+    #[error(
+        "tool `{tool}` of MCP server `{server}` exceeded its output limit of {cap} bytes (returned {returned})"
+    )]
+    OutputLimit {
+        /// The tool.
+        tool: String,
+        /// The server.
+        server: String,
+        /// The cap.
+        cap: u64,
+        /// What came back.
+        returned: u64,
+    },
+    /// The server answered with a protocol error (an unknown tool on its
+    /// side, arguments it refused).
+    #[error("MCP server `{server}` refused the call of `{tool}`: {message}")]
+    Refused {
+        /// The server.
+        server: String,
+        /// The tool.
+        tool: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The connection broke during the call.
+    #[error("MCP server `{server}` failed the call of `{tool}`: {why}")]
+    Connection {
+        /// The server.
+        server: String,
+        /// The tool.
+        tool: String,
+        /// What broke.
+        why: String,
+    },
+    /// The tool ran and reported a failure (`isError`).
+    #[error("tool `{tool}` of MCP server `{server}` failed: {text}")]
+    Failed {
+        /// The tool.
+        tool: String,
+        /// The server.
+        server: String,
+        /// Its output.
+        text: String,
+    },
+}
+
+async fn call(
+    server: &Server,
+    tool: &RemoteTool,
+    args: &str,
+    context: &CallContext,
+) -> Result<ToolResult, CallError> {
     let name = &tool.spec.name;
-    let fail = |why: String| ToolResult::error(format!("Error: {why}"));
+    let invalid = |why: String| CallError::InvalidArguments { tool: name.clone(), why };
     let arguments = match serde_json::from_str::<serde_json::Value>(args) {
         Ok(serde_json::Value::Object(map)) => map,
-        Ok(_) => return fail(format!("invalid arguments for `{name}`: not a JSON object")),
-        Err(e) => return fail(format!("invalid arguments for `{name}`: not valid JSON: {e}")),
+        Ok(_) => return Err(invalid("not a JSON object".into())),
+        Err(e) => return Err(invalid(format!("not valid JSON: {e}"))),
     };
     let value = serde_json::Value::Object(arguments.clone());
     let errors: Vec<String> = tool
@@ -338,7 +457,7 @@ async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallCont
         })
         .collect();
     if !errors.is_empty() {
-        return fail(format!("invalid arguments for `{name}`: {}", errors.join("; ")));
+        return Err(invalid(errors.join("; ")));
     }
     let (peer, status) = {
         let state = server.state.read().expect("mcp server state");
@@ -349,36 +468,36 @@ async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallCont
             Some(Status::Down { error, .. }) => format!("it is down ({error}) and restarting"),
             _ => "it is starting".to_owned(),
         };
-        return fail(format!(
-            "MCP server `{}` cannot take calls: {why}; try again later",
-            server.name
-        ));
+        return Err(CallError::Unavailable { server: server.name.clone(), why });
     };
     let request = CallToolRequestParams::new(tool.remote_name.clone()).with_arguments(arguments);
     let timeout = server.config.timeout();
     let cancel = context.cancel.clone().unwrap_or_default();
     let outcome = tokio::select! {
-        () = cancel.cancelled() => return fail(format!("tool `{name}` was cancelled")),
+        () = cancel.cancelled() => return Err(CallError::Cancelled { tool: name.clone() }),
         outcome = tokio::time::timeout(timeout, peer.call_tool(request)) => outcome,
     };
+    let (server_name, tool_name) = (server.name.clone(), name.clone());
     match outcome {
-        Err(_) => fail(format!(
-            "tool `{name}` of MCP server `{}` exceeded its time limit of {} ms",
-            server.name,
-            timeout.as_millis()
-        )),
-        Ok(Err(ServiceError::McpError(e))) => fail(format!(
-            "MCP server `{}` refused the call of `{name}`: {}",
-            server.name, e.message
-        )),
+        Err(_) => Err(CallError::Timeout {
+            tool: tool_name,
+            server: server_name,
+            ms: timeout.as_millis(),
+        }),
+        Ok(Err(ServiceError::McpError(e))) => Err(CallError::Refused {
+            server: server_name,
+            tool: tool_name,
+            message: e.message.into_owned(),
+        }),
         Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
-            fail(format!(
-                "MCP server `{}` stopped during the call of `{name}` ({e}); it is being restarted",
-                server.name
-            ))
+            Err(CallError::Connection {
+                server: server_name,
+                tool: tool_name,
+                why: format!("it stopped ({e}); it is being restarted"),
+            })
         }
         Ok(Err(e)) => {
-            fail(format!("MCP server `{}` failed the call of `{name}`: {e}", server.name))
+            Err(CallError::Connection { server: server_name, tool: tool_name, why: e.to_string() })
         }
         Ok(Ok(result)) => from_mcp(server, name, result),
     }
@@ -387,7 +506,7 @@ async fn call(server: &Server, tool: &RemoteTool, args: &str, context: &CallCont
 /// A server's result as a tool result: text blocks joined, images kept,
 /// `structuredContent` as JSON text when there is no text; held to the
 /// output cap.
-fn from_mcp(server: &Server, name: &str, result: CallToolResult) -> ToolResult {
+fn from_mcp(server: &Server, name: &str, result: CallToolResult) -> Result<ToolResult, CallError> {
     let mut texts = Vec::new();
     let mut images = Vec::new();
     for block in result.content {
@@ -415,19 +534,14 @@ fn from_mcp(server: &Server, name: &str, result: CallToolResult) -> ToolResult {
     let text = texts.join("\n");
     let returned = (text.len() + images.iter().map(|i| i.data.len()).sum::<usize>()) as u64;
     let cap = server.config.output_cap();
+    let (server, tool) = (server.name.clone(), name.to_owned());
     if returned > cap {
-        return ToolResult::error(format!(
-            "Error: tool `{name}` of MCP server `{}` exceeded its output limit of {cap} bytes (returned {returned})",
-            server.name
-        ));
+        return Err(CallError::OutputLimit { tool, server, cap, returned });
     }
     if result.is_error == Some(true) {
-        return ToolResult::error(format!(
-            "Error: tool `{name}` of MCP server `{}` failed: {text}",
-            server.name
-        ));
+        return Err(CallError::Failed { tool, server, text });
     }
-    ToolResult { images, ..ToolResult::text(text) }
+    Ok(ToolResult { images, ..ToolResult::text(text) })
 }
 
 fn resource_uri(contents: &ResourceContents) -> &str {
@@ -498,6 +612,7 @@ async fn supervise(
         tracing::warn!(server = %server.name, "MCP server down: {error}; restarting in {backoff:?}");
         server.set(|s| {
             s.peer = None;
+            s.protocol = None;
             s.status = Some(Status::Down { error, attempts });
         });
         tick();
@@ -535,12 +650,21 @@ async fn run_once(
         }
     };
     let peer = running.peer().clone();
+    let protocol = peer.peer_info().map(|info| info.protocol_version.clone());
+    // A stateless server says its list changed only to a listener.
+    let _listening = match &protocol {
+        Some(version) if crate::is_stateless(version) => {
+            listen_for_changes(&server.name, &peer, relist.clone()).await
+        }
+        _ => None,
+    };
     let take = |listed: Vec<Tool>| {
         let (tools, refused) = accept_tools(&server.name, listed);
         server.set(|s| {
             s.tools = tools;
             s.refused = refused;
             s.peer = Some(peer.clone());
+            s.protocol = protocol.as_ref().map(ToString::to_string);
             s.status = Some(Status::Ready);
         });
         tick();
@@ -563,6 +687,50 @@ async fn run_once(
             },
         }
     }
+}
+
+/// Opens `subscriptions/listen` for `tools/list_changed` on a stateless
+/// server that says its list can change, and wakes `relist` on each
+/// notification; the listener stops when the returned guard is dropped
+/// (with the connection). A server that refuses to listen only loses
+/// the updates, which is logged.
+async fn listen_for_changes(
+    name: &str,
+    peer: &Peer<RoleClient>,
+    relist: Arc<Notify>,
+) -> Option<tokio_util::sync::DropGuard> {
+    let changing = peer
+        .peer_info()
+        .and_then(|info| info.capabilities.tools.as_ref().and_then(|t| t.list_changed))
+        .unwrap_or(false);
+    if !changing {
+        return None;
+    }
+    let filter = rmcp::model::SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = match peer.listen(filter).await {
+        Ok(subscription) => subscription,
+        Err(e) => {
+            tracing::warn!(server = %name, "subscriptions/listen refused, tool list changes will go unseen: {e}");
+            return None;
+        }
+    };
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stopped.cancelled() => {
+                    let _ = subscription.cancel().await;
+                    return;
+                }
+                next = subscription.next() => match next {
+                    Ok(Some(_)) => relist.notify_one(),
+                    _ => return,
+                },
+            }
+        }
+    });
+    Some(stop.drop_guard())
 }
 
 /// The tools of `server` that may be offered, and the rest with reasons.

@@ -8,7 +8,7 @@ mod approval;
 pub mod http;
 mod stdio;
 
-use approval::ClientApprover;
+use approval::{ClientApprover, InlineApprover};
 use base64::Engine as _;
 use reson_agent::agent::Permissions;
 use reson_agent::policy::RuleSet;
@@ -17,11 +17,11 @@ use reson_sandbox::plugin::CallContext;
 use reson_text::redact::redact;
 use reson_trace::ToolCall;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, InitializeResult, InputRequiredResult, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -100,10 +100,12 @@ struct Session {
 
 impl Session {
     /// The tools offered to the client: those the rules do not deny
-    /// outright. Tools that live inside a run (the goal tree) are not
-    /// served.
+    /// outright, by name (2026-07-28 asks for a deterministic order, which
+    /// also keeps clients' caches keyed on the list stable). Tools that
+    /// live inside a run (the goal tree) are not served.
     fn tools(&self) -> Vec<Tool> {
-        self.shared
+        let mut tools: Vec<Tool> = self
+            .shared
             .tools
             .standalone_specs()
             .into_iter()
@@ -115,10 +117,34 @@ impl Session {
                 };
                 Tool::new(spec.name, spec.description, Arc::new(schema))
             })
-            .collect()
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
     }
 
-    /// Sends `notifications/tools/list_changed` whenever the offered tools
+    /// Waits until the offered tools differ from `listed`, and updates it;
+    /// false once nothing can change them any more (the sources are gone).
+    async fn next_change(
+        &self,
+        changes: &mut [tokio::sync::watch::Receiver<u64>],
+        listed: &mut Vec<Tool>,
+    ) -> bool {
+        loop {
+            let ticks = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
+            let (tick, _, _) = futures::future::select_all(ticks).await;
+            if tick.is_err() {
+                return false;
+            }
+            let now = self.tools();
+            if now != *listed {
+                *listed = now;
+                return true;
+            }
+        }
+    }
+
+    /// Sends `notifications/tools/list_changed` to a client of an older
+    /// revision (which gets them on its session) whenever the offered tools
     /// change (a plugin replaced, an MCP server's list changed), until the
     /// client is gone.
     fn follow_changes(&self, peer: rmcp::Peer<RoleServer>) {
@@ -129,18 +155,9 @@ impl Session {
         let session = self.clone();
         tokio::spawn(async move {
             let mut listed = session.tools();
-            loop {
-                let ticks = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
-                let (tick, _, _) = futures::future::select_all(ticks).await;
-                if tick.is_err() || peer.is_transport_closed() {
+            while session.next_change(&mut changes, &mut listed).await {
+                if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
                     return;
-                }
-                let now = session.tools();
-                if now != listed {
-                    listed = now;
-                    if peer.notify_tool_list_changed().await.is_err() {
-                        return;
-                    }
                 }
             }
         });
@@ -150,7 +167,7 @@ impl Session {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if !self.tools().iter().any(|t| t.name == name) {
             let offered: Vec<String> = self.tools().into_iter().map(|t| t.name.into()).collect();
@@ -165,12 +182,40 @@ impl Session {
             name: name.clone(),
             arguments: arguments.to_string(),
         };
-        self.approver.attach(&context.peer);
-        let ruling = self.permissions.check("mcp", &call, &|_| {}).await;
+        // 2026-07-28 has no requests from server to client: its `ask` is an
+        // input-required round, with permissions of this request alone.
+        let stateless = context.protocol_version().is_some_and(|v| crate::is_stateless(&v));
+        let askable = if stateless {
+            approval::takes_forms(context.client_capabilities().as_ref())
+        } else {
+            approval::can_ask(&context.peer)
+        };
+        let ruling = if stateless {
+            let inline = Arc::new(
+                InlineApprover::new(request.input_responses.as_ref())
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?,
+            );
+            let permissions = Permissions::new(self.shared.rules.clone(), inline.clone());
+            let ruling = permissions.check("mcp", &call, &|_| {}).await;
+            let question = inline
+                .input_requests()
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            if askable && let Some(requests) = question {
+                return Ok(CallToolResponse::InputRequired(
+                    InputRequiredResult::from_input_requests(requests),
+                ));
+            }
+            ruling
+        } else {
+            if askable {
+                self.approver.attach(&context.peer);
+            }
+            self.permissions.check("mcp", &call, &|_| {}).await
+        };
         if !ruling.run {
             let text = match ruling.decision {
                 "ask-denied" => format!("Error: the user denied this call of `{name}`."),
-                "ask-timeout" if !approval::can_ask(&context.peer) => format!(
+                "ask-timeout" if !askable => format!(
                     "Error: calling `{name}` needs approval, and this MCP client cannot be asked \
                      (it does not support elicitation): allow it with a permission rule in reson.toml."
                 ),
@@ -184,24 +229,26 @@ impl Session {
                     format!("Error: permission denied for `{name}` ({why}).")
                 }
             };
-            return Ok(CallToolResult::error(vec![ContentBlock::text(redact(&text))]));
+            return Ok(CallToolResult::error(vec![ContentBlock::text(redact(&text))]).into());
         }
         let cx = CallContext {
             call_id: call.id.clone(),
             cancel: Some(context.ct),
             ..CallContext::default()
         };
-        Ok(to_mcp(self.shared.tools.call(&call, &cx).await))
+        Ok(to_mcp(self.shared.tools.call(&call, &cx).await).into())
     }
 }
 
-/// A tool result as MCP has it: the text (redacted), a JSON object result
-/// also as `structuredContent`, images as image content, failures (limits
-/// and traps named in the text) as `isError`.
+/// A tool result as MCP has it: the text (redacted), a JSON result also
+/// as `structuredContent`, images as image content, failures (limits and
+/// traps named in the text) as `isError`. 2026-07-28 takes any JSON value
+/// there; rmcp drops what is not an object for a client of an older
+/// revision, which keeps the text.
 fn to_mcp(result: ToolResult) -> CallToolResult {
     let text = redact(&result.text).into_owned();
     let structured = match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(value @ serde_json::Value::Object(_)) if result.ok => Some(value),
+        Ok(value) if result.ok && !value.is_null() => Some(value),
         _ => None,
     };
     let mut content = vec![ContentBlock::text(text)];
@@ -241,7 +288,43 @@ impl ServerHandler for Session {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        // The list can change at any moment (a plugin is replaced): no
+        // client may keep it as fresh; one that wants to know listens. It is
+        // what this server's rules offer, not for a shared cache to hand on.
+        Ok(ListToolsResult::with_all_items(self.tools())
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// `subscriptions/listen` (2026-07-28): `notifications/tools/list_changed`
+    /// on the listening request's stream whenever the offered tools change,
+    /// until the client cancels it.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.shared.tools.changes();
+        if context.accepted().tools_list_changed != Some(true) || changes.is_empty() {
+            context.cancelled().await;
+            return Ok(());
+        }
+        let mut listed = self.tools();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = self.next_change(&mut changes, &mut listed) => {
+                    if !changed || context.sink().notify_tool_list_changed().await.is_err() {
+                        // Nothing more to say: the client ends the stream.
+                        context.cancelled().await;
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn call_tool(
@@ -249,7 +332,7 @@ impl ServerHandler for Session {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(request, context).await.map(CallToolResponse::from)
+        self.call(request, context).await
     }
 }
 
@@ -258,12 +341,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_json_object_result_is_structured_and_failures_are_is_error() {
+    fn a_json_result_is_structured_and_failures_are_is_error() {
         let object = to_mcp(ToolResult::text(r#"{"a":1}"#.into()));
         assert_eq!(object.structured_content, Some(serde_json::json!({ "a": 1 })));
         assert_eq!(object.is_error, Some(false));
         assert_eq!(object.content[0].as_text().unwrap().text, r#"{"a":1}"#);
-        assert_eq!(to_mcp(ToolResult::text("[1]".into())).structured_content, None);
+        assert_eq!(to_mcp(ToolResult::text("[1]".into())).structured_content, Some([1].into()));
+        assert_eq!(to_mcp(ToolResult::text("plain words".into())).structured_content, None);
+        assert_eq!(to_mcp(ToolResult::text("null".into())).structured_content, None);
         let failed = to_mcp(ToolResult::error(r#"{"a":1}"#.into()));
         assert_eq!((failed.is_error, failed.structured_content), (Some(true), None));
     }
