@@ -12,6 +12,7 @@ pub mod js;
 pub mod llm_server;
 pub mod mcp;
 pub mod python;
+pub mod registry;
 
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
