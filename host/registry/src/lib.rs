@@ -146,9 +146,7 @@ pub enum RegistryError {
         detail: String,
     },
     /// The registry wants other credentials.
-    #[error(
-        "the registry {registry} refused access: {detail} (set {USER_ENV} and {PASSWORD_ENV})"
-    )]
+    #[error("the registry {registry} refused access: {detail} (set {USER_ENV} and {PASSWORD_ENV})")]
     Unauthorized {
         /// `HOST[:PORT]`.
         registry: String,

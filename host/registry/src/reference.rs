@@ -116,7 +116,10 @@ mod tests {
         let pinned: OciRef = format!("oci://registry.example.com/echo@{digest}").parse().unwrap();
         assert_eq!(pinned.digest(), Some(digest.as_str()));
         assert!(!pinned.is_loopback());
-        assert_eq!(tagged.pinned(&digest).to_string(), format!("oci://127.0.0.1:5000/tools/echo@{digest}"));
+        assert_eq!(
+            tagged.pinned(&digest).to_string(),
+            format!("oci://127.0.0.1:5000/tools/echo@{digest}")
+        );
         assert!("oci://localhost/echo:1".parse::<OciRef>().unwrap().is_loopback());
     }
 

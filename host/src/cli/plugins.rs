@@ -120,8 +120,7 @@ async fn install_from_registry(
     let reference: OciRef = text.parse()?;
     let pulled = registry::pull(&reference, &Settings::from_env(insecure)).await?;
     let name = author::place(&pulled.plugin, &options.plugins_dir)?;
-    let source =
-        PluginSource { reference: reference.to_string(), digest: pulled.digest.clone() };
+    let source = PluginSource { reference: reference.to_string(), digest: pulled.digest.clone() };
     plugin::record_source(&options.lock_file, &name, Some(source))
         .map_err(|e| anyhow::anyhow!("recording where {name} came from: {e}"))?;
     say!(
@@ -190,7 +189,8 @@ pub(crate) async fn run_offline(command: &Command, options: &Options) -> anyhow:
             let file = named_or_path(plugin, plugins_dir);
             let bundle = author::read(&file)?;
             let reference: OciRef = reference.parse()?;
-            let digest = registry::push(&reference, &bundle, &Settings::from_env(*insecure)).await?;
+            let digest =
+                registry::push(&reference, &bundle, &Settings::from_env(*insecure)).await?;
             say!(
                 "published {} to {reference}\ndigest {digest}\ninstall it with `reson plugins \
                  install {}`",

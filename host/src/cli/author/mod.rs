@@ -231,8 +231,7 @@ pub(crate) fn place(plugin: &Plugin, plugins_dir: &Path) -> anyhow::Result<Strin
     for (bytes, ext) in files {
         let to = plugins_dir.join(format!("{}.{ext}", manifest.name));
         let aside = plugins_dir.join(format!(".{}.{ext}.tmp", manifest.name));
-        std::fs::write(&aside, bytes)
-            .with_context(|| format!("writing {}", aside.display()))?;
+        std::fs::write(&aside, bytes).with_context(|| format!("writing {}", aside.display()))?;
         std::fs::rename(&aside, &to)?;
     }
     Ok(manifest.name)
