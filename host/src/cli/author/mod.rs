@@ -183,6 +183,7 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Plugin> {
     let manifest = std::fs::read_to_string(&manifest_file).with_context(|| {
         format!("{} needs its manifest beside it: {}", wasm.display(), manifest_file.display())
     })?;
+    Manifest::parse(&manifest).map_err(|e| anyhow::anyhow!("{}: {e}", manifest_file.display()))?;
     let signature_file = reson::plugin::signing::detached_path(&wasm);
     let signature = if signature_file.is_file() {
         Some(
