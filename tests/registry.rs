@@ -188,6 +188,37 @@ async fn a_component_over_the_cap_is_refused_before_it_is_downloaded() {
     assert_eq!(pulled.plugin.signature, None);
 }
 
+#[test]
+fn a_registry_behind_a_login_takes_the_credentials_from_the_environment() {
+    let registry = Registry::start_with_login("alice", "s3cret");
+    let source = echo_source();
+    let reference = registry.url("private/echo:1");
+    let login = [(registry::USER_ENV, "alice"), (registry::PASSWORD_ENV, "s3cret")];
+    let wrong = [(registry::USER_ENV, "alice"), (registry::PASSWORD_ENV, "guess")];
+    let run = |dir: &TestDir, args: &[&str], env: &[(&str, &str)]| {
+        let plugins = dir.plugins();
+        let mut all = vec!["--plugins-dir", plugins.to_str().unwrap()];
+        all.extend_from_slice(args);
+        support::reson_cli_env(dir.path(), &all, env)
+    };
+
+    for env in [&[][..], &wrong] {
+        let refused = run(&source, &["plugins", "publish", "echo", &reference], env);
+        assert!(!refused.status.success());
+        let error = stderr(&refused);
+        assert!(error.contains("refused access") && error.contains(registry::USER_ENV), "{error}");
+    }
+    let published = run(&source, &["plugins", "publish", "echo", &reference], &login);
+    assert!(published.status.success(), "{}", stderr(&published));
+
+    let user = TestDir::new();
+    let refused = run(&user, &["plugins", "install", &reference], &[]);
+    assert!(stderr(&refused).contains("refused access"), "{}", stderr(&refused));
+    let installed = run(&user, &["plugins", "install", &reference], &login);
+    assert!(installed.status.success(), "{}", stderr(&installed));
+    assert_eq!(ok(&user, &["tool", "call", "echo", ARGS]).trim_end(), "ping");
+}
+
 /// `echo.wasm` changed (a custom section added), asking for `requests`.
 fn echo_update(dir: &TestDir, requests: &str) {
     let wasm = dir.plugins().join("echo.wasm");

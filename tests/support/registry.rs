@@ -19,18 +19,37 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts a registry on a free port; returns once it answers.
+    /// Starts a registry open to anyone on a free port; returns once it
+    /// answers.
     pub fn start() -> Self {
+        Self::serve(None)
+    }
+
+    /// Starts a registry that lets only `user` with `password` in (HTTP
+    /// basic auth over an htpasswd file).
+    pub fn start_with_login(user: &str, password: &str) -> Self {
+        Self::serve(Some((user, password)))
+    }
+
+    fn serve(login: Option<(&str, &str)>) -> Self {
         apt::ensure(|| Path::new(PROGRAM).exists(), &["docker-registry"]);
         let storage = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
+        let auth = match login {
+            None => String::new(),
+            Some((user, password)) => {
+                let file = storage.path().join("htpasswd");
+                std::fs::write(&file, htpasswd(user, password)).unwrap();
+                format!("auth:\n  htpasswd:\n    realm: reson-test\n    path: {}\n", file.display())
+            }
+        };
         let config = storage.path().join("config.yml");
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    \
-                 rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+                 rootdirectory: {}\nhttp:\n  addr: {addr}\n{auth}",
                 storage.path().join("data").display()
             ),
         )
@@ -134,6 +153,16 @@ impl Drop for Registry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An htpasswd line for `user` (bcrypt, the only hash the registry takes),
+/// made by Debian's `htpasswd`.
+fn htpasswd(user: &str, password: &str) -> Vec<u8> {
+    const HTPASSWD: &str = "/usr/bin/htpasswd";
+    apt::ensure(|| Path::new(HTPASSWD).exists(), &["apache2-utils"]);
+    let out = Command::new(HTPASSWD).args(["-Bbn", user, password]).output().unwrap();
+    assert!(out.status.success(), "htpasswd: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
 }
 
 /// `sha256:HEX` of `bytes`.

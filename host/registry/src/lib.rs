@@ -248,7 +248,16 @@ fn classify(reference: &OciRef, error: OciDistributionError) -> RegistryError {
         }
         OciDistributionError::ServerError { code: 404, .. } => not_found(detail),
         OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => {
+        | OciDistributionError::AuthenticationFailure(_)
+        | OciDistributionError::ServerError { code: 401 | 403, .. } => {
+            RegistryError::Unauthorized { registry, detail }
+        }
+        OciDistributionError::RegistryError { ref envelope, .. }
+            if envelope
+                .errors
+                .iter()
+                .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)) =>
+        {
             RegistryError::Unauthorized { registry, detail }
         }
         OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError {
