@@ -162,8 +162,19 @@ async fn bad_references_and_bad_artifacts_are_refused_and_install_nothing() {
     *tampered.last_mut().unwrap() ^= 1;
     std::fs::write(&blob, tampered).unwrap();
     let error = install(&registry.url(&format!("tools/echo@{digest}")));
-    assert!(error.contains(&support::registry::sha256(&wasm)), "{error}");
-    assert!(error.contains("has digest"), "{error}");
+    assert!(
+        error.contains("the component has digest sha256:")
+            && error.contains(&format!("not {}", support::registry::sha256(&wasm))),
+        "{error}"
+    );
+
+    // So does a manifest: asked for by digest, it must hash to it.
+    let manifest = registry.blob_file(&digest);
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("unchanged", "changed!!")).unwrap();
+    let error = install(&registry.url(&format!("tools/echo@{digest}")));
+    assert!(error.contains("the manifest has digest sha256:"), "{error}");
+    assert!(error.contains(&format!("not {digest}")), "{error}");
 
     let names: Vec<_> = std::fs::read_dir(fresh.plugins()).unwrap().collect();
     assert!(names.is_empty(), "a failed install left {names:?}");

@@ -216,8 +216,8 @@ pub enum RegistryError {
     },
 }
 
-/// Sorts an `oci-client` error into ours.
-fn classify(reference: &OciRef, error: OciDistributionError) -> RegistryError {
+/// Sorts an `oci-client` error met while moving `what` into ours.
+fn classify(reference: &OciRef, what: &str, error: OciDistributionError) -> RegistryError {
     let registry = reference.registry().to_owned();
     let detail = error.to_string();
     let not_found = |detail| RegistryError::NotFound { reference: reference.to_string(), detail };
@@ -265,7 +265,7 @@ fn classify(reference: &OciRef, error: OciDistributionError) -> RegistryError {
             actual,
         }) => RegistryError::DigestMismatch {
             reference: reference.to_string(),
-            what: "content".into(),
+            what: what.into(),
             expected,
             actual,
         },
@@ -292,7 +292,7 @@ pub async fn push(
     let client = settings.client(reference);
     let image = reference.oci();
     client.store_auth_if_needed(reference.registry(), &settings.auth()).await;
-    let oops = |e| classify(reference, e);
+    let oops = |e| classify(reference, "the plugin", e);
 
     let wasm_digest = sha256(&plugin.wasm);
     let config = serde_json::json!({
@@ -350,7 +350,7 @@ pub async fn pull(reference: &OciRef, settings: &Settings) -> Result<Pulled, Reg
     let (body, _) = client
         .pull_manifest_raw(image, &settings.auth(), &[OCI_IMAGE_MEDIA_TYPE])
         .await
-        .map_err(|e| classify(reference, e))?;
+        .map_err(|e| classify(reference, "the manifest", e))?;
     let digest = sha256(&body);
     if let Some(expected) = reference.digest()
         && expected != digest
@@ -418,7 +418,7 @@ pub async fn pull(reference: &OciRef, settings: &Settings) -> Result<Pulled, Reg
                 detail: format!("the registry sent more than the {size} bytes its manifest says"),
             });
         }
-        Err(e) => return Err(classify(reference, e)),
+        Err(e) => return Err(classify(reference, "the component", e)),
     }
     Ok(Pulled {
         plugin: Plugin { wasm: wasm.bytes, manifest: plugin_manifest.clone(), signature },
