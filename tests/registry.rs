@@ -141,6 +141,18 @@ async fn bad_references_and_bad_artifacts_are_refused_and_install_nothing() {
     assert!(error.contains("no Reson plugin manifest"), "{error}");
     assert!(error.contains(registry::MANIFEST_ANNOTATION), "{error}");
 
+    // A manifest annotation that is not a plugin manifest.
+    registry
+        .push_raw(
+            "odd/echo:1",
+            registry::WASM_CONFIG_MEDIA_TYPE,
+            &[(registry::WASM_LAYER_MEDIA_TYPE, &wasm)],
+            serde_json::json!({ registry::MANIFEST_ANNOTATION: "name = 1" }),
+        )
+        .await;
+    let error = install(&registry.url("odd/echo:1"));
+    assert!(error.contains("installing oci://") && error.contains("manifest"), "{error}");
+
     // A container image is not a plugin.
     registry
         .push_raw(

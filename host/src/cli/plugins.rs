@@ -3,6 +3,7 @@
 use super::author::{self, Lang};
 use super::exit;
 use super::term::{one_line, say};
+use anyhow::Context as _;
 use clap::Subcommand;
 use reson::plugin::{self, Options, PluginInfo, PluginSource, PluginStatus, Runtime, signing};
 use reson::registry::{self, OciRef, Settings};
@@ -119,7 +120,8 @@ async fn install_from_registry(
 ) -> anyhow::Result<()> {
     let reference: OciRef = text.parse()?;
     let pulled = registry::pull(&reference, &Settings::from_env(insecure)).await?;
-    let name = author::place(&pulled.plugin, &options.plugins_dir)?;
+    let name = author::place(&pulled.plugin, &options.plugins_dir)
+        .with_context(|| format!("installing {reference}"))?;
     let source = PluginSource { reference: reference.to_string(), digest: pulled.digest.clone() };
     plugin::record_source(&options.lock_file, &name, Some(source))
         .map_err(|e| anyhow::anyhow!("recording where {name} came from: {e}"))?;
