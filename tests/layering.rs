@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &str, &[&str])] = &[
     ("reson-text", "host/text", &[]),
     ("reson-origin-guard", "host/origin-guard", &[]),
+    ("reson-registry", "host/registry", &[]),
     ("reson-sandbox", "host/sandbox", &["reson-text"]),
     ("reson-trace", "host/trace", &["reson-text"]),
     ("reson-workspace", "host/workspace", &["reson-text", "reson-trace"]),
@@ -54,6 +55,7 @@ const LAYERS: &[(&str, &str, &[&str])] = &[
             "reson-agent",
             "reson-mcp",
             "reson-origin-guard",
+            "reson-registry",
             "reson-server",
         ],
     ),

@@ -38,6 +38,7 @@
 //! | `reson-agent` | the agent loop and its tools | [`agent`], [`tools`], [`provider`], [`policy`], [`skills`], [`experience`], [`knowledge`], [`store`] |
 //! | `reson-mcp` | MCP both ways | [`mcp`] |
 //! | `reson-origin-guard` | what browser-facing servers refuse | [`origin_guard`] |
+//! | `reson-registry` | plugins from and to OCI registries | [`registry`] |
 //! | `reson-server` | `reson serve`'s HTTP API | [`api`] |
 //!
 //! [`config`] composes `reson.toml` from the sections those crates own.
@@ -56,6 +57,7 @@ pub use reson_agent::{
 };
 pub use reson_mcp as mcp;
 pub use reson_origin_guard as origin_guard;
+pub use reson_registry as registry;
 pub use reson_sandbox::{capability, contract, jail, plugin};
 pub use reson_server as api;
 pub use reson_text::{redact, text};

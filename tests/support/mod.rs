@@ -12,6 +12,7 @@ pub mod js;
 pub mod llm_server;
 pub mod mcp;
 pub mod python;
+pub mod registry;
 
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
@@ -252,10 +253,16 @@ pub fn replace(src: &[u8], dst: &Path) {
 /// The real `reson` binary run in `cwd` with `args`, on the shared
 /// compiled-code cache and no configuration from the environment.
 pub fn reson_cli(cwd: &Path, args: &[&str]) -> std::process::Output {
+    reson_cli_env(cwd, args, &[])
+}
+
+/// [`reson_cli`] with `env` set as well.
+pub fn reson_cli_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_reson"))
         .current_dir(cwd)
         .env_remove("RESON_CONFIG")
         .env_remove("RESON_PLUGINS_DIR")
+        .envs(env.iter().copied())
         .args(["--cache-dir", &cache_dir().to_string_lossy()])
         .args(args)
         .output()

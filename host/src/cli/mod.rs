@@ -134,9 +134,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
         }
         // Making, building and installing only write files and run the
         // toolchain; nothing else is on the runtime to be held up meanwhile.
-        Command::Plugins(cmd) => {
-            plugins::run_offline(cmd, &options(cli, &config(cli)?)?.plugins_dir)
-        }
+        Command::Plugins(cmd) => plugins::run_offline(cmd, &options(cli, &config(cli)?)?).await,
         Command::Wit { dir } => {
             author::write_wit(dir)?;
             term::say!("wrote the reson:plugin contract into {}", dir.display());

@@ -3,8 +3,11 @@
 use super::author::{self, Lang};
 use super::exit;
 use super::term::{one_line, say};
+use anyhow::Context as _;
 use clap::Subcommand;
-use reson::plugin::{PluginInfo, PluginStatus, Runtime, signing};
+use reson::plugin::{self, Options, PluginInfo, PluginSource, PluginStatus, Runtime, signing};
+use reson::registry::{self, OciRef, Settings};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -44,10 +47,26 @@ pub(crate) enum Command {
         dir: PathBuf,
     },
     /// Copy a built plugin (a project directory, or a .wasm with its .toml
-    /// beside it) into the plugins directory.
+    /// beside it) into the plugins directory, or pull one from an OCI
+    /// registry (oci://HOST[:PORT]/REPOSITORY:TAG or ...@sha256:DIGEST); the
+    /// lock file records the registry reference and the digest pulled.
     Install {
-        /// The project directory or the .wasm file.
+        /// The project directory, the .wasm file, or an oci:// reference.
         path: PathBuf,
+        /// Speak plain HTTP to a registry that is not on this machine.
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Push a plugin (as `install` takes it, or the name of one in the
+    /// plugins directory) to an OCI registry; prints its digest.
+    Publish {
+        /// The project directory, the .wasm file, or an installed plugin's name.
+        plugin: PathBuf,
+        /// Where: oci://HOST[:PORT]/REPOSITORY:TAG.
+        reference: String,
+        /// Speak plain HTTP to a registry that is not on this machine.
+        #[arg(long)]
+        insecure: bool,
     },
     /// Make an Ed25519 key pair for signing plugins: DIR/NAME.key (secret,
     /// keep it private) and DIR/NAME.pub.
@@ -81,8 +100,45 @@ impl Command {
     }
 }
 
-/// The commands that need no runtime: making, building and installing.
-pub(crate) fn run_offline(command: &Command, plugins_dir: &Path) -> anyhow::Result<ExitCode> {
+/// `plugin` as the user named it: a path, or the name of a plugin in
+/// `plugins_dir`.
+fn named_or_path(plugin: &Path, plugins_dir: &Path) -> PathBuf {
+    let named = plugins_dir.join(plugin).with_extension("wasm");
+    if !plugin.exists() && plugin.components().count() == 1 && named.exists() {
+        named
+    } else {
+        plugin.to_path_buf()
+    }
+}
+
+/// `reson plugins install oci://...`: pulls, writes the files as a local
+/// install does, and records where they came from.
+async fn install_from_registry(
+    text: &str,
+    insecure: bool,
+    options: &Options,
+) -> anyhow::Result<()> {
+    let reference: OciRef = text.parse()?;
+    let pulled = registry::pull(&reference, &Settings::from_env(insecure)).await?;
+    let name = author::place(&pulled.plugin, &options.plugins_dir)
+        .with_context(|| format!("installing {reference}"))?;
+    let source = PluginSource { reference: reference.to_string(), digest: pulled.digest.clone() };
+    plugin::record_source(&options.lock_file, &name, Some(source))
+        .map_err(|e| anyhow::anyhow!("recording where {name} came from: {e}"))?;
+    say!(
+        "installed {name} from {reference} into {}\ndigest {}\npinned: {}\n(a plugin that \
+         changed and asks for more waits for `reson plugins accept {name}`)",
+        options.plugins_dir.display(),
+        pulled.digest,
+        reference.pinned(&pulled.digest)
+    );
+    Ok(())
+}
+
+/// The commands that need no runtime: making, building, installing and
+/// publishing.
+pub(crate) async fn run_offline(command: &Command, options: &Options) -> anyhow::Result<ExitCode> {
+    let plugins_dir = &options.plugins_dir;
     match command {
         Command::New { name, lang, dir, sdk } => {
             let dir = author::new(name, *lang, dir.as_deref(), sdk.as_deref())?;
@@ -102,8 +158,17 @@ pub(crate) fn run_offline(command: &Command, plugins_dir: &Path) -> anyhow::Resu
             let wasm = author::build(dir)?;
             say!("built {}", wasm.display());
         }
-        Command::Install { path } => {
+        Command::Install { path, insecure } => {
+            if let Some(text) = path.to_str().filter(|t| OciRef::is_oci(t)) {
+                install_from_registry(text, *insecure, options).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let name = author::install(path, plugins_dir)?;
+            let sources = plugin::sources(&options.lock_file).map_err(anyhow::Error::msg)?;
+            if sources.contains_key(&name) {
+                plugin::record_source(&options.lock_file, &name, None)
+                    .map_err(anyhow::Error::msg)?;
+            }
             say!(
                 "installed {name} into {}; `reson plugins list` shows it (a plugin that changed \
                  and asks for more waits for `reson plugins accept {name}`)",
@@ -122,13 +187,21 @@ pub(crate) fn run_offline(command: &Command, plugins_dir: &Path) -> anyhow::Resu
                 keys.inline
             );
         }
+        Command::Publish { plugin, reference, insecure } => {
+            let file = named_or_path(plugin, plugins_dir);
+            let bundle = author::read(&file)?;
+            let reference: OciRef = reference.parse()?;
+            let digest =
+                registry::push(&reference, &bundle, &Settings::from_env(*insecure)).await?;
+            say!(
+                "published {} to {reference}\ndigest {digest}\ninstall it with `reson plugins \
+                 install {}`",
+                file.display(),
+                reference.pinned(&digest)
+            );
+        }
         Command::Sign { plugin, key, detached } => {
-            let named = plugins_dir.join(plugin).with_extension("wasm");
-            let file = if !plugin.exists() && plugin.components().count() == 1 && named.exists() {
-                named
-            } else {
-                plugin.clone()
-            };
+            let file = named_or_path(plugin, plugins_dir);
             let signed = signing::sign(&file, key, *detached)?;
             say!(
                 "signed {} with key id {} ({} signature{} now); wrote {}",
@@ -151,13 +224,17 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
         Command::List { json: true } => {
             say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
         }
-        Command::List { json: false } => print_table(&runtime.plugins()),
+        Command::List { json: false } => {
+            let sources = plugin::sources(&runtime.options().lock_file).unwrap_or_default();
+            print_table(&runtime.plugins(), &sources);
+        }
         Command::New { .. }
         | Command::Build { .. }
         | Command::Install { .. }
+        | Command::Publish { .. }
         | Command::Keygen { .. }
         | Command::Sign { .. } => {
-            return run_offline(command, &runtime.options().plugins_dir);
+            return run_offline(command, runtime.options()).await;
         }
         Command::Accept { name } => {
             runtime.accept(name).await?;
@@ -175,7 +252,7 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(plugins: &[PluginInfo]) {
+fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>) {
     if plugins.is_empty() {
         say!("no plugins found");
         return;
@@ -194,6 +271,9 @@ fn print_table(plugins: &[PluginInfo]) {
         say!("{} {version}  [{world}]  {status}", p.name);
         if let Some(sha) = &p.sha256 {
             say!("    sha256  {sha}");
+        }
+        if let Some(source) = sources.get(&p.name) {
+            say!("    source  {} ({})", one_line(&source.reference), one_line(&source.digest));
         }
         match &p.signature {
             Some(s) if s.is_bad() => say!("    signature WARNING: {}", one_line(&s.to_string())),

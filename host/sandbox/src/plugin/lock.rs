@@ -1,7 +1,8 @@
 //! The lock file: each plugin's SHA-256 and what it requested when the user
 //! last accepted it. A plugin that changed and now asks for more is held
 //! back until accepted again. It also records which plugin serves each tool
-//! name, so that a plugin added later can never take a name over.
+//! name, so that a plugin added later can never take a name over, and
+//! where each plugin installed from a registry came from.
 
 use crate::manifest::Requests;
 use serde::{Deserialize, Serialize};
@@ -16,8 +17,51 @@ pub(crate) struct LockFile {
     /// Tool name → the plugin that serves it.
     #[serde(default)]
     tools: BTreeMap<String, String>,
+    /// Plugin → the registry reference it was installed from. The installer
+    /// writes these; the runtime only keeps them.
+    #[serde(default)]
+    sources: BTreeMap<String, PluginSource>,
     #[serde(skip)]
     path: PathBuf,
+}
+
+/// What a lock file holds, borrowed to be written.
+#[derive(Serialize)]
+struct Written<'a> {
+    plugins: &'a BTreeMap<String, LockEntry>,
+    tools: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    sources: &'a BTreeMap<String, PluginSource>,
+}
+
+/// Where an installed plugin came from: the registry reference it was
+/// installed by and the digest of the image manifest pulled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginSource {
+    /// `oci://HOST[:PORT]/REPOSITORY:TAG` (or `@sha256:...`) as given.
+    pub reference: String,
+    /// The image manifest's digest, `sha256:...`.
+    pub digest: String,
+}
+
+/// Records that `plugin` was installed from `source`, or, with `None`, from
+/// somewhere else (a local file), forgetting its registry.
+pub fn record_source(
+    lock_file: &Path,
+    plugin: &str,
+    source: Option<PluginSource>,
+) -> Result<(), String> {
+    let mut lock = LockFile::open(lock_file)?;
+    match source {
+        Some(source) => lock.sources.insert(plugin.to_owned(), source),
+        None => lock.sources.remove(plugin),
+    };
+    lock.write_with(&lock.sources).map_err(|e| format!("{}: {e}", lock_file.display()))
+}
+
+/// The registry sources the lock file at `lock_file` records, by plugin.
+pub fn sources(lock_file: &Path) -> Result<BTreeMap<String, PluginSource>, String> {
+    Ok(LockFile::open(lock_file)?.sources)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,8 +169,16 @@ impl LockFile {
         }
     }
 
+    /// Writes the file, keeping the sources it holds on disk: an installer
+    /// may have recorded one since this runtime read it.
     fn write(&self) -> std::io::Result<()> {
-        let text = toml::to_string_pretty(self).map_err(std::io::Error::other)?;
+        let on_disk = Self::open(&self.path).map(|lock| lock.sources);
+        self.write_with(on_disk.as_ref().unwrap_or(&self.sources))
+    }
+
+    fn write_with(&self, sources: &BTreeMap<String, PluginSource>) -> std::io::Result<()> {
+        let written = Written { plugins: &self.plugins, tools: &self.tools, sources };
+        let text = toml::to_string_pretty(&written).map_err(std::io::Error::other)?;
         let dir =
             self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
@@ -157,5 +209,24 @@ mod tests {
         assert!(reopened.admit("p", "ccc", &big).is_err(), "the refusal survives a restart");
         reopened.accept("p", "ccc", &big).unwrap();
         assert!(LockFile::open(&path).unwrap().admit("p", "ccc", &big).is_ok());
+    }
+
+    #[test]
+    fn keeps_sources_an_installer_recorded_while_the_runtime_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reson.lock");
+        // A lock file written before sources existed still loads.
+        std::fs::write(&path, "[plugins.p]\nsha256 = \"aaa\"\n[plugins.p.requests]\n").unwrap();
+        let mut running = LockFile::open(&path).unwrap();
+        let source = PluginSource {
+            reference: "oci://127.0.0.1:5000/p:1".into(),
+            digest: "sha256:01".into(),
+        };
+        record_source(&path, "p", Some(source.clone())).unwrap();
+        running.admit("p", "bbb", &Requests::default()).unwrap();
+        assert_eq!(sources(&path).unwrap(), BTreeMap::from([("p".to_owned(), source)]));
+        record_source(&path, "p", None).unwrap();
+        assert!(sources(&path).unwrap().is_empty());
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("sources"));
     }
 }

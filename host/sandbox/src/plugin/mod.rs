@@ -16,6 +16,7 @@ mod watch;
 pub use crate::manifest::{Manifest, Requests};
 pub use error::{CallError, Limit, LoadError, ToolFailure, TrapKind};
 pub use loader::{CallContext, Image, ToolOutput, ToolSpec};
+pub use lock::{PluginSource, record_source, sources};
 pub use runtime::{
     Options, PluginInfo, PluginStatus, RESERVED_TOOL_NAMES, RefusedTool, Runtime, RuntimeError,
 };

@@ -2,7 +2,8 @@
 //! and `install`, and `reson wit`. A project is a directory holding the
 //! plugin's manifest (`reson-plugin.toml`), the contract (`wit/`) and the
 //! sources of one language; `build` leaves `dist/<name>.wasm` and
-//! `dist/<name>.toml`, which `install` copies into a plugins directory.
+//! `dist/<name>.toml`, which `install` copies into a plugins directory
+//! (and `publish` pushes to a registry).
 
 mod js;
 mod python;
@@ -10,6 +11,7 @@ mod rust;
 
 use anyhow::{Context as _, bail};
 use reson::plugin::Manifest;
+use reson::registry::Plugin;
 use std::path::{Path, PathBuf};
 
 /// The contract, embedded so that a project can be made anywhere.
@@ -159,12 +161,10 @@ pub(crate) fn build(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(out)
 }
 
-/// `reson plugins install PATH`: a project directory (its `dist/`), or a
-/// `.wasm` with its manifest (and detached signature, if it has one)
-/// beside it, copied into `plugins_dir`. Each
-/// file is written aside and renamed, so a watching host never loads half
-/// a file.
-pub(crate) fn install(path: &Path, plugins_dir: &Path) -> anyhow::Result<String> {
+/// The plugin at `path` as `reson plugins install` accepts it: a project
+/// directory (its `dist/`), or a `.wasm` with its manifest (and detached
+/// signature, if it has one) beside it.
+pub(crate) fn read(path: &Path) -> anyhow::Result<Plugin> {
     let (wasm, manifest_file) = if path.is_dir() {
         let manifest = project_manifest(path)?;
         let dist = path.join("dist");
@@ -180,11 +180,35 @@ pub(crate) fn install(path: &Path, plugins_dir: &Path) -> anyhow::Result<String>
     } else {
         (path.to_path_buf(), path.with_extension("toml"))
     };
-    let text = std::fs::read_to_string(&manifest_file).with_context(|| {
+    let manifest = std::fs::read_to_string(&manifest_file).with_context(|| {
         format!("{} needs its manifest beside it: {}", wasm.display(), manifest_file.display())
     })?;
-    let manifest =
-        Manifest::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", manifest_file.display()))?;
+    Manifest::parse(&manifest).map_err(|e| anyhow::anyhow!("{}: {e}", manifest_file.display()))?;
+    let signature_file = reson::plugin::signing::detached_path(&wasm);
+    let signature = if signature_file.is_file() {
+        Some(
+            std::fs::read(&signature_file)
+                .with_context(|| format!("reading {}", signature_file.display()))?,
+        )
+    } else {
+        None
+    };
+    let wasm = std::fs::read(&wasm).with_context(|| format!("reading {}", wasm.display()))?;
+    Ok(Plugin { wasm, manifest, signature })
+}
+
+/// `reson plugins install PATH`: the plugin at `path` (see [`read`])
+/// copied into `plugins_dir`.
+pub(crate) fn install(path: &Path, plugins_dir: &Path) -> anyhow::Result<String> {
+    place(&read(path)?, plugins_dir)
+}
+
+/// Writes `plugin` into `plugins_dir` under the name its manifest gives.
+/// Each file is written aside and renamed, so a watching host never loads
+/// half a file.
+pub(crate) fn place(plugin: &Plugin, plugins_dir: &Path) -> anyhow::Result<String> {
+    let manifest = Manifest::parse(&plugin.manifest)
+        .map_err(|e| anyhow::anyhow!("the plugin's manifest: {e}"))?;
     check_name(&manifest.name)?;
     if !plugins_dir.is_dir() {
         std::fs::create_dir_all(plugins_dir)
@@ -192,23 +216,23 @@ pub(crate) fn install(path: &Path, plugins_dir: &Path) -> anyhow::Result<String>
     }
     // A detached signature goes with the component, first, so the new
     // component never meets the old one's signature; none removes the old.
-    let signature = reson::plugin::signing::detached_path(&wasm);
-    let files: &[(&Path, &str)] = if signature.is_file() {
-        &[(&signature, "wasm.sig"), (&wasm, "wasm"), (&manifest_file, "toml")]
-    } else {
-        let stale = plugins_dir.join(format!("{}.wasm.sig", manifest.name));
-        if stale.exists() {
-            std::fs::remove_file(&stale)
-                .with_context(|| format!("removing the old signature {}", stale.display()))?;
+    let mut files: Vec<(&[u8], &str)> = Vec::new();
+    match &plugin.signature {
+        Some(signature) => files.push((signature, "wasm.sig")),
+        None => {
+            let stale = plugins_dir.join(format!("{}.wasm.sig", manifest.name));
+            if stale.exists() {
+                std::fs::remove_file(&stale)
+                    .with_context(|| format!("removing the old signature {}", stale.display()))?;
+            }
         }
-        &[(&wasm, "wasm"), (&manifest_file, "toml")]
-    };
-    for (from, ext) in files {
+    }
+    files.push((&plugin.wasm, "wasm"));
+    files.push((plugin.manifest.as_bytes(), "toml"));
+    for (bytes, ext) in files {
         let to = plugins_dir.join(format!("{}.{ext}", manifest.name));
         let aside = plugins_dir.join(format!(".{}.{ext}.tmp", manifest.name));
-        std::fs::copy(from, &aside).with_context(|| {
-            format!("copying {} into {}", from.display(), plugins_dir.display())
-        })?;
+        std::fs::write(&aside, bytes).with_context(|| format!("writing {}", aside.display()))?;
         std::fs::rename(&aside, &to)?;
     }
     Ok(manifest.name)

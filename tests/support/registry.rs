@@ -1,0 +1,176 @@
+//! A real OCI registry on 127.0.0.1: Debian's `docker-registry` (the CNCF
+//! distribution server), installed when missing, serving a throwaway
+//! storage directory until dropped.
+
+use super::apt;
+use sha2::Digest as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PROGRAM: &str = "/usr/bin/docker-registry";
+
+/// A registry process and the directory it stores into.
+pub struct Registry {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    storage: tempfile::TempDir,
+}
+
+impl Registry {
+    /// Starts a registry open to anyone on a free port; returns once it
+    /// answers.
+    pub fn start() -> Self {
+        Self::serve(None)
+    }
+
+    /// Starts a registry that lets only `user` with `password` in (HTTP
+    /// basic auth over an htpasswd file).
+    pub fn start_with_login(user: &str, password: &str) -> Self {
+        Self::serve(Some((user, password)))
+    }
+
+    fn serve(login: Option<(&str, &str)>) -> Self {
+        apt::ensure(|| Path::new(PROGRAM).exists(), &["docker-registry"]);
+        let storage = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let auth = match login {
+            None => String::new(),
+            Some((user, password)) => {
+                let file = storage.path().join("htpasswd");
+                std::fs::write(&file, htpasswd(user, password)).unwrap();
+                format!("auth:\n  htpasswd:\n    realm: reson-test\n    path: {}\n", file.display())
+            }
+        };
+        let config = storage.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    \
+                 rootdirectory: {}\nhttp:\n  addr: {addr}\n{auth}",
+                storage.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(PROGRAM)
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting docker-registry");
+        let registry = Self { child, addr, storage };
+        let start = Instant::now();
+        while std::net::TcpStream::connect(&registry.addr).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(30), "docker-registry did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        registry
+    }
+
+    /// `oci://127.0.0.1:PORT/{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("oci://{}/{path}", self.addr)
+    }
+
+    /// The file the registry serves the blob `sha256:HEX` from.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        self.storage
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// Pushes an image manifest over the plain distribution API, as another
+    /// tool would: a config of `config_type`, `layers` (media type, bytes)
+    /// and `annotations`. Returns the manifest's digest.
+    pub async fn push_raw(
+        &self,
+        repo_tag: &str,
+        config_type: &str,
+        layers: &[(&str, &[u8])],
+        annotations: serde_json::Value,
+    ) -> String {
+        let (repo, tag) = repo_tag.split_once(':').expect("REPO:TAG");
+        let http = reqwest::Client::new();
+        let base = format!("http://{}/v2/{repo}", self.addr);
+        let push_blob = async |bytes: &[u8]| {
+            let digest = sha256(bytes);
+            let started = http.post(format!("{base}/blobs/uploads/")).send().await.unwrap();
+            assert_eq!(started.status(), 202, "starting an upload");
+            let location = started.headers()["location"].to_str().unwrap().to_owned();
+            let location = if location.starts_with('/') {
+                format!("http://{}{location}", self.addr)
+            } else {
+                location
+            };
+            let sep = if location.contains('?') { '&' } else { '?' };
+            let done = http
+                .put(format!("{location}{sep}digest={digest}"))
+                .header("content-type", "application/octet-stream")
+                .body(bytes.to_vec())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(done.status(), 201, "finishing an upload");
+            serde_json::json!({ "mediaType": "", "digest": digest, "size": bytes.len() })
+        };
+        let mut config = push_blob(b"{}").await;
+        config["mediaType"] = config_type.into();
+        let mut descriptors = Vec::new();
+        for (media_type, bytes) in layers {
+            let mut layer = push_blob(bytes).await;
+            layer["mediaType"] = (*media_type).into();
+            descriptors.push(layer);
+        }
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": config,
+            "layers": descriptors,
+            "annotations": annotations,
+        });
+        let body = serde_json::to_vec(&manifest).unwrap();
+        let put = http
+            .put(format!("{base}/manifests/{tag}"))
+            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 201, "pushing the manifest: {}", put.text().await.unwrap());
+        sha256(&body)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An htpasswd line for `user` (bcrypt, the only hash the registry takes),
+/// made by Debian's `htpasswd`.
+fn htpasswd(user: &str, password: &str) -> Vec<u8> {
+    const HTPASSWD: &str = "/usr/bin/htpasswd";
+    apt::ensure(|| Path::new(HTPASSWD).exists(), &["apache2-utils"]);
+    let out = Command::new(HTPASSWD).args(["-Bbn", user, password]).output().unwrap();
+    assert!(out.status.success(), "htpasswd: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+/// `sha256:HEX` of `bytes`.
+pub fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
