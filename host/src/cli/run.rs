@@ -232,9 +232,13 @@ pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyh
     };
     let script = script.canonicalize().with_context(|| format!("script {}", script.display()))?;
     let dir = script.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+    // A config that already grants the directory keeps its one grant; its
+    // paths are relative to the config file.
+    let base = options.config.base_dir.clone();
+    let granted = |path: &Path| base.join(path).canonicalize().is_ok_and(|p| p == dir);
     let grant = options.config.plugins.entry("scripted".into()).or_default();
-    // A config that already grants the directory keeps its one grant.
-    if !grant.dirs.iter().any(|d| d.path == dir && d.access >= Access::Read && d.mount.is_none()) {
+    if !grant.dirs.iter().any(|d| granted(&d.path) && d.access >= Access::Read && d.mount.is_none())
+    {
         grant.dirs.push(DirGrant {
             path: dir,
             access: Access::Read,
