@@ -625,11 +625,11 @@ impl Runtime {
             secrets: &self.inner.secrets,
             trust: &self.inner.trust,
         };
-        let (cx, before) = (&cx, &before);
+        let (cx, previous) = (&cx, &before);
         // Compiles run on the blocking pool, so a cold start compiles in
         // parallel and no async worker waits on the compiler.
         let outcomes = futures::future::join_all(names.iter().map(|name| async move {
-            let previous = before.slots.get(name).and_then(|s| s.attempted.as_deref());
+            let previous = previous.slots.get(name).and_then(|s| s.attempted.as_deref());
             let file = dir.join(format!("{name}.wasm"));
             (name.clone(), load_outcome(cx, name, file, previous, &self.inner.generation).await)
         }))
@@ -639,9 +639,15 @@ impl Runtime {
         for (name, outcome) in outcomes {
             next.apply(name, outcome);
         }
-        next.reindex(before, &self.inner.lock);
-        *self.inner.catalog.write().expect("catalog lock") = Arc::new(next);
+        next.reindex(&before, &self.inner.lock);
+        let replaced = std::mem::replace(
+            &mut *self.inner.catalog.write().expect("catalog lock"),
+            Arc::new(next),
+        );
         self.inner.changed.send_modify(|n| *n += 1);
+        // The last hold on a replaced generation frees its code: unmapping
+        // tens of megabytes for a Python tool. That is nobody's wait.
+        tokio::task::spawn_blocking(move || drop((replaced, before)));
     }
 
     /// Ticks after every reload, whether or not the tool list changed:
