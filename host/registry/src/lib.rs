@@ -1,3 +1,5 @@
+//! # reson-registry
+//!
 //! Plugins as OCI artifacts, in the layout the component tools use (wkg,
 //! `oci-wasm`): a config of type [`WASM_CONFIG_MEDIA_TYPE`] and one layer of
 //! type [`WASM_LAYER_MEDIA_TYPE`] holding the component. What makes it a
@@ -8,6 +10,11 @@
 //!
 //! The manifest's digest covers both, so a reference by digest pins the
 //! component, its requests and its signature together.
+//!
+//! It depends on no other Reson crate: it moves bytes and checks digests.
+//! It must never judge what a plugin asks for or load it: the caller
+//! writes the files, and the lock file and the signature check decide, as
+//! for a plugin copied in by hand.
 
 mod reference;
 
