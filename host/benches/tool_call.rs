@@ -1,5 +1,7 @@
 //! Tool-call cost through the whole host path against the bare async
-//! wasmtime fresh-instance call of the same component, plugin load from the
+//! wasmtime fresh-instance call of the same component, a kept instance's
+//! call against a live bare instance's (with and without the epoch checks
+//! the host's deadlines need), plugin load from the
 //! compiled-code cache against a compile, and tool-call throughput with a
 //! fresh instance per call and many callers on a two-worker runtime.
 //!
@@ -90,13 +92,17 @@ struct BareEcho {
 }
 
 impl BareEcho {
-    fn new(wasm: &std::path::Path) -> Self {
+    fn new(wasm: &std::path::Path, epochs: bool) -> Self {
         // The host's pool settings (plugin/engine.rs), so that the ratio
         // measures what the host adds, not how its pool is tuned.
         let mut pool = PoolingAllocationConfig::default();
         pool.decommit_batch_size(16).table_keep_resident(64 << 10);
         let mut config = Config::new();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // Off, as bare wasmtime comes: a guest that loops then runs until
+        // the process ends. On, as the host has it for its deadlines: every
+        // function entry and loop of the guest checks the epoch.
+        config.epoch_interruption(epochs);
         let engine = Engine::new(&config).unwrap();
         let component = Component::from_file(&engine, wasm).unwrap();
         let mut linker = Linker::new(&engine);
@@ -111,19 +117,37 @@ impl BareEcho {
         Self { engine, pre }
     }
 
-    async fn call(&self, args: &String) -> String {
+    async fn instance(&self) -> LiveEcho {
         let state = Bare { wasi: WasiCtx::builder().build(), table: ResourceTable::new() };
         let mut store = Store::new(&self.engine, state);
         store.set_epoch_deadline(u64::MAX);
         let plugin = self.pre.instantiate_async(&mut store).await.unwrap();
+        LiveEcho { store, plugin }
+    }
+
+    /// A call on a fresh instance, as the host calls by default.
+    async fn call(&self, args: &String) -> String {
+        self.instance().await.call(args).await
+    }
+}
+
+/// One bare instance entered call after call: what a kept instance of the
+/// host is measured against.
+struct LiveEcho {
+    store: Store<Bare>,
+    plugin: bare::ToolPlugin,
+}
+
+impl LiveEcho {
+    async fn call(&mut self, args: &String) -> String {
         let ctx = bare::exports::reson::plugin::tool::CallContext {
             call_id: String::new(),
             trace_id: None,
             cwd: None,
         };
-        plugin
+        self.plugin
             .reson_plugin_tool()
-            .call_call(&mut store, "echo", args, &ctx)
+            .call_call(&mut self.store, "echo", args, &ctx)
             .await
             .unwrap()
             .unwrap()
@@ -185,7 +209,8 @@ fn bench(c: &mut Criterion) {
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = support::TestDir::new();
     let runtime = rt.block_on(host_runtime(&dir));
-    let bare = Arc::new(BareEcho::new(&support::plugins().join("echo.wasm")));
+    let bare = Arc::new(BareEcho::new(&support::plugins().join("echo.wasm"), false));
+    let bare_epochs = BareEcho::new(&support::plugins().join("echo.wasm"), true);
     let ctx = CallContext::default();
     assert_eq!(
         rt.block_on(bare.call(&BARE_ARGS)),
@@ -279,6 +304,9 @@ fn bench(c: &mut Criterion) {
 
     // Ratios from interleaved rounds in this one run: noise hits both sides.
     let (mut host, mut raw, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut live, mut live_epochs) = (Vec::new(), Vec::new());
+    let mut instance = rt.block_on(bare.instance());
+    let mut instance_epochs = rt.block_on(bare_epochs.instance());
     let (mut host_rate, mut raw_rate) = (Vec::new(), Vec::new());
     rt.block_on(async {
         for _ in 0..15 {
@@ -297,6 +325,14 @@ fn bench(c: &mut Criterion) {
                 .await,
             );
             raw.push(ns_per_call(async || drop(black_box(bare.call(&BARE_ARGS).await)), 500).await);
+            for (instance, times) in
+                [(&mut instance, &mut live), (&mut instance_epochs, &mut live_epochs)]
+            {
+                times.push(
+                    ns_per_call(async || drop(black_box(instance.call(&BARE_ARGS).await)), 500)
+                        .await,
+                );
+            }
         }
         for _ in 0..5 {
             let calls = 20_000;
@@ -305,6 +341,7 @@ fn bench(c: &mut Criterion) {
         }
     });
     let (host, raw, kept) = (median(host), median(raw), median(kept));
+    let (live, live_epochs) = (median(live), median(live_epochs));
     let (host_rate, raw_rate) = (median(host_rate), median(raw_rate));
     let cached = median((0..30).map(|_| reload(false).as_nanos() as f64).collect());
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
@@ -313,6 +350,10 @@ fn bench(c: &mut Criterion) {
     println!("tool call, bare wasmtime:    {:>9.1} µs", raw / 1e3);
     println!("ratio host / bare:           {:>9.3}  (target <= 1.25)", host / raw);
     println!("tool call, instance kept:    {:>9.1} µs", kept / 1e3);
+    println!("tool call, bare live instance: {:>7.1} µs", live / 1e3);
+    println!("ratio kept / bare live:      {:>9.3}  (target <= 1.2)", kept / live);
+    println!("the same, bare with epochs:  {:>9.1} µs", live_epochs / 1e3);
+    println!("ratio kept / bare + epochs:  {:>9.3}", kept / live_epochs);
     println!("fresh / kept:                {:>9.1}x", host / kept);
     println!(
         "throughput, host path:       {:>9.0} calls/s  ({CALLERS} callers, 2 workers; target >= 10000)",

@@ -17,7 +17,7 @@ pub(super) fn request(messages: &[Message], tools: &[ToolSpec], p: &LlmParams) -
             .map(|t| wit_types::ToolSpec {
                 name: t.name.clone(),
                 description: t.description.clone(),
-                input_schema: t.input_schema.to_string(),
+                input_schema: t.input_schema.text().to_owned(),
             })
             .collect(),
         params: wit::Params {

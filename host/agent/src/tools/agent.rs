@@ -207,7 +207,8 @@ pub fn spec() -> ToolSpec {
                       summary and stats."
             .to_owned(),
         input_schema: serde_json::to_value(schemars::schema_for!(AgentArgs))
-            .expect("a derived schema serialises"),
+            .expect("a derived schema serialises")
+            .into(),
         plugin: "builtin".to_owned(),
     })
     .clone()

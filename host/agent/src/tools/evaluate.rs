@@ -119,7 +119,8 @@ pub fn spec() -> ToolSpec {
                       suggestions and the evaluator's sub_trace_id."
             .to_owned(),
         input_schema: serde_json::to_value(schemars::schema_for!(EvaluateArgs))
-            .expect("a derived schema serialises"),
+            .expect("a derived schema serialises")
+            .into(),
         plugin: "builtin".to_owned(),
     })
     .clone()

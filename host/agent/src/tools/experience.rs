@@ -33,7 +33,8 @@ pub fn spec() -> ToolSpec {
                       matches come first, each with its id."
             .to_owned(),
         input_schema: serde_json::to_value(schemars::schema_for!(GetArgs))
-            .expect("a derived schema serialises"),
+            .expect("a derived schema serialises")
+            .into(),
         plugin: "builtin".to_owned(),
     }
 }

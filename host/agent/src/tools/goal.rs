@@ -67,7 +67,8 @@ fn build_spec() -> ToolSpec {
                       the updated tree."
                 .to_owned(),
         input_schema: serde_json::to_value(schemars::schema_for!(GoalArgs))
-            .expect("a derived schema serialises"),
+            .expect("a derived schema serialises")
+            .into(),
         plugin: "builtin".to_owned(),
     }
 }

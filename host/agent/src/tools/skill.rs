@@ -4,7 +4,7 @@
 use crate::skills::Skills;
 use crate::tools::{ToolContext, ToolResult, ToolSource};
 use async_trait::async_trait;
-use reson_sandbox::plugin::ToolSpec;
+use reson_sandbox::plugin::{Schema, ToolSpec};
 use reson_trace::ToolCall;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -29,10 +29,21 @@ pub fn spec(skills: &Skills) -> ToolSpec {
             "Load a skill's instructions into the conversation. Skills: {}.",
             names.join(", ")
         ),
-        input_schema: serde_json::to_value(schemars::schema_for!(SkillArgs))
-            .expect("a derived schema serialises"),
+        input_schema: schema(),
         plugin: "builtin".to_owned(),
     }
+}
+
+/// The arguments' schema, derived once: the spec is built at every listing.
+fn schema() -> Schema {
+    static SCHEMA: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            serde_json::to_value(schemars::schema_for!(SkillArgs))
+                .expect("a derived schema serialises")
+                .into()
+        })
+        .clone()
 }
 
 /// Runs one call. `Err` is a message for the model.

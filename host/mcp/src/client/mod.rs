@@ -16,7 +16,7 @@ use base64::Engine as _;
 pub use config::{McpConfig, ServerConfig};
 use reson_agent::tools::{ToolContext, ToolRegistry, ToolResult, ToolSource};
 use reson_sandbox::config::PluginsConfig;
-use reson_sandbox::plugin::{CallContext, Image, RefusedTool, ToolSpec};
+use reson_sandbox::plugin::{CallContext, Image, RefusedTool, Schema, ToolSpec};
 use reson_text::text::{Lines, escape_controls};
 use reson_trace::ToolCall;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents, Tool};
@@ -766,8 +766,8 @@ fn accept_tools(server: &str, listed: Vec<Tool>) -> (Vec<Arc<RemoteTool>>, Vec<R
             )));
             continue;
         }
-        let schema = serde_json::Value::Object((*tool.input_schema).clone());
-        if schema.to_string().len() > MAX_SCHEMA_BYTES {
+        let schema = Schema::from(serde_json::Value::Object((*tool.input_schema).clone()));
+        if schema.text().len() > MAX_SCHEMA_BYTES {
             refused
                 .push(refuse(&format!("its input schema is longer than {MAX_SCHEMA_BYTES} bytes")));
             continue;
@@ -884,7 +884,7 @@ mod tests {
         let spec = |name: &str| ToolSpec {
             name: name.into(),
             description: String::new(),
-            input_schema: object(),
+            input_schema: object().into(),
             plugin: "mcp:x".into(),
         };
         let (kept, dropped) =

@@ -111,8 +111,8 @@ impl Session {
             .into_iter()
             .filter(|t| self.permissions.offered(&t.name))
             .map(|spec| {
-                let schema = match spec.input_schema {
-                    serde_json::Value::Object(map) => map,
+                let schema = match &*spec.input_schema {
+                    serde_json::Value::Object(map) => map.clone(),
                     _ => JsonObject::from_iter([("type".to_owned(), "object".into())]),
                 };
                 Tool::new(spec.name, spec.description, Arc::new(schema))

@@ -47,7 +47,7 @@ pub struct ToolSpec {
     /// What it does.
     pub description: String,
     /// JSON Schema of its arguments.
-    pub input_schema: serde_json::Value,
+    pub input_schema: super::Schema,
     /// The plugin serving it.
     pub plugin: String,
 }
@@ -476,7 +476,7 @@ async fn list_tools(
             spec: ToolSpec {
                 name: spec.name,
                 description: spec.description,
-                input_schema: schema,
+                input_schema: schema.into(),
                 plugin: plugin.to_string(),
             },
             validator,
@@ -543,13 +543,14 @@ impl LoadedPlugin {
             }
         };
         // A call in a trace uses the trace's browser; any other call one of
-        // its own, ended with it.
-        let key = match &context.trace_id {
+        // its own, ended with it. A plugin granted no site never opens one
+        // (the browser import refuses it first), so its calls skip this.
+        let key = (!self.grants.browser.is_empty()).then(|| match &context.trace_id {
             Some(trace) => SessionKey::Trace { trace: trace.clone(), plugin: self.name.clone() },
             None => SessionKey::fresh_call(),
-        };
-        let scope = Scope { browsers: sandbox.browsers.clone(), key: key.clone() };
-        call.store.data_mut().browser = Some(scope);
+        });
+        call.store.data_mut().browser =
+            key.clone().map(|key| Scope { browsers: sandbox.browsers.clone(), key });
         if let Some(effects) = &context.effects {
             effects.begin(&self.name, &self.sha256, tool);
         }
@@ -567,7 +568,7 @@ impl LoadedPlugin {
             instance.reson_plugin_tool().call_call(&mut call.store, tool, &args, &wit_context),
         )
         .await;
-        if context.trace_id.is_none() {
+        if let Some(key) = key.filter(|_| context.trace_id.is_none()) {
             sandbox.browsers.close_key(&key).await;
         }
         call.store.data_mut().browser = None;

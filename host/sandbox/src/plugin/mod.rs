@@ -10,6 +10,7 @@ mod loader;
 mod lock;
 
 mod runtime;
+mod schema;
 pub mod signing;
 mod watch;
 
@@ -20,5 +21,6 @@ pub use lock::{PluginSource, record_source, sources};
 pub use runtime::{
     Options, PluginInfo, PluginStatus, RESERVED_TOOL_NAMES, RefusedTool, Runtime, RuntimeError,
 };
+pub use schema::Schema;
 pub use signing::{Placement, SignatureStatus};
 pub use watch::Watcher;

@@ -84,7 +84,7 @@ impl TokenCounter {
                 PER_MESSAGE
                     + self.count(&t.name)
                     + self.count(&t.description)
-                    + self.count(&t.input_schema.to_string())
+                    + self.count(t.input_schema.text())
             })
             .sum();
         messages.iter().map(|m| self.message(m)).sum::<u64>() + tools + 3

@@ -1002,7 +1002,7 @@ mod tests {
             let spec = ToolSpec {
                 name: "shout".into(),
                 description: "Say it louder.".into(),
-                input_schema: serde_json::json!({ "type": "object" }),
+                input_schema: serde_json::json!({ "type": "object" }).into(),
                 plugin: "test".into(),
             };
             vec![spec]
