@@ -13,9 +13,12 @@
 //! trace over) whole or not at all. Sequences and event ids are the
 //! caller's next, as in the other stores; the primary keys refuse one to a
 //! writer whose copy of the trace is behind, rather than storing it twice.
-//! Writes of all traces are group-committed (see `group.rs`): those that
-//! arrive while others commit share one transaction and one WAL flush,
-//! and each returns once that transaction committed.
+//! The writes of a run's steps (a trace created, messages, events,
+//! metadata) are group-committed across traces (see `group.rs`): those
+//! that arrive while others commit share one transaction and one WAL
+//! flush, each still whole as one statement, and each returns once that
+//! transaction committed. The rare ones (images, objects, records, a goal
+//! tree alone, imports) run on the pool as before.
 //! Every event stored is announced on the channel [`EVENTS_CHANNEL`](crate::EVENTS_CHANNEL) with
 //! `"{trace_id} {event_id}"` once its write committed, so hosts listening
 //! hear of it when it is readable (see `announce.rs` for why not in the
