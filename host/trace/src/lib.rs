@@ -121,6 +121,8 @@ mod event;
 mod file;
 mod flush;
 mod goal;
+#[cfg(feature = "postgres")]
+mod group;
 mod image;
 mod memory;
 mod message;

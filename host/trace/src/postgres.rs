@@ -13,6 +13,12 @@
 //! trace over) whole or not at all. Sequences and event ids are the
 //! caller's next, as in the other stores; the primary keys refuse one to a
 //! writer whose copy of the trace is behind, rather than storing it twice.
+//! The writes of a run's steps (a trace created, messages, events,
+//! metadata) are group-committed across traces (see `group.rs`): those
+//! that arrive while others commit share one transaction and one WAL
+//! flush, each still whole as one statement, and each returns once that
+//! transaction committed. The rare ones (images, objects, records, a goal
+//! tree alone, imports) run on the pool as before.
 //! Every event stored is announced on the channel [`EVENTS_CHANNEL`](crate::EVENTS_CHANNEL) with
 //! `"{trace_id} {event_id}"` once its write committed, so hosts listening
 //! hear of it when it is readable (see `announce.rs` for why not in the
@@ -29,6 +35,7 @@ use super::announce::Announcer;
 use super::artifact::{ObjectData, RecordData};
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
+use super::group::{Write, Writes};
 use super::image::{ImageData, image_media_type};
 use super::message::Message;
 use super::message::take_inline;
@@ -82,12 +89,35 @@ fn decode_batch(
 pub struct PgTraceStore {
     db: Database,
     announcer: Arc<Announcer>,
+    writes: Arc<Writes>,
 }
 
 impl PgTraceStore {
     /// The store on `db` (already migrated).
     pub fn new(db: Database) -> Self {
-        Self { db, announcer: Arc::default() }
+        Self { db, announcer: Arc::default(), writes: Arc::default() }
+    }
+
+    /// The store on `db` with every write in a transaction of its own, as
+    /// before group commit; only for the benchmark that compares the two.
+    #[doc(hidden)]
+    pub fn one_commit_per_write(db: Database) -> Self {
+        Self { db, announcer: Arc::default(), writes: Arc::new(Writes::alone()) }
+    }
+
+    /// Write transactions this store committed (or tried) so far; for the
+    /// benchmark.
+    #[doc(hidden)]
+    pub fn write_commits(&self) -> u64 {
+        self.writes.commits()
+    }
+
+    /// Runs `write` with the others arriving meanwhile (see `group.rs`).
+    async fn run<T>(&self, write: Write) -> Result<T, TraceError>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        self.writes.run(&self.db, write).await.map_err(db)
     }
 
     /// The sequences of the main path ending at `head`, root first: the
@@ -264,7 +294,7 @@ impl PgTraceStore {
                 "{write} SELECT (SELECT count(*) FROM t), (SELECT count(*) FROM m), 0::bigint"
             ),
         };
-        let mut query = sqlx::query_as::<_, (i64, i64, i64)>(sqlx::AssertSqlSafe(sql))
+        let mut write = Write::new(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .bind(to_i64(message.sequence))
             .bind(message.parent_sequence.map(to_i64))
@@ -276,9 +306,9 @@ impl PgTraceStore {
             .bind(kept(id, after)?)
             .bind(check_parent);
         if let Some(event) = event {
-            query = query.bind(to_i64(event.id)).bind(kept(id, event)?);
+            write = write.bind(to_i64(event.id)).bind(kept(id, event)?);
         }
-        let (traces, messages, events) = query.fetch_one(self.db.pool()).await.map_err(db)?;
+        let (traces, messages, events): (i64, i64, i64) = self.run(write).await?;
         match (traces, messages) {
             (0, _) => Err(TraceError::NotFound(id.clone())),
             (_, 0) => Err(TraceError::NoSuchMessage {
@@ -315,7 +345,7 @@ impl PgTraceStore {
             ),
             None => format!("{write} SELECT (SELECT count(*) FROM u), 0::bigint"),
         };
-        let mut query = sqlx::query_as::<_, (i64, i64)>(sqlx::AssertSqlSafe(sql))
+        let mut write = Write::new(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .bind(status_name(trace.status))
             .bind(trace.parent_trace_id.as_deref())
@@ -324,9 +354,9 @@ impl PgTraceStore {
             .bind(kept(id, trace)?)
             .bind(goals.map(|g| kept(id, g)).transpose()?);
         if let Some(event) = event {
-            query = query.bind(to_i64(event.id)).bind(kept(id, event)?);
+            write = write.bind(to_i64(event.id)).bind(kept(id, event)?);
         }
-        let (updated, events) = query.fetch_one(self.db.pool()).await.map_err(db)?;
+        let (updated, events): (i64, i64) = self.run(write).await?;
         if updated == 0 {
             return Err(TraceError::NotFound(id.clone()));
         }
@@ -397,7 +427,8 @@ fn parse_messages(id: &str, bodies: Option<String>) -> Result<Vec<Message>, Trac
 impl TraceStore for PgTraceStore {
     async fn create_trace(&self, trace: &Trace) -> Result<(), TraceError> {
         check_id(&trace.id)?;
-        insert_trace(self.db.pool(), trace, None).await
+        let inserted = self.run(insert_trace(trace, None)?).await?;
+        created(trace, inserted)
     }
 
     async fn get_trace(&self, id: &str) -> Result<Option<Trace>, TraceError> {
@@ -734,7 +765,7 @@ impl TraceStore for PgTraceStore {
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
         check_id(&trace.id)?;
         let event = next_event(trace, kind);
-        let stored: i64 = sqlx::query_scalar(
+        let write = Write::new(
             "WITH e AS (INSERT INTO events (trace_id, id, body) \
                         SELECT t.id, $2, $3 FROM traces t WHERE t.id = $1 \
                         RETURNING trace_id) \
@@ -742,10 +773,8 @@ impl TraceStore for PgTraceStore {
         )
         .bind(&trace.id)
         .bind(to_i64(event.id))
-        .bind(kept(&trace.id, &event)?)
-        .fetch_one(self.db.pool())
-        .await
-        .map_err(db)?;
+        .bind(kept(&trace.id, &event)?);
+        let (stored,): (i64,) = self.run(write).await?;
         if stored == 0 {
             return Err(TraceError::NotFound(trace.id.clone()));
         }
@@ -802,7 +831,8 @@ impl TraceStore for PgTraceStore {
         let rows = MessageRows::of(snapshot)?;
         let events = EventRows::of(snapshot)?;
         let mut tx = self.begin().await?;
-        insert_trace(&mut *tx, trace, Some(&snapshot.goals)).await?;
+        let inserted = insert_trace(trace, Some(&snapshot.goals))?.run_on(&mut *tx).await;
+        created(trace, inserted.map_err(db)?)?;
         // Whole arrays, one statement each: a 100k-message trace is one
         // round trip, not 100k.
         sqlx::query(
@@ -948,18 +978,16 @@ fn kept<T: Serialize>(trace_id: &str, value: &T) -> Result<String, TraceError> {
     Ok(reson_text::redact::redact(&json).into_owned())
 }
 
-/// Inserts a new trace row, with its goal tree when given;
-/// `AlreadyExists` when the id is taken. The `uid` column is written here
-/// only: a trace's user is set when it is created and never changes.
-async fn insert_trace<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
-    trace: &Trace,
-    goals: Option<&GoalTree>,
-) -> Result<(), TraceError> {
-    let done = sqlx::query(
-        "INSERT INTO traces \
+/// The insert of a new trace row, with its goal tree when given; its row
+/// counts the rows inserted, which [`created`] reads. The `uid` column is
+/// written here only: a trace's user is set when it is created and never
+/// changes.
+fn insert_trace(trace: &Trace, goals: Option<&GoalTree>) -> Result<Write, TraceError> {
+    Ok(Write::new(
+        "WITH i AS (INSERT INTO traces \
              (id, status, parent_trace_id, created_at_ms, last_sequence, meta, goals, uid) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING RETURNING id) \
+         SELECT count(*) FROM i",
     )
     .bind(&trace.id)
     .bind(status_name(trace.status))
@@ -968,11 +996,12 @@ async fn insert_trace<'e>(
     .bind(to_i64(trace.last_sequence))
     .bind(kept(&trace.id, trace)?)
     .bind(goals.map(|g| kept(&trace.id, g)).transpose()?)
-    .bind(trace.uid.as_deref())
-    .execute(executor)
-    .await
-    .map_err(db)?;
-    if done.rows_affected() == 0 {
+    .bind(trace.uid.as_deref()))
+}
+
+/// `AlreadyExists` when [`insert_trace`] inserted nothing: the id is taken.
+fn created(trace: &Trace, (inserted,): (i64,)) -> Result<(), TraceError> {
+    if inserted == 0 {
         return Err(TraceError::AlreadyExists(trace.id.clone()));
     }
     Ok(())

@@ -901,6 +901,188 @@ async fn concurrent_writers_keep_their_traces_apart_in_postgres() {
     concurrent_writers_keep_their_traces_apart(Arc::new(pg_store().await)).await;
 }
 
+/// Many runs at once, each writing its trace as the agent loop does
+/// (messages with their events, metadata, a closing event): every write
+/// is stored, in its trace's order, and the writes share commits.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_writers_on_many_traces_share_commits_and_keep_their_order() {
+    const TRACES: usize = 200;
+    const MESSAGES: u64 = 8;
+    let store = Arc::new(pg_store().await);
+    let writers = (0..TRACES).map(|w| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let mut trace = new_trace(&*store, &format!("w{w}")).await;
+            for i in 0..MESSAGES {
+                let text = format!("{w}/{i}");
+                store
+                    .add_message_with_event(&mut trace, Message::new(Role::User, text), None)
+                    .await
+                    .unwrap();
+                trace.status = TraceStatus::Running;
+                store.update_trace(&trace).await.unwrap();
+            }
+            let goals = GoalTree::new();
+            store.commit_with_event(&mut trace, &goals, EventKind::TraceStarted).await.unwrap();
+            trace
+        })
+    });
+    for (w, writer) in writers.collect::<Vec<_>>().into_iter().enumerate() {
+        let trace = writer.await.unwrap();
+        assert_eq!(store.get_trace(&trace.id).await.unwrap().unwrap(), trace);
+        let path = store.get_main_path_messages(&trace.id, MESSAGES).await.unwrap();
+        let expected: Vec<String> = (0..MESSAGES).map(|i| format!("{w}/{i}")).collect();
+        assert_eq!(texts(&path), expected);
+        let events = store.events_after(&trace.id, 0).await.unwrap();
+        assert_eq!(
+            events.iter().map(|e| e.id).collect::<Vec<_>>(),
+            (1..=MESSAGES + 1).collect::<Vec<_>>()
+        );
+    }
+    let writes = (TRACES as u64) * (2 + 2 * MESSAGES);
+    let commits = store.write_commits();
+    assert!(commits < writes / 2, "{commits} commits for {writes} writes");
+}
+
+/// Holds the rows of `count` fresh traces `held{i}` of `store` in an open
+/// transaction on `url`, and sends an update of each: once they all wait
+/// for the lock, every batch slot is taken, and what is written next
+/// queues up for one batch.
+#[cfg(feature = "postgres")]
+async fn fill_the_slots(
+    store: &Arc<PgTraceStore>,
+    url: &str,
+) -> (sqlx::PgConnection, Vec<tokio::task::JoinHandle<()>>) {
+    use sqlx::Connection as _;
+    let slots = crate::group::IN_FLIGHT;
+    let mut held = Vec::new();
+    for i in 0..slots {
+        held.push(new_trace(&**store, &format!("held{i}")).await);
+    }
+    let mut lock = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT 1 FROM traces WHERE id LIKE 'held%' FOR UPDATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+    // One after another, so that each is a batch of its own.
+    let mut watch = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut updates = Vec::new();
+    for trace in held {
+        let store = Arc::clone(store);
+        updates.push(tokio::spawn(async move { store.update_trace(&trace).await.unwrap() }));
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&mut watch)
+            .await
+            .unwrap();
+            if waiting == updates.len() as i64 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    (lock, updates)
+}
+
+/// A write refused in the middle of a batch (a host whose copy of the
+/// trace is behind, racing for an event id) fails only its caller, with
+/// the error it has alone; the rest of the batch is stored.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_in_a_batch_fails_only_its_caller() {
+    let url = crate::database::test_cluster::cluster().fresh_database().await;
+    let store =
+        Arc::new(PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap()));
+    let mut good = Vec::new();
+    for i in 0..6 {
+        good.push(new_trace(&*store, &format!("g{i}")).await);
+    }
+    let mut taken = new_trace(&*store, "taken").await;
+    let mut behind = taken.clone();
+    store.append_event(&mut taken, EventKind::TraceStarted).await.unwrap();
+
+    let (mut lock, updates) = fill_the_slots(&store, &url).await;
+    let before = store.write_commits();
+    let mut writes: Vec<_> = good
+        .iter_mut()
+        .map(|t| store.add_message(t, Message::new(Role::User, "one"), None))
+        .collect();
+    let mut late = store.append_event(&mut behind, EventKind::TraceStarted);
+    // One poll queues a write: the late one goes in the middle.
+    for write in &mut writes[..3] {
+        assert!(futures::poll!(write).is_pending());
+    }
+    assert!(futures::poll!(&mut late).is_pending());
+    for write in &mut writes[3..] {
+        assert!(futures::poll!(write).is_pending());
+    }
+    sqlx::raw_sql("COMMIT").execute(&mut lock).await.unwrap();
+
+    for write in writes {
+        write.await.unwrap();
+    }
+    let err = late.await.unwrap_err();
+    let TraceError::Database(crate::database::DatabaseError::Query(e)) = &err else {
+        panic!("{err}");
+    };
+    assert!(e.as_database_error().is_some_and(|e| e.is_unique_violation()), "{err}");
+    for update in updates {
+        update.await.unwrap();
+    }
+    for trace in &good {
+        assert_eq!(texts(&store.get_messages(&trace.id).await.unwrap()), ["one"]);
+    }
+    assert_eq!(store.get_trace("taken").await.unwrap().unwrap(), taken);
+    assert_eq!(store.events_after("taken", 0).await.unwrap().len(), 1);
+    // The batch of seven, rolled back, then each of them alone.
+    assert_eq!(store.write_commits() - before, 1 + 7);
+}
+
+/// A caller dropped while its write waits in a batch leaves the batch and
+/// the other callers alone, and the store goes on.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_dropped_while_its_batch_runs_disturbs_no_one() {
+    let url = crate::database::test_cluster::cluster().fresh_database().await;
+    let store =
+        Arc::new(PgTraceStore::new(crate::database::Database::connect(&url).await.unwrap()));
+    let mut traces = Vec::new();
+    for i in 0..5 {
+        traces.push(new_trace(&*store, &format!("t{i}")).await);
+    }
+    let (mut lock, updates) = fill_the_slots(&store, &url).await;
+    let before = store.write_commits();
+    let mut writes: Vec<_> = traces
+        .iter_mut()
+        .map(|t| store.add_message_with_event(t, Message::new(Role::User, "one"), None))
+        .collect();
+    for write in &mut writes {
+        assert!(futures::poll!(write).is_pending());
+    }
+    drop(writes.remove(2));
+    sqlx::raw_sql("COMMIT").execute(&mut lock).await.unwrap();
+    for write in writes {
+        write.await.unwrap();
+    }
+    for update in updates {
+        update.await.unwrap();
+    }
+    // One batch, committed once; the dropped caller's write was in it.
+    assert_eq!(store.write_commits() - before, 1);
+    for trace in &traces {
+        let trace = store.get_trace(&trace.id).await.unwrap().unwrap();
+        assert_eq!(texts(&store.get_messages(&trace.id).await.unwrap()), ["one"]);
+        assert_eq!(store.events_after(&trace.id, 0).await.unwrap().len(), 1);
+    }
+    let mut t2 = store.get_trace("t2").await.unwrap().unwrap();
+    store.add_message(&mut t2, Message::new(Role::User, "two"), None).await.unwrap();
+    store.sync().await.unwrap();
+}
+
 /// A trace with rewinds, a regenerate and a branch off a branch, built
 /// through `store`; returns every message.
 #[cfg(feature = "postgres")]
