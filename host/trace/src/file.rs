@@ -94,8 +94,8 @@ impl FileTraceStore {
         // a power loss could leave its name pointing at contents that never
         // reached the disk, the old ones lost. A new name needs no such
         // care: until the sync after the rename returns, the write is not
-        // reported stored, and a file a power loss leaves empty counts as
-        // never written. That saves a new message file one sync wait.
+        // reported stored. That saves a new file (an image, an object, a
+        // record) one sync wait.
         if self.durability == Durability::Immediate && fs::symlink_metadata(path).is_ok() {
             self.flusher.sync_now(vec![Target::File(tmp.clone())]).await?;
             file_and_dir.remove(0);

@@ -196,13 +196,13 @@ fn sync_batch(batch: Vec<Target>) -> Result<(), TraceError> {
 
 /// Syncs each target once, at its last place in the batch: a file's latest
 /// contents may refer to anything written before them (meta.json to the
-/// message files), so those are synced first. A large batch (many runs
+/// messages), so those are synced first. A large batch (many runs
 /// writing at once) is synced by several threads instead: every fsync
 /// waits for the disk, and the disk serves many at once about as fast as
 /// one. Its files go first, then the directories naming them; among files,
 /// order is the disk's then, which the reader tolerates as it does a power
-/// loss between two syncs (a message file left empty is skipped, the head
-/// falls back to the newest that survived). Returns the targets that
+/// loss between two syncs (a message the log lost counts as never
+/// written, the head falls back to the newest that survived). Returns the targets that
 /// failed, each with its error; the others are on stable storage.
 fn sync_all(batch: Vec<Target>) -> Vec<(Target, io::Error)> {
     let mut seen = HashSet::new();
