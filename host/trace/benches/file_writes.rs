@@ -1,7 +1,8 @@
 //! The file trace store under 1,000 traces written at once (tokio
 //! multi-thread), as 1,000 concurrent sessions write them: each trace is
 //! created, then gets 3 turns of 4 messages of a few KiB of JSON (the
-//! user's, a tool call, its result, the answer) and an event per message.
+//! user's, a tool call, its result, the answer), each with its event, as
+//! the runner writes them (`add_message_with_event`).
 //! Once with [`Durability::Batched`], once with [`Durability::Immediate`],
 //! in a temp dir. Prints wall time and CPU (user + system, whole process)
 //! per message stored.
@@ -9,8 +10,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use reson_trace::{
-    Durability, EventKind, FileTraceStore, Message, Role, ToolCall, Trace, TraceFilter, TraceMode,
-    TraceStore,
+    Durability, FileTraceStore, Message, Role, ToolCall, Trace, TraceFilter, TraceMode, TraceStore,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,8 +58,7 @@ async fn session(store: Arc<FileTraceStore>, n: usize) {
             Message::new(Role::Assistant, body(n, turn + 2)),
         ];
         for message in messages {
-            let message = store.add_message(&mut trace, message, None).await.unwrap();
-            store.append_event(&mut trace, EventKind::MessageAdded { message }).await.unwrap();
+            store.add_message_with_event(&mut trace, message, None).await.unwrap();
         }
     }
 }

@@ -115,6 +115,90 @@ impl FileTraceStore {
         }
     }
 
+    /// Appends `message` to the log of `trace` (after its images) and
+    /// updates `trace`; returns the message as stored, what must be synced
+    /// for it, and whether meta.json must be rewritten after that sync.
+    async fn append_message(
+        &self,
+        trace: &mut Trace,
+        mut message: Message,
+        parent: Option<u64>,
+    ) -> Result<(Message, Vec<Target>, bool), TraceError> {
+        let dir = self.dir(&trace.id)?;
+        let parent = match parent {
+            Some(p) if Some(p) != trace.head_sequence && !has_message(&dir, p)? => {
+                return Err(TraceError::NoSuchMessage { trace_id: trace.id.clone(), sequence: p });
+            }
+            Some(p) => Some(p),
+            None => trace.head_sequence,
+        };
+        let seq = trace.last_sequence + 1;
+        message.id = format!("{}-{seq:04}", trace.id);
+        message.trace_id = trace.id.clone();
+        message.sequence = seq;
+        message.parent_sequence = parent;
+        message.created_at_ms = now_ms();
+        // Images first: a message on disk always has its images.
+        for image in take_inline(&mut message) {
+            let path = dir.join(MESSAGES).join(&image.name);
+            let mut targets = make_dirs(&dir, &path).map_err(|e| missing(&trace.id, &dir, e))?;
+            let placed = self.place_bytes(&path, &image.data).await;
+            targets.extend(placed.map_err(|e| missing(&trace.id, &dir, e))?);
+            self.settle(targets).await?;
+        }
+        let path = dir.join(MESSAGE_LOG);
+        let line = to_line(&path, &message)?;
+        // One write on the log, no file created: on ext4 a create costs
+        // more than the rest of the write (it searches for a free inode).
+        let created = append_line(&path, &line)
+            .map_err(io_at(&path))
+            .map_err(|e| missing(&trace.id, &dir, e))?;
+        // The line is in the log now, so the sequence is spent even if its
+        // sync or the rewrite of meta.json fails, or the call is cancelled
+        // there.
+        let continues_head = parent == trace.head_sequence;
+        trace.last_sequence = seq;
+        trace.head_sequence = Some(seq);
+        trace.totals += &GoalStats::of(&message);
+        trace.updated_at_ms = message.created_at_ms;
+        let mut targets = vec![Target::File(path)];
+        if created {
+            targets.push(Target::Dir(dir));
+        }
+        // Replacing meta.json costs ~0.2 ms on ext4 (a rename over a file
+        // starts its writeback), as much as the rest of a step. `get_trace`
+        // rebuilds everything this message changed from the log
+        // when it continues the head, so meta.json is only needed for a
+        // branch, and now and then to bound what `get_trace` has to read.
+        Ok((message, targets, !continues_head || seq.is_multiple_of(META_EVERY)))
+    }
+
+    /// Appends an event of `kind` to `trace`'s events.jsonl and updates
+    /// `trace`; returns the event and what must be synced for it.
+    fn append_event_line(
+        &self,
+        trace: &mut Trace,
+        kind: EventKind,
+    ) -> Result<(Event, Vec<Target>), TraceError> {
+        let dir = self.dir(&trace.id)?;
+        let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
+        let path = dir.join(EVENTS);
+        let line = to_line(&path, &event)?;
+        let created = append_line(&path, &line)
+            .map_err(io_at(&path))
+            .map_err(|e| missing(&trace.id, &dir, e))?;
+        // meta.json is not rewritten per event: `get_trace` takes the last
+        // id from the file, which keeps an event at one write. The line is
+        // in the file now, so its id is spent even if the sync fails or the
+        // call is cancelled there.
+        trace.last_event_id = event.id;
+        let mut targets = vec![Target::File(path)];
+        if created {
+            targets.push(Target::Dir(dir));
+        }
+        Ok((event, targets))
+    }
+
     async fn write_meta(&self, dir: &Path, trace: &Trace) -> Result<(), TraceError> {
         let path = dir.join(META);
         self.replace(&path, &to_json(&path, trace)?).await
@@ -241,59 +325,45 @@ impl TraceStore for FileTraceStore {
     async fn add_message(
         &self,
         trace: &mut Trace,
-        mut message: Message,
+        message: Message,
         parent: Option<u64>,
     ) -> Result<Message, TraceError> {
-        let dir = self.dir(&trace.id)?;
-        let parent = match parent {
-            Some(p) if Some(p) != trace.head_sequence && !has_message(&dir, p)? => {
-                return Err(TraceError::NoSuchMessage { trace_id: trace.id.clone(), sequence: p });
-            }
-            Some(p) => Some(p),
-            None => trace.head_sequence,
-        };
-        let seq = trace.last_sequence + 1;
-        message.id = format!("{}-{seq:04}", trace.id);
-        message.trace_id = trace.id.clone();
-        message.sequence = seq;
-        message.parent_sequence = parent;
-        message.created_at_ms = now_ms();
-        // Images first: a message on disk always has its images.
-        for image in take_inline(&mut message) {
-            let path = dir.join(MESSAGES).join(&image.name);
-            let mut targets = make_dirs(&dir, &path).map_err(|e| missing(&trace.id, &dir, e))?;
-            let placed = self.place_bytes(&path, &image.data).await;
-            targets.extend(placed.map_err(|e| missing(&trace.id, &dir, e))?);
-            self.settle(targets).await?;
-        }
-        let path = dir.join(MESSAGE_LOG);
-        let line = to_line(&path, &message)?;
-        // One write on the log, no file created: on ext4 a create costs
-        // more than the rest of the write (it searches for a free inode).
-        let created = append_line(&path, &line)
-            .map_err(io_at(&path))
-            .map_err(|e| missing(&trace.id, &dir, e))?;
-        // The line is in the log now, so the sequence is spent even if its
-        // sync or the meta write below fails, or the call is cancelled there.
-        let continues_head = parent == trace.head_sequence;
-        trace.last_sequence = seq;
-        trace.head_sequence = Some(seq);
-        trace.totals += &GoalStats::of(&message);
-        trace.updated_at_ms = message.created_at_ms;
-        let mut targets = vec![Target::File(path)];
-        if created {
-            targets.push(Target::Dir(dir.clone()));
-        }
+        let (message, targets, rewrite_meta) = self.append_message(trace, message, parent).await?;
         self.settle(targets).await?;
-        // Replacing meta.json costs ~0.2 ms on ext4 (a rename over a file
-        // starts its writeback), as much as the rest of a step. `get_trace`
-        // rebuilds everything this message changed from the log
-        // when it continues the head, so meta.json is only needed for a
-        // branch, and now and then to bound what `get_trace` has to read.
-        if !continues_head || seq.is_multiple_of(META_EVERY) {
-            self.write_meta(&dir, trace).await?;
+        if rewrite_meta {
+            self.write_meta(&self.dir(&trace.id)?, trace).await?;
         }
         Ok(message)
+    }
+
+    /// The message and its event with one sync for both: under
+    /// [`Durability::Immediate`] a step of the agent loop then waits for
+    /// one fsync per message, not two.
+    async fn add_message_with_event(
+        &self,
+        trace: &mut Trace,
+        message: Message,
+        parent: Option<u64>,
+    ) -> Result<(Message, Event), TraceError> {
+        let (message, mut targets, rewrite_meta) =
+            self.append_message(trace, message, parent).await?;
+        let kind = EventKind::MessageAdded { message: message.clone() };
+        let event = match self.append_event_line(trace, kind) {
+            Ok((event, more)) => {
+                targets.extend(more);
+                event
+            }
+            Err(e) => {
+                // The message is stored all the same: it must still be synced.
+                self.settle(targets).await?;
+                return Err(e);
+            }
+        };
+        self.settle(targets).await?;
+        if rewrite_meta {
+            self.write_meta(&self.dir(&trace.id)?, trace).await?;
+        }
+        Ok((message, event))
     }
 
     async fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError> {
@@ -501,22 +571,7 @@ impl TraceStore for FileTraceStore {
     }
 
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
-        let dir = self.dir(&trace.id)?;
-        let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
-        let path = dir.join(EVENTS);
-        let line = to_line(&path, &event)?;
-        let created = append_line(&path, &line)
-            .map_err(io_at(&path))
-            .map_err(|e| missing(&trace.id, &dir, e))?;
-        // meta.json is not rewritten per event: `get_trace` takes the last
-        // id from the file, which keeps an event at one write. The line is
-        // in the file now, so its id is spent even if the sync below fails
-        // or the call is cancelled there.
-        trace.last_event_id = event.id;
-        let mut targets = vec![Target::File(path)];
-        if created {
-            targets.push(Target::Dir(dir));
-        }
+        let (event, targets) = self.append_event_line(trace, kind)?;
         self.settle(targets).await?;
         Ok(event)
     }
@@ -1003,20 +1058,27 @@ mod tests {
                     trace.id = format!("w{w}");
                     store.create_trace(&trace).await.unwrap();
                     let log = store.root().join(&trace.id).join(MESSAGE_LOG);
+                    let events = store.root().join(&trace.id).join(EVENTS);
                     for i in 0..MESSAGES {
                         let text = format!("{w}/{i} {}", "x".repeat(3000));
-                        store
-                            .add_message(&mut trace, Message::new(Role::User, text), None)
-                            .await
-                            .unwrap();
-                        let written = fs::metadata(&log).unwrap().len();
+                        let message = Message::new(Role::User, text);
+                        // As the runner writes them, and alone.
+                        if i % 2 == 0 {
+                            store.add_message_with_event(&mut trace, message, None).await.unwrap();
+                        } else {
+                            store.add_message(&mut trace, message, None).await.unwrap();
+                        }
                         if durability == Durability::Immediate {
-                            assert!(
-                                synced::len(&log) >= written,
-                                "message {} of {} was reported stored before its fsync",
-                                i + 1,
-                                trace.id
-                            );
+                            for file in [&log, &events] {
+                                let written = fs::metadata(file).unwrap().len();
+                                assert!(
+                                    synced::len(file) >= written,
+                                    "{} of {} was reported stored before its fsync (message {})",
+                                    file.display(),
+                                    trace.id,
+                                    i + 1,
+                                );
+                            }
                         }
                     }
                     trace
@@ -1028,6 +1090,8 @@ mod tests {
             assert_eq!(store.get_trace(&trace.id).await.unwrap().unwrap(), trace);
             let messages = store.get_messages(&trace.id).await.unwrap();
             let expected: Vec<u64> = (1..=MESSAGES).collect();
+            let events = store.events_after(&trace.id, 0).await.unwrap();
+            assert_eq!(events.len() as u64, MESSAGES / 2);
             assert_eq!(messages.iter().map(|m| m.sequence).collect::<Vec<_>>(), expected);
             for (i, message) in messages.iter().enumerate() {
                 assert!(message.text().starts_with(&format!("{w}/{i} ")), "{}", message.text());
@@ -1041,7 +1105,8 @@ mod tests {
     async fn immediate_appends_are_synced_before_they_return_and_share_their_syncs() {
         let dir = tempfile::tempdir().unwrap();
         let batches = concurrent_appends(dir.path(), Durability::Immediate).await;
-        // 100 creates of two syncs each, and 800 messages of one.
+        // 100 creates of two syncs each, and 800 messages of one, half of
+        // them with their event.
         assert!(batches < 1000 / 2, "{batches} sync batches for 1,000 awaited syncs");
     }
 

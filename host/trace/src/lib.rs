@@ -121,8 +121,9 @@
 //! after the newest one on disk or in meta.json). Where that is not
 //! acceptable, use [`Durability::Immediate`]: every replaced file is
 //! fsync'd before its rename and its directory after it, and the log after
-//! each append, before `add_message` or `append_event` returns, so a call
-//! that returned survives a power loss.
+//! each append, before `add_message` or `append_event` returns (a message
+//! and its event, written by `add_message_with_event`, share one wait), so
+//! a call that returned survives a power loss.
 //!
 //! Either way the fsyncs run on the store's own thread (a large group
 //! commit on a few more), never on a tokio worker: an `Immediate` call
