@@ -377,18 +377,19 @@ async fn goal_results_stored_without_snapshots_are_replayed() {
         .trace_id;
     // As an older host stored them: no snapshot in any message, and a
     // goal call that failed (its arguments would change the tree if replayed).
-    let messages = s.dir.path().join("traces").join(&id).join("messages");
-    for entry in std::fs::read_dir(&messages).unwrap() {
-        let path = entry.unwrap().path();
-        let mut message: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let log = s.dir.path().join("traces").join(&id).join("messages.jsonl");
+    let mut lines = String::new();
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let mut message: Value = serde_json::from_str(line).unwrap();
         message.as_object_mut().unwrap().remove("goals");
-        std::fs::write(&path, message.to_string()).unwrap();
+        if message["sequence"] == 6 {
+            assert_eq!(message["name"], "goal");
+            message["content"] =
+                json!([{ "type": "text", "text": "Error: permission denied for `goal`." }]);
+        }
+        lines.push_str(&format!("{message}\n"));
     }
-    let path = |sequence: u64| messages.join(format!("{sequence:06}.json"));
-    let mut done: Value = serde_json::from_slice(&std::fs::read(path(6)).unwrap()).unwrap();
-    assert_eq!(done["name"], "goal");
-    done["content"] = json!([{ "type": "text", "text": "Error: permission denied for `goal`." }]);
-    std::fs::write(path(6), done.to_string()).unwrap();
+    std::fs::write(&log, lines).unwrap();
 
     s.set_turns(planning_turns());
     let old =

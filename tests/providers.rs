@@ -882,7 +882,9 @@ async fn image_round_trip<P: Protocol>(model: &str) -> Value {
     assert_eq!(std::fs::read(dir.join("000003-1.png")).unwrap(), guest_png("red"));
     assert_eq!(std::fs::read(dir.join("000003-2.png")).unwrap(), guest_png("blue"));
     assert_eq!(std::fs::read(dir.join("000004.png")).unwrap(), guest_png("red"));
-    let json = std::fs::read_to_string(dir.join("000004.json")).unwrap();
+    let log = dir.with_file_name("messages.jsonl");
+    let json = std::fs::read_to_string(log).unwrap();
+    assert!(json.contains("\"000004.png\""), "{json}");
     assert!(!json.contains("base64"), "{json}");
     // Usage figures pass through: the trace's totals are the server's.
     let trace = s.store.get_trace(&outcome.trace_id).await.unwrap().unwrap();

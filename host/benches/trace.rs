@@ -139,12 +139,14 @@ fn big_trace(trace_id: &str) -> Vec<Message> {
 fn write_big_trace(rt: &Runtime, dir: &Path) -> (FileTraceStore, String, u64) {
     let (store, mut trace) = new_store(rt, dir, Durability::Batched);
     let messages = big_trace(&trace.id);
-    let messages_dir = dir.join(&trace.id).join("messages");
+    // One message a line, as the store appends them.
+    let log = std::fs::File::create(dir.join(&trace.id).join("messages.jsonl")).unwrap();
+    let mut log = std::io::BufWriter::new(log);
     for m in &messages {
-        let mut file =
-            std::fs::File::create(messages_dir.join(format!("{:06}.json", m.sequence))).unwrap();
-        file.write_all(&serde_json::to_vec_pretty(m).unwrap()).unwrap();
+        serde_json::to_writer(&mut log, m).unwrap();
+        log.write_all(b"\n").unwrap();
     }
+    log.flush().unwrap();
     let head = messages.last().unwrap().sequence;
     trace.last_sequence = head;
     trace.head_sequence = Some(head);

@@ -15,6 +15,7 @@ use super::store::{
 };
 use async_trait::async_trait;
 use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -22,12 +23,16 @@ use std::path::{Path, PathBuf};
 const META: &str = "meta.json";
 const GOALS: &str = "goal.json";
 const EVENTS: &str = "events.jsonl";
+/// One message a line, in the order written.
+const MESSAGE_LOG: &str = "messages.jsonl";
+/// The messages' images; in a trace written before [`MESSAGE_LOG`], also
+/// its messages, one a file.
 const MESSAGES: &str = "messages";
 const OBJECTS: &str = "objects";
 const RECORDS: &str = "records";
 
 /// How many messages continuing the head may be added before meta.json is
-/// rewritten; `get_trace` reads at most this many message files to catch up.
+/// rewritten; `get_trace` reads at most this many messages to catch up.
 const META_EVERY: u64 = 32;
 
 /// Traces as files under `root`, one directory per trace.
@@ -89,8 +94,8 @@ impl FileTraceStore {
         // a power loss could leave its name pointing at contents that never
         // reached the disk, the old ones lost. A new name needs no such
         // care: until the sync after the rename returns, the write is not
-        // reported stored, and a file a power loss leaves empty counts as
-        // never written. That saves a new message file one sync wait.
+        // reported stored. That saves a new file (an image, an object, a
+        // record) one sync wait.
         if self.durability == Durability::Immediate && fs::symlink_metadata(path).is_ok() {
             self.flusher.sync_now(vec![Target::File(tmp.clone())]).await?;
             file_and_dir.remove(0);
@@ -108,6 +113,90 @@ impl FileTraceStore {
             }
             Durability::Immediate => self.flusher.sync_now(targets).await,
         }
+    }
+
+    /// Appends `message` to the log of `trace` (after its images) and
+    /// updates `trace`; returns the message as stored, what must be synced
+    /// for it, and whether meta.json must be rewritten after that sync.
+    async fn append_message(
+        &self,
+        trace: &mut Trace,
+        mut message: Message,
+        parent: Option<u64>,
+    ) -> Result<(Message, Vec<Target>, bool), TraceError> {
+        let dir = self.dir(&trace.id)?;
+        let parent = match parent {
+            Some(p) if Some(p) != trace.head_sequence && !has_message(&dir, p)? => {
+                return Err(TraceError::NoSuchMessage { trace_id: trace.id.clone(), sequence: p });
+            }
+            Some(p) => Some(p),
+            None => trace.head_sequence,
+        };
+        let seq = trace.last_sequence + 1;
+        message.id = format!("{}-{seq:04}", trace.id);
+        message.trace_id = trace.id.clone();
+        message.sequence = seq;
+        message.parent_sequence = parent;
+        message.created_at_ms = now_ms();
+        // Images first: a message on disk always has its images.
+        for image in take_inline(&mut message) {
+            let path = dir.join(MESSAGES).join(&image.name);
+            let mut targets = make_dirs(&dir, &path).map_err(|e| missing(&trace.id, &dir, e))?;
+            let placed = self.place_bytes(&path, &image.data).await;
+            targets.extend(placed.map_err(|e| missing(&trace.id, &dir, e))?);
+            self.settle(targets).await?;
+        }
+        let path = dir.join(MESSAGE_LOG);
+        let line = to_line(&path, &message)?;
+        // One write on the log, no file created: on ext4 a create costs
+        // more than the rest of the write (it searches for a free inode).
+        let created = append_line(&path, &line)
+            .map_err(io_at(&path))
+            .map_err(|e| missing(&trace.id, &dir, e))?;
+        // The line is in the log now, so the sequence is spent even if its
+        // sync or the rewrite of meta.json fails, or the call is cancelled
+        // there.
+        let continues_head = parent == trace.head_sequence;
+        trace.last_sequence = seq;
+        trace.head_sequence = Some(seq);
+        trace.totals += &GoalStats::of(&message);
+        trace.updated_at_ms = message.created_at_ms;
+        let mut targets = vec![Target::File(path)];
+        if created {
+            targets.push(Target::Dir(dir));
+        }
+        // Replacing meta.json costs ~0.2 ms on ext4 (a rename over a file
+        // starts its writeback), as much as the rest of a step. `get_trace`
+        // rebuilds everything this message changed from the log
+        // when it continues the head, so meta.json is only needed for a
+        // branch, and now and then to bound what `get_trace` has to read.
+        Ok((message, targets, !continues_head || seq.is_multiple_of(META_EVERY)))
+    }
+
+    /// Appends an event of `kind` to `trace`'s events.jsonl and updates
+    /// `trace`; returns the event and what must be synced for it.
+    fn append_event_line(
+        &self,
+        trace: &mut Trace,
+        kind: EventKind,
+    ) -> Result<(Event, Vec<Target>), TraceError> {
+        let dir = self.dir(&trace.id)?;
+        let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
+        let path = dir.join(EVENTS);
+        let line = to_line(&path, &event)?;
+        let created = append_line(&path, &line)
+            .map_err(io_at(&path))
+            .map_err(|e| missing(&trace.id, &dir, e))?;
+        // meta.json is not rewritten per event: `get_trace` takes the last
+        // id from the file, which keeps an event at one write. The line is
+        // in the file now, so its id is spent even if the sync fails or the
+        // call is cancelled there.
+        trace.last_event_id = event.id;
+        let mut targets = vec![Target::File(path)];
+        if created {
+            targets.push(Target::Dir(dir));
+        }
+        Ok((event, targets))
     }
 
     async fn write_meta(&self, dir: &Path, trace: &Trace) -> Result<(), TraceError> {
@@ -137,32 +226,26 @@ impl FileTraceStore {
 /// that continue the head are written without it (see `add_message`), and
 /// events always are.
 fn reconcile(dir: &Path, trace: &mut Trace) -> Result<(), TraceError> {
-    loop {
-        let seq = trace.last_sequence + 1;
-        let path = message_path(dir, seq);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-            Err(e) => return Err(io_at(&path)(e)),
-        };
-        // Even an empty file (see `read_message`) keeps its sequence used.
+    let (newer, seen) = messages_after(dir, trace.last_sequence)?;
+    // Only a power loss under `Durability::Batched` can lose the head's
+    // message; fall back to the newest one that survived, before advancing
+    // along what was written after it (which continued from that one). The
+    // head is usually among the lines just read, the last of meta.json's.
+    if let Some(head) = trace.head_sequence
+        && !seen.contains(&head)
+        && !has_message(dir, head)?
+    {
+        trace.head_sequence = stored_sequences(dir)?.range(..head).next_back().copied();
+    }
+    for (seq, message) in newer {
+        // Even an empty file (see `read_message_file`) keeps its sequence used.
         trace.last_sequence = seq;
-        if bytes.is_empty() {
-            continue;
-        }
-        let message: Message = parse(&path, &bytes)?;
+        let Some(message) = message else { continue };
         if message.parent_sequence == trace.head_sequence {
             trace.head_sequence = Some(seq);
         }
         trace.totals += &GoalStats::of(&message);
         trace.updated_at_ms = trace.updated_at_ms.max(message.created_at_ms);
-    }
-    // Only a power loss under `Durability::Batched` can leave the head's
-    // file empty; fall back to the newest message that survived.
-    if let Some(head) = trace.head_sequence
-        && !has_message(dir, head)
-    {
-        trace.head_sequence = (1..head).rev().find(|&s| has_message(dir, s));
     }
     let events = dir.join(EVENTS);
     match File::open(&events) {
@@ -200,11 +283,6 @@ impl TraceStore for FileTraceStore {
                 return Err(TraceError::AlreadyExists(trace.id.clone()));
             }
             Err(e) => return Err(io_at(&dir)(e)),
-        }
-        let messages = dir.join(MESSAGES);
-        match fs::create_dir(&messages) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(io_at(&messages)(e)),
-            _ => {}
         }
         self.write_meta(&dir, trace).await?;
         self.settle(vec![Target::Dir(self.root.clone())]).await
@@ -247,60 +325,51 @@ impl TraceStore for FileTraceStore {
     async fn add_message(
         &self,
         trace: &mut Trace,
-        mut message: Message,
+        message: Message,
         parent: Option<u64>,
     ) -> Result<Message, TraceError> {
-        let dir = self.dir(&trace.id)?;
-        let parent = match parent {
-            Some(p) if Some(p) != trace.head_sequence && !has_message(&dir, p) => {
-                return Err(TraceError::NoSuchMessage { trace_id: trace.id.clone(), sequence: p });
-            }
-            Some(p) => Some(p),
-            None => trace.head_sequence,
-        };
-        let seq = trace.last_sequence + 1;
-        message.id = format!("{}-{seq:04}", trace.id);
-        message.trace_id = trace.id.clone();
-        message.sequence = seq;
-        message.parent_sequence = parent;
-        message.created_at_ms = now_ms();
-        // Images first: a message on disk always has its images.
-        for image in take_inline(&mut message) {
-            let path = dir.join(MESSAGES).join(&image.name);
-            let pending = self
-                .place_bytes(&path, &image.data)
-                .await
-                .map_err(|e| missing(&trace.id, &dir, e))?;
-            self.settle(pending).await?;
-        }
-        let path = message_path(&dir, seq);
-        let pending = self
-            .place(&path, &to_json(&path, &message)?)
-            .await
-            .map_err(|e| missing(&trace.id, &dir, e))?;
-        // The file exists now, so the sequence is spent even if its sync or
-        // the meta write below fails, or the call is cancelled there.
-        let continues_head = parent == trace.head_sequence;
-        trace.last_sequence = seq;
-        trace.head_sequence = Some(seq);
-        trace.totals += &GoalStats::of(&message);
-        trace.updated_at_ms = message.created_at_ms;
-        self.settle(pending).await?;
-        // Replacing meta.json costs ~0.2 ms on ext4 (a rename over a file
-        // starts its writeback), as much as the rest of a step. `get_trace`
-        // rebuilds everything this message changed from the message files
-        // when it continues the head, so meta.json is only needed for a
-        // branch, and now and then to bound what `get_trace` has to read.
-        if !continues_head || seq.is_multiple_of(META_EVERY) {
-            self.write_meta(&dir, trace).await?;
+        let (message, targets, rewrite_meta) = self.append_message(trace, message, parent).await?;
+        self.settle(targets).await?;
+        if rewrite_meta {
+            self.write_meta(&self.dir(&trace.id)?, trace).await?;
         }
         Ok(message)
+    }
+
+    /// The message and its event with one sync for both: under
+    /// [`Durability::Immediate`] a step of the agent loop then waits for
+    /// one fsync per message, not two.
+    async fn add_message_with_event(
+        &self,
+        trace: &mut Trace,
+        message: Message,
+        parent: Option<u64>,
+    ) -> Result<(Message, Event), TraceError> {
+        let (message, mut targets, rewrite_meta) =
+            self.append_message(trace, message, parent).await?;
+        let kind = EventKind::MessageAdded { message: message.clone() };
+        let event = match self.append_event_line(trace, kind) {
+            Ok((event, more)) => {
+                targets.extend(more);
+                event
+            }
+            Err(e) => {
+                // The message is stored all the same: it must still be synced.
+                self.settle(targets).await?;
+                return Err(e);
+            }
+        };
+        self.settle(targets).await?;
+        if rewrite_meta {
+            self.write_meta(&self.dir(&trace.id)?, trace).await?;
+        }
+        Ok((message, event))
     }
 
     async fn set_head(&self, trace: &mut Trace, sequence: u64) -> Result<(), TraceError> {
         let dir = self.dir(&trace.id)?;
         require(&trace.id, &dir)?;
-        if !has_message(&dir, sequence) {
+        if !has_message(&dir, sequence)? {
             return Err(TraceError::NoSuchMessage { trace_id: trace.id.clone(), sequence });
         }
         trace.head_sequence = Some(sequence);
@@ -310,33 +379,8 @@ impl TraceStore for FileTraceStore {
 
     async fn get_messages(&self, id: &str) -> Result<Vec<Message>, TraceError> {
         let dir = self.dir(id)?;
-        let messages_dir = dir.join(MESSAGES);
-        let entries = match fs::read_dir(&messages_dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                require(id, &dir)?;
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(io_at(&messages_dir)(e)),
-        };
-        let mut sequences = Vec::new();
-        for entry in entries {
-            let name = entry.map_err(io_at(&messages_dir))?.file_name();
-            // Only `{sequence}.json`: temporary files start with a dot.
-            if let Some(digits) = name.to_str().and_then(|n| n.strip_suffix(".json"))
-                && !digits.is_empty()
-                && digits.bytes().all(|c| c.is_ascii_digit())
-                && let Ok(seq) = digits.parse::<u64>()
-            {
-                sequences.push(seq);
-            }
-        }
-        sequences.sort_unstable();
-        let mut messages = Vec::with_capacity(sequences.len());
-        for seq in sequences {
-            messages.extend(read_message(&dir, seq)?);
-        }
-        Ok(messages)
+        require(id, &dir)?;
+        Ok(all_messages(&dir)?.into_values().collect())
     }
 
     async fn get_message(&self, id: &str, sequence: u64) -> Result<Option<Message>, TraceError> {
@@ -354,25 +398,28 @@ impl TraceStore for FileTraceStore {
         head: u64,
     ) -> Result<Vec<Message>, TraceError> {
         let dir = self.dir(id)?;
+        require(id, &dir)?;
+        let log = dir.join(MESSAGE_LOG);
+        let mut all = all_messages(&dir)?;
         let mut chain: Vec<Message> = Vec::new();
         let mut at = Some(head);
         while let Some(seq) = at {
-            let Some(message) = read_message(&dir, seq)? else {
+            let Some(message) = all.remove(&seq) else {
                 return Err(match chain.last() {
                     Some(child) => corrupt(
-                        &message_path(&dir, child.sequence),
-                        format!("its parent, message {seq}, is missing"),
+                        &log,
+                        format!(
+                            "message {}: its parent, message {seq}, is missing",
+                            child.sequence
+                        ),
                     ),
-                    None => {
-                        require(id, &dir)?;
-                        TraceError::NoSuchMessage { trace_id: id.to_owned(), sequence: head }
-                    }
+                    None => TraceError::NoSuchMessage { trace_id: id.to_owned(), sequence: head },
                 });
             };
             if message.parent_sequence.is_some_and(|p| p >= seq) {
                 return Err(corrupt(
-                    &message_path(&dir, seq),
-                    "its parent is not older than itself".into(),
+                    &log,
+                    format!("message {seq}: its parent is not older than itself"),
                 ));
             }
             at = message.parent_sequence;
@@ -524,25 +571,7 @@ impl TraceStore for FileTraceStore {
     }
 
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
-        let dir = self.dir(&trace.id)?;
-        let event = Event { id: trace.last_event_id + 1, at_ms: now_ms(), kind };
-        let path = dir.join(EVENTS);
-        let mut line = serde_json::to_vec(&event)
-            .map_err(|e| corrupt(&path, format!("cannot serialise: {e}")))?;
-        line.push(b'\n');
-        let line = reson_text::redact::redact_bytes(&line);
-        let created = append_line(&path, &line)
-            .map_err(io_at(&path))
-            .map_err(|e| missing(&trace.id, &dir, e))?;
-        // meta.json is not rewritten per event: `get_trace` takes the last
-        // id from the file, which keeps an event at one write. The line is
-        // in the file now, so its id is spent even if the sync below fails
-        // or the call is cancelled there.
-        trace.last_event_id = event.id;
-        let mut targets = vec![Target::File(path)];
-        if created {
-            targets.push(Target::Dir(dir));
-        }
+        let (event, targets) = self.append_event_line(trace, kind)?;
         self.settle(targets).await?;
         Ok(event)
     }
@@ -563,12 +592,9 @@ impl TraceStore for FileTraceStore {
             id: u64,
         }
         let mut events = Vec::new();
-        // The part after the last newline is a torn append: ignored.
-        let complete = bytes.iter().rposition(|&c| c == b'\n').map_or(&[][..], |end| &bytes[..end]);
-        for (n, line) in complete.split(|&c| c == b'\n').enumerate() {
-            let bad = |e: serde_json::Error| corrupt(&path, format!("line {}: {e}", n + 1));
-            if serde_json::from_slice::<Id>(line).map_err(bad)?.id > after_event_id {
-                events.push(serde_json::from_slice::<Event>(line).map_err(bad)?);
+        for (n, line) in log_lines(&bytes) {
+            if parse_line::<Id>(&path, n, line)?.id > after_event_id {
+                events.push(parse_line(&path, n, line)?);
             }
         }
         Ok(events)
@@ -610,15 +636,21 @@ impl TraceStore for FileTraceStore {
             .map_err(io_at(&self.root))?;
         let tmp = staging.path();
         let messages = tmp.join(MESSAGES);
-        fs::create_dir(&messages).map_err(io_at(&messages))?;
+        if !snapshot.images.is_empty() {
+            fs::create_dir(&messages).map_err(io_at(&messages))?;
+        }
         let mut files = vec![(tmp.join(META), to_json(&tmp.join(META), &snapshot.trace)?)];
         if !snapshot.goals.is_empty() {
             files.push((tmp.join(GOALS), to_json(&tmp.join(GOALS), &snapshot.goals)?));
         }
-        for message in &snapshot.messages {
-            let path = message_path(tmp, message.sequence);
-            let json = to_json(&path, message)?;
-            files.push((path, json));
+        if !snapshot.messages.is_empty() {
+            let path = tmp.join(MESSAGE_LOG);
+            let mut lines = Vec::new();
+            // In sequence order, as `check_snapshot` made sure.
+            for message in &snapshot.messages {
+                lines.extend(to_line(&path, message)?);
+            }
+            files.push((path, lines));
         }
         if !snapshot.events.is_empty() {
             let path = tmp.join(EVENTS);
@@ -655,7 +687,10 @@ impl TraceStore for FileTraceStore {
             fs::write(&path, reson_text::redact::redact_bytes(&bytes)).map_err(io_at(&path))?;
             targets.push(Target::File(path));
         }
-        targets.extend([Target::Dir(messages), Target::Dir(tmp.to_owned())]);
+        if !snapshot.images.is_empty() {
+            targets.push(Target::Dir(messages));
+        }
+        targets.push(Target::Dir(tmp.to_owned()));
         self.flusher.sync_now(targets).await?;
         if dir.exists() {
             // A create a crash cut short (no meta.json): that trace never existed.
@@ -750,22 +785,42 @@ fn entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, TraceError> {
     Ok(found)
 }
 
-fn message_path(dir: &Path, seq: u64) -> PathBuf {
+/// A message's file in a trace written before [`MESSAGE_LOG`].
+fn message_file(dir: &Path, seq: u64) -> PathBuf {
     dir.join(MESSAGES).join(format!("{seq:06}.json"))
 }
 
 /// Whether message `seq` is stored (an empty file does not count).
-fn has_message(dir: &Path, seq: u64) -> bool {
-    seq > 0 && fs::metadata(message_path(dir, seq)).is_ok_and(|m| m.len() > 0)
+fn has_message(dir: &Path, seq: u64) -> Result<bool, TraceError> {
+    Ok(seq > 0 && read_message(dir, seq)?.is_some())
 }
 
-/// Message `seq`, or `None` when it is missing or empty. Files appear under
-/// their final name only once complete, so the only empty ones are those a
-/// power loss caught before the background sync: counted as never written.
+/// Message `seq`, or `None` when it is missing.
 fn read_message(dir: &Path, seq: u64) -> Result<Option<Message>, TraceError> {
-    let path = message_path(dir, seq);
+    if let Some(message) = read_message_file(dir, seq)? {
+        return Ok(message);
+    }
+    let path = dir.join(MESSAGE_LOG);
+    let log = read_log(&path)?;
+    let mut found = None;
+    for (n, line) in log_lines(&log) {
+        let at: Sequence = parse_line(&path, n, line)?;
+        if at.sequence == seq {
+            found = Some(parse_line(&path, n, line)?);
+        }
+    }
+    Ok(found)
+}
+
+/// What a message's file in the old layout says of message `seq`: `None`
+/// when there is no file, `Some(None)` when it is empty. Files appeared
+/// under their final name only once complete, so the only empty ones are
+/// those a power loss caught before the background sync: counted as never
+/// written, their sequence used.
+fn read_message_file(dir: &Path, seq: u64) -> Result<Option<Option<Message>>, TraceError> {
+    let path = message_file(dir, seq);
     let bytes = match fs::read(&path) {
-        Ok(bytes) if bytes.is_empty() => return Ok(None),
+        Ok(bytes) if bytes.is_empty() => return Ok(Some(None)),
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_at(&path)(e)),
@@ -774,7 +829,136 @@ fn read_message(dir: &Path, seq: u64) -> Result<Option<Message>, TraceError> {
     if message.sequence != seq {
         return Err(corrupt(&path, format!("holds message {}", message.sequence)));
     }
-    Ok(Some(message))
+    Ok(Some(Some(message)))
+}
+
+/// The sequences of the message files of the old layout, in order.
+fn message_files(dir: &Path) -> Result<Vec<u64>, TraceError> {
+    let mut sequences = Vec::new();
+    for (name, _) in entries(&dir.join(MESSAGES))? {
+        // Only `{sequence}.json`: temporary files start with a dot.
+        if let Some(digits) = name.strip_suffix(".json")
+            && !digits.is_empty()
+            && digits.bytes().all(|c| c.is_ascii_digit())
+            && let Ok(seq) = digits.parse::<u64>()
+        {
+            sequences.push(seq);
+        }
+    }
+    sequences.sort_unstable();
+    Ok(sequences)
+}
+
+/// Every message of the trace in `dir`, by sequence: the log's, and the
+/// files of the old layout. A sequence both hold (a writer that went on
+/// from a stale copy of the trace) is the log's, written later.
+fn all_messages(dir: &Path) -> Result<BTreeMap<u64, Message>, TraceError> {
+    let mut messages = BTreeMap::new();
+    for seq in message_files(dir)? {
+        if let Some(Some(message)) = read_message_file(dir, seq)? {
+            messages.insert(seq, message);
+        }
+    }
+    let path = dir.join(MESSAGE_LOG);
+    let log = read_log(&path)?;
+    for (n, line) in log_lines(&log) {
+        let message: Message = parse_line(&path, n, line)?;
+        messages.insert(message.sequence, message);
+    }
+    Ok(messages)
+}
+
+/// The sequences of the messages stored (no empty file's).
+fn stored_sequences(dir: &Path) -> Result<BTreeSet<u64>, TraceError> {
+    Ok(all_messages(dir)?.into_keys().collect())
+}
+
+/// The messages after sequence `after`, by sequence (`None` for an empty
+/// file of the old layout), and the sequences of every log line read. The
+/// log is read backwards from its end, in growing windows, only as far as
+/// a line at or before `after`: `get_trace` reads at most about
+/// [`META_EVERY`] messages.
+fn messages_after(dir: &Path, after: u64) -> Result<(Newer, BTreeSet<u64>), TraceError> {
+    let mut newer = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for seq in message_files(dir)?.into_iter().filter(|&s| s > after) {
+        if let Some(message) = read_message_file(dir, seq)? {
+            newer.insert(seq, message);
+        }
+    }
+    let path = dir.join(MESSAGE_LOG);
+    let mut file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((newer, seen)),
+        Err(e) => return Err(io_at(&path)(e)),
+    };
+    let len = file.metadata().map_err(io_at(&path))?.len();
+    let mut window = 64 * 1024u64;
+    loop {
+        let start = len.saturating_sub(window);
+        let mut buf = vec![0; (len - start) as usize];
+        file.seek(SeekFrom::Start(start))
+            .and_then(|_| file.read_exact(&mut buf))
+            .map_err(io_at(&path))?;
+        // Unless the window starts the file, its first line may be cut.
+        let whole = match start {
+            0 => &buf[..],
+            _ => buf.iter().position(|&c| c == b'\n').map_or(&[][..], |nl| &buf[nl + 1..]),
+        };
+        let lines: Vec<_> = log_lines(whole).collect();
+        let reaches_back = match lines.first() {
+            Some((n, line)) => parse_line::<Sequence>(&path, *n, line)?.sequence <= after,
+            None => false,
+        };
+        if start == 0 || reaches_back {
+            for (n, line) in lines {
+                let seq = parse_line::<Sequence>(&path, n, line)?.sequence;
+                seen.insert(seq);
+                if seq > after {
+                    newer.insert(seq, Some(parse_line(&path, n, line)?));
+                }
+            }
+            return Ok((newer, seen));
+        }
+        window *= 2;
+    }
+}
+
+/// Messages by sequence, `None` for an empty file of the old layout.
+type Newer = BTreeMap<u64, Option<Message>>;
+
+/// The sequence of a log line, read without the rest of the message.
+#[derive(Deserialize)]
+struct Sequence {
+    sequence: u64,
+}
+
+/// The log at `path`, empty when there is none.
+fn read_log(path: &Path) -> Result<Vec<u8>, TraceError> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_at(path)(e)),
+    }
+}
+
+/// The complete lines of a log, numbered from 1: what follows the last
+/// newline is an append a crash tore, never written.
+fn log_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let complete = bytes.iter().rposition(|&c| c == b'\n').map_or(&[][..], |end| &bytes[..end]);
+    complete
+        .split(|&c| c == b'\n')
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(n, l)| (n + 1, l))
+}
+
+fn parse_line<'a, T: Deserialize<'a>>(
+    path: &Path,
+    n: usize,
+    line: &'a [u8],
+) -> Result<T, TraceError> {
+    serde_json::from_slice(line).map_err(|e| corrupt(path, format!("line {n}: {e}")))
 }
 
 /// Appends `line` (newline included) in one write, first cutting off a
@@ -835,9 +1019,104 @@ fn parse<'a, T: Deserialize<'a>>(path: &Path, bytes: &'a [u8]) -> Result<T, Trac
     serde_json::from_slice(bytes).map_err(|e| corrupt(path, e.to_string()))
 }
 
+/// `value` as one line of a log bound for `path`, through the redaction
+/// point: compact JSON (a newline in a string is escaped), then a newline.
+fn to_line(path: &Path, value: &impl serde::Serialize) -> Result<Vec<u8>, TraceError> {
+    let mut line =
+        serde_json::to_vec(value).map_err(|e| corrupt(path, format!("cannot serialise: {e}")))?;
+    line.push(b'\n');
+    Ok(reson_text::redact::redact_bytes(&line).into_owned())
+}
+
 /// The pretty JSON of `value`, bound for `path`. Serialising the store's
 /// own types only fails on a map with non-string keys, which they do not
 /// have; the error still names the file rather than panicking.
 fn to_json(path: &Path, value: &impl serde::Serialize) -> Result<Vec<u8>, TraceError> {
     serde_json::to_vec_pretty(value).map_err(|e| corrupt(path, format!("cannot serialise: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::flush::synced;
+    use super::*;
+    use crate::{Role, TraceMode};
+    use std::sync::Arc;
+
+    /// Many traces appended at once, each call checked as it returns:
+    /// under `Immediate` the sync had covered its line by then, and the
+    /// syncs of the traces were shared (group commit); under either, every
+    /// log holds its own trace's lines, whole and in order.
+    async fn concurrent_appends(dir: &Path, durability: Durability) -> u64 {
+        const TRACES: usize = 100;
+        const MESSAGES: u64 = 8;
+        let store = Arc::new(FileTraceStore::open(dir, durability).unwrap());
+        let writers: Vec<_> = (0..TRACES)
+            .map(|w| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let mut trace = Trace::new(TraceMode::Agent, "append", "default");
+                    trace.id = format!("w{w}");
+                    store.create_trace(&trace).await.unwrap();
+                    let log = store.root().join(&trace.id).join(MESSAGE_LOG);
+                    let events = store.root().join(&trace.id).join(EVENTS);
+                    for i in 0..MESSAGES {
+                        let text = format!("{w}/{i} {}", "x".repeat(3000));
+                        let message = Message::new(Role::User, text);
+                        // As the runner writes them, and alone.
+                        if i % 2 == 0 {
+                            store.add_message_with_event(&mut trace, message, None).await.unwrap();
+                        } else {
+                            store.add_message(&mut trace, message, None).await.unwrap();
+                        }
+                        if durability == Durability::Immediate {
+                            for file in [&log, &events] {
+                                let written = fs::metadata(file).unwrap().len();
+                                assert!(
+                                    synced::len(file) >= written,
+                                    "{} of {} was reported stored before its fsync (message {})",
+                                    file.display(),
+                                    trace.id,
+                                    i + 1,
+                                );
+                            }
+                        }
+                    }
+                    trace
+                })
+            })
+            .collect();
+        for (w, writer) in writers.into_iter().enumerate() {
+            let trace = writer.await.unwrap();
+            assert_eq!(store.get_trace(&trace.id).await.unwrap().unwrap(), trace);
+            let messages = store.get_messages(&trace.id).await.unwrap();
+            let expected: Vec<u64> = (1..=MESSAGES).collect();
+            let events = store.events_after(&trace.id, 0).await.unwrap();
+            assert_eq!(events.len() as u64, MESSAGES / 2);
+            assert_eq!(messages.iter().map(|m| m.sequence).collect::<Vec<_>>(), expected);
+            for (i, message) in messages.iter().enumerate() {
+                assert!(message.text().starts_with(&format!("{w}/{i} ")), "{}", message.text());
+            }
+        }
+        store.sync().await.unwrap();
+        store.flusher.urgent_batches()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn immediate_appends_are_synced_before_they_return_and_share_their_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let batches = concurrent_appends(dir.path(), Durability::Immediate).await;
+        // 100 creates of two syncs each, and 800 messages of one, half of
+        // them with their event.
+        assert!(batches < 1000 / 2, "{batches} sync batches for 1,000 awaited syncs");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batched_appends_to_many_traces_keep_them_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        concurrent_appends(dir.path(), Durability::Batched).await;
+        for w in 0..100 {
+            let trace = dir.path().join(format!("w{w}"));
+            assert!(!trace.join(MESSAGES).exists(), "a message is no file of its own");
+        }
+    }
 }

@@ -196,13 +196,13 @@ fn sync_batch(batch: Vec<Target>) -> Result<(), TraceError> {
 
 /// Syncs each target once, at its last place in the batch: a file's latest
 /// contents may refer to anything written before them (meta.json to the
-/// message files), so those are synced first. A large batch (many runs
+/// messages), so those are synced first. A large batch (many runs
 /// writing at once) is synced by several threads instead: every fsync
 /// waits for the disk, and the disk serves many at once about as fast as
 /// one. Its files go first, then the directories naming them; among files,
 /// order is the disk's then, which the reader tolerates as it does a power
-/// loss between two syncs (a message file left empty is skipped, the head
-/// falls back to the newest that survived). Returns the targets that
+/// loss between two syncs (a message the log lost counts as never
+/// written, the head falls back to the newest that survived). Returns the targets that
 /// failed, each with its error; the others are on stable storage.
 fn sync_all(batch: Vec<Target>) -> Vec<(Target, io::Error)> {
     let mut seen = HashSet::new();
@@ -263,7 +263,14 @@ fn failure(target: &Target, e: &io::Error) -> TraceError {
 
 fn sync_target(target: &Target) -> io::Result<()> {
     let result = match target {
-        Target::File(path) => File::open(path).and_then(|f| f.sync_data()),
+        Target::File(path) => File::open(path).and_then(|f| {
+            #[cfg(test)]
+            let len = f.metadata()?.len();
+            f.sync_data()?;
+            #[cfg(test)]
+            synced::record(path, len);
+            Ok(())
+        }),
         Target::Dir(path) => sync_dir(path),
     };
     match result {
@@ -284,6 +291,37 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 #[cfg(not(unix))]
 fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
+}
+
+/// For tests: how much of each file the syncs are known to have covered.
+#[cfg(test)]
+pub(super) mod synced {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::{Mutex, PoisonError};
+
+    static SYNCED: Mutex<Option<HashMap<PathBuf, u64>>> = Mutex::new(None);
+
+    /// `path` was synced when `len` bytes long (or longer).
+    pub(in super::super) fn record(path: &Path, len: u64) {
+        let mut synced = SYNCED.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = synced.get_or_insert_default().entry(path.to_owned()).or_default();
+        *at = (*at).max(len);
+    }
+
+    /// How many bytes of `path` a sync is known to have covered.
+    pub(in super::super) fn len(path: &Path) -> u64 {
+        let synced = SYNCED.lock().unwrap_or_else(PoisonError::into_inner);
+        synced.as_ref().and_then(|s| s.get(path)).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+impl Flusher {
+    /// Batches of awaited syncs done so far.
+    pub(super) fn urgent_batches(&self) -> u64 {
+        self.shared.batches.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]

@@ -292,7 +292,9 @@ async fn meta_json_is_rewritten_for_branches_and_every_32nd_message() {
     for text in ["a", "b", "c"] {
         store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
     }
-    assert!(dir.path().join("t1/messages/000003.json").is_file());
+    let log = fs::read_to_string(dir.path().join("t1/messages.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 3, "one line a message: {log}");
+    assert!(!dir.path().join("t1/messages").exists(), "no file a message");
     assert_eq!(on_disk().last_sequence, 0, "continuations leave meta.json to `get_trace`");
     assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
 
@@ -668,7 +670,13 @@ async fn a_message_written_without_its_meta_update_is_reconciled() {
     side.sequence = 4;
     side.parent_sequence = Some(1);
     side.id = "t1-0004".into();
-    fs::write(dir.path().join("t1/messages/000004.json"), serde_json::to_vec(&side).unwrap())
+    let mut line = serde_json::to_vec(&side).unwrap();
+    line.push(b'\n');
+    fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("t1/messages.jsonl"))
+        .unwrap()
+        .write_all(&line)
         .unwrap();
     // meta.json as it was before messages 2..4.
     fs::write(dir.path().join("t1/meta.json"), serde_json::to_vec(&stale).unwrap()).unwrap();
@@ -686,23 +694,161 @@ async fn a_message_written_without_its_meta_update_is_reconciled() {
     assert_eq!(sequences(&store.get_main_path_messages("t1", 5).await.unwrap()), [1, 2, 3, 5]);
 }
 
+/// A power loss under `Batched` keeps the log up to some point, perhaps
+/// with a torn line, while meta.json may name a message after it.
 #[tokio::test]
-async fn an_empty_message_file_left_by_a_power_loss_counts_as_never_written() {
+async fn messages_a_power_loss_cut_from_the_log_count_as_never_written() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let mut trace = new_trace(&store, "t1").await;
     store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
     store.add_message(&mut trace, Message::new(Role::Assistant, "a"), None).await.unwrap();
-    fs::write(dir.path().join("t1/messages/000002.json"), b"").unwrap();
+    // A branch: meta.json names message 3 as the head.
+    store.add_message(&mut trace, Message::new(Role::Assistant, "b"), Some(1)).await.unwrap();
+    let log = dir.path().join("t1/messages.jsonl");
+    let bytes = fs::read(&log).unwrap();
+    let third = bytes[..bytes.len() - 1].iter().rposition(|&c| c == b'\n').unwrap() + 1;
+    fs::write(&log, &bytes[..third + 10]).unwrap();
     drop(store);
 
     let store = open(dir.path());
     let mut trace = store.get_trace("t1").await.unwrap().unwrap();
-    assert_eq!((trace.last_sequence, trace.head_sequence), (2, Some(1)));
-    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1]);
+    assert_eq!((trace.last_sequence, trace.head_sequence), (3, Some(2)));
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1, 2]);
+    assert_eq!(store.get_message("t1", 3).await.unwrap(), None);
     let next =
         store.add_message(&mut trace, Message::new(Role::Assistant, "again"), None).await.unwrap();
-    assert_eq!((next.sequence, next.parent_sequence), (3, Some(1)));
+    assert_eq!((next.sequence, next.parent_sequence), (4, Some(2)));
+    assert_eq!(sequences(&store.get_main_path_messages("t1", 4).await.unwrap()), [1, 2, 4]);
+    let reopened = open(dir.path());
+    assert_eq!(reopened.get_trace("t1").await.unwrap().unwrap(), trace);
+}
+
+#[tokio::test]
+async fn a_torn_message_line_is_ignored_then_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    store.add_message(&mut trace, Message::new(Role::Assistant, "a"), None).await.unwrap();
+    // A crash in the middle of appending message 3.
+    let log = dir.path().join("t1/messages.jsonl");
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(br#"{"id":"t1-0003","trace_id":"t1","sequence":3,"parent_seq"#)
+        .unwrap();
+    drop(store);
+
+    let store = open(dir.path());
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!((trace.last_sequence, trace.head_sequence), (2, Some(2)));
+    assert_eq!(sequences(&store.get_messages("t1").await.unwrap()), [1, 2]);
+    assert_eq!(store.get_message("t1", 3).await.unwrap(), None);
+    let next = store.add_message(&mut trace, Message::new(Role::User, "b"), None).await.unwrap();
+    assert_eq!((next.sequence, next.parent_sequence), (3, Some(2)));
+    assert_eq!(texts(&store.get_main_path_messages("t1", 3).await.unwrap()), ["q", "a", "b"]);
+    let text = fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(!text.contains("parent_seq\""), "the torn part is cut off: {text}");
+    for line in text.lines() {
+        serde_json::from_str::<Message>(line).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_complete_message_line_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("t1/messages.jsonl"))
+        .unwrap()
+        .write_all(b"garbage\n")
+        .unwrap();
+    for err in [
+        store.get_messages("t1").await.unwrap_err(),
+        store.get_trace("t1").await.unwrap_err(),
+        store.get_message("t1", 2).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, TraceError::Corrupt { reason, .. } if reason.starts_with("line 2:")),
+            "{err}"
+        );
+    }
+}
+
+/// A trace written before `messages.jsonl`: meta.json, one file a message
+/// (`messages/000001.json`, pretty JSON), an empty one left by a power
+/// loss. It reads as it did, goes on in the log, and reads back whole.
+#[tokio::test]
+async fn a_trace_in_the_old_layout_reads_and_goes_on_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    // The messages as any store numbers them: 1, 2, then 3 rewinding to
+    // 1, then 4 continuing 3.
+    let memory = MemoryTraceStore::new();
+    let mut old = new_trace(&memory, "t1").await;
+    memory.add_message(&mut old, Message::new(Role::User, "q"), None).await.unwrap();
+    memory.add_message(&mut old, Message::new(Role::Assistant, "a"), None).await.unwrap();
+    let mut b = Message::new(Role::Assistant, "b");
+    b.cost = 0.25;
+    memory.add_message(&mut old, b, Some(1)).await.unwrap();
+    // meta.json as the old store left it: rewritten for the branch, not
+    // for message 4 which continued the head.
+    let meta = old.clone();
+    memory.add_message(&mut old, Message::new(Role::User, "c"), None).await.unwrap();
+    let trace_dir = dir.path().join("t1");
+    fs::create_dir_all(trace_dir.join("messages")).unwrap();
+    fs::write(trace_dir.join("meta.json"), serde_json::to_vec_pretty(&meta).unwrap()).unwrap();
+    let written = memory.get_messages("t1").await.unwrap();
+    for message in &written {
+        let path = trace_dir.join(format!("messages/{:06}.json", message.sequence));
+        fs::write(path, serde_json::to_vec_pretty(message).unwrap()).unwrap();
+    }
+    // Message 5, caught by a power loss before its sync.
+    fs::write(trace_dir.join("messages/000005.json"), b"").unwrap();
+    fs::write(trace_dir.join("messages/.000006.json.tmp"), b"{\"partial").unwrap();
+    let file_of_1 = fs::read(trace_dir.join("messages/000001.json")).unwrap();
+
+    let store = open(dir.path());
+    let mut trace = store.get_trace("t1").await.unwrap().unwrap();
+    assert_eq!((trace.last_sequence, trace.head_sequence), (5, Some(4)));
+    assert_eq!((trace.totals.messages, trace.totals.cost), (4, 0.25));
+    assert_eq!(store.get_messages("t1").await.unwrap(), written);
+    assert_eq!(store.get_message("t1", 2).await.unwrap().as_ref(), Some(&written[1]));
+    assert_eq!(store.get_message("t1", 5).await.unwrap(), None);
+
+    let d = store.add_message(&mut trace, Message::new(Role::Assistant, "d"), None).await.unwrap();
+    assert_eq!((d.sequence, d.parent_sequence), (6, Some(4)));
+    // Rewinding onto a message of the old layout.
+    let e = store.add_message(&mut trace, Message::new(Role::User, "e"), Some(2)).await.unwrap();
+    assert_eq!((e.sequence, e.parent_sequence), (7, Some(2)));
+    assert!(!trace_dir.join("messages/000006.json").exists(), "new messages go to the log");
+    assert_eq!(fs::read_to_string(trace_dir.join("messages.jsonl")).unwrap().lines().count(), 2);
+    assert_eq!(fs::read(trace_dir.join("messages/000001.json")).unwrap(), file_of_1);
+
+    let reopened = open(dir.path());
+    assert_eq!(reopened.get_trace("t1").await.unwrap().unwrap(), trace);
+    assert_eq!(sequences(&reopened.get_messages("t1").await.unwrap()), [1, 2, 3, 4, 6, 7]);
+    assert_eq!(
+        texts(&reopened.get_main_path_messages("t1", 6).await.unwrap()),
+        ["q", "b", "c", "d"]
+    );
+    assert_eq!(texts(&reopened.get_main_path_messages("t1", 7).await.unwrap()), ["q", "a", "e"]);
+    assert_eq!(reopened.get_message("t1", 6).await.unwrap(), Some(d));
+    reopened.set_head(&mut trace, 3).await.unwrap();
+    assert_eq!(reopened.get_trace("t1").await.unwrap().unwrap().head_sequence, Some(3));
+
+    // Moved to a fresh store, it is all in the log there, and reads the same.
+    let snapshot = reopened.export_trace("t1").await.unwrap().unwrap();
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = open(fresh_dir.path());
+    fresh.import_trace(&snapshot).await.unwrap();
+    assert_eq!(fresh.export_trace("t1").await.unwrap().unwrap(), snapshot);
+    assert!(!fresh_dir.path().join("t1/messages").exists());
 }
 
 #[tokio::test]
@@ -711,6 +857,7 @@ async fn leftover_temporary_files_are_ignored() {
     let store = open(dir.path());
     let mut trace = new_trace(&store, "t1").await;
     store.add_message(&mut trace, Message::new(Role::User, "q"), None).await.unwrap();
+    fs::create_dir_all(dir.path().join("t1/messages")).unwrap();
     fs::write(dir.path().join("t1/messages/.000002.json.tmp"), b"{\"partial").unwrap();
     fs::write(dir.path().join("t1/.meta.json.tmp"), b"{").unwrap();
     let mut trace = store.get_trace("t1").await.unwrap().unwrap();
@@ -1335,8 +1482,9 @@ async fn images_are_files_beside_their_message() {
     let messages = dir.path().join("t1/messages");
     assert_eq!(fs::read(messages.join("000002-1.png")).unwrap(), crate::image::tests::PNG);
     assert_eq!(fs::read(messages.join("000002-2.png")).unwrap(), wide);
-    let json = fs::read_to_string(messages.join("000002.json")).unwrap();
-    assert!(json.contains("\"name\": \"000002-1.png\""), "{json}");
+    let log = fs::read_to_string(dir.path().join("t1/messages.jsonl")).unwrap();
+    let json = log.lines().nth(1).unwrap();
+    assert!(json.contains("\"name\":\"000002-1.png\""), "{json}");
     assert!(!json.contains("base64"), "no bytes in the JSON: {json}");
 
     // A crash after an image, before its message: the image is a leftover.
