@@ -41,8 +41,11 @@
 //! # On disk ([`FileTraceStore`])
 //!
 //! ```text
-//! {root}/{trace_id}/meta.json            the Trace
-//!                   goal.json            the GoalTree
+//! {root}/{trace_id}/meta.json            the Trace as created (or imported)
+//!                   meta.jsonl           its later versions, one a line,
+//!                                        append-only: the last one counts
+//!                   goal.json            the GoalTree, in an imported trace
+//!                   goal.jsonl           its versions, as meta.jsonl
 //!                   events.jsonl         one Event a line, append-only
 //!                   messages.jsonl       one Message a line, append-only,
 //!                                        in the order written
@@ -56,6 +59,15 @@
 //!
 //! Killing the host at any instant leaves every trace loadable:
 //!
+//! - The trace's metadata and goals change at every turn's start and end.
+//!   Each change is a line appended to `meta.jsonl` or `goal.jsonl`; the
+//!   last complete line is the current version (else meta.json or
+//!   goal.json). Replacing the file instead made ext4 free, truncate and
+//!   evict the old inode each time: in a 1,000-session run on files that
+//!   was a third of the time. A torn last line counts as never written,
+//!   as in `messages.jsonl`, and the version before it stands. meta.json
+//!   still marks a trace that exists: without it, a create never finished,
+//!   and a later create of that id drops versions a power loss left.
 //! - JSON files (meta.json, goal.json, records) and images are written to a
 //!   temporary file in the same directory and renamed into place, so a file
 //!   under its final name is whole: old or new, never a mix. Leftover
@@ -71,11 +83,11 @@
 //! - A message's images are written before the message, so a message on
 //!   disk has its images; a crash between them leaves an image no message
 //!   names, which is ignored.
-//! - meta.json is rewritten after a message only when the message starts a
+//! - The metadata is written after a message only when the message starts a
 //!   branch (its parent is not the head), and every 32nd message: on ext4
 //!   a rename over an existing file starts its writeback, which costs about
-//!   0.2 ms, as much as the rest of a step. [`TraceStore::get_trace`]
-//!   reconciles meta.json with the disk: `last_sequence` covers the
+//!   0.2 ms, as much as the rest of a step (and an append still costs a
+//!   sync). [`TraceStore::get_trace`] reconciles the metadata with the disk: `last_sequence` covers the
 //!   messages newer than it, the head advances along those that continue
 //!   it, and their usage, cost and time join the totals. The log is read
 //!   backwards from its end only as far as those newer messages, so

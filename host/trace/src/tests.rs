@@ -282,12 +282,19 @@ async fn rewinding_onto_tool_calls_keeps_their_results(store: &dyn TraceStore) {
 }
 
 #[tokio::test]
-async fn meta_json_is_rewritten_for_branches_and_every_32nd_message() {
+async fn the_metadata_is_written_for_branches_and_every_32nd_message() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let mut trace = new_trace(&store, "t1").await;
+    // The newest version: meta.jsonl's last line, else meta.json.
     let on_disk = || -> Trace {
-        serde_json::from_slice(&fs::read(dir.path().join("t1/meta.json")).unwrap()).unwrap()
+        let log = fs::read_to_string(dir.path().join("t1/meta.jsonl")).unwrap_or_default();
+        match log.lines().last() {
+            Some(line) => serde_json::from_str(line).unwrap(),
+            None => {
+                serde_json::from_slice(&fs::read(dir.path().join("t1/meta.json")).unwrap()).unwrap()
+            }
+        }
     };
     for text in ["a", "b", "c"] {
         store.add_message(&mut trace, Message::new(Role::User, text), None).await.unwrap();
@@ -305,6 +312,51 @@ async fn meta_json_is_rewritten_for_branches_and_every_32nd_message() {
     }
     assert_eq!(on_disk(), trace);
     assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), trace);
+}
+
+#[tokio::test]
+async fn metadata_and_goals_are_appended_versions_and_a_torn_one_never_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut trace = new_trace(&store, "t1").await;
+    let created = fs::read(dir.path().join("t1/meta.json")).unwrap();
+    trace.model = Some("first".into());
+    store.update_trace(&trace).await.unwrap();
+    trace.model = Some("second".into());
+    store.update_trace(&trace).await.unwrap();
+    let mut goals = GoalTree::new();
+    goals.add("one").unwrap();
+    store.save_goals("t1", &goals).await.unwrap();
+    goals.add("two").unwrap();
+    store.save_goals("t1", &goals).await.unwrap();
+    // No file is replaced: meta.json stays as the create wrote it.
+    assert_eq!(fs::read(dir.path().join("t1/meta.json")).unwrap(), created);
+    let lines = |name: &str| fs::read_to_string(dir.path().join("t1").join(name)).unwrap();
+    assert_eq!((lines("meta.jsonl").lines().count(), lines("goal.jsonl").lines().count()), (2, 2));
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap().model.as_deref(), Some("second"));
+    assert_eq!(store.get_goals("t1").await.unwrap(), goals);
+
+    // A crash mid-append leaves a torn last line: the version before it is
+    // the current one, and the next append starts on a line of its own.
+    for name in ["meta.jsonl", "goal.jsonl"] {
+        let mut file =
+            fs::OpenOptions::new().append(true).open(dir.path().join("t1").join(name)).unwrap();
+        file.write_all(b"{\"id\":\"t1\",\"mod").unwrap();
+    }
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap().model.as_deref(), Some("second"));
+    assert_eq!(store.get_goals("t1").await.unwrap(), goals);
+    trace.model = Some("third".into());
+    store.update_trace(&trace).await.unwrap();
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap().model.as_deref(), Some("third"));
+    assert!(lines("meta.jsonl").lines().all(|l| serde_json::from_str::<Trace>(l).is_ok()));
+
+    // Versions a power loss kept of a trace whose create it lost are not
+    // taken for a new trace's of the same id.
+    fs::remove_file(dir.path().join("t1/meta.json")).unwrap();
+    assert_eq!(store.get_trace("t1").await.unwrap(), None);
+    let again = new_trace(&store, "t1").await;
+    assert_eq!(store.get_trace("t1").await.unwrap().unwrap(), again);
+    assert_eq!(store.get_goals("t1").await.unwrap(), GoalTree::new());
 }
 
 async fn orphaned_calls_of_an_interrupted_run_can_be_healed(store: &dyn TraceStore) {
