@@ -167,7 +167,7 @@ pub enum Durability {
     /// Calls return once their writes are with the OS, which survives the
     /// process being killed at any instant; a background thread fsyncs them
     /// in write order a few milliseconds later (group commit), and
-    /// [`TraceStore::sync`] awaits it. A power loss before then may lose
+    /// [`TraceStore::sync`](crate::TraceStore::sync) awaits it. A power loss before then may lose
     /// the latest writes.
     #[default]
     Batched,
