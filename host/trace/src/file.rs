@@ -260,17 +260,21 @@ fn newest_version(
         Err(e) => return Err(io_at(&path)(e)),
     }
     let log = dir.join(log);
-    match File::open(&log) {
-        Ok(mut file) => {
-            if let (_, Some(line)) = last_complete_line(&mut file).map_err(io_at(&log))? {
-                return Ok(Some((log, line)));
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_at(&log)(e)),
+    if let Some(line) = last_line(&log)? {
+        return Ok(Some((log, line)));
     }
     let bytes = fs::read(&path).map_err(io_at(&path))?;
     Ok(Some((path, bytes)))
+}
+
+/// The last complete line of the log at `path`; `None` when it is missing
+/// or holds none.
+fn last_line(path: &Path) -> Result<Option<Vec<u8>>, TraceError> {
+    match File::open(path) {
+        Ok(mut file) => Ok(last_complete_line(&mut file).map_err(io_at(path))?.1),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_at(path)(e)),
+    }
 }
 
 /// Brings meta.json up to date with what else reached the disk: messages
@@ -299,19 +303,13 @@ fn reconcile(dir: &Path, trace: &mut Trace) -> Result<(), TraceError> {
         trace.updated_at_ms = trace.updated_at_ms.max(message.created_at_ms);
     }
     let events = dir.join(EVENTS);
-    match File::open(&events) {
-        Ok(mut file) => {
-            if let Some(line) = last_complete_line(&mut file).map_err(io_at(&events))?.1 {
-                #[derive(Deserialize)]
-                struct Id {
-                    id: u64,
-                }
-                let id: Id = parse(&events, &line)?;
-                trace.last_event_id = trace.last_event_id.max(id.id);
-            }
+    if let Some(line) = last_line(&events)? {
+        #[derive(Deserialize)]
+        struct Id {
+            id: u64,
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_at(&events)(e)),
+        let id: Id = parse(&events, &line)?;
+        trace.last_event_id = trace.last_event_id.max(id.id);
     }
     Ok(())
 }
@@ -668,14 +666,8 @@ impl TraceStore for FileTraceStore {
         let dir = self.dir(id)?;
         // goal.json is written only by an import; the log may exist without it.
         let log = dir.join(GOALS_LOG);
-        match File::open(&log) {
-            Ok(mut file) => {
-                if let (_, Some(line)) = last_complete_line(&mut file).map_err(io_at(&log))? {
-                    return parse(&log, &line);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_at(&log)(e)),
+        if let Some(line) = last_line(&log)? {
+            return parse(&log, &line);
         }
         let path = dir.join(GOALS);
         match fs::read(&path) {
