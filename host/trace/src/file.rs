@@ -8,7 +8,7 @@ use super::flush::{Flusher, Target};
 use super::goal::{GoalStats, GoalTree};
 use super::image::image_media_type;
 use super::message::Message;
-use super::message::take_inline;
+use super::message::{place_next, take_inline};
 use super::model::{Trace, now_ms};
 use super::store::{
     TraceError, TraceFilter, TraceStore, check_digest, check_id, check_record_name,
@@ -136,12 +136,8 @@ impl FileTraceStore {
             Some(p) => Some(p),
             None => trace.head_sequence,
         };
-        let seq = trace.last_sequence + 1;
-        message.id = format!("{}-{seq:04}", trace.id);
-        message.trace_id = trace.id.clone();
-        message.sequence = seq;
-        message.parent_sequence = parent;
-        message.created_at_ms = now_ms();
+        place_next(&mut message, trace, parent);
+        let seq = message.sequence;
         // Images first: a message on disk always has its images.
         for image in take_inline(&mut message) {
             let path = dir.join(MESSAGES).join(&image.name);

@@ -5,7 +5,7 @@ use super::artifact::{ObjectData, RecordData};
 use super::event::{Event, EventKind};
 use super::goal::{GoalStats, GoalTree};
 use super::message::Message;
-use super::message::take_inline;
+use super::message::{place_next, take_inline};
 use super::model::{Trace, now_ms};
 use super::store::{
     TraceError, TraceFilter, TraceStore, check_digest, check_id, check_record_name,
@@ -187,12 +187,8 @@ impl TraceStore for MemoryTraceStore {
                 Some(p) => Some(p),
                 None => trace.head_sequence,
             };
-            let seq = trace.last_sequence + 1;
-            message.id = format!("{}-{seq:04}", trace.id);
-            message.trace_id = trace.id.clone();
-            message.sequence = seq;
-            message.parent_sequence = parent;
-            message.created_at_ms = now_ms();
+            place_next(&mut message, trace, parent);
+            let seq = message.sequence;
             let images = take_inline(&mut message);
             let kept = redacted(&trace.id, &message)?;
             let mut updated = trace.clone();

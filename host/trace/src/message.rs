@@ -236,6 +236,17 @@ fn inline_image(part: &ContentPart) -> Option<Inline> {
     Some((media_type, data, size))
 }
 
+/// Gives `message` its place as the next message of `trace`, after
+/// `parent`: its id, sequence and time, as every store assigns them.
+pub(crate) fn place_next(message: &mut Message, trace: &super::model::Trace, parent: Option<u64>) {
+    let seq = trace.last_sequence + 1;
+    message.id = format!("{}-{seq:04}", trace.id);
+    message.trace_id = trace.id.clone();
+    message.sequence = seq;
+    message.parent_sequence = parent;
+    message.created_at_ms = super::model::now_ms();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,7 +38,7 @@ use super::goal::{GoalStats, GoalTree};
 use super::group::{Write, Writes};
 use super::image::{ImageData, image_media_type};
 use super::message::Message;
-use super::message::take_inline;
+use super::message::{place_next, take_inline};
 use super::model::{Trace, TraceStatus, now_ms};
 use super::store::{
     TraceError, TraceFilter, TraceSnapshot, TraceStore, check_digest, check_id, check_record_name,
@@ -370,12 +370,8 @@ impl PgTraceStore {
 /// `message` placed after `parent` in `trace`, as the other stores place
 /// it, and the trace once it is stored.
 fn place(trace: &Trace, mut message: Message, parent: Option<u64>) -> (Message, Trace) {
-    let seq = trace.last_sequence + 1;
-    message.id = format!("{}-{seq:04}", trace.id);
-    message.trace_id = trace.id.clone();
-    message.sequence = seq;
-    message.parent_sequence = parent.or(trace.head_sequence);
-    message.created_at_ms = now_ms();
+    place_next(&mut message, trace, parent.or(trace.head_sequence));
+    let seq = message.sequence;
     let mut after = trace.clone();
     after.last_sequence = seq;
     after.head_sequence = Some(seq);
