@@ -790,6 +790,35 @@ async fn instances_are_fresh_per_call_unless_the_manifest_keeps_them_warm() {
     assert_eq!(call(&fresh, "count", json!({})).await.unwrap(), "1");
 }
 
+/// A call's memory is put back when its instance ends (the pages it wrote
+/// copied back from the image or zeroed in place, or decommitted beyond
+/// what the pool keeps resident), so the next instance in the same slot
+/// reads none of it: small and large secrets, on either side of the
+/// kept-resident size, several times over.
+#[tokio::test]
+async fn a_fresh_instance_never_reads_what_an_earlier_call_left_in_memory() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("").await;
+    for _ in 0..3 {
+        for bytes in [4 << 10, 256 << 10, 4 << 20] {
+            let at = call(&rt, "stash", json!({"bytes": bytes})).await.unwrap();
+            let at: u64 = at.parse().unwrap();
+            let found = call(&rt, "peek", json!({"at": at, "bytes": bytes})).await.unwrap();
+            assert_eq!(found, "0", "{bytes} bytes stashed at {at} were seen by the next call");
+        }
+    }
+
+    // `peek` finds a secret that is there: an instance kept between calls
+    // sees its own.
+    let dir = TestDir::new();
+    install_warm(&dir, "warm");
+    let rt = dir.open("").await;
+    let at = call(&rt, "stash", json!({"bytes": 4096})).await.unwrap();
+    let found = call(&rt, "peek", json!({"at": at.parse::<u64>().unwrap(), "bytes": 4096})).await;
+    assert_eq!(found.unwrap(), "256");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_instances_never_starve_fresh_calls() {
     let dir = TestDir::new();

@@ -97,6 +97,9 @@ impl BareEcho {
         // measures what the host adds, not how its pool is tuned.
         let mut pool = PoolingAllocationConfig::default();
         pool.decommit_batch_size(16).table_keep_resident(64 << 10);
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            pool.pagemap_scan(wasmtime::Enabled::Yes).linear_memory_keep_resident(1 << 20);
+        }
         let mut config = Config::new();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         // Off, as bare wasmtime comes: a guest that loops then runs until

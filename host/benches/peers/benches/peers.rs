@@ -159,6 +159,9 @@ impl BareEcho {
     fn new(wasm: &Path) -> Self {
         let mut pool = PoolingAllocationConfig::default();
         pool.decommit_batch_size(16).table_keep_resident(64 << 10);
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            pool.pagemap_scan(wasmtime::Enabled::Yes).linear_memory_keep_resident(1 << 20);
+        }
         let mut config = WasmtimeConfig::new();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).unwrap();

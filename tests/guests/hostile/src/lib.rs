@@ -387,6 +387,56 @@ fn hoard(args: HoardArgs, _: &Context) -> Result<Output, ToolError> {
     Ok(Output::text(format!("hoarding {} bytes", black_box(leaked).len())))
 }
 
+/// What `stash` writes and `peek` looks for, 16 bytes at a time.
+const SECRET: &[u8; 16] = b"RESON-SECRET-42!";
+
+/// Arguments of `stash`.
+#[derive(Deserialize, JsonSchema)]
+struct StashArgs {
+    /// Bytes of memory to fill with the secret (a multiple of 16).
+    bytes: usize,
+}
+
+/// Attacks the next instance to use this memory: fills `bytes` of heap
+/// with a secret, never frees it, and says at which address it lies.
+fn stash(args: StashArgs, _: &Context) -> Result<Output, ToolError> {
+    let leaked: &'static mut [u8] = Box::leak(SECRET.repeat(args.bytes / 16).into_boxed_slice());
+    Ok(Output::text(black_box(leaked).as_ptr().addr().to_string()))
+}
+
+/// Arguments of `peek`.
+#[derive(Deserialize, JsonSchema)]
+struct PeekArgs {
+    /// Where a `stash` call put its secret.
+    at: usize,
+    /// How many bytes it wrote.
+    bytes: usize,
+}
+
+/// Attacks an earlier instance: reads the linear memory where a `stash`
+/// call wrote (growing memory to reach it, as a fresh instance's is
+/// smaller) and counts the copies of the secret still there.
+fn peek(args: PeekArgs, _: &Context) -> Result<Output, ToolError> {
+    const PAGE: usize = 64 << 10;
+    let end = args.at + args.bytes;
+    let have = core::arch::wasm32::memory_size(0);
+    if end.div_ceil(PAGE) > have
+        && core::arch::wasm32::memory_grow(0, end.div_ceil(PAGE) - have) == usize::MAX
+    {
+        return Err(ToolError::failed("cannot grow memory to the stash"));
+    }
+    let found = (args.at..end)
+        .step_by(16)
+        .filter(|&addr| {
+            // SAFETY: the range lies inside linear memory (grown above if it
+            // was not); reading memory this instance never wrote is the attack.
+            let bytes: [u8; 16] = unsafe { std::ptr::read_volatile(addr as *const [u8; 16]) };
+            &bytes == SECRET
+        })
+        .count();
+    Ok(Output::text(found.to_string()))
+}
+
 /// Arguments of `knock`.
 #[derive(Deserialize, JsonSchema)]
 struct KnockArgs {
@@ -508,6 +558,8 @@ fn base_tools() -> Toolbox {
         .tool("entropy", "Reads the clocks and the random seed.", entropy)
         .tool("count", "Counts the calls this instance served.", count)
         .tool("hoard", "Allocates `mb` MiB and never frees them.", hoard)
+        .tool("stash", "Fills `bytes` of memory with a secret; says where.", stash)
+        .tool("peek", "Counts the secrets at `at` (`bytes` long).", peek)
         .tool("knock", "Asks `times` times for `url` through the host.", knock)
         .tool(
             "hold_files",
