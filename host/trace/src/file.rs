@@ -53,7 +53,7 @@ impl FileTraceStore {
     pub fn open(root: impl Into<PathBuf>, durability: Durability) -> Result<Self, TraceError> {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_at(&root))?;
-        let flusher = Flusher::start().map_err(io_at(&root))?;
+        let flusher = Flusher::start(&root).map_err(io_at(&root))?;
         Ok(Self { root, durability, flusher })
     }
 
