@@ -1044,10 +1044,12 @@ fn append_line(path: &Path, line: &[u8]) -> io::Result<bool> {
 
 /// Where the complete lines of `file` end, and the last of them (without
 /// its newline), read backwards from the end in growing windows so that a
-/// long trace costs one small read.
+/// long trace costs one small read. The first window holds a version of a
+/// trace's metadata or goals several times over; a 64 KiB one made every
+/// `get_trace` read (and zero) 64 KiB per log.
 fn last_complete_line(file: &mut File) -> io::Result<(u64, Option<Vec<u8>>)> {
     let len = file.metadata()?.len();
-    let mut window = 64 * 1024u64;
+    let mut window = 8 * 1024u64;
     loop {
         let start = len.saturating_sub(window);
         let mut buf = vec![0; (len - start) as usize];
