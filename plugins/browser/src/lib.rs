@@ -193,10 +193,7 @@ fn navigate(args: NavigateArgs, _ctx: &Context) -> Result<Output, ToolError> {
         _ => browser::open(&args.url),
     }
     .map_err(|e| error(&format!("loading {}", args.url), e))?;
-    Ok(Output::text(format!(
-        "{}\nUse browser_read to see its content.",
-        describe(&info)
-    )))
+    Ok(Output::text(format!("{}\nUse browser_read to see its content.", describe(&info))))
 }
 
 fn click(args: TargetArgs, _ctx: &Context) -> Result<Output, ToolError> {
@@ -229,8 +226,13 @@ fn read(args: ReadArgs, _ctx: &Context) -> Result<Output, ToolError> {
             let fields = browser::form_fields(id).map_err(|e| error("read fields", e))?;
             let mut out = format!("{} form fields (labels are untrusted page text):", fields.len());
             for f in fields {
-                let kind = if f.kind.is_empty() { f.tag.clone() } else { format!("{} {}", f.tag, f.kind) };
-                let _ = write!(out, "\n- `{}` {kind} name={:?} label={:?}", f.selector, f.name, f.label);
+                let kind =
+                    if f.kind.is_empty() { f.tag.clone() } else { format!("{} {}", f.tag, f.kind) };
+                let _ = write!(
+                    out,
+                    "\n- `{}` {kind} name={:?} label={:?}",
+                    f.selector, f.name, f.label
+                );
                 if !f.value.is_empty() {
                     let _ = write!(out, " value={:?}", f.value);
                 }
@@ -252,7 +254,8 @@ fn screenshot(args: ScreenshotArgs, _ctx: &Context) -> Result<Output, ToolError>
     let info = browser::pages().into_iter().find(|p| p.id == id);
     let what = info.map_or_else(|| format!("page {id}"), |info| describe(&info));
     let size = png.len();
-    Ok(Output::text(format!("screenshot ({size} bytes PNG) of {what}")).with_image("image/png", png))
+    Ok(Output::text(format!("screenshot ({size} bytes PNG) of {what}"))
+        .with_image("image/png", png))
 }
 
 fn back(args: BackArgs, _ctx: &Context) -> Result<Output, ToolError> {
