@@ -15,10 +15,11 @@ use super::store::{
 };
 use async_trait::async_trait;
 use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 const META: &str = "meta.json";
 const GOALS: &str = "goal.json";
@@ -33,7 +34,15 @@ const MESSAGE_LOG: &str = "messages.jsonl";
 /// its messages, one a file.
 const MESSAGES: &str = "messages";
 const OBJECTS: &str = "objects";
+/// Records filed before [`RECORD_LOG`], one file each:
+/// `records/{kind}/{key}.json`. Still read; a version in the log wins.
 const RECORDS: &str = "records";
+/// One version of a record a line, append-only: the last one of a kind
+/// and key counts.
+const RECORD_LOG: &str = "records.jsonl";
+/// Traces whose records log [`FileTraceStore::get_record`] keeps an index
+/// of; past this many the indexes start over.
+const INDEXED_TRACES: usize = 64;
 
 /// How many messages continuing the head may be added before meta.json is
 /// rewritten; `get_trace` reads at most this many messages to catch up.
@@ -44,6 +53,10 @@ pub struct FileTraceStore {
     root: PathBuf,
     durability: Durability,
     flusher: Flusher,
+    /// Where each record lies in its trace's records log, by trace id, so
+    /// that a replay asking for each call's record in turn reads each line
+    /// once, not the whole log per call.
+    records: Mutex<HashMap<String, RecordIndex>>,
 }
 
 impl FileTraceStore {
@@ -54,7 +67,7 @@ impl FileTraceStore {
         let root = root.into();
         fs::create_dir_all(&root).map_err(io_at(&root))?;
         let flusher = Flusher::start(&root).map_err(io_at(&root))?;
-        Ok(Self { root, durability, flusher })
+        Ok(Self { root, durability, flusher, records: Mutex::default() })
     }
 
     /// The directory holding the traces.
@@ -225,6 +238,78 @@ impl FileTraceStore {
         self.settle(targets).await
     }
 
+    /// The newest version of record `kind`/`key` in the records log at
+    /// `log`, through the trace's index, which first takes in the lines
+    /// appended since it last looked.
+    fn logged_record(
+        &self,
+        id: &str,
+        log: &Path,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, TraceError> {
+        let mut file = match File::open(log) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_at(log)(e)),
+        };
+        // An index that does not match the log (a log rewritten in place,
+        // which its identity cannot tell) is rebuilt once from the whole
+        // log before the log counts as corrupt.
+        match self.look_up(id, &mut file, log, kind, key, false) {
+            Err(_) | Ok(Lookup::Stale) => {
+                match self.look_up(id, &mut file, log, kind, key, true)? {
+                    Lookup::Found(body) => Ok(Some(body)),
+                    Lookup::Missing => Ok(None),
+                    Lookup::Stale => {
+                        Err(corrupt(log, format!("its line for {kind}/{key} names another record")))
+                    }
+                }
+            }
+            Ok(Lookup::Found(body)) => Ok(Some(body)),
+            Ok(Lookup::Missing) => Ok(None),
+        }
+    }
+
+    /// One lookup of `kind`/`key` in the records log `file` (at `log`)
+    /// through the trace's index, brought up to date (from scratch with
+    /// `rebuild`).
+    fn look_up(
+        &self,
+        id: &str,
+        file: &mut File,
+        log: &Path,
+        kind: &str,
+        key: &str,
+        rebuild: bool,
+    ) -> Result<Lookup, TraceError> {
+        let meta = file.metadata().map_err(io_at(log))?;
+        let found = {
+            let mut indexes = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+            if indexes.len() >= INDEXED_TRACES && !indexes.contains_key(id) {
+                indexes.clear();
+            }
+            let index = indexes.entry(id.to_owned()).or_default();
+            if rebuild {
+                *index = RecordIndex::default();
+            }
+            index.catch_up(file, &meta, log)?;
+            index.at.get(&(kind.to_owned(), key.to_owned())).copied()
+        };
+        let Some((offset, len)) = found else { return Ok(Lookup::Missing) };
+        let mut line = vec![0; len];
+        file.seek(SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(&mut line))
+            .map_err(io_at(log))?;
+        let record: RecordData = serde_json::from_slice(&line)
+            .map_err(|e| corrupt(log, format!("at byte {offset}: {e}")))?;
+        Ok(if record.kind == kind && record.key == key {
+            Lookup::Found(record.body)
+        } else {
+            Lookup::Stale
+        })
+    }
+
     fn read_trace(&self, id: &str) -> Result<Option<Trace>, TraceError> {
         let dir = self.dir(id)?;
         // A directory without meta.json is a create that never finished.
@@ -262,6 +347,102 @@ fn newest_version(
     }
     let bytes = fs::read(&path).map_err(io_at(&path))?;
     Ok(Some((path, bytes)))
+}
+
+/// A line of [`RECORD_LOG`], as written (read back as a [`RecordData`]).
+#[derive(serde::Serialize)]
+struct RecordLine<'a> {
+    kind: &'a str,
+    key: &'a str,
+    body: &'a serde_json::Value,
+}
+
+/// What a lookup in a records log found.
+enum Lookup {
+    Found(serde_json::Value),
+    Missing,
+    /// The index pointed at a line of another record.
+    Stale,
+}
+
+/// What [`RecordIndex`] reads of a line to place it.
+#[derive(Deserialize)]
+struct RecordName {
+    kind: String,
+    key: String,
+}
+
+/// Where each record's newest version starts in a trace's records log, and
+/// its length, for the complete lines read so far.
+#[derive(Default)]
+struct RecordIndex {
+    /// The log the index was built from: a trace deleted and made again
+    /// has a new one.
+    log: Option<FileIdentity>,
+    /// Bytes of the log taken in, up to the end of a complete line.
+    indexed: u64,
+    at: HashMap<(String, String), (u64, usize)>,
+}
+
+impl RecordIndex {
+    /// Takes in the complete lines appended to `file` (at `path`, described
+    /// by `meta`) since the last call; starts over if it is another file or
+    /// shorter than what was taken in.
+    fn catch_up(
+        &mut self,
+        file: &mut File,
+        meta: &Metadata,
+        path: &Path,
+    ) -> Result<(), TraceError> {
+        let log = FileIdentity::of(meta);
+        if self.log != Some(log) || meta.len() < self.indexed {
+            *self = Self { log: Some(log), ..Self::default() };
+        }
+        if meta.len() == self.indexed {
+            return Ok(());
+        }
+        let mut tail = vec![0; usize::try_from(meta.len() - self.indexed).unwrap_or(usize::MAX)];
+        file.seek(SeekFrom::Start(self.indexed))
+            .and_then(|_| file.read_exact(&mut tail))
+            .map_err(io_at(path))?;
+        // What follows the last newline is an append still under way, or
+        // one a crash tore: taken in once it is whole, or never.
+        let Some(end) = tail.iter().rposition(|&c| c == b'\n') else { return Ok(()) };
+        let mut offset = self.indexed;
+        for line in tail[..end].split(|&c| c == b'\n') {
+            if !line.is_empty() {
+                let name: RecordName = serde_json::from_slice(line)
+                    .map_err(|e| corrupt(path, format!("at byte {offset}: {e}")))?;
+                self.at.insert((name.kind, name.key), (offset, line.len()));
+            }
+            offset += line.len() as u64 + 1;
+        }
+        self.indexed = offset;
+        Ok(())
+    }
+}
+
+/// Tells one file from another under the same name: a freed inode number
+/// can be given to the next file created, so its birth time counts too
+/// (where the file system keeps one).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    device: u64,
+    inode: u64,
+    born: Option<std::time::SystemTime>,
+}
+
+impl FileIdentity {
+    #[cfg(unix)]
+    fn of(meta: &Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self { device: meta.dev(), inode: meta.ino(), born: meta.created().ok() }
+    }
+
+    #[cfg(not(unix))]
+    fn of(meta: &Metadata) -> Self {
+        Self { device: 0, inode: 0, born: meta.created().ok() }
+    }
 }
 
 /// The last complete line of the log at `path`; `None` when it is missing
@@ -571,9 +752,17 @@ impl TraceStore for FileTraceStore {
         check_record_name(id, key)?;
         let dir = self.dir(id)?;
         require(id, &dir)?;
-        let path = dir.join(RECORDS).join(kind).join(format!("{key}.json"));
-        let mut targets = make_dirs(&dir, &path)?;
-        targets.extend(self.place(&path, &to_json(&path, body)?).await?);
+        // A line appended, no file created: a tool call's effects are
+        // recorded at every call, and a file each cost an inode (and a
+        // rename), the more so on ext4 right after many files were deleted.
+        let path = dir.join(RECORD_LOG);
+        let line = to_line(&path, &RecordLine { kind, key, body })?;
+        let created =
+            append_line(&path, &line).map_err(io_at(&path)).map_err(|e| missing(id, &dir, e))?;
+        let mut targets = vec![Target::File(path)];
+        if created {
+            targets.push(Target::Dir(dir));
+        }
         self.settle(targets).await
     }
 
@@ -586,6 +775,9 @@ impl TraceStore for FileTraceStore {
         let dir = self.dir(id)?;
         if check_record_name(id, kind).is_err() || check_record_name(id, key).is_err() {
             return Ok(None);
+        }
+        if let Some(body) = self.logged_record(id, &dir.join(RECORD_LOG), kind, key)? {
+            return Ok(Some(body));
         }
         let path = dir.join(RECORDS).join(kind).join(format!("{key}.json"));
         match fs::read(&path) {
@@ -605,17 +797,17 @@ impl TraceStore for FileTraceStore {
     ) -> Result<Vec<RecordData>, TraceError> {
         let dir = self.dir(id)?;
         require(id, &dir)?;
+        if kind.is_some_and(|kind| check_record_name(id, kind).is_err()) {
+            return Ok(Vec::new());
+        }
         let kinds = match kind {
             Some(kind) => {
                 let path = dir.join(RECORDS).join(kind);
-                if check_record_name(id, kind).is_err() || !path.is_dir() {
-                    return Ok(Vec::new());
-                }
-                vec![(kind.to_owned(), path)]
+                if path.is_dir() { vec![(kind.to_owned(), path)] } else { Vec::new() }
             }
             None => subdirs(&dir.join(RECORDS))?,
         };
-        let mut records = Vec::new();
+        let mut records = BTreeMap::new();
         for (kind, path) in kinds {
             for (name, file) in entries(&path)? {
                 let Some(key) = name.strip_suffix(".json") else { continue };
@@ -623,10 +815,17 @@ impl TraceStore for FileTraceStore {
                     continue;
                 }
                 let body = parse(&file, &fs::read(&file).map_err(io_at(&file))?)?;
-                records.push(RecordData { kind: kind.clone(), key: key.to_owned(), body });
+                records.insert((kind.clone(), key.to_owned()), body);
             }
         }
-        Ok(records)
+        let log = dir.join(RECORD_LOG);
+        for (n, line) in log_lines(&read_log(&log)?) {
+            let record: RecordData = parse_line(&log, n, line)?;
+            if kind.is_none_or(|kind| kind == record.kind) {
+                records.insert((record.kind, record.key), record.body);
+            }
+        }
+        Ok(records.into_iter().map(|((kind, key), body)| RecordData { kind, key, body }).collect())
     }
 
     async fn append_event(&self, trace: &mut Trace, kind: EventKind) -> Result<Event, TraceError> {
@@ -725,10 +924,18 @@ impl TraceStore for FileTraceStore {
             }
             files.push((path, lines));
         }
-        for record in &snapshot.records {
-            let path = tmp.join(RECORDS).join(&record.kind).join(format!("{}.json", record.key));
-            let json = to_json(&path, &record.body)?;
-            files.push((path, json));
+        if !snapshot.records.is_empty() {
+            let path = tmp.join(RECORD_LOG);
+            let mut lines = Vec::new();
+            for record in &snapshot.records {
+                check_record_name(id, &record.kind)?;
+                check_record_name(id, &record.key)?;
+                let line = RecordLine { kind: &record.kind, key: &record.key, body: &record.body };
+                serde_json::to_writer(&mut lines, &line)
+                    .map_err(|e| corrupt(&path, format!("cannot serialise: {e}")))?;
+                lines.push(b'\n');
+            }
+            files.push((path, lines));
         }
         let mut targets = Vec::with_capacity(files.len() + snapshot.images.len() + 2);
         for image in &snapshot.images {
@@ -741,10 +948,6 @@ impl TraceStore for FileTraceStore {
             targets.extend(make_dirs(tmp, &path)?);
             fs::write(&path, &object.data).map_err(io_at(&path))?;
             targets.push(Target::File(path));
-        }
-        for record in &snapshot.records {
-            let path = tmp.join(RECORDS).join(&record.kind).join(format!("{}.json", record.key));
-            targets.extend(make_dirs(tmp, &path)?);
         }
         for (path, bytes) in files {
             fs::write(&path, reson_text::redact::redact_bytes(&bytes)).map_err(io_at(&path))?;

@@ -52,7 +52,12 @@
 //!                   messages/000003.png  an image of message 3 (several:
 //!                                        000003-1.png, 000003-2.png, ...)
 //!                   objects/ab/cdef…     an object, by its SHA-256 (see [`artifact`])
-//!                   records/{kind}/{key}.json  a record
+//!                   records.jsonl        one version of a record a line
+//!                                        (kind, key, body), append-only:
+//!                                        the last of a kind and key counts
+//!                   records/{kind}/{key}.json  a record filed before
+//!                                        records.jsonl (still read; a
+//!                                        version in the log wins)
 //! ```
 //!
 //! # Crash safety
@@ -69,7 +74,14 @@
 //!   as in `messages.jsonl`, and the version before it stands. meta.json
 //!   still marks a trace that exists: without it, a create never finished,
 //!   and a later create of that id drops versions a power loss left.
-//! - JSON files (meta.json, goal.json, records) and images are written to a
+//! - A record (a tool call's effects, a workspace checkpoint) is a line
+//!   appended to `records.jsonl`, torn lines handled as in
+//!   `messages.jsonl`: a file a record cost every tool call an inode and a
+//!   rename. `get_record` reads the log through an index of where each
+//!   record's newest line starts, taking in only what was appended since
+//!   it last looked, so a replay asking for every call's record reads
+//!   each line once.
+//! - JSON files (meta.json, goal.json, records before the log) and images are written to a
 //!   temporary file in the same directory and renamed into place, so a file
 //!   under its final name is whole: old or new, never a mix. Leftover
 //!   temporary files (`.name.tmp`) are ignored.

@@ -836,6 +836,93 @@ async fn a_corrupt_complete_message_line_is_reported() {
 /// A trace written before `messages.jsonl`: meta.json, one file a message
 /// (`messages/000001.json`, pretty JSON), an empty one left by a power
 /// loss. It reads as it did, goes on in the log, and reads back whole.
+/// Records filed one file each (before `records.jsonl`) are still read and
+/// listed; a version in the log wins over the file; `get_record` sees
+/// what was appended after its last look, a torn line only once it is
+/// whole, and a trace made again under the same id never gets the old
+/// log's records.
+#[tokio::test]
+async fn records_in_files_and_in_the_log_read_as_one_and_the_index_follows_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    new_trace(&store, "t1").await;
+    let legacy = dir.path().join("t1/records/checkpoint");
+    fs::create_dir_all(&legacy).unwrap();
+    fs::write(legacy.join("000001.json"), br#"{"old": 1}"#).unwrap();
+    fs::write(legacy.join("000002.json"), br#"{"old": 2}"#).unwrap();
+    fs::write(legacy.join(".000003.json.tmp"), b"{\"torn").unwrap();
+    let get = |kind: &'static str, key: &'static str| {
+        let store = &store;
+        async move { store.get_record("t1", kind, key).await.unwrap() }
+    };
+    assert_eq!(get("checkpoint", "000001").await, Some(serde_json::json!({"old": 1})));
+
+    store.put_record("t1", "checkpoint", "000002", &serde_json::json!({"new": 2})).await.unwrap();
+    store.put_record("t1", "effects", "call_1", &serde_json::json!([1])).await.unwrap();
+    assert_eq!(get("checkpoint", "000002").await, Some(serde_json::json!({"new": 2})));
+    assert_eq!(get("effects", "call_1").await, Some(serde_json::json!([1])));
+    // Appended after the index last looked.
+    store.put_record("t1", "effects", "call_1", &serde_json::json!([2])).await.unwrap();
+    store.put_record("t1", "effects", "call_2", &serde_json::json!([3])).await.unwrap();
+    assert_eq!(get("effects", "call_1").await, Some(serde_json::json!([2])));
+    assert_eq!(get("effects", "call_2").await, Some(serde_json::json!([3])));
+    let listed: Vec<_> = store
+        .list_records("t1", None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.kind, r.key, r.body))
+        .collect();
+    let expected = [
+        ("checkpoint", "000001", serde_json::json!({"old": 1})),
+        ("checkpoint", "000002", serde_json::json!({"new": 2})),
+        ("effects", "call_1", serde_json::json!([2])),
+        ("effects", "call_2", serde_json::json!([3])),
+    ];
+    let expected: Vec<_> =
+        expected.into_iter().map(|(k, key, b)| (k.to_owned(), key.to_owned(), b)).collect();
+    assert_eq!(listed, expected);
+    assert_eq!(store.list_records("t1", Some("effects")).await.unwrap().len(), 2);
+
+    // A crash mid-append: the torn line counts as never written, for the
+    // index too, and the next append cuts it off.
+    let log = dir.path().join("t1/records.jsonl");
+    let mut file = fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut file, br#"{"kind":"effects","key":"call_3","bo"#).unwrap();
+    assert_eq!(get("effects", "call_3").await, None);
+    store.put_record("t1", "effects", "call_3", &serde_json::json!([4])).await.unwrap();
+    assert_eq!(get("effects", "call_3").await, Some(serde_json::json!([4])));
+    assert_eq!(store.list_records("t1", Some("effects")).await.unwrap().len(), 3);
+
+    // The log rewritten in place (same file, so the same identity): a
+    // line as long as the old log, then new lines. The index takes in only
+    // the new lines; its old offsets now land inside the long line, so it
+    // is rebuilt instead of answering from them.
+    let old_len = usize::try_from(fs::metadata(&log).unwrap().len()).unwrap();
+    let pad = |body: &str| format!(r#"{{"kind":"pad","key":"p","body":"{body}"}}"#);
+    let filler = pad(&"x".repeat(old_len - pad("").len() - 1));
+    let rewritten = [("effects", "call_3", "[5]"), ("effects", "call_2", "[6]")]
+        .map(|(kind, key, body)| format!(r#"{{"kind":"{kind}","key":"{key}","body":{body}}}"#))
+        .join("\n");
+    fs::write(&log, format!("{filler}\n{rewritten}\n")).unwrap();
+    assert_eq!(get("effects", "call_2").await, Some(serde_json::json!([6])));
+    assert_eq!(get("effects", "call_1").await, None, "answered from a stale offset");
+    assert_eq!(get("checkpoint", "000002").await, Some(serde_json::json!({"old": 2})));
+    assert_eq!(get("effects", "call_3").await, Some(serde_json::json!([5])));
+
+    // The trace made again under its id: a new, shorter log, then a longer
+    // one at other offsets; the old index must not answer for either.
+    fs::remove_dir_all(dir.path().join("t1")).unwrap();
+    new_trace(&store, "t1").await;
+    assert_eq!(get("effects", "call_1").await, None);
+    let long = serde_json::json!(["a much longer body than any before it", 1, 2, 3, 4, 5, 6]);
+    for key in ["call_9", "call_8", "call_7", "call_6", "call_5", "call_4"] {
+        store.put_record("t1", "effects", key, &long).await.unwrap();
+    }
+    assert_eq!(get("effects", "call_2").await, None);
+    assert_eq!(get("effects", "call_4").await, Some(long));
+}
+
 #[tokio::test]
 async fn a_trace_in_the_old_layout_reads_and_goes_on_in_the_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -1606,7 +1693,7 @@ async fn objects_and_records_are_kept_and_move_with_their_trace(store: &dyn Trac
     }
     let on_disk = dir.path().join("t1/objects").join(&hello.digest[..2]).join(&hello.digest[2..]);
     assert_eq!(fs::read(on_disk).unwrap(), hello.data);
-    assert!(dir.path().join("t1/records/effects/call_1.json").is_file());
+    assert!(dir.path().join("t1/records.jsonl").is_file());
 
     // A snapshot whose object does not hold what its digest says is refused whole.
     let mut bad = snapshot.clone();
