@@ -5,7 +5,10 @@
 //! the runner writes them (`add_message_with_event`).
 //! Once with [`Durability::Batched`], once with [`Durability::Immediate`],
 //! in a temp dir. Prints wall time and CPU (user + system, whole process)
-//! per message stored.
+//! per message stored. Then one trace's effect records, filed one per tool
+//! call and read back each in turn as a replay does, at two sizes: the
+//! time per read stays flat if each line is read once, and would grow
+//! with the log if every read scanned it.
 //! `nice -n 10 cargo bench -p reson-trace --bench file_writes`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -85,6 +88,31 @@ async fn round(durability: Durability) -> (Duration, Duration) {
     taken
 }
 
+/// Files `records` effect records (a few hundred bytes each) to one trace,
+/// then reads each back in order from a store opened afresh (its index
+/// cold); the time per read.
+async fn records_read_back(records: usize) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileTraceStore::open(dir.path(), Durability::Batched).unwrap();
+    let trace = Trace::new(TraceMode::Agent, "replay me", "default");
+    store.create_trace(&trace).await.unwrap();
+    let effects = |i: usize| {
+        serde_json::json!({ "reads": [{ "path": format!("src/file_{i}.rs"), "sha256": "ab".repeat(32) }],
+                            "output": body(i, 0)[..200] })
+    };
+    for i in 0..records {
+        store.put_record(&trace.id, "effects", &format!("call_{i}"), &effects(i)).await.unwrap();
+    }
+    store.sync().await.unwrap();
+    let store = FileTraceStore::open(dir.path(), Durability::Batched).unwrap();
+    let start = Instant::now();
+    for i in 0..records {
+        let found = store.get_record(&trace.id, "effects", &format!("call_{i}")).await.unwrap();
+        assert_eq!(found, Some(effects(i)));
+    }
+    start.elapsed() / records as u32
+}
+
 fn file_writes(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let messages = (TRACES * TURNS * MESSAGES_PER_TURN) as u32;
@@ -103,6 +131,17 @@ fn file_writes(c: &mut Criterion) {
             (cpu / messages).as_secs_f64() * 1e6,
         );
     }
+    let (small, large) = (1_000, 4_000);
+    let (per_small, per_large) =
+        rt.block_on(async { (records_read_back(small).await, records_read_back(large).await) });
+    println!(
+        "records read back in turn, one trace: {:.1} us per read of {small}, {:.1} us per read \
+         of {large} ({:.2}x: 1 is linear, {}x would be a scan per read)",
+        per_small.as_secs_f64() * 1e6,
+        per_large.as_secs_f64() * 1e6,
+        per_large.as_secs_f64() / per_small.as_secs_f64(),
+        large / small,
+    );
     let mut group = c.benchmark_group("file_writes");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     for (name, durability) in durabilities {
