@@ -326,7 +326,7 @@ async fn approvals_are_answered_over_http_and_time_out_to_a_denial() {
     let mut watcher = api.watch(&id, 0).await;
 
     let answer = |id: &Value, answer: &str| {
-        let path = format!("/api/approvals/{id}");
+        let path = format!("/api/approvals/{}", id.as_str().unwrap());
         let body = json!({ "answer": answer });
         async move { api.post(&path, body).await }
     };
@@ -336,7 +336,10 @@ async fn approvals_are_answered_over_http_and_time_out_to_a_denial() {
         json!({ "id": a["id"], "answer": "once" })
     );
     answer(&a["id"], "once").await.expect_error(404, "not_found");
-    answer(&json!(987_654_321u64), "deny").await.expect_error(404, "not_found");
+    answer(&json!("ap_00000000000000000000000000000000"), "deny")
+        .await
+        .expect_error(404, "not_found");
+    answer(&json!("1"), "deny").await.expect_error(404, "not_found");
 
     let b = watcher.until_kind("approval_needed").await;
     assert!(b.get("id").is_none(), "live frames carry no event id: {b}");
@@ -677,7 +680,7 @@ async fn websocket_frames_over_the_limit_close_with_1009_and_idle_watchers_block
 
     let mut idle = api.watch(&id, 0).await;
     let mut reader = api.watch(&id, 0).await;
-    let path = format!("/api/approvals/{}", ask["id"]);
+    let path = format!("/api/approvals/{}", ask["id"].as_str().unwrap());
     api.post(&path, json!({ "answer": "always" })).await.expect(200);
     // A reader that falls behind is closed with 1008 and told to reconnect
     // with `since`; it loses no event doing so.

@@ -112,7 +112,7 @@ async fn drive(
     let mut events = Vec::new();
     while let Some(event) = handle.next_event().await {
         if let (AgentEvent::ApprovalNeeded { request }, Some(answer)) = (&event, answer) {
-            assert!(approvals.answer(request.id, answer));
+            assert!(approvals.answer(&request.id, answer));
         }
         events.push(event);
     }

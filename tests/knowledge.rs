@@ -225,6 +225,52 @@ async fn conformance(store: &dyn KnowledgeStore) {
         store.remove(&mention.id, &Visible::everything()).await,
         Err(KnowledgeError::UnknownId(_))
     ));
+
+    ids_are_per_scope(store).await;
+}
+
+/// The same id in two scopes is two entries: each reader's id names the
+/// nearest they see (their own, then the global one), a save or remove
+/// touches only that one, and no search or list mixes in another's.
+async fn ids_are_per_scope(store: &dyn KnowledgeStore) {
+    let save = async |scope: Scope, title: &str| {
+        let draft = Draft { id: Some("plan".into()), ..Draft::new(scope, title, "zebra", &[]) };
+        store.save(draft).await.unwrap()
+    };
+    let title = async |reader: &str| match store.get("plan", &seen_by(reader)).await {
+        Ok(entry) => entry.title,
+        Err(e) => e.to_string(),
+    };
+    let found = async |reader: &str| -> Vec<String> {
+        let hits = store.search("zebra", &seen_by(reader), 10).await.unwrap();
+        let mut titles: Vec<String> = hits.into_iter().map(|h| h.entry.title).collect();
+        titles.sort();
+        titles
+    };
+    save(user("ann"), "Ann's plan").await;
+    let bobs = save(user("bob"), "Bob's plan").await;
+    assert_eq!(bobs.id, "plan");
+    assert_eq!(title("ann").await, "Ann's plan");
+    assert_eq!(title("bob").await, "Bob's plan");
+    assert_eq!(title("carl").await, "no knowledge entry plan");
+    assert_eq!(found("ann").await, ["Ann's plan"]);
+    assert_eq!(found("bob").await, ["Bob's plan"]);
+    save(Scope::Global, "Everyone's plan").await;
+    assert_eq!(title("ann").await, "Ann's plan", "one's own is nearer than the global one");
+    assert_eq!(title("carl").await, "Everyone's plan");
+    assert_eq!(found("ann").await, ["Ann's plan", "Everyone's plan"]);
+    // Bob's new version replaces his own only.
+    let again = save(user("bob"), "Bob's new plan").await;
+    assert_eq!(again.created_at, bobs.created_at);
+    assert_eq!(title("ann").await, "Ann's plan");
+    let listed = store.list(&seen_by("ann")).await.unwrap();
+    assert!(!listed.iter().any(|e| e.title.starts_with("Bob")), "{listed:?}");
+    // A remove takes the nearest only.
+    assert_eq!(store.remove("plan", &seen_by("bob")).await.unwrap().title, "Bob's new plan");
+    assert_eq!(title("bob").await, "Everyone's plan");
+    assert_eq!(title("ann").await, "Ann's plan");
+    let everything = store.list(&Visible::everything()).await.unwrap();
+    assert_eq!(everything.iter().filter(|e| e.id == "plan").count(), 2, "{everything:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -168,6 +168,63 @@ fn no_module_cycles_inside_a_crate() {
     assert!(failures.is_empty(), "module cycles:\n\n{}", failures.join("\n\n"));
 }
 
+/// A route of `reson serve` reaches a trace only through its caller
+/// (`access::Traces::get`): the whole store is for the server's own work,
+/// so a route that forgot whose a trace is cannot compile its way past it.
+#[test]
+fn server_routes_reach_traces_only_through_the_caller() {
+    let src = workspace_root().join("host/server/src");
+    let mut files = Vec::new();
+    collect_sources(&src, &src.join("routes"), &mut files);
+    assert!(files.len() >= 5, "the routes moved: {files:?}");
+    let mut failures = Vec::new();
+    for (path, text) in &files {
+        let code = code_only(text);
+        for (line, row) in code.lines().enumerate() {
+            for forbidden in [".unscoped(", "TraceStore"] {
+                if row.contains(forbidden) {
+                    failures.push(format!("{path}:{}: `{forbidden}` in {}", line + 1, row.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "routes that reach the trace store around the caller:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Every route of `reson serve` that answers with data is in its OpenAPI
+/// document (`routes!`), which `tests/users.rs` walks with another user's
+/// ids. Routes outside it are the viewer's static files and the document
+/// itself, neither of which holds anyone's data; a new plain `.route(` must
+/// be documented instead, or named here with the reason.
+#[test]
+fn every_server_route_with_data_is_in_the_openapi_document() {
+    let src = workspace_root().join("host/server/src");
+    let mut files = Vec::new();
+    collect_sources(&src, &src, &mut files);
+    let mut plain = Vec::new();
+    for (path, text) in &files {
+        let code = code_only(text);
+        for forbidden in [".route(", ".nest(", ".route_service(", ".nest_service("] {
+            plain.extend(std::iter::repeat_n(
+                (path.as_str(), forbidden),
+                code.matches(forbidden).count(),
+            ));
+        }
+    }
+    plain.sort();
+    let allowed = [
+        // `/api/openapi.json`: the document, behind the token.
+        ("lib.rs", ".route("),
+        // `/` and `/assets/*`: the page's files, compiled in.
+        ("viewer/mod.rs", ".route("),
+    ];
+    assert_eq!(plain, allowed, "routes outside the OpenAPI document");
+}
+
 /// Every `.rs` file under `dir`, as (path relative to `src` with `/`, text),
 /// sorted so the file:line a failure names is the same on every run.
 fn collect_sources(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {

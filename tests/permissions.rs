@@ -127,7 +127,7 @@ async fn drive(
     while let Some(event) = handle.next_event().await {
         if let AgentEvent::ApprovalNeeded { request } = event {
             if let Some(Some(answer)) = answers.get(asked) {
-                assert!(approvals.answer(request.id, *answer));
+                assert!(approvals.answer(&request.id, *answer));
             }
             asked += 1;
         }
@@ -395,7 +395,7 @@ async fn a_stop_during_an_approval_asks_nothing_more_and_runs_nothing_more() {
             asked += 1;
             // The user stops the run, then approves what was on screen.
             assert!(runner.stop(&id));
-            approvals.answer(request.id, Answer::Once);
+            approvals.answer(&request.id, Answer::Once);
         }
     }
     let outcome = handle.wait().await.unwrap();

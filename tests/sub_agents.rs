@@ -281,21 +281,29 @@ async fn continue_from_resumes_a_child_where_it_stopped() {
         "one child, continued"
     );
 
-    // Only a caller's own sub-agent can be continued.
+    // Only a caller's own sub-agent can be continued, and the refusal of
+    // a trace that exists is word for word that of one that does not.
+    const MISSING: &str = "tr_000000000000";
     s.set_script(json!({ "turns": [
         agent_call(json!({ "task": "take over", "continue_from": first.trace_id })),
+        agent_call(json!({ "task": "take over", "continue_from": MISSING })),
         { "text": "refused" }
     ]}));
     let (_, other) = run_all(&runner, "another root", RunConfig::default()).await;
     let other = other.unwrap();
-    let refused = &s.results_of(&other.trace_id, "agent").await[0];
+    let refused = s.results_of(&other.trace_id, "agent").await;
     assert_eq!(
-        refused.text(),
+        refused[0].text(),
         format!(
-            "Error: trace {} is not a sub-agent of this agent; continue_from takes a \
+            "Error: this agent has no sub-agent {} to continue; continue_from takes a \
              sub_trace_id this agent's calls returned",
             first.trace_id
         )
+    );
+    assert_eq!(
+        refused[0].text().replace(&first.trace_id, "ID"),
+        refused[1].text().replace(MISSING, "ID"),
+        "another's trace answers as a missing one"
     );
 }
 
@@ -366,7 +374,7 @@ async fn a_child_never_gets_a_tool_or_a_decision_its_parent_lacks() {
         if let Some(request) = event.approval_request() {
             assert!(matches!(event, AgentEvent::SubAgent { .. }), "asked through the parent");
             asked.push(request.clone());
-            assert!(approvals.answer(request.id, Answer::Deny));
+            assert!(approvals.answer(&request.id, Answer::Deny));
         }
     }
     let parent = handle.wait().await.unwrap().trace_id;

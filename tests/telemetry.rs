@@ -224,7 +224,7 @@ impl Setup {
                 if let (AgentEvent::ApprovalNeeded { request }, Some((pending, answers))) =
                     (&event, approvals)
                 {
-                    assert!(pending.answer(request.id, answers[asked]));
+                    assert!(pending.answer(&request.id, answers[asked]));
                     asked += 1;
                 }
             }

@@ -14,7 +14,7 @@ mod api_support;
 mod pg;
 mod support;
 
-use api_support::{Api, ServerProcess, echo_turn, refused, reson, text_turn};
+use api_support::{Api, End, ServerProcess, echo_turn, refused, reson, text_turn};
 use reqwest::Method;
 use reson::api::users::hash_token;
 use reson::experience::{
@@ -28,7 +28,7 @@ use support::TestDir;
 
 const ROOT_TOKEN: &str = "root-admin-token-5b1e0c9d";
 const MISSING_TRACE: &str = "tr_000000000000";
-const MISSING_APPROVAL: &str = "987654321";
+const MISSING_APPROVAL: &str = "ap_00000000000000000000000000000000";
 const MISSING_EXPERIENCE: &str = "exp_000000000000";
 const MISSING_KNOWLEDGE: &str = "kn_0000000000000000";
 
@@ -57,6 +57,10 @@ fn script() -> Value {
         "turns": [text_turn("ok"), text_turn("ok again")],
         "agents": [
             { "match": "ask me", "turns": [echo_turn("a"), text_turn("done")] },
+            { "match": "show me", "turns": [
+                { "tool_calls": [{ "name": "picture", "arguments": { "caption": "red", "images": ["red"] } }] },
+                text_turn("shown"),
+            ] },
             { "match": "delegate please", "turns": [
                 { "tool_calls": [{ "name": "agent", "arguments": { "task": "child work" } }] },
                 text_turn("delegated"),
@@ -86,6 +90,7 @@ fn setup() -> TestDir {
 
 fn setup_on(store: &str) -> TestDir {
     let dir = api_support::dir_with(&["scripted", "echo"]);
+    dir.install(support::test_plugins(), "picture");
     let path = dir.path().join("script.json");
     std::fs::write(&path, script().to_string()).unwrap();
     dir.config(&format!(
@@ -93,6 +98,7 @@ fn setup_on(store: &str) -> TestDir {
 [permissions]
 rules = [
   {{ decision = "allow", tool = "echo" }},
+  {{ decision = "allow", tool = "picture" }},
   {{ decision = "allow", tool = "agent" }},
   {{ decision = "allow", tool = "get_experience" }},
 ]
@@ -138,10 +144,11 @@ fn rules(list: &Value) -> Vec<String> {
 }
 
 /// Every route of the OpenAPI document that names one thing (a trace, an
-/// approval, an experience, a knowledge entry), with `ids` put in: method,
-/// path, the id.
-async fn routes_with_ids(api: &Api, ids: [&str; 4]) -> Vec<(Method, String, String)> {
-    let [trace, approval, experience, knowledge] = ids;
+/// approval, an experience, a knowledge entry, an image of a trace), with
+/// `ids` put in: method, path, the id. Every parameter of every path is
+/// filled: a route with one this does not know fails the test.
+async fn routes_with_ids(api: &Api, ids: [&str; 5]) -> Vec<(Method, String, String)> {
+    let [trace, approval, experience, knowledge, image] = ids;
     let doc = api.get("/api/openapi.json").await.expect(200);
     let mut routes = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
@@ -157,7 +164,8 @@ async fn routes_with_ids(api: &Api, ids: [&str; 4]) -> Vec<(Method, String, Stri
         } else {
             trace
         };
-        let path = path.replace("{id}", id);
+        let path = path.replace("{id}", id).replace("{name}", image);
+        assert!(!path.contains('{'), "a path parameter to fill: {path}");
         for method in item.as_object().unwrap().keys() {
             let method = match method.as_str() {
                 "get" => Method::GET,
@@ -241,7 +249,26 @@ async fn two_users(dir: &TestDir) {
     // Alice: a run waiting on an approval, and one with a sub-agent.
     let asking = alice.start("ask me", json!({ "preset": "careful" })).await;
     let approval = alice.pending_approval(&asking).await;
-    let approval_id = approval["id"].to_string();
+    let approval_id = approval["id"].as_str().unwrap().to_owned();
+    assert!(
+        approval_id.len() == 35 && approval_id.starts_with("ap_"),
+        "an approval id is random, not a count: {approval_id}"
+    );
+    // An image kept in Alice's trace, by its real name.
+    let pictured = alice.start("show me the picture", json!({})).await;
+    alice.finish(&pictured, 0).await;
+    let pictured_messages = alice.messages(&pictured, "all").await;
+    let image_name = pictured_messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|part| part["type"] == "image")
+        .and_then(|part| part["name"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no image kept: {pictured_messages}"));
+    let image_path = format!("/api/traces/{pictured}/images/{image_name}");
+    let png = alice.send(Method::GET, &image_path, None).await;
+    assert_eq!(png.status, 200, "{}", png.text);
     let delegating = alice.start("delegate please", json!({})).await;
     alice.finish(&delegating, 0).await;
     let detail = alice.trace(&delegating).await;
@@ -281,15 +308,44 @@ async fn two_users(dir: &TestDir) {
     let mut coders = note("Coders deploy");
     coders["scope"] = json!("agent:coder");
     root.post("/api/knowledge", coders).await.expect(201);
-    let mut replace = note("Bob's now");
-    replace["id"] = json!(alices_note_id);
-    let other = bob.post("/api/knowledge", replace).await;
+    // Ids a client chooses are per user: Alice's id is simply free for
+    // Bob, exactly as an id nobody holds is, and his save leaves hers be.
+    let mut chosen = note("Alice plans");
+    chosen["id"] = json!("plans");
+    assert_eq!(alice.post("/api/knowledge", chosen).await.expect(201)["id"], "plans");
+    let save_as = |id: &str| {
+        let mut body = note("Bob's now");
+        body["id"] = json!(id);
+        body
+    };
+    for id in [alices_note_id.as_str(), "plans"] {
+        let taken = bob.post("/api/knowledge", save_as(id)).await;
+        let free = bob.post("/api/knowledge", save_as("nobody-holds-this")).await;
+        assert_eq!((taken.status, free.status), (201, 201), "{}", taken.text);
+        let shape = |text: &str, id: &str| {
+            let mut entry: Value = serde_json::from_str(text).unwrap();
+            for field in ["created_at", "updated_at"] {
+                entry[field] = json!("T");
+            }
+            entry.to_string().replace(id, "ID")
+        };
+        assert_eq!(shape(&taken.text, id), shape(&free.text, "nobody-holds-this"));
+        let entry: Value = serde_json::from_str(&taken.text).unwrap();
+        assert_eq!((&entry["id"], &entry["scope"]), (&json!(id), &json!("user:bob")));
+    }
+    let hers = alice.get("/api/knowledge?q=alice").await.expect(200);
+    let hers: Vec<&Value> =
+        hers["entries"].as_array().unwrap().iter().map(|e| &e["title"]).collect();
+    assert_eq!(hers.len(), 2, "Bob's saves changed none of Alice's: {hers:?}");
+    assert!(hers.iter().all(|t| t.as_str().unwrap().starts_with("Alice")), "{hers:?}");
+    // Bob's own, under the ids Alice holds too, are his to remove; hers stay.
+    for id in ["plans", alices_note_id.as_str(), "nobody-holds-this"] {
+        bob.send(Method::DELETE, &format!("/api/knowledge/{id}"), None).await.expect(200);
+    }
     let none = bob.send(Method::DELETE, &format!("/api/knowledge/{MISSING_KNOWLEDGE}"), None).await;
+    let other = bob.send(Method::DELETE, "/api/knowledge/plans", None).await;
     assert_eq!((other.status, none.status), (404, 404), "{}", other.text);
-    assert_eq!(
-        other.text.replace(&alices_note_id, "ID"),
-        none.text.replace(MISSING_KNOWLEDGE, "ID")
-    );
+    assert_eq!(other.text.replace("plans", "ID"), none.text.replace(MISSING_KNOWLEDGE, "ID"));
     let titles = |list: &Value| -> Vec<String> {
         let mut all: Vec<String> = list["entries"]
             .as_array()
@@ -303,10 +359,10 @@ async fn two_users(dir: &TestDir) {
     let bobs = ["Bob deploys", "Coders deploy", "Everyone deploys"];
     assert_eq!(titles(&bob.get("/api/knowledge").await.expect(200)), bobs);
     assert_eq!(titles(&bob.get("/api/knowledge?q=deploy").await.expect(200)), bobs);
-    let alice_sees = ["Alice deploys", "Coders deploy", "Everyone deploys"];
+    let alice_sees = ["Alice deploys", "Alice plans", "Coders deploy", "Everyone deploys"];
     assert_eq!(titles(&alice.get("/api/knowledge?q=deploy+notes").await.expect(200)), alice_sees);
-    assert_eq!(titles(&root.get("/api/knowledge?q=deploy").await.expect(200)).len(), 4);
-    assert_eq!(titles(&root.get("/api/knowledge").await.expect(200)).len(), 4);
+    assert_eq!(titles(&root.get("/api/knowledge?q=deploy").await.expect(200)).len(), 5);
+    assert_eq!(titles(&root.get("/api/knowledge").await.expect(200)).len(), 5);
 
     // Bob on every route of Alice's trace, approval, experience and
     // knowledge entry: the 404 of a missing one, word for word but the id.
@@ -315,13 +371,22 @@ async fn two_users(dir: &TestDir) {
         approval_id.as_str(),
         alices["id"].as_str().unwrap(),
         alices_note_id.as_str(),
+        image_name.as_str(),
     ];
-    let theirs = routes_with_ids(&bob, alice_ids).await;
+    let mut theirs = routes_with_ids(&bob, alice_ids).await;
+    // The image route, on the trace that has the image.
+    for (_, path, id) in &mut theirs {
+        if path.contains("/images/") {
+            *path = image_path.clone();
+            *id = pictured.clone();
+        }
+    }
     let missing = routes_with_ids(
         &bob,
-        [MISSING_TRACE, MISSING_APPROVAL, MISSING_EXPERIENCE, MISSING_KNOWLEDGE],
+        [MISSING_TRACE, MISSING_APPROVAL, MISSING_EXPERIENCE, MISSING_KNOWLEDGE, &image_name],
     )
     .await;
+    assert!(theirs.iter().any(|(_, path, _)| path.contains("/images/")), "{theirs:?}");
     assert!(
         theirs.iter().any(|(_, path, _)| path.starts_with("/api/knowledge/")),
         "a knowledge route: {theirs:?}"
@@ -386,7 +451,7 @@ async fn two_users(dir: &TestDir) {
     assert_eq!(rules(&root.get("/api/experiences").await.expect(200)).len(), 4);
     // Alice's note is still hers; the admin may remove anyone's.
     let hers = alice.get("/api/knowledge?q=alice").await.expect(200);
-    assert_eq!(titles(&hers), ["Alice deploys"]);
+    assert_eq!(titles(&hers), ["Alice deploys", "Alice plans"]);
     let note_path = format!("/api/knowledge/{alices_note_id}");
     root.send(Method::DELETE, &note_path, None).await.expect(200);
     alice.send(Method::DELETE, &note_path, None).await.expect_error(404, "not_found");
@@ -415,8 +480,30 @@ async fn tokens_are_added_and_revoked_without_a_restart_and_stored_hashed() {
     let dave_token = add_user(dir.path(), "dave").await;
     let dave = server.api.with_token(Some(&dave_token));
     assert_eq!(dave.get("/api/traces").await.expect(200)["total"], 0);
+    // Bob watches a run of his that waits for an approval.
+    let asking = bob.start("ask me", json!({ "preset": "careful" })).await;
+    let approval = bob.pending_approval(&asking).await;
+    let mut watching = bob.watch(&asking, 0).await;
+    watching.until_kind("trace_started").await;
     revoke(dir.path(), "bob").await;
     bob.get("/api/traces").await.expect_error(401, "unauthorized");
+    // His open socket ends too, with the documented code; his run goes on.
+    match watching.end().await {
+        End::Closed(Some(frame)) => {
+            assert_eq!(u16::from(frame.code), 4401, "{frame:?}");
+            assert!(frame.reason.contains("revoked"), "{frame:?}");
+        }
+        other => panic!("the socket of a revoked token ended with {other:?}"),
+    }
+    let root = server.api.with_token(Some(ROOT_TOKEN));
+    assert_eq!(
+        root.trace(&asking).await["running"],
+        true,
+        "the run is the user's, not the token's"
+    );
+    let answer = format!("/api/approvals/{}", approval["id"].as_str().unwrap());
+    root.post(&answer, json!({ "answer": "once" })).await.expect(200);
+    root.finish(&asking, 0).await;
     dave.get("/api/traces").await.expect(200);
     // The socket's query token is checked against the same file.
     let watch = format!("/api/traces/{MISSING_TRACE}/watch?token={bob_token}");

@@ -4,75 +4,14 @@
 //! since a browser cannot set headers on a WebSocket. A handler learns the
 //! caller from the [`Caller`] extractor.
 
+use super::caller::Caller;
 use super::error::ApiError;
 use super::state::AppState;
-use super::users::{Identity, Users};
-use axum::extract::{FromRequestParts, Request, State};
-use axum::http::request::Parts;
+use super::users::Users;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
-
-/// The caller of a request: a user, or an admin. Routes answer a user only
-/// for what is theirs (a trace, an approval, an experience): anything else
-/// is answered exactly as if it did not exist.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    /// The user's name; `None` for the single `[server] token` and for a
-    /// server with no token at all, both admins.
-    pub uid: Option<String>,
-    /// Sees and drives everyone's.
-    pub admin: bool,
-}
-
-impl Caller {
-    /// Whether something of `owner` (a trace's `uid`, ...) is visible to
-    /// the caller: an admin sees everything, a user only their own.
-    pub fn sees(&self, owner: Option<&str>) -> bool {
-        self.admin || (self.uid.is_some() && self.uid.as_deref() == owner)
-    }
-
-    /// The user whose things a list should be narrowed to: `None` for an
-    /// admin (everything).
-    pub fn only(&self) -> Option<&str> {
-        if self.admin { None } else { self.uid.as_deref() }
-    }
-}
-
-impl From<Identity> for Caller {
-    fn from(identity: Identity) -> Self {
-        Self { uid: identity.uid, admin: identity.admin }
-    }
-}
-
-/// Set by the auth middleware; a route outside it has no caller (a 401).
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        parts.extensions.get::<Caller>().cloned().ok_or(ApiError::Unauthorized)
-    }
-}
-
-/// Loads trace `id` for `caller`, or a 404: the same 404 whether it does
-/// not exist or is another user's, so a user cannot learn that it exists.
-pub(crate) async fn load(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-) -> Result<reson_trace::Trace, ApiError> {
-    state
-        .store
-        .get_trace(id)
-        .await?
-        .filter(|trace| caller.sees(trace.uid.as_deref()))
-        .ok_or_else(|| not_found(id))
-}
-
-/// The 404 of a trace the caller may not see.
-pub(crate) fn not_found(id: &str) -> ApiError {
-    ApiError::NotFound(format!("no trace {id}"))
-}
 
 /// The token of an `Authorization: Bearer T` header.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -91,23 +30,43 @@ fn query_token(query: Option<&str>) -> Option<String> {
     axum::extract::Query::<Token>::try_from_uri(&uri).ok().map(|q| q.0.token)
 }
 
-/// Who a request is: an admin when no token of any kind is set; else the
-/// one its token (in the header, or in the query where `query_allowed`)
-/// names, if any.
+/// The token a request was let in with, kept so that an answer that
+/// lasts (a watch socket) can check it again after the token file changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Credential(Option<String>);
+
+impl Credential {
+    /// Whether the token still lets in exactly `caller`: not revoked, nor
+    /// given another user or role. A server with no token lets everyone in
+    /// as an admin, so nothing there can be revoked.
+    pub(crate) fn still_names(&self, users: &Users, caller: &Caller) -> bool {
+        match &self.0 {
+            None => users.open(),
+            Some(token) => users.identify(token).map(Caller::from).as_ref() == Some(caller),
+        }
+    }
+}
+
+/// Who a request is, and the token that says so: an admin when no token of
+/// any kind is set; else the one its token (in the header, or in the query
+/// where `query_allowed`) names, if any.
 pub(crate) fn caller(
     users: &Users,
     headers: &HeaderMap,
     query: Option<&str>,
     query_allowed: bool,
-) -> Option<Caller> {
+) -> Option<(Caller, Credential)> {
     if users.open() {
-        return Some(Caller { uid: None, admin: true });
+        return Some((Caller { uid: None, admin: true }, Credential(None)));
     }
-    if let Some(found) = bearer(headers).and_then(|t| users.identify(t)) {
-        return Some(found.into());
+    if let Some(token) = bearer(headers)
+        && let Some(found) = users.identify(token)
+    {
+        return Some((found.into(), Credential(Some(token.to_owned()))));
     }
     let token = query_token(query).filter(|_| query_allowed)?;
-    users.identify(&token).map(Caller::from)
+    let found = users.identify(&token)?;
+    Some((found.into(), Credential(Some(token))))
 }
 
 /// Middleware for the `/api` routes that take the token in the header only.
@@ -135,8 +94,9 @@ async fn check(
     query_allowed: bool,
 ) -> Result<Response, ApiError> {
     let found = caller(&state.users, request.headers(), request.uri().query(), query_allowed);
-    let found = found.ok_or(ApiError::Unauthorized)?;
+    let (found, credential) = found.ok_or(ApiError::Unauthorized)?;
     request.extensions_mut().insert(found);
+    request.extensions_mut().insert(credential);
     Ok(next.run(request).await)
 }
 
@@ -159,17 +119,27 @@ mod tests {
 
     const ADMIN: Caller = Caller { uid: None, admin: true };
 
+    /// Who `caller` says the request is, without the credential.
+    fn who(
+        users: &Users,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        allowed: bool,
+    ) -> Option<Caller> {
+        caller(users, headers, query, allowed).map(|(who, _)| who)
+    }
+
     #[test]
     fn a_bearer_header_carries_the_token() {
         let none = HeaderMap::new();
         let open = Users::new(None, &BTreeMap::new(), None).unwrap();
-        assert_eq!(caller(&open, &none, None, false), Some(ADMIN), "no token set: an admin");
+        assert_eq!(who(&open, &none, None, false), Some(ADMIN), "no token set: an admin");
         let users = single("tok-123");
-        assert_eq!(caller(&users, &none, None, false), None);
-        assert_eq!(caller(&users, &with_auth("Bearer tok-123"), None, false), Some(ADMIN));
-        assert_eq!(caller(&users, &with_auth("bearer  tok-123 "), None, false), Some(ADMIN));
+        assert_eq!(who(&users, &none, None, false), None);
+        assert_eq!(who(&users, &with_auth("Bearer tok-123"), None, false), Some(ADMIN));
+        assert_eq!(who(&users, &with_auth("bearer  tok-123 "), None, false), Some(ADMIN));
         for wrong in ["Bearer tok-124", "Basic tok-123", "tok-123", "Bearer tok-12", "Bearer "] {
-            assert_eq!(caller(&users, &with_auth(wrong), None, false), None, "{wrong}");
+            assert_eq!(who(&users, &with_auth(wrong), None, false), None, "{wrong}");
         }
     }
 
@@ -177,10 +147,10 @@ mod tests {
     fn the_query_token_counts_only_where_allowed() {
         let none = HeaderMap::new();
         let query = Some("since=3&token=tok%2B1");
-        assert!(caller(&single("tok+1"), &none, query, true).is_some());
-        assert!(caller(&single("tok+1"), &none, query, false).is_none());
-        assert!(caller(&single("tok+2"), &none, query, true).is_none());
-        assert!(caller(&single("tok+1"), &none, Some("since=3"), true).is_none());
+        assert!(who(&single("tok+1"), &none, query, true).is_some());
+        assert!(who(&single("tok+1"), &none, query, false).is_none());
+        assert!(who(&single("tok+2"), &none, query, true).is_none());
+        assert!(who(&single("tok+1"), &none, Some("since=3"), true).is_none());
     }
 
     #[test]
@@ -190,11 +160,27 @@ mod tests {
             UserSettings { token_sha256: hash_token("alice-tok"), role: Role::User },
         )]);
         let users = Users::new(None, &users, None).unwrap();
-        let alice = caller(&users, &with_auth("Bearer alice-tok"), None, false).unwrap();
+        let alice = who(&users, &with_auth("Bearer alice-tok"), None, false).unwrap();
         assert_eq!(alice, Caller { uid: Some("alice".into()), admin: false });
         assert!(alice.sees(Some("alice")));
         assert!(!alice.sees(Some("bob")) && !alice.sees(None));
         assert_eq!(alice.only(), Some("alice"));
         assert!(ADMIN.sees(Some("bob")) && ADMIN.sees(None) && ADMIN.only().is_none());
+    }
+
+    #[test]
+    fn a_credential_stops_naming_its_caller_once_its_token_is_revoked_or_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = crate::users::TokenFile::new(dir.path().join("tokens.toml"));
+        let (_, token) = file.add("alice", Role::User).unwrap();
+        let users = Users::new(None, &BTreeMap::new(), Some(file.path())).unwrap();
+        let headers = with_auth(&format!("Bearer {token}"));
+        let (alice, credential) = caller(&users, &headers, None, false).unwrap();
+        assert!(credential.still_names(&users, &alice));
+        file.revoke("alice").unwrap();
+        assert!(!credential.still_names(&users, &alice), "revoked");
+        let open = Users::new(None, &BTreeMap::new(), None).unwrap();
+        let (admin, none) = caller(&open, &HeaderMap::new(), None, false).unwrap();
+        assert!(none.still_names(&open, &admin), "nothing to revoke on an open server");
     }
 }

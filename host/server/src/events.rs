@@ -189,6 +189,10 @@ impl TraceStore for NotifyingStore {
         self.inner.get_trace(id).await
     }
 
+    async fn owner(&self, id: &str) -> Result<Option<Option<String>>, TraceError> {
+        self.inner.owner(id).await
+    }
+
     async fn update_trace(&self, trace: &Trace) -> Result<(), TraceError> {
         self.inner.update_trace(trace).await
     }

@@ -43,7 +43,9 @@
 //! binary. It must never answer before the origin guard and the token have
 //! passed, nor send a byte that has not passed the redaction point.
 
+mod access;
 mod auth;
+mod caller;
 mod cluster;
 pub mod config;
 mod error;
@@ -61,7 +63,7 @@ mod viewer;
 #[path = "../../../tests/support/postgres.rs"]
 mod test_cluster;
 
-pub use auth::Caller;
+pub use caller::Caller;
 pub use config::{RunDefaults, ServerConfig};
 pub use error::ApiError;
 
@@ -156,7 +158,11 @@ impl Server {
             knowledge,
             sub_agents,
             telemetry,
-            store: Arc::new(events::NotifyingStore::new(store, channels.clone(), runs.clone())),
+            traces: access::Traces::new(Arc::new(events::NotifyingStore::new(
+                store,
+                channels.clone(),
+                runs.clone(),
+            ))),
             approvals: PendingApprovals::new(config.approval_timeout),
             runs,
             channels,
@@ -235,7 +241,7 @@ impl Server {
         if let Some(cluster) = &cluster {
             cluster.released(SHUTDOWN_WAIT).await;
         }
-        state.store.sync().await?;
+        state.traces.unscoped().sync().await?;
         if let Err(e) = state.telemetry.shutdown(SHUTDOWN_WAIT).await {
             tracing::warn!("{e}");
         }

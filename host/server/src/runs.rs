@@ -2,7 +2,7 @@
 //! with the server's shared approvals, in the background; its live frames
 //! go to the trace's watchers.
 
-use super::auth::Caller;
+use super::caller::Caller;
 use super::error::ApiError;
 use super::events::LiveSource;
 use super::registry::Claim;
@@ -46,7 +46,7 @@ pub(crate) async fn start(
 ) -> Result<(String, RunMode), ApiError> {
     let defaults = &state.config.defaults;
     let existing = match &request.trace_id {
-        Some(id) => Some(super::auth::load(state, caller, id).await?),
+        Some(id) => Some(state.traces.get(caller, id).await?.trace),
         None => None,
     };
     let uid = match &existing {
@@ -91,7 +91,7 @@ pub(crate) async fn start(
         Some(id) => id.clone(),
         None => Trace::new(TraceMode::Agent, "", "").id,
     };
-    let claim = state.runs.claim_run(&trace_id, &*state.store).await?;
+    let claim = state.runs.claim_run(&trace_id, &**state.traces.unscoped()).await?;
     let head = existing.as_ref().and_then(|t| t.head_sequence);
     let run_config = RunConfig {
         trace_id: request.trace_id.clone(),
@@ -119,7 +119,7 @@ pub(crate) async fn start(
         ..RunConfig::default()
     };
     let runner = Runner::new(
-        state.store.clone(),
+        state.traces.unscoped().clone(),
         Arc::new(PluginProvider::new(state.runtime.clone(), provider)),
         state.tools.clone(),
         Hooks::none(),

@@ -2,11 +2,11 @@
 //! server, the pending approvals and the watchers' channels.
 
 use super::ServerConfig;
+use super::access::Traces;
 use super::events::Channels;
 use super::registry::Runs;
 use reson_agent::agent::PendingApprovals;
 use reson_sandbox::plugin::Runtime;
-use reson_trace::TraceStore;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,8 +24,9 @@ pub(crate) struct AppState {
     pub(crate) sub_agents: reson_agent::agent::SubAgentSettings,
     /// Where runs' spans and metrics go (`[telemetry]`).
     pub(crate) telemetry: reson_agent::telemetry::Telemetry,
-    /// The store, waking watchers on each event.
-    pub(crate) store: Arc<dyn TraceStore>,
+    /// The store, waking watchers on each event; routes reach a trace
+    /// only through the caller.
+    pub(crate) traces: Traces,
     pub(crate) config: Arc<ServerConfig>,
     /// Who may call, and as whom.
     pub(crate) users: Arc<super::users::Users>,

@@ -649,7 +649,7 @@ mod tests {
 
     fn request(id: u64) -> ApprovalRequest {
         ApprovalRequest {
-            id,
+            id: format!("ap_{id}"),
             trace_id: "tr_test".into(),
             call_id: format!("call_{id}"),
             tool: "write".into(),
@@ -664,7 +664,7 @@ mod tests {
         let approver = TerminalApprover::reading(input).unwrap();
         let announced = Arc::new(Mutex::new(Vec::new()));
         let seen = announced.clone();
-        let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id);
+        let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id.clone());
         let mut answers = Vec::new();
         for id in 1..=5 {
             answers.push(approver.approve(&request(id), &announce).await);
@@ -673,7 +673,7 @@ mod tests {
         // an empty line does.
         let expected = [Answer::Once, Answer::Always, Answer::Deny, Answer::Deny, Answer::Deny];
         assert_eq!(answers, expected.map(Some));
-        assert_eq!(*announced.lock().unwrap(), vec![1, 2, 3, 4, 5]);
+        assert_eq!(*announced.lock().unwrap(), ["ap_1", "ap_2", "ap_3", "ap_4", "ap_5"]);
     }
 
     /// Input that keeps its reader waiting until its sender is dropped, or

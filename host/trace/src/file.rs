@@ -532,6 +532,28 @@ impl TraceStore for FileTraceStore {
         self.read_trace(id)
     }
 
+    async fn owner(&self, id: &str) -> Result<Option<Option<String>>, TraceError> {
+        // The uid is written at the create and never changed: the create's
+        // own file has it, with no log or message to read.
+        #[derive(Deserialize)]
+        struct Owner {
+            id: String,
+            #[serde(default)]
+            uid: Option<String>,
+        }
+        let path = self.dir(id)?.join(META);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_at(&path)(e)),
+        };
+        let owner: Owner = parse(&path, &bytes)?;
+        if owner.id != id {
+            return Err(corrupt(&path, format!("holds trace {:?}", owner.id)));
+        }
+        Ok(Some(owner.uid))
+    }
+
     async fn update_trace(&self, trace: &Trace) -> Result<(), TraceError> {
         let dir = self.dir(&trace.id)?;
         require(&trace.id, &dir)?;

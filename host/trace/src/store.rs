@@ -118,6 +118,15 @@ pub trait TraceStore: Send + Sync {
     /// docs), or `None` when there is no such trace.
     async fn get_trace(&self, id: &str) -> Result<Option<Trace>, TraceError>;
 
+    /// Whose trace `id` is (its `uid`, set when it was created and never
+    /// changed), or `None` when there is no such trace: what a caller's
+    /// access is decided on, read without the rest of the trace, so that
+    /// answering for a trace one may not see costs about what answering for
+    /// a missing one does.
+    async fn owner(&self, id: &str) -> Result<Option<Option<String>>, TraceError> {
+        Ok(self.get_trace(id).await?.map(|trace| trace.uid))
+    }
+
     /// Replaces the stored metadata of an existing trace with `trace`.
     async fn update_trace(&self, trace: &Trace) -> Result<(), TraceError>;
 

@@ -176,6 +176,19 @@ async fn unknown_traces_are_not_found(store: &dyn TraceStore) {
     assert!(not_found(store.get_goals(&ghost.id).await.map(drop)));
     assert!(not_found(store.save_goals(&ghost.id, &GoalTree::new()).await));
     assert_eq!(ghost.last_sequence, 0);
+    assert_eq!(store.owner(&ghost.id).await.unwrap(), None);
+
+    // Whose a trace is, read alone, agrees with the trace, also after an
+    // update.
+    let mut owned = Trace::new(TraceMode::Agent, "owned", "default");
+    owned.uid = Some("alice".into());
+    store.create_trace(&owned).await.unwrap();
+    owned.status = TraceStatus::Completed;
+    store.update_trace(&owned).await.unwrap();
+    assert_eq!(store.owner(&owned.id).await.unwrap(), Some(Some("alice".into())));
+    let nobody = Trace::new(TraceMode::Agent, "nobody's", "default");
+    store.create_trace(&nobody).await.unwrap();
+    assert_eq!(store.owner(&nobody.id).await.unwrap(), Some(None));
 }
 
 async fn add_message_assigns_sequence_id_parent_and_totals(store: &dyn TraceStore) {

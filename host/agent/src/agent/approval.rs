@@ -14,8 +14,9 @@ use tokio::sync::oneshot;
 /// A call waiting for someone's approval.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ApprovalRequest {
-    /// Answer with this id.
-    pub id: u64,
+    /// Answer with this id: `ap_` and 32 random hex digits, so that no
+    /// one can guess another's pending approval from their own.
+    pub id: String,
     /// The trace.
     pub trace_id: String,
     /// The model's call id.
@@ -59,33 +60,40 @@ pub trait Approver: Send + Sync {
 
 /// Approvals answered through a library call: each request waits, up to a
 /// timeout, for [`PendingApprovals::answer`]. One set may serve many runs
-/// at once: request ids are unique in the process.
+/// at once: request ids are random, never reused.
 pub struct PendingApprovals {
     timeout: Duration,
-    waiting: Mutex<HashMap<u64, (ApprovalRequest, oneshot::Sender<Answer>)>>,
+    /// By id: the request, its place in arrival order, and its reply.
+    waiting: Mutex<HashMap<String, (ApprovalRequest, u64, oneshot::Sender<Answer>)>>,
+    arrivals: AtomicU64,
 }
 
 impl PendingApprovals {
     /// Requests wait `timeout` for an answer, then are denied.
     pub fn new(timeout: Duration) -> Arc<Self> {
-        Arc::new(Self { timeout, waiting: Mutex::default() })
+        Arc::new(Self { timeout, waiting: Mutex::default(), arrivals: AtomicU64::new(0) })
     }
 
     /// Answers request `id`; false when it is not waiting (answered, timed
     /// out, or unknown).
-    pub fn answer(&self, id: u64, answer: Answer) -> bool {
-        match self.waiting.lock().expect("approvals").remove(&id) {
-            Some((_, reply)) => reply.send(answer).is_ok(),
+    pub fn answer(&self, id: &str, answer: Answer) -> bool {
+        match self.waiting.lock().expect("approvals").remove(id) {
+            Some((_, _, reply)) => reply.send(answer).is_ok(),
             None => false,
         }
     }
 
     /// The requests waiting for an answer, oldest first.
     pub fn pending(&self) -> Vec<ApprovalRequest> {
-        let mut pending: Vec<ApprovalRequest> =
-            self.waiting.lock().expect("approvals").values().map(|(r, _)| r.clone()).collect();
-        pending.sort_by_key(|r| r.id);
-        pending
+        let mut pending: Vec<(u64, ApprovalRequest)> = self
+            .waiting
+            .lock()
+            .expect("approvals")
+            .values()
+            .map(|(request, arrival, _)| (*arrival, request.clone()))
+            .collect();
+        pending.sort_by_key(|(arrival, _)| *arrival);
+        pending.into_iter().map(|(_, request)| request).collect()
     }
 }
 
@@ -93,12 +101,12 @@ impl PendingApprovals {
 /// timed out, or dropped by a stop of the run.
 struct Waiting<'a> {
     approvals: &'a PendingApprovals,
-    id: u64,
+    id: &'a str,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.approvals.waiting.lock().expect("approvals").remove(&self.id);
+        self.approvals.waiting.lock().expect("approvals").remove(self.id);
     }
 }
 
@@ -106,8 +114,10 @@ impl Drop for Waiting<'_> {
 impl Approver for PendingApprovals {
     async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
         let (reply, answer) = oneshot::channel();
-        self.waiting.lock().expect("approvals").insert(request.id, (request.clone(), reply));
-        let _waiting = Waiting { approvals: self, id: request.id };
+        let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
+        let waiting = (request.clone(), arrival, reply);
+        self.waiting.lock().expect("approvals").insert(request.id.clone(), waiting);
+        let _waiting = Waiting { approvals: self, id: &request.id };
         announce(request);
         tokio::time::timeout(self.timeout, answer).await.ok()?.ok()
     }
@@ -125,9 +135,28 @@ pub struct Ruling {
     pub rule: Option<String>,
 }
 
-/// Approval request ids, unique in the process so that runs sharing one
-/// approver (a server's [`PendingApprovals`]) never collide.
-static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(1);
+/// A fresh approval request id: `ap_` and 16 bytes of the OS's randomness
+/// in hex. Random rather than counted, so that a user who sees their own
+/// approvals learns nothing of the ids of anyone else's; and never the
+/// same twice, so that runs sharing one approver (a server's
+/// [`PendingApprovals`]) never collide.
+fn new_request_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // SipHash under the process's random keys, over a counter: as
+        // unpredictable without the keys, should the OS source fail.
+        use std::hash::{BuildHasher, Hasher};
+        static FALLBACK: AtomicU64 = AtomicU64::new(0);
+        let keys = std::collections::hash_map::RandomState::new();
+        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+            let mut hasher = keys.build_hasher();
+            hasher.write_u64(FALLBACK.fetch_add(1, Ordering::Relaxed));
+            hasher.write_usize(i);
+            chunk.copy_from_slice(&hasher.finish().to_le_bytes());
+        }
+    }
+    format!("ap_{}", hex::encode(bytes))
+}
 
 /// The rules and the approver of a run.
 pub struct Permissions {
@@ -193,7 +222,7 @@ impl Permissions {
                     return ruling(true, "ask-remembered");
                 }
                 let request = ApprovalRequest {
-                    id: NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed),
+                    id: new_request_id(),
                     trace_id: trace_id.to_owned(),
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
@@ -218,9 +247,9 @@ impl Permissions {
 mod tests {
     use super::*;
 
-    fn request(id: u64) -> ApprovalRequest {
+    fn request(id: &str) -> ApprovalRequest {
         ApprovalRequest {
-            id,
+            id: id.into(),
             trace_id: "t".into(),
             call_id: "c".into(),
             tool: "shell".into(),
@@ -235,10 +264,10 @@ mod tests {
         let answering = approvals.clone();
         let announce = move |r: &ApprovalRequest| {
             // Announced only once the request can take its answer.
-            assert!(answering.answer(r.id, Answer::Always));
+            assert!(answering.answer(&r.id, Answer::Always));
         };
-        assert_eq!(approvals.approve(&request(7), &announce).await, Some(Answer::Always));
-        assert!(!approvals.answer(7, Answer::Once), "a request is answered once");
+        assert_eq!(approvals.approve(&request("ap_7"), &announce).await, Some(Answer::Always));
+        assert!(!approvals.answer("ap_7", Answer::Once), "a request is answered once");
     }
 
     #[tokio::test]
@@ -247,11 +276,11 @@ mod tests {
         let listing = approvals.clone();
         let announce = move |r: &ApprovalRequest| {
             let pending = listing.pending();
-            assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), [r.id]);
+            assert_eq!(pending.iter().map(|p| &p.id).collect::<Vec<_>>(), [&r.id]);
             assert_eq!(pending[0].call_id, "c");
-            assert!(listing.answer(r.id, Answer::Deny));
+            assert!(listing.answer(&r.id, Answer::Deny));
         };
-        assert_eq!(approvals.approve(&request(9), &announce).await, Some(Answer::Deny));
+        assert_eq!(approvals.approve(&request("ap_9"), &announce).await, Some(Answer::Deny));
         assert!(approvals.pending().is_empty(), "an answered request is no longer pending");
     }
 
@@ -274,7 +303,7 @@ mod tests {
             reson_trace::ToolCall { id: "c".into(), name: "shell".into(), arguments: "{}".into() };
         let ids = Arc::new(Mutex::new(Vec::new()));
         let seen = ids.clone();
-        let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id);
+        let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id.clone());
         for permissions in [&a, &b, &a, &b] {
             assert_eq!(permissions.check("t", &call, &announce).await.decision, "ask-timeout");
         }
@@ -284,21 +313,37 @@ mod tests {
         assert_eq!(ids.len(), 4, "ids collided: {ids:?}");
     }
 
+    #[test]
+    fn request_ids_are_random_and_unguessable_from_one_another() {
+        let ids: Vec<String> = (0..64).map(|_| new_request_id()).collect();
+        for id in &ids {
+            let hex = id.strip_prefix("ap_").unwrap_or_else(|| panic!("{id}"));
+            assert!(hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
+        let distinct: HashSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+        // Not a counter: consecutive ids share no long common prefix.
+        let shared =
+            |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+        let longest = ids.windows(2).map(|w| shared(&w[0], &w[1])).max().unwrap();
+        assert!(longest < 3 + 8, "ids look sequential: {ids:?}");
+    }
+
     #[tokio::test]
     async fn no_answer_in_time_denies() {
         let approvals = PendingApprovals::new(Duration::from_millis(20));
-        assert_eq!(approvals.approve(&request(1), &|_: &ApprovalRequest| {}).await, None);
-        assert!(!approvals.answer(1, Answer::Once));
+        assert_eq!(approvals.approve(&request("ap_1"), &|_: &ApprovalRequest| {}).await, None);
+        assert!(!approvals.answer("ap_1", Answer::Once));
     }
 
     #[tokio::test]
     async fn a_dropped_wait_is_no_longer_waiting() {
         let approvals = PendingApprovals::new(Duration::from_secs(30));
-        let (request, announce) = (request(2), |_: &ApprovalRequest| {});
+        let (request, announce) = (request("ap_2"), |_: &ApprovalRequest| {});
         let wait = approvals.approve(&request, &announce);
         let cut = tokio::time::timeout(Duration::from_millis(20), wait).await;
         assert!(cut.is_err(), "the wait ended on its own: {cut:?}");
-        assert!(!approvals.answer(2, Answer::Once), "a dropped wait still took an answer");
+        assert!(!approvals.answer("ap_2", Answer::Once), "a dropped wait still took an answer");
     }
 
     #[tokio::test]
@@ -330,13 +375,15 @@ mod tests {
         let ids = Arc::new(Mutex::new(Vec::new()));
         let (seen, answering) = (ids.clone(), approvals.clone());
         let announce = move |r: &ApprovalRequest| {
-            seen.lock().unwrap().push(r.id);
-            assert!(answering.answer(r.id, Answer::Once));
+            seen.lock().unwrap().push(r.id.clone());
+            assert!(answering.answer(&r.id, Answer::Once));
         };
         assert_eq!(child.check("t", &call("read"), &announce).await.decision, "deny");
         assert_eq!(child.check("t", &call("write"), &announce).await.decision, "ask-once");
         assert_eq!(parent.check("t", &call("write"), &announce).await.decision, "ask-once");
         assert_eq!(child.check("t", &call("list"), &announce).await.decision, "allow");
-        assert_eq!(*ids.lock().unwrap(), vec![1, 2], "one approver, one sequence of ids");
+        let ids = ids.lock().unwrap().clone();
+        assert_eq!(ids.len(), 2, "one approver, asked twice: {ids:?}");
+        assert_ne!(ids[0], ids[1]);
     }
 }

@@ -201,21 +201,45 @@ impl Opened {
         serde_json::from_str(json).map_err(|e| format!("a stored entry does not parse: {e}"))
     }
 
-    /// The stored entry `id`, as of the last reload.
-    fn lookup(&self, id: &str) -> Result<Option<Entry>, String> {
+    /// The query for the entry `id` of `scope`: ids are per scope.
+    fn key(&self, scope: &Scope, id: &str) -> Box<dyn Query> {
+        let term = |field, text: &str| -> (Occur, Box<dyn Query>) {
+            let term = Term::from_field_text(field, text);
+            (Occur::Must, Box::new(TermQuery::new(term, IndexRecordOption::Basic)))
+        };
+        Box::new(BooleanQuery::new(vec![
+            term(self.fields.id, id),
+            term(self.fields.scope, &scope.to_string()),
+        ]))
+    }
+
+    /// The entries `query` matches, as of the last reload (at most
+    /// `limit`).
+    fn entries(&self, query: &dyn Query, limit: usize) -> Result<Vec<Entry>, String> {
         let searcher = self.reader.searcher();
-        let query =
-            TermQuery::new(Term::from_field_text(self.fields.id, id), IndexRecordOption::Basic);
         let found = searcher
-            .search(&query, &TopDocs::with_limit(1).order_by_score())
+            .search(query, &TopDocs::with_limit(limit).order_by_score())
             .map_err(|e| e.to_string())?;
-        match found.first() {
-            Some((_, address)) => {
-                let doc: TantivyDocument = searcher.doc(*address).map_err(|e| e.to_string())?;
-                self.entry(&doc).map(Some)
-            }
-            None => Ok(None),
-        }
+        found
+            .into_iter()
+            .map(|(_, address)| {
+                let doc: TantivyDocument = searcher.doc(address).map_err(|e| e.to_string())?;
+                self.entry(&doc)
+            })
+            .collect()
+    }
+
+    /// The stored entry `id` of `scope`, as of the last reload.
+    fn lookup(&self, scope: &Scope, id: &str) -> Result<Option<Entry>, String> {
+        Ok(self.entries(&*self.key(scope, id), 1)?.pop())
+    }
+
+    /// The entry `id` names for `visible`, as of the last reload.
+    fn find(&self, id: &str, visible: &Visible) -> Result<Option<Entry>, String> {
+        let term = Term::from_field_text(self.fields.id, id);
+        let query = self.scoped(Box::new(TermQuery::new(term, IndexRecordOption::Basic)), visible);
+        // One entry an id per scope: a handful of scopes at most.
+        Ok(super::nearest(self.entries(&*query, 64)?, visible))
     }
 
     fn document(&self, entry: &Entry) -> TantivyDocument {
@@ -286,10 +310,14 @@ impl KnowledgeStore for FileKnowledgeStore {
                 // seen before this one keeps or replaces an entry.
                 opened.reader.reload().map_err(|e| store.error(e))?;
                 for entry in &mut entries {
-                    if let Some(old) = opened.lookup(&entry.id).map_err(|e| store.error(e))? {
+                    let stored =
+                        opened.lookup(&entry.scope, &entry.id).map_err(|e| store.error(e))?;
+                    if let Some(old) = stored {
                         entry.created_at = old.created_at;
                     }
-                    writer.delete_term(Term::from_field_text(opened.fields.id, &entry.id));
+                    writer
+                        .delete_query(opened.key(&entry.scope, &entry.id))
+                        .map_err(|e| store.error(e))?;
                     writer.add_document(opened.document(entry)).map_err(|e| store.error(e))?;
                 }
                 store.commit(opened, writer)?;
@@ -308,10 +336,7 @@ impl KnowledgeStore for FileKnowledgeStore {
             || Err(missing),
             move |store, opened| {
                 opened.reader.reload().map_err(|e| store.error(e))?;
-                match opened.lookup(&id).map_err(|e| store.error(e))? {
-                    Some(entry) if visible.sees(&entry.scope) => Ok(entry),
-                    _ => Err(unknown),
-                }
+                opened.find(&id, &visible).map_err(|e| store.error(e))?.ok_or(unknown)
             },
         )
         .await
@@ -327,11 +352,10 @@ impl KnowledgeStore for FileKnowledgeStore {
                 let _turn = opened.writing.lock().unwrap_or_else(|e| e.into_inner());
                 let writer = store.writer(opened)?;
                 opened.reader.reload().map_err(|e| store.error(e))?;
-                let entry = match opened.lookup(&id).map_err(|e| store.error(e))? {
-                    Some(entry) if visible.sees(&entry.scope) => entry,
-                    _ => return Err(KnowledgeError::UnknownId(id)),
+                let Some(entry) = opened.find(&id, &visible).map_err(|e| store.error(e))? else {
+                    return Err(KnowledgeError::UnknownId(id));
                 };
-                writer.delete_term(Term::from_field_text(opened.fields.id, &id));
+                writer.delete_query(opened.key(&entry.scope, &id)).map_err(|e| store.error(e))?;
                 store.commit(opened, writer)?;
                 Ok(entry)
             },

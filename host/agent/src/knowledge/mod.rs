@@ -229,15 +229,35 @@ impl Draft {
 }
 
 /// The entries a batch of drafts makes, all stamped now; refused whole
-/// when one draft is bad or an id is given twice.
+/// when one draft is bad or an id is given twice in one scope.
 fn entries(drafts: Vec<Draft>) -> Result<Vec<Entry>, KnowledgeError> {
     let now = now();
     let entries = drafts.into_iter().map(|d| d.into_entry(&now)).collect::<Result<Vec<_>, _>>()?;
     let mut seen = std::collections::HashSet::new();
-    if let Some(twice) = entries.iter().find(|e| !seen.insert(e.id.as_str())) {
-        return Err(KnowledgeError::Invalid(format!("id {} is given twice", twice.id)));
+    if let Some(twice) = entries.iter().find(|e| !seen.insert((&e.scope, e.id.as_str()))) {
+        return Err(KnowledgeError::Invalid(format!(
+            "id {} is given twice in scope {}",
+            twice.id, twice.scope
+        )));
     }
     Ok(entries)
+}
+
+/// Of the visible entries that share an id (one a scope), the one the id
+/// names: the caller's own scope's first, then a user's, an agent
+/// type's, the global one.
+fn nearest(found: Vec<Entry>, visible: &Visible) -> Option<Entry> {
+    let home = visible.home();
+    let rank = |scope: &Scope| match scope {
+        _ if *scope == home => 0,
+        Scope::User(_) => 1,
+        Scope::Agent(_) => 2,
+        Scope::Global => 3,
+    };
+    found
+        .into_iter()
+        .filter(|entry| visible.sees(&entry.scope))
+        .min_by_key(|entry| (rank(&entry.scope), entry.scope.to_string()))
 }
 
 /// A fresh entry id.
@@ -265,11 +285,18 @@ pub struct Hit {
 }
 
 /// Durable, searchable storage of knowledge entries.
+///
+/// An id names an entry within its scope: ids live in each scope's own
+/// namespace, so one user's choice of an id never meets another's (the
+/// same id in another scope is another entry). Where several scopes a
+/// caller sees hold the same id, the id names the nearest: the caller's
+/// own, then an agent type's, then the global one.
 #[async_trait]
 pub trait KnowledgeStore: Send + Sync {
     /// Saves each draft, all or none, and returns the entries as stored. A
-    /// draft with the id of a stored entry replaces it, keeping its
-    /// `created_at`. A bad draft is refused before anything is written.
+    /// draft with the id of a stored entry of its scope replaces it,
+    /// keeping its `created_at`. A bad draft is refused before anything
+    /// is written.
     async fn save_all(&self, drafts: Vec<Draft>) -> Result<Vec<Entry>, KnowledgeError>;
 
     /// Saves one draft; see [`save_all`](Self::save_all).
@@ -278,8 +305,8 @@ pub trait KnowledgeStore: Send + Sync {
         Ok(saved.pop().expect("one entry saved for one draft"))
     }
 
-    /// The entry `id`, if `visible` covers its scope; otherwise (or when
-    /// there is none) [`KnowledgeError::UnknownId`], so a caller learns
+    /// The entry `id` names among the scopes `visible` covers; when there
+    /// is none there, [`KnowledgeError::UnknownId`], so a caller learns
     /// nothing of other scopes.
     async fn get(&self, id: &str, visible: &Visible) -> Result<Entry, KnowledgeError>;
 

@@ -1,6 +1,7 @@
-//! Knowledge in PostgreSQL (`host/trace/migrations/0006_knowledge.sql`): one
-//! row per entry, shared by every host on the database, with a generated
-//! `tsvector` (title weight A, tags B, content C) under a GIN index.
+//! Knowledge in PostgreSQL (`host/trace/migrations/0006_knowledge.sql`,
+//! keyed by scope and id since `0008`): one row per entry, shared by every
+//! host on the database, with a generated `tsvector` (title weight A, tags
+//! B, content C) under a GIN index.
 //!
 //! A query is words: the lexemes `to_tsvector` finds in it (any text is
 //! fine: quotes, colons or `AND` are never an error). An entry is found
@@ -34,6 +35,18 @@ const MOST_MATCHING: usize = 1_000;
 /// brings all of them; a common one a sample (those matching every word
 /// come in as [`MOST_MATCHING`]).
 const PER_WORD: usize = 100;
+
+/// The condition on the row id `$1` names among the scopes of a
+/// [`Visible`] bound from `$2`: the nearest, as [`super::nearest`] picks
+/// it (the caller's own scope, then a user's, an agent type's, the global
+/// one; for a caller without a user, `global` is their own).
+fn named() -> String {
+    format!(
+        "id = $1 AND {} ORDER BY scope = coalesce($3, 'global') DESC, scope LIKE 'user:%' DESC, \
+         scope LIKE 'agent:%' DESC, scope LIMIT 1",
+        Visible::sql_condition(2)
+    )
+}
 
 /// The tsqueries one search runs, from the lexemes of its text.
 struct Plan {
@@ -77,8 +90,8 @@ impl PgKnowledgeStore {
 
 impl PgKnowledgeStore {
     /// The entry `sql` returns, given the id as `$1` and `visible`'s
-    /// scopes from `$2`; one the caller may not see is as unknown as a
-    /// missing one.
+    /// scopes from `$2` (the user's scope is `$3`, the nearest); one the
+    /// caller may not see is as unknown as a missing one.
     async fn visible_entry(
         &self,
         sql: String,
@@ -128,7 +141,7 @@ impl KnowledgeStore for PgKnowledgeStore {
             let column = |f: fn(&Entry) -> String| chunk.iter().map(f).collect::<Vec<_>>();
             let optional =
                 |f: fn(&Entry) -> Option<String>| chunk.iter().map(f).collect::<Vec<_>>();
-            let kept: Vec<(String, String)> = sqlx::query_as(
+            let kept: Vec<(String, String, String)> = sqlx::query_as(
                 "INSERT INTO knowledge AS k \
                  (id, scope, title, content, tags, created_at, updated_at, source_trace_id, \
                   source_call_id) \
@@ -139,11 +152,11 @@ impl KnowledgeStore for PgKnowledgeStore {
                    $6::text[], $7::text[], $8::text[], $9::text[]) \
                    AS t(id, scope, title, content, tags, created_at, updated_at, \
                         source_trace_id, source_call_id) \
-                 ON CONFLICT (id) DO UPDATE SET scope = EXCLUDED.scope, title = EXCLUDED.title, \
+                 ON CONFLICT (scope, id) DO UPDATE SET title = EXCLUDED.title, \
                    content = EXCLUDED.content, tags = EXCLUDED.tags, \
                    updated_at = EXCLUDED.updated_at, source_trace_id = EXCLUDED.source_trace_id, \
                    source_call_id = EXCLUDED.source_call_id \
-                 RETURNING k.id, k.created_at",
+                 RETURNING k.scope, k.id, k.created_at",
             )
             .bind(column(|e| e.id.clone()))
             .bind(column(|e| e.scope.to_string()))
@@ -158,8 +171,10 @@ impl KnowledgeStore for PgKnowledgeStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(query_failed)?;
-            for (id, created_at) in kept {
-                if let Some(entry) = chunk.iter_mut().find(|e| e.id == id) {
+            for (scope, id, created_at) in kept {
+                if let Some(entry) =
+                    chunk.iter_mut().find(|e| e.id == id && e.scope.to_string() == scope)
+                {
                     entry.created_at = created_at;
                 }
             }
@@ -169,17 +184,15 @@ impl KnowledgeStore for PgKnowledgeStore {
     }
 
     async fn get(&self, id: &str, visible: &Visible) -> Result<Entry, KnowledgeError> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM knowledge WHERE id = $1 AND {}",
-            Visible::sql_condition(2)
-        );
+        let sql = format!("SELECT {COLUMNS} FROM knowledge WHERE {}", named());
         self.visible_entry(sql, id, visible).await
     }
 
     async fn remove(&self, id: &str, visible: &Visible) -> Result<Entry, KnowledgeError> {
         let sql = format!(
-            "DELETE FROM knowledge WHERE id = $1 AND {} RETURNING {COLUMNS}",
-            Visible::sql_condition(2)
+            "DELETE FROM knowledge WHERE (scope, id) IN (SELECT scope, id FROM knowledge \
+             WHERE {}) RETURNING {COLUMNS}",
+            named()
         );
         self.visible_entry(sql, id, visible).await
     }
@@ -223,13 +236,14 @@ impl KnowledgeStore for PgKnowledgeStore {
         };
         let sql = format!(
             "WITH candidates AS (\
-               (SELECT id FROM knowledge WHERE search @@ $2::tsquery AND {visible} LIMIT {MOST}) \
+               (SELECT scope, id FROM knowledge WHERE search @@ $2::tsquery AND {visible} \
+                LIMIT {MOST}) \
                UNION \
-               SELECT c.id FROM unnest($1::text[]) AS word, LATERAL (\
-                 SELECT id FROM knowledge WHERE search @@ word::tsquery AND {visible} \
+               SELECT c.scope, c.id FROM unnest($1::text[]) AS word, LATERAL (\
+                 SELECT scope, id FROM knowledge WHERE search @@ word::tsquery AND {visible} \
                  LIMIT {PER_WORD}) c) \
              SELECT {COLUMNS}, ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', search, $3::tsquery, 1) AS score \
-             FROM knowledge WHERE id IN (SELECT id FROM candidates) \
+             FROM knowledge WHERE (scope, id) IN (SELECT scope, id FROM candidates) \
              ORDER BY score DESC, created_at DESC, id \
              LIMIT $4",
             // A filter on the rows the GIN index finds: looking the scope up

@@ -155,7 +155,7 @@ mod tests {
 
     fn request() -> ApprovalRequest {
         ApprovalRequest {
-            id: 1,
+            id: "ap_1".into(),
             trace_id: "mcp".into(),
             call_id: "c".into(),
             tool: "count".into(),

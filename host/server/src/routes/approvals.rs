@@ -1,6 +1,6 @@
 //! Approvals over HTTP: the pending asks of every run, and answers.
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::JsonBody;
 use crate::response::Json;
@@ -42,8 +42,7 @@ async fn visible(
     if caller.admin {
         return Ok(true);
     }
-    let trace = state.store.get_trace(&approval.trace_id).await?;
-    Ok(trace.is_some_and(|t| caller.sees(t.uid.as_deref())))
+    Ok(state.traces.find(caller, &approval.trace_id).await?.is_some())
 }
 
 /// An answer.
@@ -57,13 +56,13 @@ pub(crate) struct AnswerBody {
 /// The answer given.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct Answered {
-    id: u64,
+    id: String,
     answer: Answer,
 }
 
 /// Answers a pending ask.
 #[utoipa::path(post, path = "/api/approvals/{id}", request_body = AnswerBody,
-    params(("id" = u64, Path, description = "Approval id")),
+    params(("id" = String, Path, description = "Approval id (`ap_` and 32 hex digits)")),
     responses((status = 200, body = Answered),
         (status = 404, description = "Not pending: answered, timed out or unknown", body = ErrorBody),
         (status = 422, body = ErrorBody)))]
@@ -74,11 +73,10 @@ pub(crate) async fn answer(
     JsonBody(body): JsonBody<AnswerBody>,
 ) -> Result<Json<Answered>, ApiError> {
     let not_pending = || ApiError::NotFound(format!("no pending approval {id}"));
-    let id: u64 = id.parse().map_err(|_| not_pending())?;
     let Some(approval) = state.approvals.pending().into_iter().find(|a| a.id == id) else {
         return Err(not_pending());
     };
-    if !visible(&state, &caller, &approval).await? || !state.approvals.answer(id, body.answer) {
+    if !visible(&state, &caller, &approval).await? || !state.approvals.answer(&id, body.answer) {
         return Err(not_pending());
     }
     Ok(Json(Answered { id, answer: body.answer }))

@@ -1,7 +1,7 @@
 //! `/api/knowledge`: search, list, save and remove knowledge entries, in
 //! the store this server's runs use.
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonBody, Params};
 use crate::response::Json;
@@ -119,8 +119,9 @@ pub(crate) async fn search(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewKnowledge {
-    /// Replace this entry (or create it under this id); a fresh id when
-    /// absent.
+    /// Replace this entry of the scope (or create it under this id); a
+    /// fresh id when absent. Ids are per scope: another scope's entry of
+    /// the same id is another entry, never touched.
     id: Option<String>,
     /// `global`, `user:NAME` or `agent:TYPE`: admins only [default: the
     /// caller's `user:NAME`; an admin without a user name: global].
@@ -131,11 +132,10 @@ pub(crate) struct NewKnowledge {
     tags: Vec<String>,
 }
 
-/// Saves an entry (a new one, or a new version of one the caller sees)
+/// Saves an entry (a new one, or a new version of one under the same id)
 /// in the caller's scope.
 #[utoipa::path(post, path = "/api/knowledge", request_body = NewKnowledge, responses(
     (status = 201, description = "The entry as stored", body = Object),
-    (status = 404, description = "`id` names an entry the caller may not see", body = ErrorBody),
     (status = 422, description = "No title or content, content over 32 KiB, a bad scope or id, or a scope not the caller's to write; nothing saved", body = ErrorBody),
 ))]
 pub(crate) async fn save(
@@ -153,18 +153,6 @@ pub(crate) async fn save(
         return Err(ApiError::Unprocessable(format!(
             "only an admin may write scope {scope}: leave `scope` out for {own}"
         )));
-    }
-    if let Some(id) = &body.id {
-        // Replacing an entry needs the right to see it, and a user may
-        // replace only their own: any other is as absent as a missing one.
-        let replaces = match state.knowledge.get(id, &Visible::everything()).await {
-            Ok(stored) => Some(stored.scope),
-            Err(KnowledgeError::UnknownId(_)) => None,
-            Err(e) => return Err(knowledge_error(e)),
-        };
-        if replaces.is_some_and(|stored| !caller.admin && stored != own) {
-            return Err(not_found(id));
-        }
     }
     let draft = Draft {
         id: body.id,
@@ -191,10 +179,14 @@ pub(crate) async fn remove(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Entry>, ApiError> {
-    let stored = state.knowledge.get(&id, &Visible::everything()).await.map_err(knowledge_error)?;
-    if !caller.admin && stored.scope != visible(&caller).home() {
+    // A user removes only their own scope's entry of that id (the nearest
+    // when there is one): the others they see (global, agent types') are
+    // as absent as a missing one.
+    let visible = visible(&caller);
+    let named = state.knowledge.get(&id, &visible).await.map_err(knowledge_error)?;
+    if !caller.admin && named.scope != visible.home() {
         return Err(not_found(&id));
     }
-    let entry = state.knowledge.remove(&id, &visible(&caller)).await.map_err(knowledge_error)?;
+    let entry = state.knowledge.remove(&id, &visible).await.map_err(knowledge_error)?;
     Ok(Json(entry))
 }

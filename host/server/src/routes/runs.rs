@@ -2,7 +2,7 @@
 //! regenerate of one, a stop; reflecting on one into experiences, and
 //! listing them.
 
-use crate::auth::{Caller, load, not_found};
+use crate::caller::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::JsonBody;
 use crate::response::Json;
@@ -202,15 +202,9 @@ pub(crate) async fn stop(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Stopping>, ApiError> {
-    // A trace being created has no stored record yet: only an admin may
-    // stop it, since whose it is cannot be told.
-    match state.store.get_trace(&id).await? {
-        Some(trace) if caller.sees(trace.uid.as_deref()) => {}
-        None if caller.admin => {}
-        _ => return Err(not_found(&id)),
-    }
+    state.traces.may_stop(&caller, &id).await?;
     if !state.runs.stop_anywhere(&id).await? {
-        load(&state, &caller, &id).await?;
+        state.traces.get(&caller, &id).await?;
         return Err(ApiError::Conflict(format!("trace {id} is not running")));
     }
     Ok(Json(Stopping { trace_id: id, status: "stopping" }))
@@ -257,9 +251,10 @@ pub(crate) async fn reflect(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Reflect>,
 ) -> Result<Json<Reflected>, ApiError> {
-    let trace = load(&state, &caller, &id).await?;
+    let visible = state.traces.get(&caller, &id).await?;
+    let (trace, store) = (&visible.trace, visible.store_of_this_trace());
     // Held while the model answers, so that no run moves the trace meanwhile.
-    let _claim = state.runs.claim_run(&id, &*state.store).await?;
+    let _claim = state.runs.claim_run(&id, &**store).await?;
     let provider = body
         .provider
         .or(trace.provider.clone())
@@ -274,7 +269,7 @@ pub(crate) async fn reflect(
     let provider = PluginProvider::new(state.runtime.clone(), provider);
     let experiences = experience_store(&state);
     let focus = body.focus.as_deref();
-    let done = experience::reflect(&*state.store, &provider, params, &*experiences, &id, focus)
+    let done = experience::reflect(&**store, &provider, params, &*experiences, &id, focus)
         .await
         .map_err(experience_error)?;
     Ok(Json(Reflected {

@@ -1,7 +1,7 @@
 //! Reading traces: the list, the running ones, one with its goal tree and
 //! sub-traces, its messages, and the images kept beside them.
 
-use crate::auth::{Caller, load};
+use crate::caller::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::Params;
 use crate::response::Json;
@@ -59,12 +59,8 @@ pub(crate) async fn list(
     Params(query): Params<ListQuery>,
 ) -> Result<Json<TraceList>, ApiError> {
     let (limit, offset) = page(&query)?;
-    let filter = TraceFilter {
-        status: query.status,
-        uid: caller.only().map(str::to_owned),
-        ..TraceFilter::default()
-    };
-    let mut traces = state.store.list_traces(&filter).await?;
+    let filter = TraceFilter { status: query.status, ..TraceFilter::default() };
+    let mut traces = state.traces.list(&caller, filter).await?;
     if query.root_only == Some(true) {
         traces.retain(|t| t.parent_trace_id.is_none());
     }
@@ -90,9 +86,7 @@ pub(crate) async fn running(
     let mut traces = Vec::new();
     for id in state.runs.running_anywhere().await? {
         // A claimed trace may not be written yet (a new one being prepared).
-        if let Some(trace) = state.store.get_trace(&id).await?
-            && caller.sees(trace.uid.as_deref())
-        {
+        if let Some(trace) = state.traces.find(&caller, &id).await? {
             traces.push(trace);
         }
     }
@@ -123,13 +117,11 @@ pub(crate) async fn get(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<TraceDetail>, ApiError> {
-    let trace = load(&state, &caller, &id).await?;
-    let goal_tree = state.store.get_goals(&id).await?;
-    let filter = TraceFilter { parent_trace_id: Some(id.clone()), ..TraceFilter::default() };
-    let mut sub_traces = state.store.list_traces(&filter).await?;
-    sub_traces.retain(|t| caller.sees(t.uid.as_deref()));
+    let visible = state.traces.get(&caller, &id).await?;
+    let goal_tree = visible.goals().await?;
+    let sub_traces = visible.sub_traces(&caller).await?;
     let running = state.runs.is_running_anywhere(&id).await?;
-    Ok(Json(TraceDetail { trace, goal_tree, sub_traces, running }))
+    Ok(Json(TraceDetail { trace: visible.trace, goal_tree, sub_traces, running }))
 }
 
 /// Which messages.
@@ -170,21 +162,20 @@ pub(crate) async fn messages(
     Path(id): Path<String>,
     Params(query): Params<MessagesQuery>,
 ) -> Result<Json<Messages>, ApiError> {
-    let trace = load(&state, &caller, &id).await?;
-    let messages = match (query.mode.unwrap_or_default(), trace.head_sequence) {
-        (MessagesMode::All, _) => state.store.get_messages(&id).await?,
-        (MessagesMode::MainPath, Some(head)) => {
-            state.store.get_main_path_messages(&id, head).await?
-        }
-        (MessagesMode::MainPath, None) => Vec::new(),
+    let visible = state.traces.get(&caller, &id).await?;
+    let messages = match query.mode.unwrap_or_default() {
+        MessagesMode::All => visible.all_messages().await?,
+        MessagesMode::MainPath => visible.main_path().await?,
     };
-    Ok(Json(Messages { messages, head_sequence: trace.head_sequence }))
+    Ok(Json(Messages { messages, head_sequence: visible.trace.head_sequence }))
 }
 
 /// The bytes of an image kept beside a message of the trace (a
 /// message's `{"type": "image", "name": ...}` part), with its image type.
 /// Only PNG, JPEG, GIF and WebP are served, never sniffed: any other name
-/// is no image of the trace.
+/// is no image of the trace. One 404 for a trace that is missing or
+/// another user's and for a name that is no image of it: the answer never
+/// tells which.
 #[utoipa::path(get, path = "/api/traces/{id}/images/{name}",
     params(("id" = String, Path, description = "Trace id"),
            ("name" = String, Path, description = "The image's name, as its message gives it")),
@@ -192,13 +183,18 @@ pub(crate) async fn messages(
               (status = 404, body = ErrorBody)))]
 pub(crate) async fn image(
     State(state): State<AppState>,
+    caller: Caller,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::http::header;
     use axum::response::IntoResponse as _;
-    let missing = || ApiError::NotFound(format!("trace {id} has no image {name:?}"));
+    let missing = || ApiError::NotFound(format!("no trace {id} with an image {name:?}"));
+    let visible = match state.traces.get(&caller, &id).await {
+        Err(ApiError::NotFound(_)) => return Err(missing()),
+        found => found?,
+    };
     let media_type = reson_trace::image_media_type(&name).ok_or_else(missing)?;
-    let data = state.store.get_image(&id, &name).await?.ok_or_else(missing)?;
+    let data = visible.image(&name).await?.ok_or_else(missing)?;
     let headers = [
         (header::CONTENT_TYPE, media_type),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),

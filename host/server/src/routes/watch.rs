@@ -9,13 +9,21 @@
 //! own socket: the event signal keeps just the latest id, so a watcher
 //! behind reads what it missed from the store, and one too far behind on
 //! live frames is closed (1008) and may resume with `since`.
+//!
+//! A socket lasts longer than the token that opened it may: its token is
+//! checked again every [`RECHECK`], and once it is revoked (or now names
+//! another user or role) the socket is closed with [`REVOKED`] (4401).
+//! Runs go on: they are the user's, not the token's.
 
-use crate::auth::{Caller, load};
+use crate::access::Visible;
+use crate::auth::Credential;
+use crate::caller::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::events::{LiveFrame, Subscription};
 use crate::extract::Params;
 use crate::response::to_json;
 use crate::state::AppState;
+use axum::Extension;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::{Path, State};
@@ -39,6 +47,14 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most live frames taken at once.
 const LIVE_BATCH: usize = 256;
 
+/// How often an open socket's token is checked again. The token file is
+/// looked at then (a stat; read only when it changed).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The close code of a socket whose token was revoked or changed (4000
+/// to 4999 are the application's; 4401 echoes HTTP's 401).
+const REVOKED: u16 = 4401;
+
 /// `GET /api/traces/{id}/watch` parameters (and `token`, which the auth
 /// layer reads).
 #[derive(Debug, Deserialize, IntoParams)]
@@ -52,17 +68,18 @@ pub(crate) struct WatchQuery {
     params(("id" = String, Path, description = "Trace id"), WatchQuery,
         ("token" = Option<String>, Query, description = "The token, for clients that cannot set headers (browsers)")),
     responses(
-        (status = 101, description = "Text frames, one JSON object each: stored events (with `id`) and live-only frames (`text_delta`, `reasoning_delta`, `approval_needed`, without `id`)"),
+        (status = 101, description = "Text frames, one JSON object each: stored events (with `id`) and live-only frames (`text_delta`, `reasoning_delta`, `approval_needed`, without `id`). Closed with 4401 within a second of its token being revoked or given another user or role; 1008 when the client fell too far behind (resume with `since`); 1001 when the server shuts down."),
         (status = 404, body = ErrorBody),
     ))]
 pub(crate) async fn watch(
     State(state): State<AppState>,
     caller: Caller,
+    Extension(credential): Extension<Credential>,
     Path(id): Path<String>,
     Params(query): Params<WatchQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    load(&state, &caller, &id).await?;
+    let trace = state.traces.get(&caller, &id).await?;
     let upgrade = upgrade.map_err(|e| {
         ApiError::BadRequest(format!("a WebSocket upgrade is needed: {}", e.body_text()))
     })?;
@@ -72,9 +89,25 @@ pub(crate) async fn watch(
     // Subscribed before the 101 goes out: a client that is told it is
     // watching gets every live frame from then on.
     let subscription = state.channels.subscribe(&id);
+    let watcher = Watcher { state, trace, caller, credential };
     Ok(upgrade.max_message_size(limit).max_frame_size(limit).on_upgrade(move |socket| {
-        watchers.track_future(stream(state, id, since, subscription, socket))
+        watchers.track_future(stream(watcher, since, subscription, socket))
     }))
+}
+
+/// Who watches which trace, with the token they came in with.
+struct Watcher {
+    state: AppState,
+    trace: Visible,
+    caller: Caller,
+    credential: Credential,
+}
+
+impl Watcher {
+    /// Whether the token that opened the socket still lets its caller in.
+    fn still_allowed(&self) -> bool {
+        self.credential.still_names(&self.state.users, &self.caller)
+    }
 }
 
 /// Why the server ends a socket.
@@ -85,15 +118,9 @@ enum End {
     Close(u16, &'static str),
 }
 
-async fn stream(
-    state: AppState,
-    id: String,
-    since: u64,
-    subscription: Subscription,
-    socket: WebSocket,
-) {
+async fn stream(watcher: Watcher, since: u64, subscription: Subscription, socket: WebSocket) {
     let (mut sink, mut incoming) = socket.split();
-    let end = pump(&state, &id, since, subscription, &mut sink, &mut incoming).await;
+    let end = pump(&watcher, since, subscription, &mut sink, &mut incoming).await;
     if let End::Close(code, reason) = end {
         let frame = CloseFrame { code, reason: Utf8Bytes::from_static(reason) };
         let _ = tokio::time::timeout(SEND_TIMEOUT, sink.send(Message::Close(Some(frame)))).await;
@@ -102,22 +129,24 @@ async fn stream(
 }
 
 async fn pump(
-    state: &AppState,
-    id: &str,
+    watcher: &Watcher,
     mut last: u64,
     mut subscription: Subscription,
     sink: &mut SplitSink<WebSocket, Message>,
     incoming: &mut SplitStream<WebSocket>,
 ) -> End {
+    let (state, id) = (&watcher.state, watcher.trace.id());
     // Live frames received, in order, not sent yet.
     let mut held: VecDeque<LiveFrame> = VecDeque::new();
     let mut read = true;
+    let mut recheck = tokio::time::interval_at(tokio::time::Instant::now() + RECHECK, RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if read {
             // Marked seen before the read: an event stored during it
             // signals again, and is read next time round.
             subscription.events.borrow_and_update();
-            let events = match state.store.events_after(id, last).await {
+            let events = match watcher.trace.events_after(last).await {
                 Ok(events) => events,
                 Err(e) => {
                     tracing::warn!("watch {id}: {e}");
@@ -172,9 +201,12 @@ async fn pump(
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return read_failed(e),
             },
+            _ = recheck.tick() => if !watcher.still_allowed() {
+                return End::Close(REVOKED, TOKEN_REVOKED);
+            },
             () = state.closing.cancelled() => {
                 // The runs have ended by now: their last events go out first.
-                if let Ok(events) = state.store.events_after(id, last).await
+                if let Ok(events) = watcher.trace.events_after(last).await
                     && !send_all(sink, &events.iter().map(frame_of).collect::<Vec<_>>()).await
                 {
                     return End::Gone;
@@ -204,6 +236,8 @@ fn interleave(events: &[Event], held: &mut VecDeque<LiveFrame>, last: u64) -> Ve
 }
 
 const TOO_FAR_BEHIND: &str = "too far behind: reconnect with ?since=LAST_ID";
+
+const TOKEN_REVOKED: &str = "the token was revoked or changed: reconnect with a valid one";
 
 /// Moves the live frames queued for this watcher (up to a batch) into
 /// `held`; a watcher that missed some is closed.

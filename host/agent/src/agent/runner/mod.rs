@@ -918,7 +918,7 @@ mod tests {
         let outcome = handle.wait().await.unwrap();
         assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
         assert_eq!(outcome.status, TraceStatus::Stopped);
-        assert!(!approvals.answer(request.id, Answer::Once), "the request still waits");
+        assert!(!approvals.answer(&request.id, Answer::Once), "the request still waits");
         let messages = store.get_messages(&outcome.trace_id).await.unwrap();
         let result = messages.iter().find(|m| m.role == Role::Tool).expect("a result");
         assert_eq!(result.text(), STOPPED_BEFORE_CALL);
@@ -1039,11 +1039,11 @@ mod tests {
         let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
         for answer in [Answer::Once, Answer::Deny] {
             let request = until(&mut handle, |e| match e {
-                AgentEvent::ApprovalNeeded { request } => Some(request.id),
+                AgentEvent::ApprovalNeeded { request } => Some(request.id.clone()),
                 _ => None,
             })
             .await;
-            assert!(approvals.answer(request, answer));
+            assert!(approvals.answer(&request, answer));
         }
         let outcome = handle.wait().await.unwrap();
         assert_eq!(outcome.status, TraceStatus::Completed);

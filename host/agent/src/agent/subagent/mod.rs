@@ -338,19 +338,21 @@ async fn prepare(
     let store = caller.runner.store().clone();
     let continued = match &start.continue_from {
         Some(id) => {
+            // Only a caller's own sub-agents: a model must not be able to
+            // take over any trace it can name, nor learn whether one
+            // exists: any other id, stored or not, gets the same words.
+            let not_ours = || {
+                format!(
+                    "Error: this agent has no sub-agent {id} to continue; continue_from takes a \
+                     sub_trace_id this agent's calls returned"
+                )
+            };
             let trace = store
                 .get_trace(id)
                 .await
                 .map_err(|e| format!("Error: {e}"))?
-                .ok_or_else(|| format!("Error: there is no sub-trace {id} to continue"))?;
-            // Only a caller's own sub-agents: a model must not be able to
-            // take over any trace it can name.
-            if trace.parent_trace_id.as_deref() != Some(caller.trace_id.as_str()) {
-                return Err(format!(
-                    "Error: trace {id} is not a sub-agent of this agent; continue_from takes a \
-                     sub_trace_id this agent's calls returned"
-                ));
-            }
+                .filter(|trace| trace.parent_trace_id.as_deref() == Some(caller.trace_id.as_str()))
+                .ok_or_else(not_ours)?;
             Some(trace)
         }
         None => None,
