@@ -260,7 +260,7 @@ async fn model_mistakes_go_back_to_the_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_of_one_message_run_concurrently() {
-    let sleep = |id: &str| json!({ "id": id, "name": "exec", "arguments": { "program": "sleep", "args": ["0.6"] } });
+    let sleep = |id: &str| json!({ "id": id, "name": "exec", "arguments": { "program": "sleep", "args": ["1"] } });
     let s = Setup::with_config(
         json!({ "turns": [{ "tool_calls": [sleep("a"), sleep("b"), sleep("c")] }, text_turn("slept")] }),
         "[plugins.hostile]\nprocess = [\"sleep *\"]\nlimits = { timeout_ms = 5000 }\n",
@@ -272,8 +272,9 @@ async fn tool_calls_of_one_message_run_concurrently() {
     let path = s.main_path(&outcome.trace_id).await;
     let tools: Vec<&Message> = path.iter().filter(|m| m.role == Role::Tool).collect();
     assert_eq!(tools.len(), 3);
-    assert!(tools.iter().all(|m| m.duration_ms >= 550), "each call slept");
-    assert!(took < Duration::from_millis(1500), "three 0.6 s calls took {took:?}: not concurrent");
+    assert!(tools.iter().all(|m| m.duration_ms >= 950), "each call slept");
+    // One after another they could not take less than 3 s.
+    assert!(took < Duration::from_secs(3), "three 1 s calls took {took:?}: not concurrent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,14 +399,14 @@ async fn dropping_a_run_handle_stops_the_run_and_a_continue_finishes_it() {
             break;
         }
         assert!(
-            dropped.elapsed() < Duration::from_secs(3),
+            dropped.elapsed() < support::MARGIN,
             "the run went on after its handle was dropped"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The trace is stopped; the run lets go of it as it ends.
     while runner.stop(&id) {
-        assert!(dropped.elapsed() < Duration::from_secs(3), "the stopped run never ended");
+        assert!(dropped.elapsed() < support::MARGIN, "the stopped run never ended");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let roles: Vec<Role> = s.main_path(&id).await.iter().map(|m| m.role).collect();
@@ -745,10 +746,7 @@ async fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
     let exit = child.wait().unwrap();
     assert_eq!(exit.code(), Some(130), "a stopped run exits 130: {rest:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(9),
-        "it did not wait for the slow model call to end"
-    );
+    assert!(started.elapsed() < support::MARGIN, "it waited for the slow model call to end");
     assert!(rest.iter().any(|l| l.contains(r#""status":"stopped""#)), "{rest:?}");
     assert_eq!(s.store.get_trace(&trace_id).await.unwrap().unwrap().status, TraceStatus::Stopped);
 
@@ -857,6 +855,7 @@ async fn two_hundred_runs_with_sleeping_tool_calls_overlap() {
         took >= Duration::from_millis(100 * (RUNS as u64).div_ceil(16)),
         "more than 16 instances ran at once: {took:?}"
     );
-    assert!(took < Duration::from_secs(8), "the runs did not overlap: {took:?}");
+    let in_turn = Duration::from_millis(100 * RUNS as u64);
+    assert!(took < in_turn, "the runs did not overlap: {took:?}");
     assert!(peak <= 64, "{peak} OS threads at the peak");
 }

@@ -120,7 +120,8 @@ async fn js_infinite_loop_hits_the_deadline() {
         assert!(err.to_string().contains("time limit of 1000 ms"), "{tool}: {err}");
         assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS }, "{tool}");
         assert!(took >= Duration::from_millis(TIMEOUT_MS), "{tool} stopped early: {took:?}");
-        assert!(took < Duration::from_millis(TIMEOUT_MS * 3), "{tool} stopped late: {took:?}");
+        let bound = Duration::from_millis(TIMEOUT_MS) + support::MARGIN;
+        assert!(took < bound, "{tool} stopped late: {took:?}");
         assert_alive(&rt).await;
     }
 }
@@ -173,7 +174,8 @@ async fn js_cancelled_spin_stops_promptly() {
     let start = Instant::now();
     let err = rt.call_tool("spin", "{}", &context).await.unwrap_err();
     assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
-    assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS), "{:?}", start.elapsed());
+    let bound = Duration::from_millis(200) + support::MARGIN;
+    assert!(start.elapsed() < bound, "{:?}", start.elapsed());
     assert_alive(&rt).await;
 }
 
@@ -298,9 +300,7 @@ fn a_js_tool_is_made_built_installed_and_called_from_outside_the_repository() {
         assert!(readme.contains(command), "{readme}");
     }
 
-    let start = Instant::now();
-    let wasm = build(&project, "hello-js");
-    let build_time = start.elapsed();
+    build(&project, "hello-js");
 
     let plugins = outside.path().join("plugins");
     let plugins_arg = plugins.to_string_lossy().into_owned();
@@ -311,35 +311,25 @@ fn a_js_tool_is_made_built_installed_and_called_from_outside_the_repository() {
     assert!(plugins.join("hello-js.wasm").is_file() && plugins.join("hello-js.toml").is_file());
 
     let call = |args: &str| {
-        let start = Instant::now();
-        let out = reson(
+        exit(&reson(
             outside.path(),
             &["--plugins-dir", &plugins_arg, "tool", "call", "hello_js", args],
-        );
-        (exit(&out), start.elapsed())
+        ))
     };
-    let ((code, said), first) = call(r#"{"who":"Ada"}"#);
+    let (code, said) = call(r#"{"who":"Ada"}"#);
     assert_eq!((code, said.trim()), (0, "Hello, Ada!"));
-    let ((code, said), cached) = call(r#"{"who":"Grace"}"#);
+    let (code, said) = call(r#"{"who":"Grace"}"#);
     assert_eq!((code, said.trim()), (0, "Hello, Grace!"));
     // The tool's own refusal is a tool error (exit 1) the model can read...
-    let ((code, said), _) = call(r#"{"who":"  "}"#);
+    let (code, said) = call(r#"{"who":"  "}"#);
     assert_eq!(code, 1, "{said}");
     assert!(said.contains("invalid arguments") && said.contains("`who` is empty"), "{said}");
     // ...and arguments off the tool's schema never reach it (exit 2).
-    let ((code, said), _) = call(r#"{"whom":"Ada"}"#);
+    let (code, said) = call(r#"{"whom":"Ada"}"#);
     assert_eq!(code, 2, "{said}");
 
     let listed = ok(&reson(outside.path(), &["--plugins-dir", &plugins_arg, "plugins", "list"]));
     assert!(listed.contains("hello-js") && listed.contains("ready"), "{listed}");
-    eprintln!(
-        "figures (debug host): JS tool {} KB, `reson plugins build` {:.1} s, first `reson tool \
-         call` (compiles) {:.1} s, next one (compiled code from the cache) {} ms",
-        std::fs::metadata(&wasm).unwrap().len() / 1024,
-        build_time.as_secs_f64(),
-        first.as_secs_f64(),
-        cached.as_millis()
-    );
 }
 
 #[test]
@@ -506,59 +496,25 @@ fn the_js_example_is_refused_what_it_was_not_granted() {
 }
 
 // ---------------------------------------------------------------------------
-// What a JavaScript tool costs next to a Rust one, in this (debug) host.
-
-/// Median of `runs` timings of `f`.
-async fn median(runs: usize, mut f: impl AsyncFnMut()) -> Duration {
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let start = Instant::now();
-        f().await;
-        times.push(start.elapsed());
-    }
-    times.sort();
-    times[runs / 2]
-}
-
-/// Load from the compiled-code cache and one fresh-instance `echo` call.
-async fn costs(wasm: &Path, manifest: &str) -> (Duration, Duration) {
-    let dir = TestDir::new();
-    std::fs::copy(wasm, dir.plugins().join("hostile.wasm")).unwrap();
-    std::fs::write(dir.plugins().join("hostile.toml"), manifest).unwrap();
-    let config = "[plugins.hostile]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]";
-    drop(dir.open(config).await);
-    let load = median(3, async || drop(dir.open(config).await)).await;
-    let runtime = dir.open(config).await;
-    let per_call = median(21, async || assert_alive(&runtime).await).await;
-    (load, per_call)
-}
+// Loaded from the compiled-code cache; what that and a call cost is the
+// `js_tool` bench's to print (`cargo bench -p reson --bench js_tool`).
 
 #[tokio::test]
-async fn a_js_tool_loads_from_the_cache_and_answers_in_milliseconds() {
+async fn a_js_tool_loads_from_the_cache_and_answers_fresh_and_kept_warm() {
     let js = hostile_wasm().await;
-    let rust = support::test_plugins().join("hostile.wasm");
     let manifest = std::fs::read_to_string(support::test_plugins().join("hostile.toml")).unwrap();
     let warm = format!("{manifest}\n[instance]\nkeep_warm = true\n");
-    let (js_load, js_call) = costs(js, &manifest).await;
-    let (_, js_warm) = costs(js, &warm).await;
-    let (rust_load, rust_call) = costs(&rust, &manifest).await;
-    let kb = |p: &Path| std::fs::metadata(p).unwrap().len() / 1024;
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    eprintln!(
-        "figures (debug host, median): JavaScript {} KB, load from cache {:.1} ms, fresh call \
-         {:.2} ms, kept-warm call {:.2} ms | Rust {} KB, load from cache {:.1} ms, fresh call \
-         {:.2} ms",
-        kb(js),
-        ms(js_load),
-        ms(js_call),
-        ms(js_warm),
-        kb(&rust),
-        ms(rust_load),
-        ms(rust_call),
-    );
-    // A compile of the engine takes seconds; these bounds fail if a load or
-    // a call ever compiles again, or if a call stops being cheap.
-    assert!(js_load < Duration::from_secs(3), "load from cache: {js_load:?}");
-    assert!(js_call < Duration::from_millis(100), "fresh call: {js_call:?}");
-    assert!(js_warm < js_call, "a kept instance is no faster: {js_warm:?} vs {js_call:?}");
+    for manifest in [manifest.as_str(), &warm] {
+        let dir = TestDir::new();
+        std::fs::copy(js, dir.plugins().join("hostile.wasm")).unwrap();
+        std::fs::write(dir.plugins().join("hostile.toml"), manifest).unwrap();
+        let config =
+            "[plugins.hostile]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]";
+        let runtime = dir.open(config).await;
+        // Compiling the engine takes seconds: a load must never do it again.
+        assert!(runtime.plugins()[0].from_cache, "{:?}", runtime.plugins()[0].status);
+        for _ in 0..3 {
+            assert_alive(&runtime).await;
+        }
+    }
 }

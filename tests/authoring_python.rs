@@ -47,15 +47,13 @@ fn stderr(out: &Output) -> String {
 }
 
 /// `reson plugins build DIR`, then `reson plugins install DIR` into
-/// `plugins`; returns the component's path in `dist/` and the build time.
-fn build_and_install(project: &Path, plugins: &Path) -> (PathBuf, Duration) {
-    let start = Instant::now();
+/// `plugins`; returns the component's path in `dist/`.
+fn build_and_install(project: &Path, plugins: &Path) -> PathBuf {
     let built = ok(&reson(project, &["plugins", "build", &project.to_string_lossy()]));
-    let took = start.elapsed();
     let wasm = built.trim().strip_prefix("built ").expect("build says what it built").to_owned();
     let plugins_arg = plugins.to_string_lossy();
     ok(&reson(project, &["--plugins-dir", &plugins_arg, "plugins", "install", "."]));
-    (PathBuf::from(wasm), took)
+    PathBuf::from(wasm)
 }
 
 /// Copies the files of `from` (not its subdirectories) into `to`.
@@ -67,11 +65,6 @@ fn copy_files(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
 }
 
 #[tokio::test]
@@ -95,7 +88,7 @@ async fn a_python_tool_is_made_built_installed_and_called_from_outside_the_repos
     }
 
     let plugins = outside.path().join("plugins");
-    let (wasm, build_time) = build_and_install(&project, &plugins);
+    let wasm = build_and_install(&project, &plugins);
     assert_eq!(wasm, project.join("dist/py-greeter.wasm"));
     assert!(plugins.join("py-greeter.wasm").is_file() && plugins.join("py-greeter.toml").is_file());
 
@@ -103,13 +96,9 @@ async fn a_python_tool_is_made_built_installed_and_called_from_outside_the_repos
     let call = |args: &str| {
         reson(outside.path(), &["--plugins-dir", &plugins_arg, "tool", "call", "py_greeter", args])
     };
-    let start = Instant::now();
     let greeted = call(r#"{"who":"Ada"}"#);
-    let first_call = start.elapsed();
     assert_eq!(ok(&greeted).trim(), "Hello, Ada!");
-    let start = Instant::now();
     let again = call(r#"{"who":"Grace"}"#);
-    let cached_process = start.elapsed();
     assert_eq!(ok(&again).trim(), "Hello, Grace!");
     // The tool's own refusal comes back typed (exit 1), the schema's before
     // Python runs at all (exit 2).
@@ -118,58 +107,6 @@ async fn a_python_tool_is_made_built_installed_and_called_from_outside_the_repos
     assert!(stderr(&empty).contains("`who` is empty"), "{}", stderr(&empty));
     let schema = call(r#"{"whom":"Ada"}"#);
     assert_eq!(schema.status.code(), Some(2), "{}", stderr(&schema));
-
-    // In-process figures, next to the bundled Rust echo measured the same
-    // way: load from the compiled-code cache, then fresh-instance calls.
-    let (py_load, py_call) =
-        figures(&plugins, "py-greeter", "py_greeter", json!({"who": "x"})).await;
-    let (rs_load, rs_call) =
-        figures(support::plugins(), "echo", "echo", json!({"text": "x"})).await;
-    let size = |path: &Path| std::fs::metadata(path).unwrap().len() as f64 / 1e6;
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!(
-        "== python figures (debug host) ==\n\
-         component size: {:.1} MB (rust echo {:.2} MB)\n\
-         build (componentize-py): {:.1} s\n\
-         first `reson tool call` (compiles, or loads a cached compile): {:.2} s\n\
-         `reson tool call` with the compile cached: {:.0} ms\n\
-         load from the cache: {:.1} ms (rust echo {:.1} ms)\n\
-         per call, fresh instance (median of 20): {:.2} ms (rust echo {:.2} ms)",
-        size(&wasm),
-        size(&support::plugins().join("echo.wasm")),
-        build_time.as_secs_f64(),
-        first_call.as_secs_f64(),
-        ms(cached_process),
-        ms(py_load),
-        ms(rs_load),
-        ms(py_call),
-        ms(rs_call),
-    );
-}
-
-/// Time to open a runtime serving plugin `name` from `from` (its code
-/// cached), and the median time of 20 calls of `tool`.
-async fn figures(
-    from: &Path,
-    name: &str,
-    tool: &str,
-    args: serde_json::Value,
-) -> (Duration, Duration) {
-    let dir = TestDir::new();
-    dir.install(from, name);
-    // Compiles if this run has not yet, so the timed open loads from the cache.
-    drop(dir.open("").await);
-    let start = Instant::now();
-    let rt = dir.open("").await;
-    let load = start.elapsed();
-    let args = args.to_string();
-    let mut calls = Vec::new();
-    for _ in 0..20 {
-        let start = Instant::now();
-        rt.call_tool(tool, &args, &CallContext::default()).await.unwrap();
-        calls.push(start.elapsed());
-    }
-    (load, median(calls))
 }
 
 #[test]
@@ -384,7 +321,8 @@ async fn python_loops_hit_the_deadline_even_when_they_catch_everything() {
         let took = start.elapsed();
         assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS }, "{tool}");
         assert!(took >= Duration::from_millis(TIMEOUT_MS), "{tool} stopped early: {took:?}");
-        assert!(took < Duration::from_millis(TIMEOUT_MS * 3), "{tool} stopped late: {took:?}");
+        let bound = Duration::from_millis(TIMEOUT_MS) + support::MARGIN;
+        assert!(took < bound, "{tool} stopped late: {took:?}");
         assert_alive(&rt).await;
     }
 }
@@ -396,7 +334,8 @@ async fn python_sleep_is_cut_at_the_deadline() {
     let start = Instant::now();
     let err = call(&rt, "py_nap", json!({"ms": 60_000})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS });
-    assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS * 3), "{:?}", start.elapsed());
+    let bound = Duration::from_millis(TIMEOUT_MS) + support::MARGIN;
+    assert!(start.elapsed() < bound, "{:?}", start.elapsed());
     assert_alive(&rt).await;
 }
 

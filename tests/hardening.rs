@@ -172,7 +172,6 @@ async fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
     install_impostor(&dir, "crowd");
     install_impostor(&dir, "mob");
     install_impostor(&dir, "verbose");
-    let started = Instant::now();
     let rt = dir
         .open(
             r#"
@@ -185,7 +184,6 @@ async fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
         "#,
         )
         .await;
-    let took = started.elapsed();
     let status = |name: &str| rt.plugins().into_iter().find(|p| p.name == name).unwrap().status;
     match status("crowd") {
         PluginStatus::Failed(e) => assert!(e.contains("at most 256"), "{e}"),
@@ -200,7 +198,6 @@ async fn tool_lists_that_would_stall_loading_are_refused_per_plugin() {
     }
     assert_eq!(status("echo"), PluginStatus::Ready);
     assert_eq!(call(&rt, "echo", json!({"text": "fine"})).await.unwrap(), "fine");
-    assert!(took < Duration::from_secs(20), "loading took {took:?}");
 }
 
 fn mkfifo(path: &Path) {
@@ -227,7 +224,7 @@ async fn the_fs_tools_refuse_what_is_not_a_regular_file() {
         "#,
         )
         .await;
-    let started = Instant::now();
+    // A blocked open would end at the time limit instead, with its error.
     for path in ["pipe", "link"] {
         let err = call(&rt, "read", json!({"path": path})).await.unwrap_err().to_string();
         assert!(err.contains("not a regular file"), "fs read {path}: {err}");
@@ -239,7 +236,6 @@ async fn the_fs_tools_refuse_what_is_not_a_regular_file() {
     }
     let hits = call(&rt, "grep", json!({"pattern": "needle", "path": "tree"})).await.unwrap();
     assert!(hits.contains("a.txt:1:needle"), "{hits}");
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
 }
 
 #[tokio::test]
@@ -256,11 +252,10 @@ async fn a_hostile_guest_opening_a_fifo_gets_an_error_at_once() {
         "#,
         )
         .await;
+    // A blocked open would end at the time limit instead, with its error.
     for tool in ["read", "write"] {
-        let started = Instant::now();
         let err = call(&rt, tool, json!({"path": "pipe", "content": "x"})).await.unwrap_err();
         assert!(err.to_string().contains("ermission denied"), "{tool}: {err}");
-        assert!(started.elapsed() < Duration::from_secs(1), "{tool} took {:?}", started.elapsed());
     }
     assert_eq!(call(&rt, "echo", json!({"text": "alive"})).await.unwrap(), "alive");
 }
@@ -408,9 +403,7 @@ async fn plugin_files_that_would_stall_the_loader_are_refused() {
     std::fs::remove_file(dir.plugins().join("piped.toml")).unwrap();
     mkfifo(&dir.plugins().join("piped.toml"));
     install_impostor(&dir, "sneaky");
-    let started = Instant::now();
     let rt = dir.open("[plugins.sneaky]\nconfig = { impostor_tools = \"mcp__tool,fine\" }\n").await;
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     let status = |name: &str| rt.plugins().into_iter().find(|p| p.name == name).unwrap().status;
     for name in ["stuck", "piped"] {
         match status(name) {
@@ -592,7 +585,8 @@ async fn a_fifo_swapped_in_after_the_check_still_cannot_block_an_open() {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     swapper.join().unwrap();
     let slowest = watchdog.await.unwrap();
-    assert!(slowest < Duration::from_secs(3), "a read of `x` blocked for {slowest:?}");
+    let bound = Duration::from_millis(1000) + support::MARGIN;
+    assert!(slowest < bound, "a read of `x` blocked for {slowest:?}");
 }
 
 #[tokio::test]
@@ -617,12 +611,10 @@ async fn special_files_behind_symlinks_subdirectories_and_sockets_are_refused_at
         .await;
     for path in ["sub/pipe", "dirlink/pipe", "pipelink", "dirlink/../pipelink", "sock"] {
         // `write` opens with create and truncate flags, `read` without.
+        // A blocked open would end at the time limit instead, with its error.
         for tool in ["read", "write"] {
-            let started = Instant::now();
             let err = call(&rt, tool, json!({"path": path, "content": "x"})).await.unwrap_err();
             assert!(err.to_string().contains("ermission denied"), "{tool} {path}: {err}");
-            let took = started.elapsed();
-            assert!(took < Duration::from_secs(1), "{tool} {path} took {took:?}");
         }
     }
     // Regular files and directories still open, through the same links.
@@ -691,11 +683,7 @@ fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
 
 /// Waits until the watcher has done what `done` checks.
 async fn settled(what: &str, done: impl Fn() -> bool) {
-    let until = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < until, "the watcher never saw {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait_for(what, done).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -855,7 +843,6 @@ async fn kept_instances_never_starve_fresh_calls() {
         }
         calls.join_all().await;
     }
-    let started = Instant::now();
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..4 {
         let rt = rt.clone();
@@ -863,8 +850,8 @@ async fn kept_instances_never_starve_fresh_calls() {
             assert_eq!(call(&rt, "echo", json!({"text": "x"})).await.unwrap(), "x")
         });
     }
-    calls.join_all().await;
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let served = tokio::time::timeout(support::MARGIN, calls.join_all()).await;
+    assert!(served.is_ok(), "fresh calls waited for slots kept warm");
 }
 
 #[test]

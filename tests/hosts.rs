@@ -85,7 +85,7 @@ async fn a_run_on_one_host_is_listed_watched_refused_and_stopped_from_the_other(
     assert_eq!(reply, json!({ "trace_id": id, "status": "stopping" }));
     let finished = watcher.until_kind("trace_finished").await;
     assert_eq!(finished["status"], "stopped", "A's run ended stopped");
-    assert!(stopping.elapsed() < Duration::from_secs(20), "the stop waited for the model call");
+    assert!(stopping.elapsed() < support::MARGIN, "the stop waited for the model call");
     // Every event A stored reached B's watcher, in order, once; the text
     // deltas stayed on A.
     let last = a.api.last_event(&id).await;
@@ -143,7 +143,8 @@ async fn when_a_host_is_killed_another_continues_its_trace_after_the_lease() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(taken["mode"], "continue");
-    assert!(killed.elapsed() < Duration::from_millis(LEASE_MS * 4), "{:?}", killed.elapsed());
+    let bound = Duration::from_millis(LEASE_MS) + support::MARGIN;
+    assert!(killed.elapsed() < bound, "{:?}", killed.elapsed());
     let frames = b.api.finish(&id, since).await;
     assert_eq!(
         frames.iter().rev().find(|f| f["kind"] == "trace_finished").unwrap()["status"],

@@ -169,7 +169,7 @@ fn serves_through_the_rules(client: &mut PyClient, dir: &TestDir) {
     let spin = client.call("spin", json!({}));
     assert_eq!(spin["isError"], true);
     assert!(spin["text"].as_str().unwrap().contains("time limit of 300 ms"), "{spin}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_millis(300) + support::MARGIN);
 
     replace_echo(dir);
     assert_eq!(
@@ -628,7 +628,7 @@ async fn a_hanging_mcp_tool_times_out_and_the_server_keeps_serving() {
     let started = Instant::now();
     let out = call(&mcp, "hostile__hang", json!({})).await;
     assert!(out.text.contains("time limit of 1000 ms"), "{}", out.text);
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(started.elapsed() < Duration::from_millis(1000) + support::MARGIN);
     assert_eq!(
         call(&mcp, "hostile__echo", json!({ "text": "still here" })).await.text,
         "still here"

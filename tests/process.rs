@@ -510,7 +510,7 @@ fn dead(pid: i32) -> bool {
 }
 
 async fn wait_dead(pid: i32) -> bool {
-    let until = Instant::now() + Duration::from_secs(2);
+    let until = Instant::now() + support::MARGIN;
     while Instant::now() < until {
         if dead(pid) {
             return true;
@@ -538,10 +538,7 @@ async fn a_background_child_holding_stdout_neither_holds_the_call_nor_survives_i
     let out = exec(&rt, "sh", &["-c", &script]).await.unwrap();
     let took = started.elapsed();
     assert_eq!(out, "started\n");
-    assert!(
-        took < Duration::from_millis(1_000),
-        "the call waited {took:?} for the background child"
-    );
+    assert!(took < support::MARGIN, "the call waited {took:?} for the background child");
     assert!(wait_dead(read_pid(&pid_file)).await, "the background child outlived the call");
 }
 
@@ -555,14 +552,14 @@ async fn a_command_past_its_deadline_dies_with_its_whole_group() {
     let err = call(&rt, "exec", args).await.unwrap_err();
     let took = started.elapsed();
     assert!(format!("{err:?}").contains("timeout"), "{err:?}");
-    assert!(took < Duration::from_millis(1_200), "took {took:?}");
+    assert!(took < Duration::from_millis(500) + support::MARGIN, "took {took:?}");
     for pid in std::fs::read_to_string(&pids).unwrap().lines() {
         assert!(wait_dead(pid.parse().unwrap()).await, "process {pid} survived the deadline");
     }
     // The same at the call's own limit, with no timeout of its own.
     let started = Instant::now();
     let err = exec(&rt, "sh", &["-c", "sleep 30 & sleep 30"]).await.unwrap_err();
-    assert!(started.elapsed() < CALL_LIMIT + Duration::from_millis(700), "{err:?}");
+    assert!(started.elapsed() < CALL_LIMIT + support::MARGIN, "{err:?}");
 }
 
 #[tokio::test]
@@ -578,7 +575,7 @@ async fn an_escaped_grandchild_cannot_hold_the_call_open() {
     let started = Instant::now();
     let out = exec(&rt, "sh", &["-c", &script]).await.unwrap();
     assert_eq!(out, "started\n");
-    assert!(started.elapsed() < Duration::from_millis(1_000), "{:?}", started.elapsed());
+    assert!(started.elapsed() < support::MARGIN, "{:?}", started.elapsed());
     let pid = read_pid(&pid_file);
     // SAFETY: signals the test's own escaped sleep.
     unsafe {
@@ -601,7 +598,8 @@ async fn stdin_is_fed_without_blocking_the_call() {
     let args =
         json!({ "program": "sh", "args": ["-c", "sleep 30"], "stdin": flood, "timeout_ms": 300 });
     assert!(call(&rt, "exec", args).await.is_err());
-    assert!(started.elapsed() < Duration::from_millis(1_500), "{:?}", started.elapsed());
+    let bound = Duration::from_millis(300) + support::MARGIN;
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
 }
 
 #[tokio::test]
@@ -610,7 +608,8 @@ async fn a_command_that_never_stops_writing_still_meets_its_deadline() {
     let started = Instant::now();
     let err = call(&rt, "exec", json!({ "program": "yes", "timeout_ms": 300 })).await.unwrap_err();
     assert!(format!("{err:?}").contains("timeout"), "{err:?}");
-    assert!(started.elapsed() < Duration::from_millis(1_200), "{:?}", started.elapsed());
+    let bound = Duration::from_millis(300) + support::MARGIN;
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
     // A program that does not exist cannot start, and says so.
     let err = exec(&rt, "no-such-program-anywhere", &[]).await.unwrap_err();
     let message = format!("{err:?}");
@@ -897,9 +896,10 @@ async fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
     let request = json!({ "program": "sh", "args": ["-c", script], "timeout_ms": 700 });
     let err = call(&rt, "exec", request).await.unwrap_err();
     assert!(format!("{err:?}").contains("timeout"), "{err:?}");
-    assert!(started.elapsed() < Duration::from_millis(2_000), "{:?}", started.elapsed());
+    let bound = Duration::from_millis(700) + support::MARGIN;
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
     let group = read_pid(&pid_file);
-    let until = Instant::now() + Duration::from_secs(3);
+    let until = Instant::now() + support::MARGIN;
     let members = || -> Vec<i32> {
         std::fs::read_dir("/proc")
             .unwrap()
@@ -924,10 +924,9 @@ async fn a_forking_command_that_ignores_sigterm_leaves_nothing_behind() {
 async fn a_stderr_flood_neither_stalls_nor_fails_the_call() {
     let (_dir, rt) = hostile(sh_grant()).await;
     let script = "head -c 50000000 /dev/zero >&2; echo done";
-    let started = Instant::now();
+    // A stalled call would end at the call's time limit, with its error.
     let out = exec(&rt, "sh", &["-c", script]).await.unwrap();
     assert_eq!(out, "done\n");
-    assert!(started.elapsed() < CALL_LIMIT, "{:?}", started.elapsed());
 }
 
 /// A build tool granted by pattern runs no command given as text:

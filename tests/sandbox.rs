@@ -69,7 +69,7 @@ async fn infinite_loop_hits_the_deadline() {
     let took = start.elapsed();
     assert_eq!(limit_of(err.clone()), Limit::Timeout { ms: TIMEOUT_MS });
     assert!(took >= Duration::from_millis(TIMEOUT_MS), "stopped early: {took:?}");
-    assert!(took < Duration::from_millis(TIMEOUT_MS * 3), "stopped late: {took:?}");
+    assert!(took < Duration::from_millis(TIMEOUT_MS) + support::MARGIN, "stopped late: {took:?}");
     assert!(err.to_string().contains("time limit of 1000 ms"), "{err}");
     assert_alive(&rt).await;
 }
@@ -80,7 +80,7 @@ async fn loop_over_host_calls_hits_the_deadline() {
     let start = Instant::now();
     let err = call(&rt, "host_spin", json!({})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS });
-    assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS * 3));
+    assert!(start.elapsed() < Duration::from_millis(TIMEOUT_MS) + support::MARGIN);
     assert_alive(&rt).await;
 }
 
@@ -92,7 +92,7 @@ async fn sleeping_in_a_host_call_is_cut_at_the_deadline() {
     let err = call(&rt, "nap", json!({"ms": 60_000})).await.unwrap_err();
     assert_eq!(limit_of(err), Limit::Timeout { ms: TIMEOUT_MS });
     assert!(
-        start.elapsed() < Duration::from_millis(TIMEOUT_MS * 3),
+        start.elapsed() < Duration::from_millis(TIMEOUT_MS) + support::MARGIN,
         "slept on: {:?}",
         start.elapsed()
     );
@@ -113,7 +113,7 @@ async fn a_cancelled_call_stops_promptly() {
         let err = rt.call_tool(tool, &args.to_string(), &context).await.unwrap_err();
         assert!(matches!(err, CallError::Cancelled { .. }), "{tool}: {err:?}");
         assert!(
-            start.elapsed() < Duration::from_millis(TIMEOUT_MS),
+            start.elapsed() < Duration::from_millis(200) + support::MARGIN,
             "{tool}: {:?}",
             start.elapsed()
         );
@@ -315,12 +315,11 @@ async fn fuel_limits_compute_when_enabled() {
         "#,
         )
         .await;
-    let start = Instant::now();
+    // Fuel, not the deadline, stopped it: that would be a time limit.
     assert_eq!(
         limit_of(call(&rt, "spin", json!({})).await.unwrap_err()),
         Limit::Fuel { units: 50_000_000 }
     );
-    assert!(start.elapsed() < Duration::from_secs(30), "fuel, not the deadline, stopped it");
     assert_alive(&rt).await;
 }
 
@@ -366,7 +365,8 @@ async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
         took >= Duration::from_millis(NAP_MS * (CALLS as u64).div_ceil(16)),
         "more than 16 calls ran at once: {took:?}"
     );
-    assert!(took < Duration::from_secs(5), "the calls did not overlap: {took:?}");
+    let in_turn = Duration::from_millis(NAP_MS * CALLS as u64);
+    assert!(took < in_turn, "the calls did not overlap: {took:?}");
     assert!(peak <= 64, "{peak} OS threads at the peak");
     assert_alive(&rt).await;
 }
@@ -378,16 +378,13 @@ async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
 async fn a_spinning_guest_yields_its_worker_to_other_calls() {
     let (_dir, rt) = hostile("").await;
     assert_alive(&rt).await;
-    let start = Instant::now();
     let spin = tokio::spawn({
         let rt = rt.clone();
         async move { call(&rt, "spin", json!({})).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(call(&rt, "echo", json!({"text": "meanwhile"})).await.unwrap(), "meanwhile");
-    let echoed = start.elapsed();
-    assert!(!spin.is_finished(), "the spin ended before the echo: {echoed:?}");
-    assert!(echoed < Duration::from_millis(TIMEOUT_MS / 2), "the echo waited: {echoed:?}");
+    assert!(!spin.is_finished(), "the echo waited for the spin to end");
     assert_eq!(limit_of(spin.await.unwrap().unwrap_err()), Limit::Timeout { ms: TIMEOUT_MS });
 }
 
@@ -396,9 +393,11 @@ async fn a_spinning_guest_yields_its_worker_to_other_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_a_slot_can_be_cancelled() {
     let (_dir, rt) = hostile("[sandbox]\nmax_instances = 1").await;
+    // The slot frees only well past the bound on the cancel.
+    let nap_ms = (support::MARGIN * 2).as_millis() as u64;
     let holder = tokio::spawn({
         let rt = rt.clone();
-        async move { call(&rt, "nap", json!({"ms": 800})).await }
+        async move { call(&rt, "nap", json!({ "ms": nap_ms })).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let cancel = CancellationToken::new();
@@ -410,8 +409,9 @@ async fn a_call_waiting_for_a_slot_can_be_cancelled() {
     });
     let err = rt.call_tool("echo", r#"{"text":"x"}"#, &context).await.unwrap_err();
     assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
-    assert!(start.elapsed() < Duration::from_millis(400), "{:?}", start.elapsed());
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(100) + support::MARGIN, "{took:?}");
     assert!(!holder.is_finished(), "the slot was free after all");
-    assert_eq!(holder.await.unwrap().unwrap(), "slept 800 ms");
+    assert_eq!(holder.await.unwrap().unwrap(), format!("slept {nap_ms} ms"));
     assert_alive(&rt).await;
 }

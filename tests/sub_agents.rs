@@ -702,7 +702,7 @@ async fn a_stop_while_children_run_stops_them_and_says_how_to_resume() {
     let started = std::time::Instant::now();
     handle.stop();
     let outcome = handle.wait().await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(started.elapsed() < support::MARGIN, "took {:?}", started.elapsed());
     assert_eq!(outcome.status, TraceStatus::Stopped);
     let result = json_of(&s.results_of(&outcome.trace_id, "agent").await[0]);
     for child in result["results"].as_array().unwrap() {
@@ -764,7 +764,8 @@ async fn a_time_budget_cuts_a_child_mid_call_and_fails_the_tree() {
     };
     let started = std::time::Instant::now();
     let (_, outcome) = run_all(&s.default_runner(), "hurry", config).await;
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    let bound = Duration::from_millis(1500) + support::MARGIN;
+    assert!(started.elapsed() < bound, "took {:?}", started.elapsed());
     let Err(AgentError::LimitExceeded(why)) = outcome else { panic!("{outcome:?}") };
     assert!(why.starts_with("budget exhausted: max_duration_ms of the trace tree ("), "{why}");
     assert!(why.ends_with(" spent of 1500 ms)"), "{why}");

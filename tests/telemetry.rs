@@ -522,26 +522,19 @@ async fn a_collector_that_is_down_or_silent_neither_fails_nor_slows_the_run() {
     assert!(env_endpoint || !off.telemetry.is_on(), "no endpoint, no exporter");
     let down = Setup::new(script.clone(), &endpoint(&down)).await;
     let silent = Setup::new(script, &endpoint(&silent_url)).await;
-    // Interleaved, best of three each: the machine is shared.
-    let mut best = [Duration::MAX; 3];
-    for _ in 0..3 {
-        for (i, s) in [&off, &down, &silent].into_iter().enumerate() {
-            best[i] = best[i].min(timed_run(s).await);
-        }
-    }
-    let [off_time, down_time, silent_time] = best;
-    for (what, took) in [("down", down_time), ("silent", silent_time)] {
-        assert!(
-            took < off_time * 2 + Duration::from_millis(100),
-            "a {what} collector slowed the run: {took:?} against {off_time:?} without telemetry"
-        );
+    // A run that waited for the collector would wait out the exporter's
+    // 10 s timeout; what exporting costs a run is the agent_loop bench's.
+    for (what, s) in [("down", &down), ("silent", &silent)] {
+        let took = timed_run(s).await;
+        assert!(took < support::MARGIN, "a {what} collector held the run for {took:?}");
     }
     // Shutting down waits for neither longer than it is told to.
     for s in [&down, &silent] {
         let started = Instant::now();
         let result = s.telemetry.shutdown(Duration::from_millis(500)).await;
         assert!(result.is_err(), "nothing reached a collector");
-        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+        let bound = Duration::from_millis(500) + support::MARGIN;
+        assert!(started.elapsed() < bound, "took {:?}", started.elapsed());
     }
 }
 

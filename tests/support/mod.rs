@@ -10,10 +10,12 @@
 pub mod apt;
 pub mod js;
 pub mod llm_server;
+mod margin;
 pub mod mcp;
 pub mod python;
 pub mod registry;
 
+pub use margin::MARGIN;
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
 use std::path::{Path, PathBuf};
