@@ -3,7 +3,7 @@
 //! run handles (events as a stream, stop on drop, detach), and a real
 //! `reson run` process killed mid-run.
 
-mod support;
+use crate::support;
 
 use futures::StreamExt;
 use futures::future::ready;
@@ -827,6 +827,10 @@ async fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace(
 /// would take 200 × 100 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_runs_with_sleeping_tool_calls_overlap() {
+    // It counts the process's threads.
+    if !support::alone(module_path!(), "two_hundred_runs_with_sleeping_tool_calls_overlap") {
+        return;
+    }
     const RUNS: usize = 200;
     let script = json!({ "turns": [
         { "tool_calls": [{ "name": "nap", "arguments": { "ms": 100 } }] },

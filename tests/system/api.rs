@@ -9,9 +9,8 @@
 //! WebSocket included, while the server's own page, the origins and names
 //! the config allows and clients without `Origin` get through.
 
-#[path = "support/api.rs"]
-mod api_support;
-mod support;
+use crate::support;
+use crate::support::api as api_support;
 
 use api_support::{
     Api, End, ServerProcess, WAIT, Watcher, echo_turn, events, events_file, ids, kinds, refused,

@@ -3,7 +3,7 @@
 //! `reson plugins build`, installed by `reson plugins install` and called
 //! through the real host.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -5,7 +5,7 @@
 //! files outside the grant), each with its typed error. componentize-js comes
 //! from npm through `support::js`, installed once into target/toolchains/js.
 
-mod support;
+use crate::support;
 
 use reson::plugin::{CallContext, CallError, Limit, PluginStatus, Runtime, ToolFailure, TrapKind};
 use serde_json::json;

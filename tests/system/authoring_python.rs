@@ -7,7 +7,7 @@
 //! (tests/guests/hostile-py) meets the same deadline, memory cap and file
 //! grants as a Rust one, each with its typed error.
 
-mod support;
+use crate::support;
 
 use reson::plugin::{CallContext, CallError, Limit, PluginStatus, Runtime, ToolFailure, TrapKind};
 use serde_json::json;

@@ -4,7 +4,7 @@
 //! calls whatever order they finish in, and each branch has its own goal
 //! tree, in the library and through `reson run` / `reson traces show`.
 
-mod support;
+use crate::support;
 
 use reson::agent::{
     AgentEvent, Answer, Hooks, PendingApprovals, Permissions, RunConfig, RunHandle, RunMode, Runner,

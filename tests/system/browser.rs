@@ -3,7 +3,7 @@
 //! site on 127.0.0.1 and a second server outside the grant that must never
 //! be reached, whatever the page tries.
 
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::extract::{Form, Query};

@@ -5,11 +5,9 @@
 //! --restore-files` (also after `kill -9` of a run), the HTTP API, and a
 //! trace moved into PostgreSQL. `reson traces diff` shows the changes.
 
-#[path = "support/api.rs"]
-mod api_support;
-#[path = "support/postgres.rs"]
-mod pg;
-mod support;
+use crate::support;
+use crate::support::api as api_support;
+use crate::support::postgres as pg;
 
 use reson::agent::{AgentError, Hooks, RunConfig, Runner};
 use reson::database::Database;

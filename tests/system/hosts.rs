@@ -5,11 +5,9 @@
 //! is killed, the other continues it once the lease has expired, healing
 //! the cut tool call, with nothing lost.
 
-#[path = "support/api.rs"]
-mod api_support;
-#[path = "support/postgres.rs"]
-mod pg;
-mod support;
+use crate::support;
+use crate::support::api as api_support;
+use crate::support::postgres as pg;
 
 use api_support::{Api, ServerProcess, WAIT, echo_turn, ids, kinds, set_script, text_turn};
 use reson::agent::INTERRUPTED;

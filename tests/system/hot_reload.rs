@@ -1,6 +1,6 @@
 //! Hot reload: plugins replaced, broken, added and removed while calls run.
 
-mod support;
+use crate::support;
 
 use reson::plugin::{CallContext, CallError, PluginStatus, Runtime};
 use std::time::Duration;

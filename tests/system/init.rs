@@ -2,7 +2,7 @@
 //! directory with the plugins built into it, and a first `reson run` there
 //! works offline on the scripted provider.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -5,7 +5,7 @@
 //! the grant, the network, processes that outlive the call, the host's
 //! environment, repository hooks, fork bombs, links, FIFOs, `/proc` tricks.
 
-mod support;
+use crate::support;
 
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};
 use serde_json::json;

@@ -6,11 +6,9 @@
 //! `scripted` provider: a user's run and its sub-agent saving into that
 //! user's scope, and a new goal getting the best matches attached.
 
-#[path = "support/api.rs"]
-mod api_support;
-#[path = "support/postgres.rs"]
-mod pg;
-mod support;
+use crate::support;
+use crate::support::api as api_support;
+use crate::support::postgres as pg;
 
 use reson::agent::{Hooks, PendingApprovals, Permissions, RunConfig, Runner, SubAgentSettings};
 use reson::config::Config;
@@ -555,8 +553,9 @@ async fn knowledge_writer_child() {
 async fn a_writer_killed_mid_stream_loses_nothing_it_saved() {
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("knowledge");
+    let writer = support::test_name(module_path!(), "knowledge_writer_child");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "knowledge_writer_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &writer, "--ignored", "--nocapture", "--test-threads=1"])
         .env("KNOWLEDGE_WRITER_DIR", &index)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -2,7 +2,7 @@
 //! `scripted` provider and `echo` tool components, a file trace store and
 //! real `experiences.md` files; and the `reson` binary's commands for them.
 
-mod support;
+use crate::support;
 
 use reson::agent::compaction::{self, TokenCounter};
 use reson::agent::{

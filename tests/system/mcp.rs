@@ -6,7 +6,7 @@
 //! `reson mcp serve --http` through the user's browser, as raw requests
 //! with forged `Origin` and `Host` headers (issue 21).
 
-mod support;
+use crate::support;
 
 // The stateless revision (2026-07-28), both ways.
 #[path = "mcp/stateless.rs"]

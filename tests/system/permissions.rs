@@ -1,7 +1,7 @@
 //! The permission checker at run time, the shell and webfetch plugins, and
 //! what the model is offered and sent.
 
-mod support;
+use crate::support;
 
 use reson::agent::{
     AgentEvent, Answer, Hooks, PendingApprovals, Permissions, RunConfig, RunHandle, Runner,

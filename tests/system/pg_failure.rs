@@ -2,9 +2,8 @@
 //! component, real tool plugins) on a `PgTraceStore` whose PostgreSQL
 //! server is stopped as a crash would stop it, then started again.
 
-#[path = "support/postgres.rs"]
-mod pg;
-mod support;
+use crate::support;
+use crate::support::postgres as pg;
 
 use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
 use reson::database::{Database, DatabaseOptions};

@@ -2,7 +2,7 @@
 //! plugins on a real workspace, bad plugin files, the lock file, the
 //! compiled-code cache, grants, and the `reson` command line.
 
-mod support;
+use crate::support;
 
 use reson::plugin::{CallContext, CallError, PluginStatus, Runtime, ToolFailure};
 use serde_json::json;

@@ -7,7 +7,7 @@
 //! does not exist and that the refusal says why. Guests run through the
 //! `hostile` test guest's `exec` tool and the bundled `shell` plugin.
 
-mod support;
+use crate::support;
 
 use reson::agent::{AgentEvent, Hooks, PendingApprovals, Permissions, RunConfig, Runner};
 use reson::plugin::{CallContext, CallError, Runtime, ToolFailure};

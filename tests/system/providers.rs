@@ -3,7 +3,7 @@
 //! agent loop, SSE streams split anywhere, retries, errors, deadlines,
 //! secrets, and a trace that moves between providers.
 
-mod support;
+use crate::support;
 
 use reson::agent::{
     AgentError, AgentEvent, HookDecision, HookEvent, HookPoint, Hooks, RunConfig, Runner,

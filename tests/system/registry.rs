@@ -2,7 +2,7 @@
 //! bundled plugins to, and installing them from, Debian's `docker-registry`
 //! on 127.0.0.1, then calling them.
 
-mod support;
+use crate::support;
 
 use reson::plugin::signing;
 use reson::registry::{self, OciRef, RegistryError, Settings};

@@ -8,9 +8,8 @@
 //! gone; recordings survive `kill -9` of `reson run` and move with
 //! `traces migrate`.
 
-#[path = "support/postgres.rs"]
-mod pg;
-mod support;
+use crate::support;
+use crate::support::postgres as pg;
 
 use reson::capability::effects::{Blob, Effect, Effects, ProcessOutcome};
 use reson::plugin::{CallContext, Runtime};

@@ -7,7 +7,7 @@
 //! trace file, the lock file) is searched for every form of the secret.
 //! Also: bindings, placement in the URL, origin changes, weak values.
 
-mod support;
+use crate::support;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};

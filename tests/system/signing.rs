@@ -3,7 +3,7 @@
 //! refused under `require_signature` before they are compiled or taken
 //! from the compiled-code cache.
 
-mod support;
+use crate::support;
 
 use reson::plugin::signing::{self, KeyFiles};
 use reson::plugin::{CallContext, Placement, PluginInfo, PluginStatus, Runtime, SignatureStatus};

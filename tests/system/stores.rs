@@ -8,11 +8,9 @@
 //! Every test runs against a real PostgreSQL, a throwaway cluster of the
 //! harness (tests/support/postgres.rs), and the real `reson` binary.
 
-#[path = "support/api.rs"]
-mod api_support;
-#[path = "support/postgres.rs"]
-mod pg;
-mod support;
+use crate::support;
+use crate::support::api as api_support;
+use crate::support::postgres as pg;
 
 use reson::database::Database;
 use reson::experience::{

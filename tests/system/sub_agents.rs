@@ -3,7 +3,7 @@
 //! real tool plugins, file traces, least privilege attacked, budgets across
 //! a tree, and a real `reson run` killed while a child runs.
 
-mod support;
+use crate::support;
 
 use reson::agent::Hooks;
 use reson::agent::{

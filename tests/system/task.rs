@@ -1,7 +1,7 @@
 //! Plan parsers as real components, and the task agent executing plans on
 //! the real scripted provider.
 
-mod support;
+use crate::support;
 
 use reson::agent::{
     AgentBuilder, AgentError, BasicAgent, FailurePolicy, HookDecision, HookEvent, HookPoint, Hooks,

@@ -5,9 +5,8 @@
 //! caller's tool span), attributes, opt-in redacted contents, the metrics,
 //! and a collector that is down or silent costing the run nothing.
 
-#[path = "support/api.rs"]
-mod api_support;
-mod support;
+use crate::support;
+use crate::support::api as api_support;
 
 use axum::Router;
 use axum::body::Bytes;

@@ -8,11 +8,9 @@
 //! agent type or everyone, on files and on a real PostgreSQL, and an
 //! `experiences.md` written before the scopes existed reads as before.
 
-#[path = "support/api.rs"]
-mod api_support;
-#[path = "support/postgres.rs"]
-mod pg;
-mod support;
+use crate::support;
+use crate::support::api as api_support;
+use crate::support::postgres as pg;
 
 use api_support::{Api, ServerProcess, echo_turn, refused, reson, text_turn};
 use reqwest::Method;

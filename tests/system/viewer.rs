@@ -3,9 +3,8 @@
 //! this process, on the bundled plugins and the scripted provider.
 //! Screenshots go to `target/viewer/`.
 
-#[path = "support/chromium.rs"]
-mod chromium;
-mod support;
+use crate::support;
+use crate::support::chromium;
 
 use chromium::{Chromium, Watched};
 use futures::StreamExt;
