@@ -397,25 +397,21 @@ async fn a_spinning_guest_yields_its_worker_to_other_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_a_slot_can_be_cancelled() {
     let (_dir, rt) = hostile("[sandbox]\nmax_instances = 1").await;
-    // The slot frees only well past the bound on the cancel.
-    let nap_ms = (support::MARGIN * 2).as_millis() as u64;
     let holder = tokio::spawn({
         let rt = rt.clone();
-        async move { call(&rt, "nap", json!({ "ms": nap_ms })).await }
+        async move { call(&rt, "nap", json!({"ms": 800})).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let cancel = CancellationToken::new();
     let context = CallContext { cancel: Some(cancel.clone()), ..CallContext::default() };
-    let start = Instant::now();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
         cancel.cancel();
     });
     let err = rt.call_tool("echo", r#"{"text":"x"}"#, &context).await.unwrap_err();
     assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
-    let took = start.elapsed();
-    assert!(took < Duration::from_millis(100) + support::MARGIN, "{took:?}");
-    assert!(!holder.is_finished(), "the slot was free after all");
-    assert_eq!(holder.await.unwrap().unwrap(), format!("slept {nap_ms} ms"));
+    // It ended while the slot was still held: it never waited for it.
+    assert!(!holder.is_finished(), "the slot was free after all, or the call waited for it");
+    assert_eq!(holder.await.unwrap().unwrap(), "slept 800 ms");
     assert_alive(&rt).await;
 }
