@@ -12,6 +12,17 @@ fn modified(path: &Path) -> Option<SystemTime> {
     path.metadata().and_then(|m| m.modified()).ok()
 }
 
+/// What cargo sets for a test it runs, besides `CARGO_PKG_*`.
+const CARGO_SETS: [&str; 7] = [
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "OUT_DIR",
+];
+
 /// Runs example `name` and fails with its output unless it exits 0.
 fn run_example(name: &str) {
     // One at a time: every example runs plugins/build.sh on the same
@@ -36,7 +47,18 @@ fn run_example(name: &str) {
             Some(name) => name,
             None => panic!("no profile directory above {}", exe.display()),
         };
-        let status = Command::new(env!("CARGO"))
+        // Without what cargo sets for this test process: the build that made
+        // this binary had none of it, and a build script watching it (ring's
+        // watches CARGO_MANIFEST_DIR) would rebuild its crate and all above
+        // it, twice (here, and again in the next `cargo test`).
+        let mut cargo = Command::new(env!("CARGO"));
+        for (key, _) in std::env::vars_os() {
+            let name = key.to_string_lossy();
+            if name.starts_with("CARGO_PKG_") || CARGO_SETS.contains(&&*name) {
+                cargo.env_remove(&key);
+            }
+        }
+        let status = cargo
             .args([
                 "build",
                 "-p",
