@@ -18,6 +18,7 @@ pub mod postgres;
 pub mod python;
 pub mod registry;
 
+#[allow(unused_imports, reason = "the benchmarks bound no time")]
 pub use margin::MARGIN;
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
