@@ -5,12 +5,11 @@
 //! own, interleaved, and the medians are printed with their ratio.
 //! `cargo bench -p reson --bench api_access`.
 
-#[path = "../../tests/support/api.rs"]
-mod api_support;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 use reson::api::users::{Role, TokenFile};
+use support::api as api_support;
 use std::time::{Duration, Instant};
 
 // The `reson` binary's allocator, so the figures are the server's.

@@ -6,10 +6,10 @@
 //! exactly once; prints the delivery latency of the events (p50, p99, max)
 //! and the total time. `cargo bench -p reson --bench api_load`.
 
-#[path = "../../tests/support/api.rs"]
-mod api_support;
 #[path = "../../tests/support/mod.rs"]
 mod support;
+
+use support::api as api_support;
 
 use std::time::Instant;
 

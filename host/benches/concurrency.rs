@@ -12,8 +12,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-#[path = "../../tests/support/postgres.rs"]
-mod pg;
+use support::postgres as pg;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use reson::agent::{AgentBuilder, AgentSession, BasicAgent, Hooks, RuntimeBundle};

@@ -1,6 +1,7 @@
 //! What a JavaScript tool (componentize-js, StarlingMonkey) costs next to a
 //! Rust one serving the same `echo`: a fresh-instance call through the host
-//! path (and a call on a kept-warm instance), a plugin load from the
+//! path against a call on a kept-warm instance (for both, and whether the
+//! kept one slows down call after call), a plugin load from the
 //! compiled-code cache, and one compile.
 //!
 //! `cargo bench -p reson --bench js_tool` installs componentize-js from npm
@@ -73,8 +74,9 @@ fn bench(c: &mut Criterion) {
     let (js_dir, rust_dir) = (support::TestDir::new(), support::TestDir::new());
     let js = rt.block_on(runtime(&js_dir, &js_wasm, false));
     let rust = rt.block_on(runtime(&rust_dir, &rust_wasm, false));
-    let warm_dir = support::TestDir::new();
+    let (warm_dir, rust_warm_dir) = (support::TestDir::new(), support::TestDir::new());
     let js_warm = rt.block_on(runtime(&warm_dir, &js_wasm, true));
+    let rust_warm = rt.block_on(runtime(&rust_warm_dir, &rust_wasm, true));
     let ctx = CallContext::default();
     let ctx = &ctx;
     let call =
@@ -82,9 +84,12 @@ fn bench(c: &mut Criterion) {
     assert_eq!(rt.block_on(call(&js)).text, rt.block_on(call(&rust)).text);
 
     let mut calls = c.benchmark_group("fresh-instance call");
-    for (label, runtime) in
-        [("JavaScript echo", &js), ("JavaScript echo, kept warm", &js_warm), ("Rust echo", &rust)]
-    {
+    for (label, runtime) in [
+        ("JavaScript echo", &js),
+        ("JavaScript echo, kept warm", &js_warm),
+        ("Rust echo", &rust),
+        ("Rust echo, kept warm", &rust_warm),
+    ] {
         calls.bench_function(label, |b| {
             b.to_async(&rt).iter(|| async move {
                 black_box(runtime.call_tool("echo", ARGS, ctx).await.unwrap())
@@ -115,7 +120,21 @@ fn bench(c: &mut Criterion) {
             median(samples)
         })
     };
-    let (js_call, rust_call, warm_call) = (per_call(&js), per_call(&rust), per_call(&js_warm));
+    // Interleaved rounds, so that a busy moment of the machine falls on all
+    // four alike.
+    let mut rounds = [const { Vec::new() }; 4];
+    for _ in 0..5 {
+        for (i, runtime) in [&js, &js_warm, &rust, &rust_warm].into_iter().enumerate() {
+            rounds[i].push(per_call(runtime));
+        }
+    }
+    let [js_call, warm_call, rust_call, rust_warm_call] = rounds.map(median);
+    // Whether a kept instance's calls get slower as its heap fills: the
+    // median of each 200 calls in a row on one instance.
+    let drift = |runtime: &Runtime| -> Vec<String> {
+        (0..10).map(|_| format!("{:.3}", per_call(runtime).as_secs_f64() * 1e3)).collect()
+    };
+    let (js_drift, rust_drift) = (drift(&js_warm), drift(&rust_warm));
     let js_load = median((0..15).map(|_| reload(&rt, &js, &js_dir, &mut flip, false)).collect());
     let rust_load =
         median((0..15).map(|_| reload(&rt, &rust, &rust_dir, &mut flip, false)).collect());
@@ -130,7 +149,18 @@ fn bench(c: &mut Criterion) {
         js_call.as_secs_f64() * 1e3,
         rust_call.as_secs_f64() * 1e3
     );
-    println!("kept-warm call      {:>9.3} ms {:>12}", warm_call.as_secs_f64() * 1e3, "-");
+    println!(
+        "kept-warm call      {:>9.3} ms {:>9.3} ms",
+        warm_call.as_secs_f64() * 1e3,
+        rust_warm_call.as_secs_f64() * 1e3
+    );
+    println!(
+        "kept / fresh        {:>11.2}x {:>11.2}x",
+        warm_call.as_secs_f64() / js_call.as_secs_f64(),
+        rust_warm_call.as_secs_f64() / rust_call.as_secs_f64()
+    );
+    println!("kept, each 200 calls in a row (ms): JavaScript {}", js_drift.join(" "));
+    println!("                                    Rust       {}", rust_drift.join(" "));
     println!(
         "load from cache     {:>9.3} ms {:>9.3} ms",
         js_load.as_secs_f64() * 1e3,

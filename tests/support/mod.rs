@@ -6,14 +6,20 @@
 
 // The PostgreSQL and Chromium harnesses, also built into binaries without
 // this module (the library's own tests, the trace bench), load it too.
+pub mod api;
 #[allow(clippy::duplicate_mod)]
 pub mod apt;
+pub mod chromium;
 pub mod js;
 pub mod llm_server;
+mod margin;
 pub mod mcp;
+pub mod postgres;
 pub mod python;
 pub mod registry;
 
+#[allow(unused_imports, reason = "the benchmarks bound no time")]
+pub use margin::MARGIN;
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
 use std::path::{Path, PathBuf};
@@ -241,6 +247,37 @@ pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// The name the test harness gives test `test` of the module at `module`
+/// (pass `module_path!()`): the path without the crate's name.
+pub fn test_name(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
+/// Whether this process runs test `test` of `module` (as [`test_name`])
+/// alone. Anywhere else it runs that test again in a process of its own,
+/// waits, fails if it failed, and answers false. For a test that measures
+/// its whole process (its threads, its open descriptors), which the tests
+/// running beside it on other threads of the same process would disturb.
+pub fn alone(module: &str, test: &str) -> bool {
+    const ALONE: &str = "RESON_TEST_ALONE";
+    let name = test_name(module, test);
+    if std::env::var_os(ALONE).is_some_and(|running| running == *name) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args(["--exact", &name, "--test-threads=1", "--nocapture"])
+        .env(ALONE, &name)
+        .output()
+        .expect("running the test binary");
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.contains("1 passed"), "{name}, run alone:\n{said}");
+    false
 }
 
 /// Replaces a file the way installers should: write aside, then rename.

@@ -10,6 +10,9 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+// Also included alone (the crates' own tests, some benches), where there is
+// no `support::apt` to use.
+#[allow(clippy::duplicate_mod)]
 #[path = "apt.rs"]
 mod apt;
 

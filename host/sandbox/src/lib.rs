@@ -42,3 +42,8 @@ pub mod jail;
 pub mod manifest;
 pub mod plugin;
 pub mod policy;
+
+// The allowance every bounded time in the tests is stated against.
+#[cfg(test)]
+#[path = "../../../tests/support/margin.rs"]
+mod margin;

@@ -1,4 +1,4 @@
-"""Misbehaving Python tools for tests/authoring_python.rs: each attacks one
+"""Misbehaving Python tools for tests/system/authoring_python.rs: each attacks one
 limit of the sandbox from inside CPython (componentize-py)."""
 
 import json

@@ -1,0 +1,153 @@
+//! `reson init`: the binary alone, copied out of the checkout, sets up a
+//! directory with the plugins built into it, and a first `reson run` there
+//! works offline on the scripted provider.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::TestDir;
+
+/// The `reson` binary copied into `dir/bin`, so nothing can come from
+/// beside the binary in the checkout.
+fn installed_binary(dir: &TestDir) -> PathBuf {
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let reson = bin.join("reson");
+    std::fs::copy(env!("CARGO_BIN_EXE_reson"), &reson).unwrap();
+    reson
+}
+
+/// Runs `reson` in `cwd` with none of the RESON_* settings of the test's
+/// environment and a HOME of its own, beside its `bin/`.
+fn reson(reson: &Path, cwd: &Path, args: &[&str]) -> Output {
+    let home = reson.parent().and_then(Path::parent).expect("DIR/bin/reson").join("home");
+    let mut command = Command::new(reson);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("RESON_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .current_dir(cwd)
+        .env("HOME", home)
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+        .args(args)
+        .output()
+        .expect("running reson")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The bundled plugins' names, from the freshly built plugins directory.
+fn bundled_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(support::plugins())
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.unwrap().path();
+            (path.extension()? == "wasm")
+                .then(|| path.file_stem().unwrap().to_string_lossy().into())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn init_sets_up_a_directory_where_a_first_run_works_offline() {
+    let dir = TestDir::new();
+    let bin = installed_binary(&dir);
+    let out = reson(&bin, dir.path(), &["init", "project"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let project = dir.path().join("project");
+
+    // Every bundled plugin is there, byte for byte what plugins/build.sh
+    // builds from this checkout.
+    let names = bundled_names();
+    assert!(names.len() >= 11, "bundled plugins: {names:?}");
+    for name in &names {
+        for ext in ["wasm", "toml"] {
+            let file = format!("{name}.{ext}");
+            assert_eq!(
+                std::fs::read(project.join("plugins").join(&file)).unwrap(),
+                std::fs::read(support::plugins().join(&file)).unwrap(),
+                "{file} differs from the bundled build"
+            );
+        }
+    }
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&format!("{} plugins loaded", names.len())), "{said}");
+    assert!(said.contains("reson run"), "init says what to do next: {said}");
+
+    let out = reson(&bin, &project, &["run", "What is in the workspace?"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    // The tools really ran, in the granted workspace only.
+    assert!(said.contains("the file tools may read and write here"), "read ran: {said}");
+    let readme = project.join("workspace/README.md").canonicalize().unwrap();
+    assert!(said.contains(&readme.display().to_string()), "glob ran: {said}");
+    assert!(text(&out).contains("completed (2 model calls"), "{}", text(&out));
+
+    let out = reson(&bin, &project, &["traces", "list", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let traces: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(traces.as_array().map(Vec::len), Some(1), "one trace: {traces}");
+    assert!(project.join("traces").is_dir(), "traces live in the project");
+
+    // Outside the grant, the same tools are refused.
+    let out = reson(&bin, &project, &["tool", "call", "read", r#"{"path":"/etc/passwd"}"#]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+}
+
+#[test]
+fn init_again_keeps_the_users_files_and_replaces_plugins_only_with_force() {
+    let dir = TestDir::new();
+    let bin = installed_binary(&dir);
+    let project = dir.path().join("project");
+    let out = reson(&bin, dir.path(), &["init", "project"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let config = project.join("reson.toml");
+    let mine = format!("{}\n# mine\n", std::fs::read_to_string(&config).unwrap());
+    std::fs::write(&config, &mine).unwrap();
+    let out = reson(&bin, &project, &["init"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kept your own"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), mine);
+
+    let echo = project.join("plugins/echo.wasm");
+    std::fs::write(&echo, b"not the bundled echo").unwrap();
+    let out = reson(&bin, dir.path(), &["init", "project"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("echo.wasm") && err.contains("--force"), "{err}");
+    assert_eq!(std::fs::read(&echo).unwrap(), b"not the bundled echo", "left alone");
+
+    let out = reson(&bin, dir.path(), &["init", "--force", "project"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        std::fs::read(&echo).unwrap(),
+        std::fs::read(support::plugins().join("echo.wasm")).unwrap()
+    );
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), mine, "--force keeps the config");
+    let out = reson(&bin, &project, &["tool", "call", "echo", r#"{"text":"back"}"#]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn init_into_a_file_is_refused() {
+    let dir = TestDir::new();
+    let bin = installed_binary(&dir);
+    std::fs::write(dir.path().join("taken"), "a file").unwrap();
+    let out = reson(&bin, dir.path(), &["init", "taken"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("taken is not a directory"));
+    assert_eq!(std::fs::read_to_string(dir.path().join("taken")).unwrap(), "a file");
+}
