@@ -196,7 +196,7 @@ fn server_routes_reach_traces_only_through_the_caller() {
 }
 
 /// Every route of `reson serve` that answers with data is in its OpenAPI
-/// document (`routes!`), which `tests/users.rs` walks with another user's
+/// document (`routes!`), which `tests/system/users.rs` walks with another user's
 /// ids. Routes outside it are the viewer's static files and the document
 /// itself, neither of which holds anyone's data; a new plain `.route(` must
 /// be documented instead, or named here with the reason.

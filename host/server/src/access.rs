@@ -9,7 +9,7 @@
 //!
 //! The server's own work (starting runs, leases, shutdown) takes the whole
 //! store through [`Traces::unscoped`]; no route calls it, which
-//! `tests/layering.rs` checks.
+//! `tests/system/layering.rs` checks.
 
 use crate::caller::Caller;
 use crate::error::ApiError;
