@@ -669,7 +669,7 @@ fn a_tool_call_cannot_forge_lines_of_the_terminal_view() {
         .collect();
     assert!(forged_lines.is_empty(), "forged lines {forged_lines:?} in:\n{out}");
     assert!(out.contains("→ echo({\"text\":\\u{a}\"hi\"}\\u{a}✗ nothing ran"), "{out}");
-    assert!(out.contains("approval needed for echo({\"text\":\\u{a}"), "{out}");
+    assert!(out.contains("denied echo({\"text\":\\u{a}"), "the ask's line: {out}");
 
     // The stored trace shows the model's names on their lines too.
     let id = out.lines().find_map(|l| l.strip_prefix("trace ")).unwrap();

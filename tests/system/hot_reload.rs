@@ -1,9 +1,12 @@
-//! Hot reload: plugins replaced, broken, added and removed while calls run.
+//! Hot reload: plugins replaced, broken, added and removed while calls run;
+//! and `reson serve` following `reson plugins install` without a restart.
 
 use crate::support;
-
+use crate::support::api::{Api, ServerProcess, echo_turn, reson, set_script, text_turn};
 use reson::plugin::{CallContext, CallError, PluginStatus, Runtime};
-use std::time::Duration;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use support::{TestDir, replace, wait_for};
 use tokio_util::sync::CancellationToken;
 
@@ -124,4 +127,116 @@ async fn a_call_running_across_a_reload_finishes_on_its_generation() {
     assert!(!slow.is_finished(), "the running call was not cut short by the reload");
     let err = slow.await.unwrap().unwrap_err();
     assert!(err.to_string().contains("time limit of 1500 ms"), "it ran to its own deadline: {err}");
+}
+
+/// A plugin package as `reson plugins install` takes it: `echo.wasm` with
+/// `bytes`, and the bundled echo's manifest with `version` and `more`
+/// appended.
+fn package(under: &Path, bytes: &[u8], version: &str, more: &str) -> PathBuf {
+    let dir = under.join(version);
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = std::fs::read_to_string(support::plugins().join("echo.toml")).unwrap();
+    let manifest = manifest.replace("version = \"0.1.0\"", &format!("version = \"{version}\""));
+    std::fs::write(dir.join("echo.toml"), format!("{manifest}\n{more}")).unwrap();
+    std::fs::write(dir.join("echo.wasm"), bytes).unwrap();
+    dir.join("echo.wasm")
+}
+
+/// Runs `reson` on the server's directory (its config, plugins and lock
+/// file), which must succeed; its stdout.
+async fn reson_ok(dir: &Path, args: &[&str]) -> String {
+    let out = reson(dir).args(args).output().await.unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "reson {args:?}: {stdout}{stderr}");
+    stdout.into_owned()
+}
+
+/// Polls `/api/plugins` until `echo` satisfies `done`; its entry. The
+/// promise is 2 s after the install; 20 s leaves room for a busy machine.
+async fn echo_until(api: &Api, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let plugins = api.get("/api/plugins").await.expect(200);
+        let echo = plugins.as_array().unwrap().iter().find(|p| p["name"] == "echo").cloned();
+        if let Some(echo) = echo.filter(|e| done(e)) {
+            return echo;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{what}: /api/plugins says {plugins:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts a run whose scripted model calls `echo` with `ping`; the tool
+/// result it stored.
+async fn echo_run(api: &Api) -> (String, String) {
+    let id = api.start("echo ping", json!({})).await;
+    api.finish(&id, 0).await;
+    let messages = api.messages(&id, "main_path").await;
+    let tool = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool result in {messages:#}"));
+    let text = tool["content"].as_array().unwrap().iter().filter_map(|p| p["text"].as_str());
+    (id, text.collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reson_serve_follows_installs_and_holds_back_what_asks_for_more() {
+    let dir = api_support::dir_with(&["scripted"]);
+    let script = set_script(dir.path(), json!([echo_turn("ping"), text_turn("done")]));
+    dir.config(&api_support::config(&format!(
+        "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\n\
+         config = {{ script = \"{}\" }}\n",
+        script.display()
+    )));
+    let packages = tempfile::tempdir().unwrap();
+    let v1_bytes = std::fs::read(support::plugins().join("echo.wasm")).unwrap();
+    let v2_bytes = std::fs::read(support::test_plugins().join("echo-v2.wasm")).unwrap();
+    let v1 = package(packages.path(), &v1_bytes, "0.1.0", "");
+    let v2 = package(packages.path(), &v2_bytes, "0.2.0", "");
+    // v1's code again, now asking for the network: more than the lock allows.
+    let more =
+        package(packages.path(), &v1_bytes, "0.3.0", "[requests]\nhttp = [\"example.com\"]\n");
+
+    let server = ServerProcess::start(dir.path(), &[]).await;
+    let api = &server.api;
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+
+    // A new plugin.
+    reson_ok(dir.path(), &["plugins", "install", &path(&v1)]).await;
+    echo_until(api, "v1 loaded", |e| e["version"] == "0.1.0" && e["status"]["state"] == "ready")
+        .await;
+    let (first, text) = echo_run(api).await;
+    assert_eq!(text, "ping");
+
+    // A new build of it: announced on the watch sockets, and the next
+    // run calls the new code.
+    let mut watcher = api.watch(&first, api.last_event(&first).await).await;
+    reson_ok(dir.path(), &["plugins", "install", &path(&v2)]).await;
+    let announced = watcher.until_kind("plugins_changed").await;
+    assert_eq!(announced["plugins"][0]["name"], "echo", "{announced}");
+    assert_eq!(announced["plugins"][0]["change"], "replaced", "{announced}");
+    assert_eq!(announced["plugins"][0]["version"], "0.2.0", "{announced}");
+    echo_until(api, "v2 serving", |e| e["version"] == "0.2.0").await;
+    assert_eq!(echo_run(api).await.1, "v2:ping");
+
+    // One that asks for more waits for `accept`; v2 keeps serving.
+    reson_ok(dir.path(), &["plugins", "install", &path(&more)]).await;
+    let held = echo_until(api, "v3 held back", |e| e["status"]["state"] == "stale").await;
+    let why = held["status"]["error"].as_str().unwrap();
+    assert!(why.contains("reson plugins accept echo"), "{why}");
+    assert_eq!(held["version"], "0.2.0", "the previous version serves: {held}");
+    assert_eq!(echo_run(api).await.1, "v2:ping");
+
+    // Accepted in another process: the server sees the lock file change.
+    reson_ok(dir.path(), &["plugins", "accept", "echo"]).await;
+    echo_until(api, "v3 accepted", |e| e["version"] == "0.3.0" && e["status"]["state"] == "ready")
+        .await;
+    assert_eq!(echo_run(api).await.1, "ping");
+
+    let log = server.output.lock().unwrap().join("\n");
+    assert!(log.contains("plugins changed: echo replaced 0.2.0"), "the server's log: {log}");
 }

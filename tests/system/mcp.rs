@@ -263,6 +263,47 @@ fn the_python_sdk_uses_reson_over_streamable_http() {
     serves_through_the_rules(&mut client, &dir);
 }
 
+/// The TypeScript SDK's client on 2025-11-25, with a session, is told of
+/// a new build of a plugin whose tool list reads the same as before (only
+/// its code, here its manifest, changed): what it calls is new even when
+/// what it lists is not.
+#[test]
+fn the_typescript_sdk_hears_list_changed_when_a_plugin_is_rebuilt() {
+    let dir = served_dir();
+    let server = HttpServer::start(&dir, "127.0.0.1:0", None).unwrap();
+    let sdk = support::mcp::inspector().join("../sdk");
+    let mut child = Command::new("node")
+        .arg(support::mcp::script("ts_client.mjs"))
+        .arg(&sdk)
+        .arg(&server.url)
+        .arg("60")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the TypeScript MCP client");
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let _child = Killed(child);
+    let mut read = || {
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "the TypeScript client ended early (see its stderr above)");
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    };
+    let ready = read();
+    assert_eq!(ready["protocol"], "2025-11-25", "{ready}");
+    assert!(ready["session"].is_string(), "a session: {ready}");
+    assert_eq!(ready["tools"], json!(["count", "echo", "spin"]));
+
+    // The same component, a new manifest version: a new generation with
+    // the very same tool list.
+    let manifest = dir.plugins().join("echo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace("0.1.0", "0.1.1");
+    support::replace(text.as_bytes(), &manifest);
+    let after = read();
+    assert_eq!(after["changed"], true, "no list_changed within 60 s: {after}");
+    assert_eq!(after["tools"], json!(["count", "echo", "spin"]));
+    assert_eq!(after["echo"], "hi");
+}
+
 #[test]
 fn http_beyond_loopback_needs_a_bearer_token() {
     let dir = served_dir();

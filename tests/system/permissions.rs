@@ -454,3 +454,162 @@ async fn a_stop_while_an_approval_waits_ends_the_run_at_once() {
     assert_eq!(trace.status, reson::trace::TraceStatus::Stopped);
     assert_eq!(s.tool_texts(&id).await.len(), 1, "the call that waited has a result");
 }
+
+/// A directory for the real binary: `scripted`, `fs` and `shell`, both
+/// tools granted `workspace/` (shell may run `ls`), under the built-in
+/// `default` preset (writes and commands ask), the script in
+/// `script.json`, and `extra` config.
+fn cli_dir(turns: serde_json::Value, extra: &str) -> TestDir {
+    let dir = TestDir::new();
+    for plugin in ["scripted", "fs", "shell"] {
+        dir.install(support::plugins(), plugin);
+    }
+    std::fs::write(dir.path().join("script.json"), json!({ "turns": turns }).to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("reson.toml"),
+        format!(
+            "traces_dir = \"traces\"\n\
+             [plugins.fs]\ndirs = [{{ path = \"workspace\", access = \"read-write\" }}]\n\
+             [plugins.shell]\ndirs = [{{ path = \"workspace\", access = \"read-write\" }}]\n\
+             process = [\"ls *\"]\n{extra}"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn write_turn(files: &[(&str, &str)]) -> serde_json::Value {
+    let calls: Vec<_> = files
+        .iter()
+        .map(|(path, content)| json!({ "name": "write", "arguments": { "path": path, "content": content } }))
+        .collect();
+    json!({ "text": "writing", "tool_calls": calls })
+}
+
+/// With no terminal (stdin and stderr not one, as in CI or a script), an
+/// `ask` is answered at once: denied by default, with one line naming the
+/// flag and the rule, and the run exits 3; `--approve once` or
+/// `[permissions] unattended = "all"` allow instead.
+#[test]
+fn with_no_terminal_an_ask_is_answered_at_once_by_the_chosen_policy() {
+    let turns = json!([write_turn(&[("a.txt", "hello"), ("b.txt", "world")]), { "text": "done" }]);
+    let dir = cli_dir(turns.clone(), "");
+    let run = |dir: &TestDir, extra: &[&str]| {
+        let started = Instant::now();
+        let mut args = vec!["run", "write two files", "--script", "script.json"];
+        args.extend_from_slice(extra);
+        let out = support::reson_cli(dir.path(), &args);
+        let said = format!(
+            "status {}\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // An ask used to wait 60 s each before it was denied.
+        assert!(started.elapsed() < Duration::from_secs(45), "a silent wait: {said}");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), said)
+    };
+
+    let (code, err, said) = run(&dir, &[]);
+    assert_eq!(code, Some(3), "denied for want of an answer: {said}");
+    assert_eq!(err.matches("denied write(").count(), 2, "one line per ask: {said}");
+    assert!(err.contains("--approve once|all"), "names the flag: {said}");
+    assert!(err.contains("rule `ask {write,edit,shell,webfetch}`"), "names the rule: {said}");
+    assert!(err.contains("2 calls were denied for want of an answer"), "{said}");
+    assert!(!dir.path().join("workspace/a.txt").exists(), "nothing ran");
+    assert!(said.contains("no one is there to give it"), "the model is told why: {said}");
+
+    let (code, err, said) = run(&dir, &["--approve", "once"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(err.contains("allowed write(") && err.contains("--approve once"), "{said}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("workspace/b.txt")).unwrap(), "world");
+
+    let configured = cli_dir(turns, "[permissions]\nunattended = \"all\"\n");
+    let (code, _, said) = run(&configured, &[]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(configured.path().join("workspace/a.txt").exists(), "{said}");
+}
+
+/// A tmux session of its own (its own server socket, killed when dropped).
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(cwd: &std::path::Path, command: &str) -> Self {
+        support::apt::ensure(|| std::path::Path::new("/usr/bin/tmux").exists(), &["tmux"]);
+        let tmux = Self { socket: format!("reson-test-{}", std::process::id()) };
+        let status = tmux
+            .command()
+            .args(["new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c"])
+            .arg(cwd)
+            .arg(command)
+            .status()
+            .unwrap();
+        assert!(status.success(), "starting tmux");
+        tmux
+    }
+
+    fn command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new("tmux");
+        command.args(["-L", &self.socket]);
+        command
+    }
+
+    fn screen(&self) -> String {
+        let out = self.command().args(["capture-pane", "-p", "-J", "-t", "t"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits for `text` on the screen (a minute at most); the screen.
+    fn until(&self, text: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "no {text:?} on:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Presses `key`, and nothing else (no Enter).
+    fn key(&self, key: &str) {
+        assert!(self.command().args(["send-keys", "-t", "t", key]).status().unwrap().success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.command().arg("kill-server").status();
+    }
+}
+
+/// At a terminal, the question shows what the call will do (the path and
+/// size of a write; a command as it will run, its program resolved) and
+/// takes one key.
+#[test]
+fn at_a_terminal_the_question_shows_what_the_call_does_and_takes_one_key() {
+    let turns = json!([
+        write_turn(&[("notes.txt", "hello")]),
+        { "text": "listing", "tool_calls": [{ "name": "shell", "arguments": { "command": "'/bin/ls' -l" } }] },
+        { "text": "done" },
+    ]);
+    let dir = cli_dir(turns, "");
+    let command = format!(
+        "{} --cache-dir {} run 'write a note' --script script.json; echo EXIT=$?; sleep 600",
+        env!("CARGO_BIN_EXE_reson"),
+        support::cache_dir().display()
+    );
+    let tmux = Tmux::start(dir.path(), &command);
+    tmux.until("? allow write: notes.txt (5 bytes) (rule: ask {write,edit,shell,webfetch})");
+    tmux.key("y");
+    tmux.until("allowed once");
+    tmux.until("? allow shell: run `ls -l`");
+    tmux.key("n");
+    let screen = tmux.until("EXIT=");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    assert!(screen.contains("the user denied this call of `shell`"), "{screen}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("workspace/notes.txt")).unwrap(), "hello");
+}

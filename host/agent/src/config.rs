@@ -183,8 +183,12 @@ impl Default for KnowledgeConfig {
 pub struct PermissionsConfig {
     /// The decision when no rule matches.
     pub default: Decision,
-    /// How long a headless approval waits for an answer before denying.
+    /// How long an approval put to the API (`reson serve`) or a library
+    /// caller waits for an answer before denying.
     pub approval_timeout_ms: u64,
+    /// How `reson run` and `reson task` answer an `ask` with no terminal
+    /// to put it to: at once, `never` (deny, the default), `once` or `all`.
+    pub unattended: crate::agent::Unattended,
     /// Rules; the last that matches a call decides it.
     pub rules: Vec<Rule>,
     /// Programs (`git`, `find`, `python`, `sh`, ...) whose exec vectors
@@ -197,6 +201,7 @@ impl Default for PermissionsConfig {
         Self {
             default: Decision::Ask,
             approval_timeout_ms: 60_000,
+            unattended: crate::agent::Unattended::Never,
             rules: Vec::new(),
             exec_vectors: Vec::new(),
         }

@@ -100,6 +100,14 @@ impl Channels {
         }
     }
 
+    /// Sends a live frame that belongs to no trace (plugins changed) to
+    /// every watcher, ahead of whatever events they have not read yet.
+    pub(crate) fn broadcast(&self, text: Arc<str>) {
+        for channel in self.traces.lock().expect("channels").values() {
+            let _ = channel.live.send(LiveFrame { after: 0, text: text.clone() });
+        }
+    }
+
     /// Makes `source` the live source of its trace while its run goes.
     pub(crate) fn add_source(&self, source: Arc<LiveSource>) {
         self.sources.lock().expect("sources").insert(source.trace_id().to_owned(), source);

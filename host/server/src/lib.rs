@@ -52,6 +52,7 @@ mod error;
 mod events;
 mod extract;
 mod registry;
+mod reloads;
 mod response;
 mod routes;
 mod runs;
@@ -219,6 +220,11 @@ impl Server {
             tokio::spawn(cluster.clone().heartbeat(state.closing.clone()));
             tokio::spawn(cluster.clone().listen(Arc::new(state.clone()), state.closing.clone()));
         }
+        tokio::spawn(reloads::announce(
+            state.runtime.clone(),
+            state.channels.clone(),
+            state.closing.clone(),
+        ));
         let closing = state.clone();
         let graceful = async move {
             shutdown.await;

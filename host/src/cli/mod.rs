@@ -106,16 +106,24 @@ pub(crate) async fn open_stores(config: &Config) -> anyhow::Result<reson::store:
 }
 
 pub async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A server's log also says what its plugins do: loads, compiles that
+    // take a while (the previous version serving meanwhile), reloads.
+    let default = match &cli.command {
+        Command::Serve(_) | Command::Mcp(mcp::Command::Serve { .. }) => {
+            "warn,reson_server=info,reson_sandbox::plugin=info"
+        }
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RESON_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .with_writer(|| LogLine(Vec::new()))
         // Colour codes would be escaped by `term::clean` into noise.
         .with_ansi(false)
         .init();
-    let cli = Cli::parse();
     match command(&cli).await {
         Ok(code) => code,
         Err(err) => {

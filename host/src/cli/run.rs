@@ -1,12 +1,12 @@
 //! `reson run`: run an agent and print it as it happens.
 
-use super::term::{clean, one_line, say, say_err};
+use super::term::{clean, one_line, plural, say, say_err};
 use super::{Host, exit};
 use anyhow::Context as _;
 use clap::Args;
 use reson::agent::{
-    AgentError, AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, PendingApprovals,
-    Permissions, RunConfig, Runner, SubAgentSettings,
+    AgentError, AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, Permissions,
+    RunConfig, Runner, SubAgentSettings, Unattended,
 };
 use reson::config::{Access, DirGrant};
 use reson::contract::World;
@@ -19,6 +19,7 @@ use reson::workspace::WorkspaceError;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
@@ -181,6 +182,12 @@ pub(crate) struct RunArgs {
     /// Budget: most wall-clock seconds [default: `[budget] max_duration_ms`]
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
+    /// With no terminal to ask at: answer every `ask` at once with never
+    /// (deny), once (allow the call) or all (allow what its rule asks
+    /// about for the rest of the run) [default: `[permissions] unattended`,
+    /// else never]
+    #[arg(long, value_name = "never|once|all")]
+    pub(crate) approve: Option<Unattended>,
 }
 
 impl RunArgs {
@@ -250,25 +257,88 @@ pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyh
     Ok(())
 }
 
-/// The preset `name` and its permissions. Someone at a terminal answers
-/// `ask`; with no one there, requests wait on the event stream and are
-/// denied when the configured timeout passes.
-pub(crate) fn permissions(host: &Host, name: &str) -> anyhow::Result<(Preset, Permissions)> {
+/// The preset `name`, its permissions, and, with no one at a terminal,
+/// the approver that answered for them. Someone at a terminal (the
+/// question goes to stderr, the key comes from stdin) answers `ask`; with
+/// no one there, `approve` (or `[permissions] unattended`) answers at once.
+pub(crate) fn permissions(
+    host: &Host,
+    name: &str,
+    approve: Option<Unattended>,
+) -> anyhow::Result<(Preset, Permissions, Option<Arc<UnattendedApprover>>)> {
     let config = &host.config.agent;
     let (preset, rules) = config.preset(name).map_err(anyhow::Error::msg)?;
-    let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() {
-        Arc::new(TerminalApprover::new()?)
-    } else {
-        PendingApprovals::new(Duration::from_millis(config.permissions.approval_timeout_ms))
-    };
-    Ok((preset, Permissions::new(rules, approver)))
+    if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        let approver = Arc::new(TerminalApprover::new()?);
+        return Ok((preset, Permissions::new(rules, approver), None));
+    }
+    let policy = approve.unwrap_or(config.permissions.unattended);
+    let approver = Arc::new(UnattendedApprover::new(policy));
+    Ok((preset, Permissions::new(rules, approver.clone()), Some(approver)))
+}
+
+/// Answers every `ask` at once by the user's policy when no one is at a
+/// terminal, saying so in one line each (on stderr), and counts the calls
+/// it denied: a run that lost calls for want of an answer must not look
+/// like one that did its work.
+pub(crate) struct UnattendedApprover {
+    policy: Unattended,
+    denied: AtomicUsize,
+}
+
+impl UnattendedApprover {
+    fn new(policy: Unattended) -> Self {
+        Self { policy, denied: AtomicUsize::new(0) }
+    }
+
+    /// How many calls it denied.
+    pub(crate) fn denied(&self) -> usize {
+        self.denied.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait]
+impl Approver for UnattendedApprover {
+    async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
+        announce(request);
+        let rule = match &request.rule {
+            Some(rule) => format!("rule `{rule}`"),
+            None => "the default decision (`[permissions] default = \"ask\"`)".to_owned(),
+        };
+        let call = format!("{}({})", one_line(&request.tool), short(&request.arguments, 120));
+        let answer = self.policy.answer();
+        match answer {
+            None => {
+                self.denied.fetch_add(1, Ordering::Relaxed);
+                say_err!(
+                    "denied {call}: {rule} asks, and no one is at a terminal to answer; pass \
+                     --approve once|all (or set [permissions] unattended) to allow it"
+                );
+            }
+            Some(_) => say_err!("allowed {call}: {rule} asks; --approve {}", self.policy),
+        }
+        answer
+    }
+
+    fn unattended(&self) -> bool {
+        true
+    }
+}
+
+/// `text` on one line, cut to about `max` characters.
+pub(crate) fn short(text: &str, max: usize) -> String {
+    let line = one_line(text);
+    match line.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
+    }
 }
 
 pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
     let stores = super::open_stores(&runtime.config).await?;
     let provider = Arc::new(args.model.provider(runtime));
-    let (preset, permissions) = permissions(runtime, &args.model.preset)?;
+    let (preset, permissions, unattended) = permissions(runtime, &args.model.preset, args.approve)?;
     let config = &runtime.config.agent;
     let budget = args.budget(config)?;
     let sub_agents = SubAgentSettings::from_config(config).map_err(anyhow::Error::msg)?;
@@ -370,8 +440,15 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
                 outcome.usage.prompt_tokens,
                 outcome.usage.completion_tokens
             );
+            let denied = unattended.as_ref().map_or(0, |u| u.denied());
             Ok(if final_status == TraceStatus::Stopped {
                 ExitCode::from(130)
+            } else if denied > 0 {
+                say_err!(
+                    "{} denied for want of an answer (no terminal): see --approve",
+                    plural(denied, "call was", "calls were")
+                );
+                ExitCode::from(exit::DENIED)
             } else {
                 ExitCode::SUCCESS
             })
@@ -387,13 +464,13 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     }
 }
 
-/// One line read from the terminal, or why not.
-type Line = std::io::Result<String>;
+/// One key read from the terminal (none at the end of input), or why not.
+type Key = std::io::Result<Option<char>>;
 
-/// Asks the person at the terminal.
+/// Asks the person at the terminal: one key, `y`, `a` or `n`.
 pub(crate) struct TerminalApprover {
-    /// Asks the terminal thread for the next line.
-    reads: mpsc::Sender<oneshot::Sender<Line>>,
+    /// Asks the terminal thread for the next key.
+    reads: mpsc::Sender<oneshot::Sender<Key>>,
 }
 
 impl TerminalApprover {
@@ -404,22 +481,71 @@ impl TerminalApprover {
     /// Starts the thread that reads `input`. A plain thread, not
     /// `spawn_blocking` or `tokio::io::stdin`: a read cannot be cancelled,
     /// and one left waiting by a run stopped mid-question would keep the
-    /// runtime from shutting down until someone pressed Enter. It reads only
+    /// runtime from shutting down until someone pressed a key. It reads only
     /// when asked, so the terminal's input is not taken ahead of a question.
     fn reading(mut input: impl BufRead + Send + 'static) -> anyhow::Result<Self> {
-        let (reads, asked) = mpsc::channel::<oneshot::Sender<Line>>();
+        let (reads, asked) = mpsc::channel::<oneshot::Sender<Key>>();
         std::thread::Builder::new()
             .name("reson-terminal".into())
             .spawn(move || {
                 for reply in asked {
-                    let mut line = String::new();
-                    let read = input.read_line(&mut line).map(|_| line);
+                    let read = {
+                        let _keys = super::term::KeyMode::on();
+                        next_key(&mut input)
+                    };
                     // The question may have been dropped (the run stopped).
                     let _ = reply.send(read);
                 }
             })
             .context("starting the terminal reader")?;
         Ok(Self { reads })
+    }
+}
+
+/// The next key that is not white space (an Enter after a key, typed out
+/// of habit, is not the next answer).
+fn next_key(input: &mut impl BufRead) -> Key {
+    let mut byte = [0u8; 1];
+    loop {
+        if input.read(&mut byte)? == 0 {
+            return Ok(None);
+        }
+        if !byte[0].is_ascii_whitespace() {
+            return Ok(Some(char::from(byte[0])));
+        }
+    }
+}
+
+/// What a call would do, as the person answering needs to see it: the
+/// command as it will run (program resolved, canonical quoting), the path
+/// a file tool touches and the size it writes, else the arguments.
+fn call_for_people(tool: &str, arguments: &str) -> String {
+    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
+    let subject = reson::policy::subject_of(tool, &args).map(|s| one_line(&s));
+    let size = |key: &str| args.get(key).and_then(|v| v.as_str()).map(|s| size_text(s.len()));
+    let tool = one_line(tool);
+    match (tool.to_ascii_lowercase().as_str(), subject) {
+        ("shell", Some(command)) => format!("{tool}: run `{command}`"),
+        ("write", Some(path)) => match size("content") {
+            Some(size) => format!("{tool}: {path} ({size})"),
+            None => format!("{tool}: {path}"),
+        },
+        ("edit", Some(path)) => match (size("old_string"), size("new_string")) {
+            (Some(old), Some(new)) => format!("{tool}: {path} (replacing {old} with {new})"),
+            _ => format!("{tool}: {path}"),
+        },
+        (_, Some(subject)) => format!("{tool}: {subject}  {}", short(arguments, 200)),
+        (_, None) => format!("{tool}({})", short(arguments, 200)),
+    }
+}
+
+/// A size for people: `12 bytes`, `3.4 KB`, `13.2 MB`.
+pub(crate) fn size_text(bytes: usize) -> String {
+    match bytes {
+        1 => "1 byte".to_owned(),
+        b if b < 1_000 => format!("{b} bytes"),
+        b if b < 1_000_000 => format!("{:.1} KB", b as f64 / 1e3),
+        b => format!("{:.1} MB", b as f64 / 1e6),
     }
 }
 
@@ -431,19 +557,21 @@ impl Approver for TerminalApprover {
         eprint!(
             "{}",
             clean(&format!(
-                "\n? allow {}({}){rule}\n  [y] once  [a] always for this rule  [n] deny: ",
-                one_line(&request.tool),
-                one_line(&request.arguments)
+                "\n? allow {}{rule}\n  [y] once  [a] always for this rule  [n] deny: ",
+                call_for_people(&request.tool, &request.arguments)
             ))
         );
         let (reply, read) = oneshot::channel();
         self.reads.send(reply).ok()?;
-        let line = read.await.ok()?.ok()?;
-        Some(match line.trim().chars().next() {
-            Some('y' | 'Y') => Answer::Once,
-            Some('a' | 'A') => Answer::Always,
-            _ => Answer::Deny,
-        })
+        let key = read.await.ok()?.ok()?;
+        let (answer, word) = match key {
+            Some('y' | 'Y') => (Answer::Once, "allowed once"),
+            Some('a' | 'A') => (Answer::Always, "allowed for this rule"),
+            _ => (Answer::Deny, "denied"),
+        };
+        // The key was not echoed: the answer stands on the question's line.
+        eprintln!("{word}");
+        Some(answer)
     }
 }
 
@@ -533,13 +661,6 @@ impl Printer {
                 let first = output.lines().next().unwrap_or_default();
                 line(&format!("{mark} {} {}", one_line(name), one_line(first)));
             }
-            AgentEvent::ApprovalNeeded { request } if !self.tty => {
-                say_err!(
-                    "approval needed for {}({}) in sub-agent {sub_trace_id}; waiting for an answer",
-                    one_line(&request.tool),
-                    one_line(&request.arguments)
-                );
-            }
             AgentEvent::Finished { status, error } => {
                 let error = error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
                 line(&format!("└ sub-agent {sub_trace_id} {}{error}", status_word(*status)));
@@ -601,14 +722,6 @@ impl Printer {
                     sequences.len()
                 );
             }
-            AgentEvent::ApprovalNeeded { request } if !self.tty => {
-                say_err!(
-                    "approval needed for {}({}); waiting for an answer",
-                    one_line(&request.tool),
-                    one_line(&request.arguments)
-                );
-            }
-            AgentEvent::ApprovalNeeded { .. } => {}
             AgentEvent::Retrying { attempt, error, delay_ms } => {
                 // The failed attempt's text is not part of the answer: say
                 // so where it was printed, so the retry's text starts afresh.
@@ -641,7 +754,7 @@ impl Printer {
 
 #[cfg(test)]
 mod tests {
-    use super::TerminalApprover;
+    use super::{TerminalApprover, call_for_people};
     use reson::agent::{Answer, ApprovalRequest, Approver};
     use std::io::{BufReader, Read};
     use std::sync::{Arc, Mutex, mpsc};
@@ -659,8 +772,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn each_question_takes_the_next_line_and_announces_first() {
-        let input = BufReader::new("y\nAlways\nno\n\n".as_bytes());
+    async fn each_question_takes_the_next_key_and_announces_first() {
+        // An Enter after a key is not the next answer.
+        let input = BufReader::new("y\na\nnx".as_bytes());
         let approver = TerminalApprover::reading(input).unwrap();
         let announced = Arc::new(Mutex::new(Vec::new()));
         let seen = announced.clone();
@@ -669,11 +783,19 @@ mod tests {
         for id in 1..=5 {
             answers.push(approver.approve(&request(id), &announce).await);
         }
-        // The last question finds the input at its end, which denies as
-        // an empty line does.
+        // Any other key denies; so does the end of the input.
         let expected = [Answer::Once, Answer::Always, Answer::Deny, Answer::Deny, Answer::Deny];
         assert_eq!(answers, expected.map(Some));
         assert_eq!(*announced.lock().unwrap(), ["ap_1", "ap_2", "ap_3", "ap_4", "ap_5"]);
+    }
+
+    #[test]
+    fn a_question_shows_the_command_as_it_runs_and_the_path_and_size_written() {
+        let shell = call_for_people("shell", r#"{"command":"'/bin/rm' -f x"}"#);
+        assert_eq!(shell, "shell: run `rm -f x`");
+        let write = call_for_people("write", r#"{"path":"src/../a.txt","content":"hello"}"#);
+        assert_eq!(write, "write: a.txt (5 bytes)");
+        assert_eq!(call_for_people("echo", r#"{"text":"hi"}"#), r#"echo({"text":"hi"})"#);
     }
 
     /// Input that keeps its reader waiting until its sender is dropped, or

@@ -66,6 +66,9 @@ pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<Exit
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
+    // Installs and new builds count without a restart; the server
+    // announces them (log, watch sockets) as they land.
+    let _watcher = runtime.watch()?;
     let server = Server::bind(runtime.runtime.clone(), stores.traces, config).await?;
     // The first line on stdout: tests and scripts read the port from it.
     say!("listening on http://{}", server.local_addr());

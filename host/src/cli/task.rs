@@ -30,6 +30,10 @@ pub(crate) struct TaskArgs {
     /// What to do when a step fails.
     #[arg(long, value_enum, default_value_t = OnFailure::Stop)]
     on_failure: OnFailure,
+    /// With no terminal to ask at: answer every `ask` at once with never,
+    /// once or all (as for `reson run`)
+    #[arg(long, value_name = "never|once|all")]
+    approve: Option<reson::agent::Unattended>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -50,6 +54,8 @@ pub(crate) fn prepare_options(options: &mut Options, args: &TaskArgs) -> anyhow:
 pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitCode> {
     args.model.preflight(runtime)?;
     let store = super::open_stores(&runtime.config).await?.traces;
+    let (_, permissions, unattended) =
+        super::run::permissions(runtime, &args.model.preset, args.approve)?;
     let telemetry = Telemetry::from_config(&runtime.config.agent.telemetry)?;
     let bundle = AgentBuilder::new()
         .provider(Arc::new(args.model.provider(runtime)))
@@ -57,7 +63,7 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
         .hooks(Hooks::none())
         .store(store)
         .params(LlmParams { model: args.model.model.clone(), ..LlmParams::default() })
-        .permissions(super::run::permissions(runtime, &args.model.preset)?.1)
+        .permissions(permissions)
         .telemetry(telemetry.clone())
         .build()?;
     let parser = Arc::new(PluginPlanParser::new(runtime.runtime.clone(), args.parser.clone()));
@@ -88,10 +94,16 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
             if let Some(id) = &outcome.trace_id {
                 say_err!("trace {id}");
             }
-            Ok(if outcome.succeeded {
-                ExitCode::SUCCESS
-            } else {
+            let denied = unattended.as_ref().map_or(0, |u| u.denied());
+            Ok(if !outcome.succeeded {
                 ExitCode::from(exit::TOOL_FAILED)
+            } else if denied > 0 {
+                say_err!(
+                    "{denied} call(s) denied for want of an answer (no terminal): see --approve"
+                );
+                ExitCode::from(exit::DENIED)
+            } else {
+                ExitCode::SUCCESS
             })
         }
         Err(e) => {

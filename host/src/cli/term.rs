@@ -35,6 +35,45 @@ pub(crate) fn write_out(text: &str) {
     }
 }
 
+/// `1 model call`, `2 model calls`.
+pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// While alive, the terminal on stdin hands over each key as it is
+/// pressed, without echo: an approval is one key, not a line. Restores the
+/// terminal's settings when dropped; does nothing when stdin is no
+/// terminal.
+pub(crate) struct KeyMode {
+    saved: Option<libc::termios>,
+}
+
+impl KeyMode {
+    pub(crate) fn on() -> Self {
+        // SAFETY: termios is plain data; tcgetattr fills it for fd 0 or fails.
+        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(libc::STDIN_FILENO, &mut saved) } != 0 {
+            return Self { saved: None };
+        }
+        let mut keys = saved;
+        keys.c_lflag &= !(libc::ICANON | libc::ECHO);
+        keys.c_cc[libc::VMIN] = 1;
+        keys.c_cc[libc::VTIME] = 0;
+        // SAFETY: a termios taken from this terminal, changed in two flags.
+        let set = unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &keys) } == 0;
+        Self { saved: set.then_some(saved) }
+    }
+}
+
+impl Drop for KeyMode {
+    fn drop(&mut self) {
+        if let Some(saved) = &self.saved {
+            // SAFETY: restores the settings tcgetattr gave.
+            unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, saved) };
+        }
+    }
+}
+
 /// `println!` through [`clean`].
 macro_rules! say {
     ($($arg:tt)*) => {

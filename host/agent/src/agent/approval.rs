@@ -42,6 +42,56 @@ pub enum Answer {
     Deny,
 }
 
+/// How an `ask` is answered when no one is there to answer it (no
+/// terminal: CI, a script): at once, by the user's choice, never by a
+/// silent wait. `reson run --approve`, `[permissions] unattended`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unattended {
+    /// Deny the call (the default).
+    #[default]
+    Never,
+    /// Allow the call, as "once" at a terminal would.
+    Once,
+    /// Allow the call and, for the rest of the run, every call the same
+    /// rule asks about, as "always" at a terminal would.
+    All,
+}
+
+impl Unattended {
+    /// The answer this policy gives; `None` (no answer) for `never`.
+    pub fn answer(self) -> Option<Answer> {
+        match self {
+            Self::Never => None,
+            Self::Once => Some(Answer::Once),
+            Self::All => Some(Answer::Always),
+        }
+    }
+}
+
+impl std::fmt::Display for Unattended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Never => "never",
+            Self::Once => "once",
+            Self::All => "all",
+        })
+    }
+}
+
+impl std::str::FromStr for Unattended {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "never" => Ok(Self::Never),
+            "once" => Ok(Self::Once),
+            "all" => Ok(Self::All),
+            other => Err(format!("`{other}` is not one of never, once, all")),
+        }
+    }
+}
+
 /// Puts an approval request on the run's event stream. A named type so
 /// that `#[async_trait]` leaves the lifetime of its argument free (written
 /// out, `&(dyn Fn(&ApprovalRequest) + Send + Sync)` gets a fixed one).
@@ -56,6 +106,12 @@ pub trait Approver: Send + Sync {
     /// ready to take an answer. A stop of the run drops this future, so an
     /// approver must not rely on running to its end.
     async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer>;
+
+    /// Whether no one is there to ask (see [`Unattended`]): no answer from
+    /// it is then recorded as `ask-unattended`, not `ask-timeout`.
+    fn unattended(&self) -> bool {
+        false
+    }
 }
 
 /// Approvals answered through a library call: each request waits, up to a
@@ -129,7 +185,8 @@ pub struct Ruling {
     /// Whether the call may run.
     pub run: bool,
     /// `allow`, `deny`, `ask-once`, `ask-always`, `ask-remembered`,
-    /// `ask-denied` or `ask-timeout`.
+    /// `ask-denied`, `ask-timeout` or `ask-unattended` (no one there to
+    /// ask, and the user's policy denies).
     pub decision: &'static str,
     /// The rule that decided, when one did.
     pub rule: Option<String>,
@@ -236,6 +293,7 @@ impl Permissions {
                         ruling(true, "ask-always")
                     }
                     Some(Answer::Deny) => ruling(false, "ask-denied"),
+                    None if self.approver.unattended() => ruling(false, "ask-unattended"),
                     None => ruling(false, "ask-timeout"),
                 }
             }

@@ -56,7 +56,7 @@ mod subagent;
 mod task;
 
 pub use approval::{
-    Announce, Answer, ApprovalRequest, Approver, PendingApprovals, Permissions, Ruling,
+    Announce, Answer, ApprovalRequest, Approver, PendingApprovals, Permissions, Ruling, Unattended,
 };
 pub use error::AgentError;
 pub use hooks::{Hook, HookDecision, HookEvent, HookPoint, Hooks};

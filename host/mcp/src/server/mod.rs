@@ -122,40 +122,26 @@ impl Session {
         tools
     }
 
-    /// Waits until the offered tools differ from `listed`, and updates it;
-    /// false once nothing can change them any more (the sources are gone).
-    async fn next_change(
-        &self,
-        changes: &mut [tokio::sync::watch::Receiver<u64>],
-        listed: &mut Vec<Tool>,
-    ) -> bool {
-        loop {
-            let ticks = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
-            let (tick, _, _) = futures::future::select_all(ticks).await;
-            if tick.is_err() {
-                return false;
-            }
-            let now = self.tools();
-            if now != *listed {
-                *listed = now;
-                return true;
-            }
-        }
+    /// Waits for the next change of what is served: a plugin added,
+    /// replaced (a new build whose tool list reads the same included: its
+    /// behaviour may not) or removed, an MCP server's list changed. False
+    /// once nothing can change any more (the sources are gone).
+    async fn next_change(changes: &mut [tokio::sync::watch::Receiver<u64>]) -> bool {
+        let ticks = changes.iter_mut().map(|rx| Box::pin(rx.changed()));
+        let (tick, _, _) = futures::future::select_all(ticks).await;
+        tick.is_ok()
     }
 
     /// Sends `notifications/tools/list_changed` to a client of an older
-    /// revision (which gets them on its session) whenever the offered tools
-    /// change (a plugin replaced, an MCP server's list changed), until the
-    /// client is gone.
+    /// revision (which gets them on its session) on every change of what
+    /// is served, until the client is gone.
     fn follow_changes(&self, peer: rmcp::Peer<RoleServer>) {
         let mut changes = self.shared.tools.changes();
         if changes.is_empty() {
             return;
         }
-        let session = self.clone();
         tokio::spawn(async move {
-            let mut listed = session.tools();
-            while session.next_change(&mut changes, &mut listed).await {
+            while Self::next_change(&mut changes).await {
                 if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
                     return;
                 }
@@ -304,19 +290,18 @@ impl ServerHandler for Session {
     }
 
     /// `subscriptions/listen` (2026-07-28): `notifications/tools/list_changed`
-    /// on the listening request's stream whenever the offered tools change,
-    /// until the client cancels it.
+    /// on the listening request's stream on every change of what is
+    /// served, until the client cancels it.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let mut changes = self.shared.tools.changes();
         if context.accepted().tools_list_changed != Some(true) || changes.is_empty() {
             context.cancelled().await;
             return Ok(());
         }
-        let mut listed = self.tools();
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
-                changed = self.next_change(&mut changes, &mut listed) => {
+                changed = Self::next_change(&mut changes) => {
                     if !changed || context.sink().notify_tool_list_changed().await.is_err() {
                         // Nothing more to say: the client ends the stream.
                         context.cancelled().await;

@@ -22,12 +22,14 @@ fn entry_path(dir: &Path, digest: &str, fingerprint: &str) -> PathBuf {
 /// then). A corrupt or stale entry is recompiled, never trusted.
 /// `fingerprint` identifies `engine`'s settings. Compiling takes from
 /// milliseconds to seconds of CPU: call it off the async workers.
+/// `compiling` hears the component's size before a compile starts.
 pub(crate) fn load_or_compile(
     engine: &Engine,
     fingerprint: &str,
     dir: &Path,
     digest: &str,
     wasm: impl FnOnce() -> Result<std::sync::Arc<[u8]>, String>,
+    compiling: impl FnOnce(usize),
 ) -> Result<(Component, Source), String> {
     let path = entry_path(dir, digest, fingerprint);
     if path.exists() {
@@ -41,7 +43,9 @@ pub(crate) fn load_or_compile(
             }
         }
     }
-    let component = Component::new(engine, &*wasm()?).map_err(|e| format!("{e:#}"))?;
+    let wasm = wasm()?;
+    compiling(wasm.len());
+    let component = Component::new(engine, &*wasm).map_err(|e| format!("{e:#}"))?;
     if let Err(e) = store(&component, dir, &path) {
         tracing::warn!(path = %path.display(), "cannot write compiled-code cache: {e}");
     }

@@ -300,13 +300,15 @@ fn check_header(file: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Loads one plugin. Every failure is a one-line [`LoadError`].
+/// Loads one plugin. Every failure is a one-line [`LoadError`]. `serving`:
+/// an earlier generation answers calls until this one is ready.
 pub(crate) async fn load(
     cx: &LoadContext<'_>,
     name: &str,
     file: &Path,
     files: &PluginFiles,
     generation: u64,
+    serving: bool,
 ) -> Result<LoadedPlugin, LoadError> {
     let manifest = files.manifest(name, file)?;
     let sha256 = files.sha256.clone();
@@ -358,13 +360,28 @@ pub(crate) async fn load(
             None => read_component(&file, &digest).map_err(|e| e.to_string()),
         }
     };
+    // A large component (a Python tool) compiles for a minute or more on a
+    // debug build: whoever reads the log learns why nothing changed yet.
+    let compiling = {
+        let (plugin, shown) = (name.to_owned(), file.display().to_string());
+        move |bytes: usize| {
+            let meanwhile =
+                if serving { "; the previous version serves until it is ready" } else { "" };
+            tracing::info!(plugin = %plugin, "compiling {shown} ({}){meanwhile}", size_text(bytes));
+        }
+    };
+    let started = std::time::Instant::now();
     let compiled = tokio::task::spawn_blocking(move || {
-        cache::load_or_compile(&engine, &fingerprint, &dir, &digest, wasm)
+        cache::load_or_compile(&engine, &fingerprint, &dir, &digest, wasm, compiling)
     })
     .await
     .unwrap_or_else(|e| Err(format!("the compiler failed: {e}")));
     let (component, source) =
         compiled.map_err(|reason| LoadError::Invalid { file: file.into(), reason })?;
+    if source == Source::Compiled {
+        let took = started.elapsed().as_secs_f64();
+        tracing::info!(plugin = %name, "compiled {} in {took:.1} s", file.display());
+    }
     let world = contract::inspect(&cx.sandbox.engine, &component)
         .map_err(|source| LoadError::Contract { file: file.into(), source })?;
     let grants = Grants::intersect(&manifest, &cx.config.grant(name), &cx.config.sandbox, |p| {
@@ -406,6 +423,15 @@ pub(crate) async fn load(
         from_cache: source == Source::Cache,
         signature,
     })
+}
+
+/// A size for people: `840 KB`, `13.2 MB`.
+pub(crate) fn size_text(bytes: usize) -> String {
+    match bytes {
+        b if b < 1_000 => format!("{b} bytes"),
+        b if b < 1_000_000 => format!("{} KB", b / 1_000),
+        b => format!("{:.1} MB", b as f64 / 1e6),
+    }
 }
 
 /// Asks the component for its tools, under the same sandbox as a call.

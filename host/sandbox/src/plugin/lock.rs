@@ -82,6 +82,16 @@ impl LockFile {
         Ok(lock)
     }
 
+    /// Reads the file again: another process (`reson plugins accept`, an
+    /// installer) may have written it since. A file that no longer reads
+    /// leaves what this one knew in place, and says why.
+    pub(crate) fn refresh(&mut self) {
+        match Self::open(&self.path) {
+            Ok(fresh) => *self = fresh,
+            Err(e) => tracing::warn!("keeping the lock file as last read: {e}"),
+        }
+    }
+
     /// Records a plugin seen for the first time or changed without asking
     /// for more. Returns what it asks for beyond the locked version when
     /// that is not empty (and records nothing then).

@@ -177,6 +177,9 @@ struct Slot {
     attempted: Option<String>,
     /// Tools it lists that another plugin or the host serves.
     refused: Vec<RefusedTool>,
+    /// Its newest file asks for more than the lock file allows: tried again
+    /// when the lock file changes (`reson plugins accept` in another process).
+    held_back: bool,
 }
 
 /// An immutable snapshot; replaced whole on every change.
@@ -341,6 +344,28 @@ impl Catalog {
 }
 
 impl Catalog {
+    /// Whether `other` serves the same: the same generations, statuses and
+    /// tool owners. A reload that changed nothing (a file rewritten with
+    /// the same bytes) is no change to announce.
+    fn serves_as(&self, other: &Catalog) -> bool {
+        let slot = |s: &Slot| {
+            (s.active.as_ref().map(|p| p.generation), s.status.clone(), s.refused.clone())
+        };
+        let tools = |c: &Catalog| {
+            let mut tools: Vec<(String, u64, usize)> =
+                c.tools.iter().map(|(t, (p, i))| (t.clone(), p.generation, *i)).collect();
+            tools.sort();
+            tools
+        };
+        self.slots.len() == other.slots.len()
+            && self
+                .slots
+                .iter()
+                .zip(&other.slots)
+                .all(|((a, x), (b, y))| a == b && slot(x) == slot(y))
+            && tools(self) == tools(other)
+    }
+
     fn apply(&mut self, name: String, outcome: Outcome) {
         let (file, attempted, result) = match outcome {
             Outcome::Unchanged => return,
@@ -357,6 +382,7 @@ impl Catalog {
                     status: PluginStatus::Disabled,
                     attempted: None,
                     refused: Vec::new(),
+                    held_back: false,
                 };
                 self.slots.insert(name, slot);
                 return;
@@ -372,17 +398,19 @@ impl Catalog {
                     status: PluginStatus::Ready,
                     attempted,
                     refused: Vec::new(),
+                    held_back: false,
                 }
             }
             Err(err) => {
                 tracing::error!(plugin = %name, "{err}");
                 // The last good generation, if any, keeps serving.
                 let active = self.slots.get(&name).and_then(|s| s.active.clone());
+                let held_back = matches!(err, LoadError::NeedsApproval { .. });
                 let status = match active {
                     Some(_) => PluginStatus::Stale(err.to_string()),
                     None => PluginStatus::Failed(err.to_string()),
                 };
-                Slot { file, active, status, attempted, refused: Vec::new() }
+                Slot { file, active, status, attempted, refused: Vec::new(), held_back }
             }
         };
         self.slots.insert(name, slot);
@@ -399,7 +427,8 @@ struct Inner {
     /// Serialises reloads; calls never take it.
     reload: tokio::sync::Mutex<()>,
     generation: AtomicU64,
-    /// Counts catalog swaps, for those who follow the tool list.
+    /// Counts the reloads that changed what is served, for those who
+    /// follow the tool list.
     changed: tokio::sync::watch::Sender<u64>,
 }
 
@@ -616,6 +645,8 @@ impl Runtime {
     /// the previous generation serving. A plugin whose file is gone unloads.
     pub async fn reload(&self, names: &[String]) {
         let _serial = self.inner.reload.lock().await;
+        // Another process may have accepted a plugin since the last reload.
+        self.inner.lock.lock().expect("lock file mutex").refresh();
         let before = self.catalog();
         let dir = &self.inner.options.plugins_dir;
         let config = &self.inner.options.config;
@@ -631,9 +662,12 @@ impl Runtime {
         // Compiles run on the blocking pool, so a cold start compiles in
         // parallel and no async worker waits on the compiler.
         let outcomes = futures::future::join_all(names.iter().map(|name| async move {
-            let previous = previous.slots.get(name).and_then(|s| s.attempted.as_deref());
+            let slot = previous.slots.get(name);
+            let attempted = slot.and_then(|s| s.attempted.as_deref());
+            let serving = slot.is_some_and(|s| s.active.is_some());
             let file = dir.join(format!("{name}.wasm"));
-            (name.clone(), load_outcome(cx, name, file, previous, &self.inner.generation).await)
+            let generation = &self.inner.generation;
+            (name.clone(), load_outcome(cx, name, file, attempted, serving, generation).await)
         }))
         .await;
 
@@ -642,18 +676,22 @@ impl Runtime {
             next.apply(name, outcome);
         }
         next.reindex(&before, &self.inner.lock);
+        let changed = !next.serves_as(&before);
         let replaced = std::mem::replace(
             &mut *self.inner.catalog.write().expect("catalog lock"),
             Arc::new(next),
         );
-        self.inner.changed.send_modify(|n| *n += 1);
+        if changed {
+            self.inner.changed.send_modify(|n| *n += 1);
+        }
         // The last hold on a replaced generation frees its code: unmapping
         // tens of megabytes for a Python tool. That is nobody's wait.
         tokio::task::spawn_blocking(move || drop((replaced, before)));
     }
 
-    /// Ticks after every reload, whether or not the tool list changed:
-    /// compare [`Runtime::tools`] to tell.
+    /// Ticks after every reload that changed what is served: a plugin
+    /// added, replaced, removed, held back or failing, or a tool handed to
+    /// another plugin. A file rewritten with the same bytes does not tick.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.changed.subscribe()
     }
@@ -690,6 +728,26 @@ impl Runtime {
         Ok(())
     }
 
+    /// Loads again the plugins held back for asking more than the lock
+    /// file allowed: the watcher calls it when the lock file changes, so
+    /// that `reson plugins accept` in another process counts here too.
+    pub(crate) async fn retry_held_back(&self) {
+        let held: Vec<String> = self
+            .catalog()
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.held_back)
+            .map(|(name, _)| name.clone())
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        for name in &held {
+            self.forget_attempt(name).await;
+        }
+        self.reload(&held).await;
+    }
+
     async fn forget_attempt(&self, name: &str) {
         // A reload running meanwhile (the watcher's) would otherwise replace
         // the catalog with one that still remembers the attempt, or this
@@ -716,6 +774,7 @@ async fn load_outcome(
     name: &str,
     file: PathBuf,
     previous: Option<&str>,
+    serving: bool,
     generation: &AtomicU64,
 ) -> Outcome {
     if !file.exists() {
@@ -736,7 +795,7 @@ async fn load_outcome(
         return Outcome::Unchanged;
     }
     let next = generation.fetch_add(1, Ordering::Relaxed) + 1;
-    let loaded = loader::load(cx, name, &file, &files, next).await;
+    let loaded = loader::load(cx, name, &file, &files, next, serving).await;
     Outcome::Loaded(file, Some(fp), Box::new(loaded))
 }
 

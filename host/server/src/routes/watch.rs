@@ -68,7 +68,7 @@ pub(crate) struct WatchQuery {
     params(("id" = String, Path, description = "Trace id"), WatchQuery,
         ("token" = Option<String>, Query, description = "The token, for clients that cannot set headers (browsers)")),
     responses(
-        (status = 101, description = "Text frames, one JSON object each: stored events (with `id`) and live-only frames (`text_delta`, `reasoning_delta`, `approval_needed`, without `id`). Closed with 4401 within a second of its token being revoked or given another user or role; 1008 when the client fell too far behind (resume with `since`); 1001 when the server shuts down."),
+        (status = 101, description = "Text frames, one JSON object each: stored events (with `id`) and live-only frames (`text_delta`, `reasoning_delta`, `approval_needed`, and `plugins_changed` on every socket when a plugin is installed, rebuilt, held back or removed; without `id`). Closed with 4401 within a second of its token being revoked or given another user or role; 1008 when the client fell too far behind (resume with `since`); 1001 when the server shuts down."),
         (status = 404, body = ErrorBody),
     ))]
 pub(crate) async fn watch(

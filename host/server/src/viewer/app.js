@@ -594,6 +594,9 @@
       case 'approval_needed':
         addApproval(frame.request);
         break;
+      case 'plugins_changed':
+        logNotice('plugins changed', (frame.plugins || []).map(pluginChange).join('; '));
+        break;
       default:
         break;
     }
@@ -628,6 +631,21 @@
       case 'trace_finished': return e.error ? `${e.status}: ${e.error}` : e.status;
       default: return '';
     }
+  }
+
+  // A plugin installed or rebuilt while the server runs: the next run's
+  // tools are the new ones.
+  function pluginChange(p) {
+    const version = p.version ? ` ${p.version}` : '';
+    const held = p.status && p.status.state !== 'ready' ? ` (${p.status.state}: ${p.status.error || ''})` : '';
+    return `${p.name}${version} ${p.change}${held}`;
+  }
+
+  function logNotice(title, summary) {
+    const log = $('events');
+    log.append(el('li', { class: 'notice', 'data-notice': title, title: when(Date.now()) },
+      el('strong', { text: title }), summary ? ` ${summary}` : ''));
+    while (log.children.length > MAX_EVENTS_SHOWN) log.firstElementChild.remove();
   }
 
   function logEvent(e) {

@@ -354,6 +354,11 @@ impl Run {
                 "Error: no one approved this call of `{}` in time; it was denied.",
                 call.name
             ),
+            "ask-unattended" => format!(
+                "Error: this call of `{}` needs approval and no one is there to give it; it \
+                 was denied.",
+                call.name
+            ),
             _ => format!("Error: permission denied for `{}` ({why}).", call.name),
         };
         Ok(Some(ToolResult::error(text)))
