@@ -185,9 +185,9 @@ async fn echo_run(api: &Api) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reson_serve_follows_installs_and_holds_back_what_asks_for_more() {
-    let dir = api_support::dir_with(&["scripted"]);
+    let dir = crate::support::api::dir_with(&["scripted"]);
     let script = set_script(dir.path(), json!([echo_turn("ping"), text_turn("done")]));
-    dir.config(&api_support::config(&format!(
+    dir.config(&crate::support::api::config(&format!(
         "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\n\
          config = {{ script = \"{}\" }}\n",
         script.display()
