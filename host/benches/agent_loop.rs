@@ -3,8 +3,9 @@
 //! to a file trace store (group-committed fsync, synced at the end of the
 //! run), on a two-worker tokio runtime; then the same loop with
 //! OpenTelemetry off (the default: no exporter) and on (exporting to an
-//! OTLP/HTTP receiver on 127.0.0.1), interleaved, so their ratio is from one
-//! run. `cargo bench -p reson --bench agent_loop`.
+//! OTLP/HTTP receiver on 127.0.0.1, to a collector that is down, and to one
+//! that never answers), interleaved, so their ratios are from one run.
+//! `cargo bench -p reson --bench agent_loop`.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -48,11 +49,21 @@ fn bench(c: &mut Criterion) {
         ToolRegistry::new(runtime),
         Hooks::none(),
     );
-    let receiver = rt.block_on(otlp_receiver());
-    let config = TelemetryConfig { otlp_endpoint: Some(receiver), ..TelemetryConfig::default() };
-    let telemetry = rt.block_on(async { Telemetry::from_config(&config).unwrap() });
-    assert!(telemetry.is_on());
-    let exporting = runner.clone().with_telemetry(telemetry);
+    let exporting_to = |endpoint: String| {
+        let config =
+            TelemetryConfig { otlp_endpoint: Some(endpoint), ..TelemetryConfig::default() };
+        let telemetry = rt.block_on(async { Telemetry::from_config(&config).unwrap() });
+        assert!(telemetry.is_on());
+        runner.clone().with_telemetry(telemetry)
+    };
+    let exporting = exporting_to(rt.block_on(otlp_receiver()));
+    // Nothing listens on a port just freed; a listener that never accepts
+    // past the kernel's backlog never answers.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = exporting_to(format!("http://{}", closed.local_addr().unwrap()));
+    drop(closed);
+    let silent_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = exporting_to(format!("http://{}", silent_listener.local_addr().unwrap()));
     let per_iteration = |runner: &Runner| {
         rt.block_on(async {
             let start = Instant::now();
@@ -78,18 +89,25 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
 
-    let (mut off, mut on) = (Vec::new(), Vec::new());
+    let (mut off, mut on, mut to_down, mut to_silent) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..30 {
         off.push(per_iteration(&runner));
         on.push(per_iteration(&exporting));
+        to_down.push(per_iteration(&down));
+        to_silent.push(per_iteration(&silent));
     }
+    drop(silent_listener);
     let (off, on) = (median_ms(off), median_ms(on));
+    let (to_down, to_silent) = (median_ms(to_down), median_ms(to_silent));
     println!("\n== figures ==");
     println!("agent loop, median per iteration: {off:>8.3} ms  (target <= 1 ms)");
     println!(
         "  with OpenTelemetry exporting:   {on:>8.3} ms  ({:.3}x; off, the default, is the line above)",
         on / off
     );
+    println!("    to a collector that is down:  {to_down:>8.3} ms  ({:.3}x)", to_down / off);
+    println!("    to one that never answers:    {to_silent:>8.3} ms  ({:.3}x)", to_silent / off);
 }
 
 fn median_ms(mut samples: Vec<Duration>) -> f64 {

@@ -4,9 +4,9 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod api;
 // The PostgreSQL and Chromium harnesses, also built into binaries without
 // this module (the library's own tests, the trace bench), load it too.
-pub mod api;
 #[allow(clippy::duplicate_mod)]
 pub mod apt;
 pub mod chromium;
