@@ -31,6 +31,7 @@ fn reson(reson: &Path, cwd: &Path, args: &[&str]) -> Output {
     command
         .current_dir(cwd)
         .env("HOME", home)
+        .env_remove("OPENAI_API_KEY")
         .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
         .args(args)
         .output()
@@ -95,6 +96,14 @@ fn init_sets_up_a_directory_where_a_first_run_works_offline() {
     assert!(said.contains(&readme.display().to_string()), "glob ran: {said}");
     assert!(text(&out).contains("completed (2 model calls"), "{}", text(&out));
 
+    // The README's continue, on the script init wrote.
+    let err = String::from_utf8_lossy(&out.stderr);
+    let id = err.lines().find_map(|l| l.strip_prefix("trace ")?.split(' ').next()).unwrap();
+    let out = reson(&bin, &project, &["run", "--trace", id, "And now?"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Continuing the same trace"));
+    assert!(text(&out).contains(&format!("trace {id} completed")), "{}", text(&out));
+
     let out = reson(&bin, &project, &["traces", "list", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let traces: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -150,4 +159,67 @@ fn init_into_a_file_is_refused() {
     assert_eq!(out.status.code(), Some(6), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("taken is not a directory"));
     assert_eq!(std::fs::read_to_string(dir.path().join("taken")).unwrap(), "a file");
+}
+
+/// The traces a project holds.
+fn traces(project: &Path) -> usize {
+    std::fs::read_dir(project.join("traces")).map_or(0, |d| d.count())
+}
+
+/// A config that cannot be met stops before anything runs, saying where
+/// and what to do: a grant of a missing directory (the file and line), a
+/// section for a plugin that is not there (the nearest name), a real
+/// provider without a model (both places to set it) or without its key
+/// (the variable). No trace is left behind.
+#[test]
+fn a_config_that_cannot_be_met_is_refused_naming_the_file_the_line_and_the_fix() {
+    let dir = TestDir::new();
+    let bin = installed_binary(&dir);
+    assert!(reson(&bin, dir.path(), &["init", "project"]).status.success());
+    let project = dir.path().join("project");
+    let config = project.join("reson.toml");
+    let written = std::fs::read_to_string(&config).unwrap();
+    let grant = "dirs = [{ path = \"workspace\", access = \"read-write\" }]";
+    let broken = written.replacen(
+        grant,
+        "dirs = [{ path = \"workspace\", access = \"read-write\" },\n        \
+         { path = \"no-such-dir\", access = \"read\" }]",
+        1,
+    ) + "\n[plugins.fss]\n";
+    std::fs::write(&config, &broken).unwrap();
+    let line = broken.lines().position(|l| l.contains("no-such-dir")).unwrap() + 1;
+    let fss = broken.lines().position(|l| l == "[plugins.fss]").unwrap() + 1;
+    let problem = format!(
+        "reson.toml:{line}: [plugins.fs] dirs: no-such-dir does not exist (create it, or remove \
+         the grant)"
+    );
+
+    let out = reson(&bin, &project, &["run", "What is in the workspace?"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&problem), "{}", text(&out));
+    assert!(err.contains(&format!("reson.toml:{fss}: [plugins.fss]: no plugin `fss`")), "{err}");
+    assert!(err.contains("(did you mean `fs`?)"), "{err}");
+    assert!(!err.contains("ERROR") && !err.contains("WARN"), "no log lines: {err}");
+    assert_eq!(traces(&project), 0, "nothing ran");
+
+    // Calling a tool of the plugin that cannot load says why it is missing.
+    let out = reson(&bin, &project, &["tool", "call", "read", r#"{"path":"README.md"}"#]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("plugin `fs` failed to load: {problem}")), "{err}");
+
+    std::fs::write(&config, &written).unwrap();
+    let out = reson(&bin, &project, &["run", "--provider", "openai", "hi"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("provider `openai` needs a model: pass --model NAME"), "{err}");
+    assert!(err.contains("[plugins.openai] config = { model = \"NAME\" }"), "{err}");
+
+    let out =
+        reson(&bin, &project, &["run", "--provider", "openai", "--model", "gpt-4o-mini", "hi"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("OPENAI_API_KEY is not set"), "{err}");
+    assert_eq!(traces(&project), 0, "no trace for a run that could not start");
 }

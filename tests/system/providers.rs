@@ -1229,7 +1229,7 @@ fn reson_run_marks_the_text_of_a_failed_attempt_as_discarded() {
         "the retry's text starts on its own line: {stdout}"
     );
     assert!(stderr.contains("attempt 2"), "{stderr}");
-    assert!(stderr.contains("1 model calls, 2 requests"), "{stderr}");
+    assert!(stderr.contains("1 model call, 2 requests"), "{stderr}");
     assert_eq!(server.requests().len(), 2);
 }
 
@@ -1242,7 +1242,8 @@ fn reson_run_shows_a_gemini_safety_block_as_a_failure() {
     let (stdout, stderr) =
         (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(stderr.contains("blocked by the provider's content filter"), "{stderr}");
+    let said = format!("{stdout}{stderr}");
+    assert_eq!(said.matches("blocked by the provider's content filter").count(), 1, "once: {said}");
     assert!(stderr.contains("failed"), "{stderr}");
     assert_eq!(server.requests().len(), 1, "not retried");
     let shown = std::process::Command::new(env!("CARGO_BIN_EXE_reson"))

@@ -64,6 +64,10 @@ const FIRST_RUN: &str = r#"{
     {
       "text": "The workspace holds one file, README.md, which says the directory is mine to work in. This answer came from the offline scripted provider (scripts/first-run.json); run with --provider openai, anthropic or gemini for a real model.",
       "usage": {"prompt_tokens": 520, "completion_tokens": 60}
+    },
+    {
+      "text": "Continuing the same trace: it still holds one file. The script answers one follow-up (reson run --trace ID \"...\"); add turns to scripts/first-run.json for more.",
+      "usage": {"prompt_tokens": 610, "completion_tokens": 40}
     }
   ]
 }

@@ -2,6 +2,7 @@
 //! codes here, at the edge.
 
 mod author;
+mod checks;
 mod init;
 mod knowledge;
 mod learn;
@@ -39,6 +40,11 @@ struct Cli {
     /// Trace directory [default: from the config, else ./.reson/traces]
     #[arg(long, global = true, env = "RESON_TRACES_DIR")]
     traces_dir: Option<PathBuf>,
+    /// Log to stderr: -v warnings, -vv what plugins do, -vvv everything
+    /// (`RESON_LOG` overrides). Servers log warnings and plugin reloads
+    /// without it; other commands say what matters in their own output.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -108,12 +114,17 @@ pub(crate) async fn open_stores(config: &Config) -> anyhow::Result<reson::store:
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server's log also says what its plugins do: loads, compiles that
-    // take a while (the previous version serving meanwhile), reloads.
-    let default = match &cli.command {
-        Command::Serve(_) | Command::Mcp(mcp::Command::Serve { .. }) => {
-            "warn,reson_server=info,reson_sandbox::plugin=info"
-        }
-        _ => "warn",
+    // take a while (the previous version serving meanwhile), reloads. A
+    // command a person reads says what matters itself: a log line would
+    // land in the middle of a streamed answer.
+    let server =
+        matches!(&cli.command, Command::Serve(_) | Command::Mcp(mcp::Command::Serve { .. }));
+    let default = match cli.verbose {
+        0 if server => "warn,reson_server=info,reson_sandbox::plugin=info",
+        0 => "off",
+        1 => "warn",
+        2 => "info",
+        _ => "debug",
     };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -138,7 +149,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Init(args) => init::run(args, cli.cache_dir.as_deref()).await,
         Command::Plugins(cmd) if cmd.needs_runtime() => {
-            plugins::run(&open(cli, |_, _| Ok(())).await?.runtime, cmd).await
+            plugins::run(&open(cli, Checks::Report, |_, _| Ok(())).await?.runtime, cmd).await
         }
         // Making, building and installing only write files and run the
         // toolchain; nothing else is on the runtime to be held up meanwhile.
@@ -148,30 +159,47 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
             term::say!("wrote the reson:plugin contract into {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Tool(cmd) => tool::run(&open(cli, |_, _| Ok(())).await?, cmd).await,
+        Command::Tool(cmd) => {
+            tool::run(&open(cli, Checks::Report, |_, _| Ok(())).await?, cmd).await
+        }
         Command::Run(args) => {
-            run::run(&open(cli, |o, _| run::prepare_options(o, args)).await?, args).await
+            run::run(&open(cli, Checks::Refuse, |o, _| run::prepare_options(o, args)).await?, args)
+                .await
         }
         Command::Task(args) => {
-            task::run(&open(cli, |o, _| task::prepare_options(o, args)).await?, args).await
+            task::run(
+                &open(cli, Checks::Refuse, |o, _| task::prepare_options(o, args)).await?,
+                args,
+            )
+            .await
         }
         Command::Traces(traces::Command::Reflect(args)) => {
-            learn::reflect(&open(cli, |o, _| learn::prepare_reflect(o, args)).await?, args).await
+            let host = open(cli, Checks::Refuse, |o, _| learn::prepare_reflect(o, args)).await?;
+            learn::reflect(&host, args).await
         }
         Command::Traces(traces::Command::Replay(args)) => {
             // Declared first, so it outlives the runtime working in it.
             let mut scratch = None;
-            let host = open(cli, |o, _| traces::prepare_replay(o, args, &mut scratch)).await?;
+            let host =
+                open(cli, Checks::Refuse, |o, _| traces::prepare_replay(o, args, &mut scratch))
+                    .await?;
             traces::replay(&host, scratch.as_ref(), args).await
         }
         Command::Traces(cmd) => traces::run(&config(cli)?, cmd).await,
         Command::Serve(args) => {
-            serve::run(&open(cli, |o, c| serve::prepare_options(o, c, args)).await?, args).await
+            let host = open(cli, Checks::Refuse, |o, c| serve::prepare_options(o, c, args)).await?;
+            serve::run(&host, args).await
         }
         Command::Skills(cmd) => learn::skills_command(&config(cli)?, cmd),
         Command::Experiences(cmd) => learn::experiences_command(&config(cli)?, cmd).await,
         Command::Knowledge(cmd) => knowledge::run(&config(cli)?, cmd).await,
-        Command::Mcp(cmd) => mcp::run(&open(cli, |_, _| Ok(())).await?, cmd).await,
+        Command::Mcp(cmd) => {
+            let checks = match cmd {
+                mcp::Command::Serve { .. } => Checks::Refuse,
+                _ => Checks::Report,
+            };
+            mcp::run(&open(cli, checks, |_, _| Ok(())).await?, cmd).await
+        }
         Command::Users(cmd) => users::run(&config(cli)?, cmd),
     }
 }
@@ -200,12 +228,19 @@ impl Drop for LogLine {
     }
 }
 
+/// The config file in use: `--config`, else `./reson.toml` if it exists.
+fn config_path(cli: &Cli) -> Option<PathBuf> {
+    cli.config.clone().or_else(|| {
+        let here = PathBuf::from("reson.toml");
+        here.exists().then_some(here)
+    })
+}
+
 /// `reson.toml` (or `--config`), with the command line's directories over
 /// it.
 fn config(cli: &Cli) -> anyhow::Result<Config> {
-    let mut config = match &cli.config {
-        Some(path) => Config::load(path)?,
-        None if std::path::Path::new("reson.toml").exists() => Config::load("reson.toml".as_ref())?,
+    let mut config = match config_path(cli) {
+        Some(path) => Config::load(&path)?,
         None => Config::default(),
     };
     if let Some(dir) = &cli.traces_dir {
@@ -236,6 +271,21 @@ pub(crate) struct Host {
     /// Every section of `reson.toml`; its plugin section is the runtime's.
     pub(crate) config: Config,
     runtime: Runtime,
+    /// What is wrong with the config's grants, each naming the file, the
+    /// line and the fix (commands that go on despite them say why a tool
+    /// is missing).
+    pub(crate) problems: Vec<String>,
+}
+
+/// What a command does about a config whose grants cannot be met.
+#[derive(Clone, Copy, PartialEq)]
+enum Checks {
+    /// Stop before anything runs: a run must not start without tools its
+    /// config meant to give it.
+    Refuse,
+    /// Go on (listing plugins, calling one tool): the command says what did
+    /// not load when it matters.
+    Report,
 }
 
 impl std::ops::Deref for Host {
@@ -248,12 +298,24 @@ impl std::ops::Deref for Host {
 
 async fn open(
     cli: &Cli,
+    checks: Checks,
     adjust: impl FnOnce(&mut Options, &Config) -> anyhow::Result<()>,
 ) -> anyhow::Result<Host> {
     let mut config = config(cli)?;
     let mut options = options(cli, &config)?;
+    let path = config_path(cli);
+    let source = path.as_deref().and_then(checks::Source::read);
+    for warning in checks::unknown_plugins(&config, &options.plugins_dir, source.as_ref()) {
+        term::say_err!("{warning}");
+    }
+    // Checked before the command line adds its own grants: those name
+    // what exists (a script's directory).
+    let problems = checks::missing_dirs(&config, source.as_ref());
+    if checks == Checks::Refuse && !problems.is_empty() {
+        anyhow::bail!("{}", problems.join("\n"));
+    }
     adjust(&mut options, &config)?;
     config.plugins = options.config.clone();
     let runtime = Runtime::open(options).await.context("cannot start the plugin runtime")?;
-    Ok(Host { config, runtime })
+    Ok(Host { config, runtime, problems })
 }

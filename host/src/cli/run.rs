@@ -35,7 +35,8 @@ pub(crate) struct ModelArgs {
     /// Provider plugin [default: scripted]
     #[arg(long)]
     pub(crate) provider: Option<String>,
-    /// Model name passed to the provider.
+    /// Model name passed to the provider [default: `[plugins.PROVIDER]
+    /// config = { model = "..." }`]
     #[arg(long, default_value = "")]
     pub(crate) model: String,
     /// Permission preset: default, explore, analyst, browser, or one from the config.
@@ -87,6 +88,15 @@ impl ModelArgs {
         self.provider.as_deref().unwrap_or("scripted")
     }
 
+    /// The model: `--model`, else the provider's `model` setting.
+    pub(crate) fn model_name(&self, runtime: &Runtime) -> String {
+        if !self.model.is_empty() {
+            return self.model.clone();
+        }
+        let grant = runtime.options().config.grant(self.provider_name());
+        grant.config.get("model").cloned().unwrap_or_default()
+    }
+
     /// The provider to call.
     pub(crate) fn provider(&self, runtime: &Runtime) -> PluginProvider {
         PluginProvider::new(runtime.clone(), self.provider_name().to_owned())
@@ -126,13 +136,33 @@ impl ModelArgs {
             }
             _ => {}
         }
-        let scripted_has_script =
-            runtime.options().config.grant("scripted").config.contains_key("script");
-        if name == "scripted" && !scripted_has_script {
-            anyhow::bail!(
-                "the scripted provider replays a script of answers: pass --script FILE (see \
-                 examples/scripts), or use a model with --provider openai|anthropic|gemini"
+        let grant = runtime.options().config.grant(name);
+        if name == "scripted" {
+            anyhow::ensure!(
+                grant.config.contains_key("script"),
+                "the scripted provider replays a script of answers: pass --script FILE (a JSON \
+                 file of turns: {{\"turns\": [{{\"text\": \"...\"}}]}}), or use a model with \
+                 --provider openai|anthropic|gemini"
             );
+            return Ok(());
+        }
+        anyhow::ensure!(
+            !self.model_name(runtime).is_empty(),
+            "provider `{name}` needs a model: pass --model NAME, or set it in reson.toml as \
+             [plugins.{name}] config = {{ model = \"NAME\" }}"
+        );
+        // Found before a trace exists: the first model call would fail with
+        // an authentication error otherwise, leaving a failed trace behind.
+        let key = match grant.config.get("api_key_secret") {
+            Some(key) if key.is_empty() => None,
+            Some(key) => Some(key.clone()),
+            None => VENDORS.iter().find(|(n, ..)| *n == name).map(|(.., key)| (*key).to_owned()),
+        };
+        if let Some(key) = key {
+            let in_env = std::env::var_os(&key).is_some_and(|v| !v.is_empty());
+            let in_config =
+                runtime.options().config.secrets.get(&key).is_some_and(|s| s.value.is_some());
+            anyhow::ensure!(in_env || in_config, "{key} is not set: export {key}=... first");
         }
         Ok(())
     }
@@ -367,7 +397,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
             .clone()
             .or_else(|| args.trace.is_none().then(|| SYSTEM_PROMPT.to_owned())),
         params: LlmParams {
-            model: args.model.model.clone(),
+            model: args.model.model_name(runtime),
             stream: true,
             temperature: preset.temperature,
             ..LlmParams::default()
@@ -431,12 +461,17 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     }
     match outcome {
         Ok(outcome) => {
+            let cost = if outcome.cost > 0.0 {
+                format!(", {}", cost_text(outcome.cost))
+            } else {
+                String::new()
+            };
             say_err!(
-                "trace {} {} ({} model calls, {} requests, {} prompt + {} completion tokens)",
+                "trace {} {} ({}, {}, {} prompt + {} completion tokens{cost})",
                 outcome.trace_id,
                 status_word(outcome.status),
-                outcome.iterations,
-                outcome.requests,
+                plural(outcome.iterations as usize, "model call", "model calls"),
+                plural(outcome.requests as usize, "request", "requests"),
                 outcome.usage.prompt_tokens,
                 outcome.usage.completion_tokens
             );
@@ -537,6 +572,16 @@ fn call_for_people(tool: &str, arguments: &str) -> String {
         (_, Some(subject)) => format!("{tool}: {subject}  {}", short(arguments, 200)),
         (_, None) => format!("{tool}({})", short(arguments, 200)),
     }
+}
+
+/// Dollars for people: cents as usual, less than a cent with two
+/// significant digits (`$0.00042`, never `$0.0000`).
+pub(crate) fn cost_text(usd: f64) -> String {
+    if usd >= 0.01 || usd <= 0.0 {
+        return format!("${usd:.2}");
+    }
+    let digits = (1 - usd.log10().floor() as i32).max(2) as usize;
+    format!("${usd:.digits$}")
 }
 
 /// A size for people: `12 bytes`, `3.4 KB`, `13.2 MB`.
@@ -742,8 +787,10 @@ impl Printer {
                 }
             }
             AgentEvent::Finished { error, .. } => {
-                if let Some(error) = error {
-                    let _ = writeln!(out, "{}", clean(&format!("run failed: {error}")));
+                // The error itself is said once, on stderr, when the run
+                // returns it; text cut short by it ends its line first.
+                if error.is_some() && std::mem::take(&mut self.streamed) {
+                    let _ = writeln!(out);
                 }
                 self.alive = false;
             }
@@ -787,6 +834,13 @@ mod tests {
         let expected = [Answer::Once, Answer::Always, Answer::Deny, Answer::Deny, Answer::Deny];
         assert_eq!(answers, expected.map(Some));
         assert_eq!(*announced.lock().unwrap(), ["ap_1", "ap_2", "ap_3", "ap_4", "ap_5"]);
+    }
+
+    #[test]
+    fn costs_under_a_cent_keep_two_significant_digits() {
+        assert_eq!(super::cost_text(1.5), "$1.50");
+        assert_eq!(super::cost_text(0.0042), "$0.0042");
+        assert_eq!(super::cost_text(0.000_123), "$0.00012");
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<Exit
     let mut config = server_config(&runtime.config, args);
     config.defaults = RunDefaults {
         provider: args.model.provider_name().to_owned(),
-        model: args.model.model.clone(),
+        model: args.model.model_name(runtime),
         preset: args.model.preset.clone(),
         system_prompt: Some(run::SYSTEM_PROMPT.to_owned()),
         ..RunDefaults::default()

@@ -62,7 +62,7 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
         .tools(super::mcp::tools(runtime).await)
         .hooks(Hooks::none())
         .store(store)
-        .params(LlmParams { model: args.model.model.clone(), ..LlmParams::default() })
+        .params(LlmParams { model: args.model.model_name(runtime), ..LlmParams::default() })
         .permissions(permissions)
         .telemetry(telemetry.clone())
         .build()?;

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use reson::agent::{Approver, PendingApprovals, Permissions};
 use reson::mcp::client::{self as mcp_client, McpConfig, McpTools};
-use reson::plugin::{CallContext, CallError, ToolFailure, ToolOutput, ToolSpec};
+use reson::plugin::{CallContext, CallError, PluginStatus, ToolFailure, ToolOutput, ToolSpec};
 use std::io::{IsTerminal as _, Read as _};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -244,8 +244,22 @@ async fn call(host: &Host, tool: &str, args: &str, json: bool) -> ExitCode {
                 say!("{}", serde_json::to_string_pretty(&err).expect("errors serialise"));
             }
             say_err!("error: {err}");
+            if matches!(err, CallError::UnknownTool { .. }) {
+                not_loaded(host);
+            }
             ExitCode::from(exit_code(&err))
         }
+    }
+}
+
+/// Why a tool may be missing: the plugins that did not load, each with its
+/// reason (the config's own words when its grant is the cause).
+fn not_loaded(host: &Host) {
+    for plugin in host.plugins() {
+        let PluginStatus::Failed(error) = &plugin.status else { continue };
+        let section = format!("[plugins.{}]", plugin.name);
+        let why = host.problems.iter().find(|p| p.contains(&section)).unwrap_or(error);
+        say_err!("plugin `{}` failed to load: {}", plugin.name, one_line(why));
     }
 }
 
