@@ -142,6 +142,31 @@ async fn site(outside: u16) -> u16 {
             }),
         )
         .route("/redirect-out", get(move || async move { Redirect::temporary(&redirect_to) }))
+        .route(
+            "/webrtc",
+            get(|Query(q): Query<HashMap<String, String>>| async move {
+                let port = q.get("port").cloned().unwrap_or_default();
+                Html(format!(
+                    r#"<html><head><title>Call</title></head><body><p id="state">gathering</p><script>
+                    const done = (why) => {{
+                      if (document.getElementById('done')) return;
+                      const p = document.createElement('p');
+                      p.id = 'done';
+                      p.textContent = why;
+                      document.body.append(p);
+                    }};
+                    const pc = new RTCPeerConnection({{ iceServers: [
+                      {{ urls: 'stun:127.0.0.1:{port}' }},
+                      {{ urls: 'turn:127.0.0.1:{port}?transport=udp', username: 'stolen-cookie', credential: 'x' }}
+                    ] }});
+                    pc.createDataChannel('exfiltrate');
+                    pc.onicecandidate = (e) => {{ if (!e.candidate) done('gathered'); }};
+                    pc.createOffer().then((offer) => pc.setLocalDescription(offer)).catch((e) => done('failed ' + e));
+                    setTimeout(() => done('gave up'), 8000);
+                    </script></body></html>"#
+                ))
+            }),
+        )
         .route("/escape", get(move || async move { Html(escape) }))
         .route("/frames", get(move || async move { Html(frames) }))
         .route("/inner", get(|| async { Html("<p>Inner frame text</p>") }))
@@ -644,4 +669,43 @@ async fn a_component_built_before_the_browser_interface_still_loads_and_runs() {
     assert_eq!(out.text, "still here hello");
     let info = runtime.plugins().into_iter().find(|p| p.name == "pre-browser").unwrap();
     assert_eq!(info.world.map(|w| w.to_string()).as_deref(), Some("tool-plugin"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webrtc_sends_nothing_and_chromium_has_no_network_but_the_proxy() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let trace = "webrtc";
+    // A STUN/TURN server of sorts: every datagram that reaches it counts.
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = udp.local_addr().unwrap().port();
+    let datagrams = Arc::new(AtomicUsize::new(0));
+    let counted = datagrams.clone();
+    let listening = tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while udp.recv_from(&mut buf).await.is_ok() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let url = format!("{}/webrtc?port={port}", s.base);
+    s.call(trace, "browser_navigate", json!({ "url": url })).await.unwrap();
+    let wait = json!({ "selector": "#done", "timeout_ms": 20000 });
+    s.call(trace, "browser_wait", wait).await.unwrap();
+    let page = s.call(trace, "browser_read", json!({ "what": "text" })).await.unwrap();
+    // Binding requests go out as soon as gathering starts; give them time.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(datagrams.load(Ordering::SeqCst), 0, "UDP left the browser: {page}");
+
+    // Not only WebRTC: Chromium has no network but its loopback, so the
+    // proxy is its only way out, whatever a page finds.
+    let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let groups = browser_groups(std::process::id());
+    assert!(!groups.is_empty());
+    for group in groups {
+        let theirs = std::fs::read_link(format!("/proc/{group}/ns/net")).unwrap();
+        assert_ne!(theirs, ours, "chromium {group} shares the host's network namespace");
+    }
+    assert_eq!(s.outside.reached(), 0);
+    listening.abort();
+    s.runtime.close_browser(trace).await;
 }

@@ -309,6 +309,8 @@ pub struct SandboxConfig {
     /// Whether the commands plugins start run in the OS jail
     /// ([`crate::jail`]): `"on"` (the default) or `"off"`, which runs them
     /// with all of the host's rights and is warned about on every call.
+    /// With it on, the host's browser runs in a network namespace of its
+    /// own too, whose one way out is the host's proxy.
     pub jail: JailMode,
     /// Where bubblewrap is, for the jail.
     pub bwrap: PathBuf,
@@ -321,7 +323,8 @@ pub enum JailMode {
     /// Every command runs jailed, or not at all.
     #[default]
     On,
-    /// Commands run unjailed, with the host's rights.
+    /// Commands run unjailed, with the host's rights; the browser shares
+    /// the host's network (its flags alone keep WebRTC and QUIC off).
     Off,
 }
 

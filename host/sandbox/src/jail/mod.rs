@@ -253,6 +253,69 @@ impl Jail {
     }
 }
 
+/// A network namespace of its own, for a process the host starts outside
+/// the command jail (the browser): nothing but a loopback interface, where
+/// the child listens on `127.0.0.1:`[`PROXY_PORT`] for the proxy the host
+/// serves, and from where it hands the host an unconnected TCP socket to
+/// reach what listens inside. Made with a user namespace, so the host needs
+/// no privileges.
+pub(crate) fn own_network() -> Result<(OwnNetwork, NetworkHandOver), JailError> {
+    let (mut prelude, report) = Prelude::new()?;
+    let (host_end, child_end) = namespace::socket_pair()?;
+    prelude.hand_over = Some(child_end);
+    prelude.dialer = true;
+    Ok((OwnNetwork(prelude), NetworkHandOver { channel: host_end, report }))
+}
+
+/// Where the proxy listens inside an [`own_network`].
+pub(crate) const PROXY_PORT: u16 = namespace::PROXY_PORT;
+
+/// The child's half of [`own_network`].
+pub(crate) struct OwnNetwork(Prelude);
+
+impl OwnNetwork {
+    /// Moves the calling process into the namespace and hands the host its
+    /// sockets. Runs in the child between `fork` and `exec`; only raw
+    /// system calls.
+    pub(crate) fn enter(&self) -> std::io::Result<()> {
+        self.0.run()
+    }
+}
+
+/// The host's half of [`own_network`].
+pub(crate) struct NetworkHandOver {
+    channel: OwnedFd,
+    report: OwnedFd,
+}
+
+impl NetworkHandOver {
+    /// The error for a failed spawn, naming the step that failed.
+    pub(crate) fn spawn_error(&self, error: std::io::Error) -> JailError {
+        match namespace::failed_step(&self.report) {
+            Some(step) => JailError::Setup { step: step.describe(), source: error },
+            None => JailError::Io(error),
+        }
+    }
+
+    /// The proxy's listener and the socket to reach inside with, once the
+    /// child has handed them over.
+    pub(crate) async fn sockets(
+        self,
+    ) -> std::io::Result<(tokio::net::TcpListener, tokio::net::TcpSocket)> {
+        let stream = std::os::unix::net::UnixStream::from(self.channel);
+        stream.set_nonblocking(true)?;
+        let stream = tokio::net::UnixStream::from_std(stream)?;
+        let listener = std::net::TcpListener::from(receive(&stream).await?);
+        listener.set_nonblocking(true)?;
+        let dialer = std::net::TcpStream::from(receive(&stream).await?);
+        dialer.set_nonblocking(true)?;
+        Ok((
+            tokio::net::TcpListener::from_std(listener)?,
+            tokio::net::TcpSocket::from_std_stream(dialer),
+        ))
+    }
+}
+
 /// What a jailed command holds on the host: its private `/tmp`, its cgroup
 /// and its network proxy. Dropping it kills whatever is left in the cgroup
 /// and removes the rest.
@@ -327,14 +390,17 @@ async fn listener_from(host_end: OwnedFd) -> std::io::Result<tokio::net::TcpList
     let stream = std::os::unix::net::UnixStream::from(host_end);
     stream.set_nonblocking(true)?;
     let stream = tokio::net::UnixStream::from_std(stream)?;
+    let listener = std::net::TcpListener::from(receive(&stream).await?);
+    listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(listener)
+}
+
+/// The next descriptor the child sends on `stream`.
+async fn receive(stream: &tokio::net::UnixStream) -> std::io::Result<OwnedFd> {
     loop {
         stream.readable().await?;
         match namespace::receive_fd(stream.as_raw_fd()) {
-            Ok(fd) => {
-                let listener = std::net::TcpListener::from(fd);
-                listener.set_nonblocking(true)?;
-                return tokio::net::TcpListener::from_std(listener);
-            }
+            Ok(fd) => return Ok(fd),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }

@@ -1,7 +1,8 @@
 //! What the child does between `fork` and `exec`: leave the host's user and
 //! network namespaces, join the call's pids cgroup, take its limits, bring
 //! up its own loopback, and hand the host a listening socket for the
-//! network proxy. Everything here runs in a forked copy of a threaded
+//! network proxy (and, for the browser, a socket to reach into the
+//! namespace with). Everything here runs in a forked copy of a threaded
 //! process, so it only makes raw system calls on memory prepared before the
 //! fork: no allocation, no locks.
 
@@ -59,7 +60,7 @@ impl Step {
             Self::ProcessLimit => "capping the number of processes (RLIMIT_NPROC)",
             Self::Loopback => "bringing up the jail's loopback interface",
             Self::ProxySocket => "opening the network proxy's socket inside the jail",
-            Self::HandOver => "handing the proxy socket to the host",
+            Self::HandOver => "handing the jail's sockets to the host",
             Self::CloseFds => "closing the host's descriptors (close_range needs Linux 5.11)",
             Self::Inherit => "passing the seccomp filter to bubblewrap",
         }
@@ -80,6 +81,9 @@ pub(super) struct Prelude {
     pub(super) nproc: Option<u64>,
     /// The child's end of the socket the proxy listener is handed over on.
     pub(super) hand_over: Option<OwnedFd>,
+    /// Whether an unconnected TCP socket of the new namespace follows the
+    /// listener, for the host to connect to what listens inside.
+    pub(super) dialer: bool,
     /// File descriptors bubblewrap must inherit (the seccomp programs and
     /// what it mounts from open descriptors).
     pub(super) inherit: Vec<OwnedFd>,
@@ -103,6 +107,7 @@ impl Prelude {
             cgroup_procs: None,
             nproc: None,
             hand_over: None,
+            dialer: false,
             inherit: Vec::new(),
             report: write,
         };
@@ -141,6 +146,17 @@ impl Prelude {
             // SAFETY: the listener is ours; the host holds its own copy now.
             unsafe { libc::close(listener) };
             sent.map_err(|e| (Step::HandOver, e))?;
+            if self.dialer {
+                // SAFETY: a plain stream socket, closed below.
+                let fd = unsafe {
+                    libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+                };
+                check(fd).map_err(|e| (Step::ProxySocket, e))?;
+                let sent = send_fd(channel.as_raw_fd(), fd);
+                // SAFETY: the socket is ours; the host holds its own copy now.
+                unsafe { libc::close(fd) };
+                sent.map_err(|e| (Step::HandOver, e))?;
+            }
         }
         // Whatever the host holds open without close-on-exec (a jobserver
         // pipe it inherited, a library's descriptor) stays out of the jail.

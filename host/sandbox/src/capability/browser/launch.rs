@@ -9,9 +9,10 @@
 //! blocking-pool thread may exit at any time and would take it along.
 
 use super::BrowserError;
+use super::network::Network;
 use std::io;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -52,21 +53,19 @@ fn launcher() -> &'static Mutex<mpsc::Sender<Spawn>> {
     })
 }
 
-/// A running Chromium: its process (the leader of its own group) and
-/// the DevTools WebSocket URL it announced.
+/// A running Chromium: its process, the leader of its own group.
 pub(super) struct Process {
     child: Option<Child>,
-    pub(super) ws_url: String,
 }
 
 impl Process {
-    /// Starts headless Chromium on `profile`, sending every request
-    /// through the proxy on `proxy_port`.
-    pub(super) async fn start(profile: &Path, proxy_port: u16) -> Result<Self, BrowserError> {
+    /// Starts headless Chromium on `profile`, on `network`, sending every
+    /// request through the proxy there.
+    pub(super) fn start(profile: &Path, network: &mut Network) -> Result<Self, BrowserError> {
         let program = if Path::new(CHROMIUM_BINARY).exists() { CHROMIUM_BINARY } else { CHROMIUM };
         let mut command = Command::new(program);
-        command.args(arguments(profile, proxy_port)).stdin(Stdio::null()).stdout(Stdio::null());
-        command.stderr(Stdio::null()).env_clear();
+        command.args(arguments(profile, network.proxy_port())).stdin(Stdio::null());
+        command.stdout(Stdio::null()).stderr(Stdio::null()).env_clear();
         for keep in ["PATH", "LANG", "TZ", "TMPDIR"] {
             if let Some(value) = std::env::var_os(keep) {
                 command.env(keep, value);
@@ -74,13 +73,20 @@ impl Process {
         }
         command.env("HOME", profile);
         let parent = std::process::id();
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        #[cfg(target_os = "linux")]
+        let own_network = network.take_child();
+        // SAFETY: only async-signal-safe calls between fork and exec (the
+        // network's are raw system calls on memory prepared before).
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
                     || libc::setpgid(0, 0) != 0
                 {
                     return Err(io::Error::last_os_error());
+                }
+                #[cfg(target_os = "linux")]
+                if let Some(own) = &own_network {
+                    own.enter()?;
                 }
                 // The host died before the signal was armed.
                 if libc::getppid() != parent as libc::pid_t {
@@ -90,30 +96,29 @@ impl Process {
             });
         }
         let (tx, rx) = mpsc::channel();
+        let gone = || BrowserError::Failed("the browser launcher thread is gone".into());
         launcher()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .send((command, tx))
-            .map_err(|_| BrowserError::Failed("the browser launcher thread is gone".into()))?;
-        let child = rx
-            .recv()
-            .map_err(|_| BrowserError::Failed("the browser launcher thread is gone".into()))?
-            .map_err(|e| BrowserError::Failed(format!("cannot start {program}: {e}")))?;
-        let mut process = Self { child: Some(child), ws_url: String::new() };
-        process.ws_url = process.devtools_url(profile).await?;
-        Ok(process)
+            .map_err(|_| gone())?;
+        let child = rx.recv().map_err(|_| gone())?.map_err(|e| network.start_error(program, e))?;
+        Ok(Self { child: Some(child) })
     }
 
-    /// Reads the DevTools endpoint Chromium writes into its profile once
-    /// it listens (`--remote-debugging-port=0` picks a free port).
-    async fn devtools_url(&mut self, profile: &Path) -> Result<String, BrowserError> {
+    /// The DevTools port and path Chromium writes into `profile` once it
+    /// listens (`--remote-debugging-port=0` picks a free port).
+    pub(super) async fn devtools_endpoint(
+        &mut self,
+        profile: &Path,
+    ) -> Result<(u16, String), BrowserError> {
         let file = profile.join("DevToolsActivePort");
         let started = Instant::now();
         loop {
             if let Ok(text) = std::fs::read_to_string(&file) {
                 let mut lines = text.lines();
-                if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
-                    return Ok(format!("ws://127.0.0.1:{port}{path}"));
+                if let (Some(Ok(port)), Some(path)) = (lines.next().map(str::parse), lines.next()) {
+                    return Ok((port, path.to_owned()));
                 }
             }
             if let Some(child) = &mut self.child
@@ -160,7 +165,6 @@ impl Drop for Process {
 }
 
 fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
-    let profile: PathBuf = profile.to_path_buf();
     vec![
         "--headless=new".into(),
         // The host is often root, where Chromium's own sandbox cannot start.
@@ -173,6 +177,10 @@ fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
         // Every request, loopback included, goes through the host's proxy.
         format!("--proxy-server=http://127.0.0.1:{proxy_port}"),
         "--proxy-bypass-list=<-loopback>".into(),
+        // What could go around the proxy, should Chromium share the host's
+        // network: WebRTC's UDP (STUN/TURN to any host and port) and QUIC.
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp".into(),
+        "--disable-quic".into(),
         // Cross-site frames stay in the page's process, where the page's
         // request interception sees their requests.
         "--disable-features=IsolateOrigins,site-per-process,Translate,MediaRouter,\

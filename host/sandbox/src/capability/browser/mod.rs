@@ -2,6 +2,8 @@
 //! plugin, only to the URLs its grant names.
 //!
 //! - `launch`: starting Chromium so that it dies with the host;
+//! - `network`: Chromium's own network namespace, whose one way out is
+//!   the host's proxy;
 //! - `session`: one browser per trace and plugin, with a throwaway profile;
 //! - `guard`: the grant on every request (interception and proxy);
 //! - `actions`: what a call does to a page;
@@ -15,6 +17,7 @@ mod actions;
 mod guard;
 mod launch;
 mod limits;
+mod network;
 mod session;
 
 pub use launch::CHROMIUM;

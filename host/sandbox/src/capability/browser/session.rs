@@ -6,6 +6,8 @@ use super::BrowserError;
 use super::guard::{self, Activity, Guard};
 use super::launch::Process;
 use super::limits::MAX_PAGES;
+use super::network::Network;
+use crate::config::JailMode;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
     SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
@@ -63,20 +65,19 @@ impl Session {
             .prefix("reson-browser-")
             .tempdir()
             .map_err(|e| BrowserError::Failed(format!("cannot make a browser profile: {e}")))?;
-        let guard = Arc::new(Guard::new(plugin, grants));
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|e| BrowserError::Failed(format!("cannot open the browser proxy: {e}")))?;
-        let proxy_port = listener.local_addr().map_err(|e| BrowserError::Failed(e.to_string()))?;
+        let guard = Arc::new(Guard::new(plugin, grants.clone()));
+        let mut network = Network::new(grants.jail == JailMode::On).await?;
+        let mut process = Process::start(profile.path(), &mut network)?;
         let mut tasks = JoinSet::new();
-        tasks.spawn(crate::jail::proxy::serve(listener, guard.clone()));
-        let process = Process::start(profile.path(), proxy_port.port()).await?;
+        tasks.spawn(crate::jail::proxy::serve(network.proxy().await?, guard.clone()));
+        let (port, path) = process.devtools_endpoint(profile.path()).await?;
+        let ws_url = network.devtools(port, &path, &mut tasks).await?;
         let config = HandlerConfig {
             ignore_https_errors: false,
             request_timeout: Duration::from_secs(60),
             ..HandlerConfig::default()
         };
-        let (browser, mut handler) = Browser::connect_with_config(&process.ws_url, config)
+        let (browser, mut handler) = Browser::connect_with_config(&ws_url, config)
             .await
             .map_err(|e| BrowserError::Failed(format!("cannot reach chromium: {e}")))?;
         // Drives the DevTools connection; messages this client cannot

@@ -1,0 +1,151 @@
+//! How Chromium reaches the network.
+//!
+//! On Linux, with the jail on, it runs in a network namespace of its own
+//! ([`crate::jail::own_network`]) that has nothing but a loopback
+//! interface: WebRTC's UDP, QUIC and whatever a later Chromium adds have
+//! nowhere to go. Its one way out is the host's proxy, on a listener the
+//! namespace hands over; the host reaches its DevTools port through a
+//! socket of the namespace, relayed from a port on the host's loopback
+//! that takes one connection. Elsewhere, or with `[sandbox] jail = "off"`,
+//! it shares the host's network and only its launch flags keep those
+//! channels shut.
+
+
+use super::BrowserError;
+use std::net::{Ipv4Addr, SocketAddr};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::task::JoinSet;
+
+/// The network a Chromium is about to be started on.
+pub(super) enum Network {
+    /// A namespace of its own; the child half runs between fork and exec.
+    #[cfg(target_os = "linux")]
+    Own {
+        child: Option<crate::jail::OwnNetwork>,
+        hand_over: Option<crate::jail::NetworkHandOver>,
+        dialer: Option<TcpSocket>,
+    },
+    /// The host's, with the proxy on the host's loopback.
+    Shared { listener: Option<TcpListener>, port: u16 },
+}
+
+impl Network {
+    /// A network for one Chromium: a namespace of its own when `isolate`
+    /// and the platform has them.
+    pub(super) async fn new(isolate: bool) -> Result<Self, BrowserError> {
+        #[cfg(target_os = "linux")]
+        if isolate {
+            let (child, hand_over) = crate::jail::own_network().map_err(|e| {
+                BrowserError::Failed(format!("cannot give the browser a network of its own: {e}"))
+            })?;
+            return Ok(Self::Own { child: Some(child), hand_over: Some(hand_over), dialer: None });
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = isolate;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .map_err(|e| BrowserError::Failed(format!("cannot open the browser proxy: {e}")))?;
+        let port = listener.local_addr().map_err(|e| BrowserError::Failed(e.to_string()))?.port();
+        Ok(Self::Shared { listener: Some(listener), port })
+    }
+
+    /// Where Chromium finds the proxy, as it sees its loopback.
+    pub(super) fn proxy_port(&self) -> u16 {
+        match self {
+            #[cfg(target_os = "linux")]
+            Self::Own { .. } => crate::jail::PROXY_PORT,
+            Self::Shared { port, .. } => *port,
+        }
+    }
+
+    /// What the child runs between fork and exec to enter its network,
+    /// if it has one of its own.
+    #[cfg(target_os = "linux")]
+    pub(super) fn take_child(&mut self) -> Option<crate::jail::OwnNetwork> {
+        match self {
+            Self::Own { child, .. } => child.take(),
+            Self::Shared { .. } => None,
+        }
+    }
+
+    /// The error for a failed start, naming the namespace's step that
+    /// failed when one did.
+    pub(super) fn start_error(&self, program: &str, error: std::io::Error) -> BrowserError {
+        match self {
+            #[cfg(target_os = "linux")]
+            Self::Own { hand_over: Some(hand_over), .. } => BrowserError::Failed(format!(
+                "cannot start {program} in a network of its own: {}; `[sandbox] jail = \"off\"` \
+                 runs it on the host's network",
+                hand_over.spawn_error(error)
+            )),
+            _ => BrowserError::Failed(format!("cannot start {program}: {error}")),
+        }
+    }
+
+    /// The proxy's listener, once Chromium started.
+    pub(super) async fn proxy(&mut self) -> Result<TcpListener, BrowserError> {
+        let gone = || BrowserError::Failed("the browser proxy was already handed out".into());
+        match self {
+            #[cfg(target_os = "linux")]
+            Self::Own { hand_over, dialer, .. } => {
+                let (listener, socket) = hand_over
+                    .take()
+                    .ok_or_else(gone)?
+                    .sockets()
+                    .await
+                    .map_err(|e| BrowserError::Failed(format!("the browser's network: {e}")))?;
+                *dialer = Some(socket);
+                Ok(listener)
+            }
+            Self::Shared { listener, .. } => listener.take().ok_or_else(gone),
+        }
+    }
+
+    /// The URL the DevTools client connects to, for the `port` and `path`
+    /// Chromium announced; a relay for it runs in `tasks`.
+    pub(super) async fn devtools(
+        &mut self,
+        port: u16,
+        path: &str,
+        tasks: &mut JoinSet<()>,
+    ) -> Result<String, BrowserError> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Self::Own { dialer, .. } => {
+                let dialer = dialer.take().ok_or_else(|| {
+                    BrowserError::Failed("the browser's network handed over no socket".into())
+                })?;
+                let outside = relay(dialer, port, tasks).await.map_err(|e| {
+                    BrowserError::Failed(format!("cannot reach the browser's DevTools: {e}"))
+                })?;
+                Ok(format!("ws://{outside}{path}"))
+            }
+            Self::Shared { .. } => Ok(format!("ws://127.0.0.1:{port}{path}")),
+        }
+    }
+}
+
+/// Connects `dialer` (a socket of Chromium's namespace) to its DevTools
+/// `port` there, and relays the first connection to a fresh port on the
+/// host's loopback to it; that address.
+#[cfg(target_os = "linux")]
+async fn relay(
+    dialer: TcpSocket,
+    port: u16,
+    tasks: &mut JoinSet<()>,
+) -> std::io::Result<SocketAddr> {
+    let mut inside = dialer.connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await?;
+    let outside = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    let address = outside.local_addr()?;
+    // Each DevTools message is small and answered at once: Nagle's
+    // algorithm would hold one back for the other side's delayed ACK.
+    inside.set_nodelay(true)?;
+    tasks.spawn(async move {
+        // One client, the host's; the listener closes as it comes in.
+        let Ok((mut client, _)) = outside.accept().await else { return };
+        drop(outside);
+        let _ = client.set_nodelay(true);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut inside).await;
+    });
+    Ok(address)
+}
