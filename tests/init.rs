@@ -96,6 +96,15 @@ fn init_sets_up_a_directory_where_a_first_run_works_offline() {
     assert!(said.contains(&readme.display().to_string()), "glob ran: {said}");
     assert!(text(&out).contains("completed (2 model calls"), "{}", text(&out));
 
+    // `traces show` without an id shows the latest trace, its tool calls
+    // with their arguments, and no goal still in progress once it ended.
+    let shown = reson(&bin, &project, &["traces", "show"]);
+    assert!(shown.status.success(), "{}", text(&shown));
+    let said = String::from_utf8_lossy(&shown.stdout);
+    assert!(said.contains(r#"→ glob({"pattern":"**/*"}), read({"path":"README.md"})"#), "{said}");
+    assert!(!said.contains("(current)") && !said.contains("[>]"), "{said}");
+    assert!(String::from_utf8_lossy(&shown.stderr).contains("(the latest trace, tr_"));
+
     // The README's continue, on the script init wrote.
     let err = String::from_utf8_lossy(&out.stderr);
     let id = err.lines().find_map(|l| l.strip_prefix("trace ")?.split(' ').next()).unwrap();
