@@ -319,6 +319,12 @@ async fn open(
     }
     adjust(&mut options, &config)?;
     config.plugins = options.config.clone();
+    let spinner = term::Spinner::for_terminal();
+    options.observer = spinner.clone().map(|s| s as _);
     let runtime = Runtime::open(options).await.context("cannot start the plugin runtime")?;
+    // Reloads later (a server's) are for its log, not a spinner.
+    if let Some(spinner) = spinner {
+        spinner.finish();
+    }
     Ok(Host { config, runtime, problems })
 }
