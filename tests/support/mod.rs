@@ -311,7 +311,10 @@ impl Tmux {
             if screen.contains(text) {
                 return screen;
             }
-            assert!(start.elapsed() < std::time::Duration::from_secs(60), "no {text:?} on:\n{screen}");
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "no {text:?} on:\n{screen}"
+            );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
