@@ -305,3 +305,65 @@ pub fn reson_cli_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> std::pr
         .output()
         .expect("running reson")
 }
+
+/// A terminal for a test: a tmux session on a server of its own (its own
+/// socket, killed when dropped), 200 columns wide, running `command`.
+pub struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    pub fn start(cwd: &std::path::Path, command: &str) -> Self {
+        apt::ensure(|| std::path::Path::new("/usr/bin/tmux").exists(), &["tmux"]);
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmux = Self { socket: format!("reson-test-{}-{n}", std::process::id()) };
+        let status = tmux
+            .command()
+            .args(["new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c"])
+            .arg(cwd)
+            .arg(command)
+            .status()
+            .unwrap();
+        assert!(status.success(), "starting tmux");
+        tmux
+    }
+
+    pub fn command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new("tmux");
+        command.args(["-L", &self.socket]);
+        command
+    }
+
+    pub fn screen(&self) -> String {
+        let out = self.command().args(["capture-pane", "-p", "-J", "-t", "t"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits for `text` on the screen (a minute at most); the screen.
+    pub fn until(&self, text: &str) -> String {
+        let start = std::time::Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "no {text:?} on:\n{screen}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Presses `key`, and nothing else (no Enter).
+    pub fn key(&self, key: &str) {
+        assert!(self.command().args(["send-keys", "-t", "t", key]).status().unwrap().success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.command().arg("kill-server").status();
+    }
+}

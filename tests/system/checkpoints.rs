@@ -202,6 +202,7 @@ async fn restore_refuses_an_outside_change_and_writes_nothing() {
     let out = s.output(&["run", "--trace", &id, "--after", "1", "--restore-files", "again"]);
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
     assert!(stderr(&out).contains("src/main.rs"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--force overwrites them"), "{}", stderr(&out));
     assert_eq!(s.read("src/main.rs").as_deref(), Some("// edited by hand\n"));
 
     // Forced, it overwrites.
@@ -277,6 +278,17 @@ async fn checkpoints_survive_kill_9_and_restore_works_after() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(s.read("src/main.rs").as_deref(), Some(MAIN));
     assert!(!s.ws().join("notes/done.txt").exists());
+    // It says which files it put back.
+    let said = stderr(&out);
+    assert!(said.contains("restored 2 files:"), "{said}");
+    assert!(
+        said.contains(&format!("  wrote   {}", s.ws().join("src/main.rs").display())),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("  removed {}", s.ws().join("notes/done.txt").display())),
+        "{said}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

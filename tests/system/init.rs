@@ -96,6 +96,15 @@ fn init_sets_up_a_directory_where_a_first_run_works_offline() {
     assert!(said.contains(&readme.display().to_string()), "glob ran: {said}");
     assert!(text(&out).contains("completed (2 model calls"), "{}", text(&out));
 
+    // `traces show` without an id shows the latest trace, its tool calls
+    // with their arguments, and no goal still in progress once it ended.
+    let shown = reson(&bin, &project, &["traces", "show"]);
+    assert!(shown.status.success(), "{}", text(&shown));
+    let said = String::from_utf8_lossy(&shown.stdout);
+    assert!(said.contains(r#"→ glob({"pattern":"**/*"}), read({"path":"README.md"})"#), "{said}");
+    assert!(!said.contains("(current)") && !said.contains("[>]"), "{said}");
+    assert!(String::from_utf8_lossy(&shown.stderr).contains("(the latest trace, tr_"));
+
     // The README's continue, on the script init wrote.
     let err = String::from_utf8_lossy(&out.stderr);
     let id = err.lines().find_map(|l| l.strip_prefix("trace ")?.split(' ').next()).unwrap();
@@ -222,4 +231,33 @@ fn a_config_that_cannot_be_met_is_refused_naming_the_file_the_line_and_the_fix()
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("OPENAI_API_KEY is not set"), "{err}");
     assert_eq!(traces(&project), 0, "no trace for a run that could not start");
+}
+
+/// Long work says what it is doing, at a terminal only: `reson init` with
+/// nothing compiled yet shows which component it compiles, and leaves no
+/// trace of it in its output once done; without a terminal it prints none.
+#[test]
+fn compiling_shows_a_spinner_at_a_terminal_and_nothing_elsewhere() {
+    let dir = TestDir::new();
+    let bin = installed_binary(&dir);
+    let cold = dir.path().join("cold-cache");
+    let command = format!(
+        "{} --cache-dir {} init project; echo EXIT=$?; sleep 600",
+        bin.display(),
+        cold.display()
+    );
+    let tmux = support::Tmux::start(dir.path(), &command);
+    let screen = tmux.until(".wasm (");
+    assert!(screen.contains("compiling "), "{screen}");
+    let screen = tmux.until("EXIT=");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    assert!(!screen.contains("compiling "), "the spinner's line is cleared: {screen}");
+
+    let out = Command::new(&bin)
+        .current_dir(dir.path())
+        .args(["--cache-dir", &dir.path().join("cold-too").to_string_lossy(), "init", "again"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains("compiling"), "no spinner in a pipe: {}", text(&out));
 }

@@ -530,62 +530,6 @@ fn with_no_terminal_an_ask_is_answered_at_once_by_the_chosen_policy() {
     assert!(configured.path().join("workspace/a.txt").exists(), "{said}");
 }
 
-/// A tmux session of its own (its own server socket, killed when dropped).
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(cwd: &std::path::Path, command: &str) -> Self {
-        support::apt::ensure(|| std::path::Path::new("/usr/bin/tmux").exists(), &["tmux"]);
-        let tmux = Self { socket: format!("reson-test-{}", std::process::id()) };
-        let status = tmux
-            .command()
-            .args(["new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c"])
-            .arg(cwd)
-            .arg(command)
-            .status()
-            .unwrap();
-        assert!(status.success(), "starting tmux");
-        tmux
-    }
-
-    fn command(&self) -> std::process::Command {
-        let mut command = std::process::Command::new("tmux");
-        command.args(["-L", &self.socket]);
-        command
-    }
-
-    fn screen(&self) -> String {
-        let out = self.command().args(["capture-pane", "-p", "-J", "-t", "t"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Waits for `text` on the screen (a minute at most); the screen.
-    fn until(&self, text: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.screen();
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(start.elapsed() < Duration::from_secs(60), "no {text:?} on:\n{screen}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Presses `key`, and nothing else (no Enter).
-    fn key(&self, key: &str) {
-        assert!(self.command().args(["send-keys", "-t", "t", key]).status().unwrap().success());
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.command().arg("kill-server").status();
-    }
-}
-
 /// At a terminal, the question shows what the call will do (the path and
 /// size of a write; a command as it will run, its program resolved) and
 /// takes one key.
@@ -602,7 +546,7 @@ fn at_a_terminal_the_question_shows_what_the_call_does_and_takes_one_key() {
         env!("CARGO_BIN_EXE_reson"),
         support::cache_dir().display()
     );
-    let tmux = Tmux::start(dir.path(), &command);
+    let tmux = support::Tmux::start(dir.path(), &command);
     tmux.until("? allow write: notes.txt (5 bytes) (rule: ask {write,edit,shell,webfetch})");
     tmux.key("y");
     tmux.until("allowed once");

@@ -267,19 +267,25 @@ async fn the_page_lists_traces_and_shows_the_branches_of_a_rewind() {
     );
     let status: String = page.eval("document.getElementById('trace-view').dataset.status").await;
     assert_eq!(status, "completed");
-    // The goal tree as the server has it, with statuses and stats.
+    // The goal tree as the server has it, with statuses and stats; the
+    // trace completed, so what it left in progress shows as open.
     let tree = &served.get(&format!("/api/traces/{id}")).await["goal_tree"];
+    let left_open =
+        |status: &str| if status == "in_progress" { "pending" } else { status }.to_owned();
     let goals: Vec<(String, String)> = tree["goals"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|g| (g["id"].as_str().unwrap().to_owned(), g["status"].as_str().unwrap().to_owned()))
+        .map(|g| (g["id"].as_str().unwrap().to_owned(), left_open(g["status"].as_str().unwrap())))
         .collect();
     assert!(!goals.is_empty(), "the task is the root goal: {tree}");
     let shown: Vec<(String, String)> = page
         .eval("[...document.querySelectorAll('#goals li.goal')].map(g => [g.dataset.goalId, g.dataset.status])")
         .await;
     assert_eq!(shown, goals);
+    let current: usize =
+        page.eval("document.querySelectorAll('#goals li.goal.current').length").await;
+    assert_eq!(current, 0, "a completed trace has no current goal");
     let stats: String =
         page.eval("document.querySelector('#goals li.goal .stats').textContent").await;
     assert!(stats.contains(" messages · ") && stats.contains(" requests"), "{stats}");

@@ -174,7 +174,13 @@ async fn load(config: &Path, cache_dir: Option<&Path>) -> anyhow::Result<usize> 
     if let Some(dir) = cache_dir {
         options.cache_dir = dir.to_path_buf();
     }
+    let spinner = super::term::Spinner::for_terminal();
+    options.observer = spinner.clone().map(|s| s as _);
     let runtime = Runtime::open(options).await.context("cannot start the plugin runtime")?;
+    // Reloads later (a server's) are for its log, not a spinner.
+    if let Some(spinner) = spinner {
+        spinner.finish();
+    }
     let plugins = runtime.plugins();
     let failed: Vec<String> = plugins
         .iter()

@@ -41,8 +41,9 @@ struct Cli {
     #[arg(long, global = true, env = "RESON_TRACES_DIR")]
     traces_dir: Option<PathBuf>,
     /// Log to stderr: -v warnings, -vv what plugins do, -vvv everything
-    /// (`RESON_LOG` overrides). Servers log warnings and plugin reloads
-    /// without it; other commands say what matters in their own output.
+    /// (`RESON_LOG` overrides). Without it, `run` and `task` log nothing
+    /// (they say what matters in their own output), servers log warnings
+    /// and plugin reloads, other commands warnings.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     #[command(subcommand)]
@@ -115,13 +116,15 @@ pub async fn main() -> ExitCode {
     let cli = Cli::parse();
     // A server's log also says what its plugins do: loads, compiles that
     // take a while (the previous version serving meanwhile), reloads. A
-    // command a person reads says what matters itself: a log line would
-    // land in the middle of a streamed answer.
+    // run says what matters in its own output: a log line would land in
+    // the middle of a streamed answer.
     let server =
         matches!(&cli.command, Command::Serve(_) | Command::Mcp(mcp::Command::Serve { .. }));
+    let streams = matches!(&cli.command, Command::Run(_) | Command::Task(_));
     let default = match cli.verbose {
         0 if server => "warn,reson_server=info,reson_sandbox::plugin=info",
-        0 => "off",
+        0 if streams => "off",
+        0 => "warn",
         1 => "warn",
         2 => "info",
         _ => "debug",
@@ -316,6 +319,12 @@ async fn open(
     }
     adjust(&mut options, &config)?;
     config.plugins = options.config.clone();
+    let spinner = term::Spinner::for_terminal();
+    options.observer = spinner.clone().map(|s| s as _);
     let runtime = Runtime::open(options).await.context("cannot start the plugin runtime")?;
+    // Reloads later (a server's) are for its log, not a spinner.
+    if let Some(spinner) = spinner {
+        spinner.finish();
+    }
     Ok(Host { config, runtime, problems })
 }

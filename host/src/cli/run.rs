@@ -416,7 +416,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     let mut handle = match runner.run(messages, config).await {
         Ok(handle) => handle,
         Err(AgentError::Checkpoint(e @ WorkspaceError::Conflicts { .. })) => {
-            say_err!("error: {e}");
+            say_err!("error: {e}; --force overwrites them");
             return Ok(ExitCode::from(exit::CONFLICT));
         }
         Err(e) => return Err(e.into()),
@@ -761,6 +761,19 @@ impl Printer {
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
+            AgentEvent::FilesRestored { written, removed, not_restorable } => {
+                let changed = written.len() + removed.len();
+                say_err!("restored {}:", plural(changed, "file", "files"));
+                for path in written {
+                    say_err!("  wrote   {}", path.display());
+                }
+                for path in removed {
+                    say_err!("  removed {}", path.display());
+                }
+                for path in not_restorable {
+                    say_err!("  kept    {} (its bytes were not recorded)", path.display());
+                }
+            }
             AgentEvent::Compacted { level, sequences, tokens_before, tokens_after, .. } => {
                 say_err!(
                     "[compacted at level {level}: {} messages, {tokens_before} → {tokens_after} tokens]",

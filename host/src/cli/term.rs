@@ -3,6 +3,7 @@
 //! could use to rewrite what the terminal shows) are escaped.
 
 use reson::text::{Lines, escape_controls};
+use std::sync::{Arc, Mutex};
 
 /// `text` as it may reach a terminal: redacted, with every control
 /// character except newline and tab written as a visible escape.
@@ -71,6 +72,99 @@ impl Drop for KeyMode {
             // SAFETY: restores the settings tcgetattr gave.
             unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, saved) };
         }
+    }
+}
+
+/// A spinner on stderr saying what long work is under way ("compiling
+/// fs.wasm (1.2 MB)…"), drawn only while there is some and only when
+/// stderr is a terminal: never in a pipe, a log or `--json` output. It
+/// clears its line when the work is done.
+pub(crate) struct Spinner {
+    shared: Arc<Mutex<Under>>,
+}
+
+#[derive(Default)]
+struct Under {
+    /// What is under way, by key, in the order it began.
+    work: Vec<(String, String)>,
+    drawn: bool,
+    stopped: bool,
+}
+
+impl Spinner {
+    /// A spinner, or `None` when stderr is no terminal.
+    pub(crate) fn for_terminal() -> Option<Arc<Self>> {
+        use std::io::IsTerminal as _;
+        if !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let shared = Arc::new(Mutex::new(Under::default()));
+        let drawing = shared.clone();
+        std::thread::Builder::new()
+            .name("reson-spinner".into())
+            .spawn(move || {
+                const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+                for frame in FRAMES.iter().cycle() {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    let mut under = drawing.lock().expect("spinner");
+                    if under.stopped {
+                        return;
+                    }
+                    let line = match under.work.as_slice() {
+                        [] => continue,
+                        [(_, what)] => format!("{frame} {what}…"),
+                        [(_, what), rest @ ..] => {
+                            format!("{frame} {what}… (and {} more)", rest.len())
+                        }
+                    };
+                    under.drawn = true;
+                    eprint!("\r\x1b[2K{line}");
+                }
+            })
+            .ok()?;
+        Some(Arc::new(Self { shared }))
+    }
+
+    /// Shows `what` as under way, under `key`.
+    pub(crate) fn begin(&self, key: &str, what: String) {
+        self.shared.lock().expect("spinner").work.push((key.to_owned(), one_line(&what)));
+    }
+
+    /// `key`'s work is done. The line is cleared at once when nothing
+    /// else is under way: what the command prints next must not be wiped.
+    pub(crate) fn end(&self, key: &str) {
+        let mut under = self.shared.lock().expect("spinner");
+        under.work.retain(|(k, _)| k != key);
+        if under.work.is_empty() {
+            under.clear();
+        }
+    }
+
+    /// Stops for good (what a holder still reports is not drawn), clearing
+    /// the line.
+    pub(crate) fn finish(&self) {
+        let mut under = self.shared.lock().expect("spinner");
+        under.stopped = true;
+        under.clear();
+    }
+}
+
+impl Under {
+    fn clear(&mut self) {
+        if std::mem::take(&mut self.drawn) {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+impl reson::plugin::CompileObserver for Spinner {
+    fn compiling(&self, plugin: &str, file: &std::path::Path, bytes: usize) {
+        let name = file.file_name().map_or_else(|| plugin.into(), |n| n.to_string_lossy());
+        self.begin(plugin, format!("compiling {name} ({})", super::run::size_text(bytes)));
+    }
+
+    fn compiled(&self, plugin: &str) {
+        self.end(plugin);
     }
 }
 

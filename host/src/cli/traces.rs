@@ -11,7 +11,8 @@ use reson::plugin::Options;
 use reson::replay::{ReplayError, Scratch};
 use reson::store::database_options;
 use reson::trace::{
-    Durability, FileTraceStore, PgTraceStore, Trace, TraceError, TraceFilter, TraceStore,
+    Durability, FileTraceStore, PgTraceStore, Trace, TraceError, TraceFilter, TraceStatus,
+    TraceStore,
 };
 use reson::workspace::WorkspaceError;
 use std::path::PathBuf;
@@ -31,10 +32,11 @@ pub(crate) enum Command {
         #[arg(long, value_name = "UID")]
         user: Option<String>,
     },
-    /// One trace: its message tree (branches visible) and goal tree.
+    /// One trace: its message tree (branches visible, tool calls with
+    /// their arguments) and goal tree.
     Show {
-        /// Trace id.
-        id: String,
+        /// Trace id [default: the latest trace]
+        id: Option<String>,
         /// Print JSON (trace, messages, goals) instead of trees.
         #[arg(long)]
         json: bool,
@@ -46,14 +48,14 @@ pub(crate) enum Command {
     /// What the trace's tool calls changed in the workspace between two
     /// messages (from their checkpoints).
     Diff {
-        /// Trace id.
-        id: String,
-        /// The earlier message.
-        #[arg(long)]
+        /// Trace id [default: the latest trace]
+        id: Option<String>,
+        /// The earlier message [default: 1, the task]
+        #[arg(long, default_value_t = 1)]
         from: u64,
-        /// The later message.
+        /// The later message [default: the trace's last]
         #[arg(long)]
-        to: u64,
+        to: Option<u64>,
         /// Only the changed paths and sizes, no text diffs.
         #[arg(long)]
         stat: bool,
@@ -201,6 +203,10 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             }
         }
         Command::Show { id, json, at } => {
+            let Some(id) = trace_or_latest(store, id.as_deref(), &place).await? else {
+                return Ok(ExitCode::from(super::exit::USAGE));
+            };
+            let id = &id;
             let Some(trace) = store.get_trace(id).await? else {
                 say_err!("error: no trace {id} in {place}");
                 return Ok(ExitCode::from(super::exit::USAGE));
@@ -232,15 +238,19 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             say!("trace {}  {}  task: {}", trace.id, status.as_str().unwrap_or(""), trace.task);
             let u = trace.totals.usage;
             say!(
-                "{} messages, {} model requests, {} prompt / {} completion / {} reasoning / {} cache-read / {} cache-write tokens, ${:.4}, {} ms",
-                trace.totals.messages,
-                trace.totals.requests,
+                "{}, {}, {} prompt / {} completion / {} reasoning / {} cache-read / {} cache-write tokens, {}, {} ms",
+                super::term::plural(trace.totals.messages as usize, "message", "messages"),
+                super::term::plural(
+                    trace.totals.requests as usize,
+                    "model request",
+                    "model requests"
+                ),
                 u.prompt_tokens,
                 u.completion_tokens,
                 u.reasoning_tokens,
                 u.cache_read_tokens,
                 u.cache_write_tokens,
-                trace.totals.cost,
+                super::run::cost_text(trace.totals.cost),
                 trace.totals.duration_ms
             );
             if let Some(error) = &trace.error_message {
@@ -263,12 +273,21 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 Some(sequence) => say!("\ngoals (branch ending at {sequence}):"),
                 None => say!("\ngoals:"),
             }
+            // Only a running trace has a goal being worked on.
+            let goals = if trace.status == TraceStatus::Running { goals } else { goals.settled() };
             say_part!("{}", goals.render());
             show_checkpoints(store, &trace.id).await?;
             show_sub_traces(store, &trace).await?;
         }
         Command::Diff { id, from, to, stat, json } => {
-            let files = match reson::workspace::diff(store, id, *from, *to).await {
+            let Some(id) = trace_or_latest(store, id.as_deref(), &place).await? else {
+                return Ok(ExitCode::from(super::exit::USAGE));
+            };
+            let to = match to {
+                Some(to) => *to,
+                None => store.get_trace(&id).await?.map_or(*from, |t| t.last_sequence),
+            };
+            let files = match reson::workspace::diff(store, &id, *from, to).await {
                 Ok(files) => files,
                 Err(e @ WorkspaceError::NoSuchMessage { .. })
                 | Err(e @ WorkspaceError::Store(TraceError::NotFound(_))) => {
@@ -287,6 +306,29 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `id`, or the newest trace (saying which on stderr); `None`, said, when
+/// there is none.
+async fn trace_or_latest(
+    store: &dyn TraceStore,
+    id: Option<&str>,
+    place: &str,
+) -> anyhow::Result<Option<String>> {
+    if let Some(id) = id {
+        return Ok(Some(id.to_owned()));
+    }
+    let filter = TraceFilter { roots_only: true, ..TraceFilter::default() };
+    match store.list_traces(&filter).await?.into_iter().next() {
+        Some(latest) => {
+            say_err!("(the latest trace, {})", latest.id);
+            Ok(Some(latest.id))
+        }
+        None => {
+            say_err!("error: no traces in {place}");
+            Ok(None)
+        }
+    }
 }
 
 /// The checkpoints of trace `id`, one a line: key, cause, paths changed.

@@ -336,6 +336,20 @@ impl GoalTree {
         Ok(self.goals[self.index(goal_id)?].cumulative_stats)
     }
 
+    /// The tree as a trace that is no longer running left it: no goal is
+    /// current, and the goals it left in progress show as open, not as
+    /// being worked on.
+    pub fn settled(&self) -> GoalTree {
+        let mut tree = self.clone();
+        tree.current = None;
+        for goal in &mut tree.goals {
+            if goal.status == GoalStatus::InProgress {
+                goal.status = GoalStatus::Pending;
+            }
+        }
+        tree
+    }
+
     /// The tree as indented text, one goal a line: `[x]` completed, `[>]` in
     /// progress, `[ ]` pending, `[-]` abandoned; the current goal is marked
     /// `(current)`, summaries and reasons follow a dash. Under an open goal,

@@ -60,6 +60,15 @@ pub fn render_tree(
     out
 }
 
+/// `text` on one line, cut to `max` characters with `…` after.
+fn short(text: &str, max: usize) -> String {
+    let line = escape_controls(text, Lines::Escape);
+    match line.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.into_owned(),
+    }
+}
+
 fn line(m: &Message) -> String {
     let text: String = m.text().replace('\n', " ").chars().take(70).collect();
     // Names come from the model: one line each, whatever they hold.
@@ -67,8 +76,11 @@ fn line(m: &Message) -> String {
     match m.role {
         Role::Tool => format!("tool {}: {text}", name(m.name.as_deref().unwrap_or("?"))),
         Role::Assistant if !m.tool_calls.is_empty() => {
-            let calls: Vec<String> =
-                m.tool_calls.iter().map(|c| format!("{}()", name(&c.name))).collect();
+            let calls: Vec<String> = m
+                .tool_calls
+                .iter()
+                .map(|c| format!("{}({})", name(&c.name), short(&c.arguments, 60)))
+                .collect();
             format!("assistant: {text} → {}", calls.join(", "))
         }
         role => format!(

@@ -138,6 +138,7 @@ pub(crate) struct LoadContext<'a> {
     pub(crate) lock: &'a Mutex<LockFile>,
     pub(crate) secrets: &'a Arc<Secrets>,
     pub(crate) trust: &'a Arc<TrustStore>,
+    pub(crate) observer: Option<&'a Arc<dyn super::runtime::CompileObserver>>,
 }
 
 /// The manifest path beside a plugin file.
@@ -363,11 +364,16 @@ pub(crate) async fn load(
     // A large component (a Python tool) compiles for a minute or more on a
     // debug build: whoever reads the log learns why nothing changed yet.
     let compiling = {
-        let (plugin, shown) = (name.to_owned(), file.display().to_string());
+        let (plugin, file) = (name.to_owned(), file.to_owned());
+        let observer = cx.observer.cloned();
         move |bytes: usize| {
             let meanwhile =
                 if serving { "; the previous version serves until it is ready" } else { "" };
+            let shown = file.display();
             tracing::info!(plugin = %plugin, "compiling {shown} ({}){meanwhile}", size_text(bytes));
+            if let Some(observer) = observer {
+                observer.compiling(&plugin, &file, bytes);
+            }
         }
     };
     let started = std::time::Instant::now();
@@ -376,6 +382,11 @@ pub(crate) async fn load(
     })
     .await
     .unwrap_or_else(|e| Err(format!("the compiler failed: {e}")));
+    if let Some(observer) = cx.observer
+        && !matches!(compiled, Ok((_, Source::Cache)))
+    {
+        observer.compiled(name);
+    }
     let (component, source) =
         compiled.map_err(|reason| LoadError::Invalid { file: file.into(), reason })?;
     if source == Source::Compiled {

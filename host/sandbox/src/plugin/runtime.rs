@@ -19,8 +19,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
+/// Told when a component must be compiled (it is not in the
+/// compiled-code cache: seconds to minutes for a large one) and when that
+/// is over, so that whoever waits can be shown why.
+pub trait CompileObserver: Send + Sync {
+    /// `plugin`'s `file`, of `bytes` bytes, starts compiling.
+    fn compiling(&self, plugin: &str, file: &Path, bytes: usize);
+    /// Its compile ended (done or failed).
+    fn compiled(&self, plugin: &str);
+}
+
 /// Where the runtime finds and keeps things.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     /// The user's plugin settings (grants, sandbox settings, secrets).
     pub config: PluginsConfig,
@@ -30,6 +40,20 @@ pub struct Options {
     pub cache_dir: PathBuf,
     /// The lock file.
     pub lock_file: PathBuf,
+    /// Who hears of compiles, if anyone.
+    pub observer: Option<Arc<dyn CompileObserver>>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("config", &self.config)
+            .field("plugins_dir", &self.plugins_dir)
+            .field("cache_dir", &self.cache_dir)
+            .field("lock_file", &self.lock_file)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl Options {
@@ -48,7 +72,7 @@ impl Options {
             .lock_file
             .as_deref()
             .map_or_else(|| plugins_dir.join("reson.lock"), |p| config.resolve(p));
-        Self { config, plugins_dir, cache_dir, lock_file }
+        Self { config, plugins_dir, cache_dir, lock_file, observer: None }
     }
 }
 
@@ -657,6 +681,7 @@ impl Runtime {
             lock: &self.inner.lock,
             secrets: &self.inner.secrets,
             trust: &self.inner.trust,
+            observer: self.inner.options.observer.as_ref(),
         };
         let (cx, previous) = (&cx, &before);
         // Compiles run on the blocking pool, so a cold start compiles in

@@ -325,7 +325,7 @@
     v.trace = detail.trace;
     v.running = !!detail.running;
     renderMeta(v);
-    renderGoals(detail.goal_tree);
+    renderGoals(detail.goal_tree, v.running || v.trace.status === 'running');
     const subs = detail.sub_traces || [];
     $('subtraces').replaceChildren(...(subs.length
       ? subs.map((t) => el('li', { 'data-trace-id': t.id }, statusBadge(t.status), ' ', traceLink(t)))
@@ -484,8 +484,11 @@
     return node;
   }
 
-  function renderGoals(tree) {
-    const goals = (tree && tree.goals) || [];
+  // A trace that is not running has no current goal: what it left in
+  // progress shows as open.
+  function renderGoals(tree, live) {
+    const goals = ((tree && tree.goals) || [])
+      .map((g) => (live || g.status !== 'in_progress' ? g : { ...g, status: 'pending' }));
     if (!goals.length) {
       $('goals').replaceChildren(el('p', { class: 'muted', text: 'No goals.' }));
       return;
@@ -500,7 +503,7 @@
     // damaged tree ends instead of recursing forever.
     const build = (parent, seen) => el('ul', { class: parent ? null : 'goals' },
       (byParent.get(parent) || []).filter((g) => !seen.has(g.id)).map((g) => {
-        const current = g.id === tree.current;
+        const current = live && g.id === tree.current;
         const inner = new Set(seen).add(g.id);
         return el('li', { class: `goal${current ? ' current' : ''}`, 'data-goal-id': g.id, 'data-status': g.status },
           statusBadge(g.status), ' ',
@@ -572,7 +575,7 @@
         renderMessages(v);
         break;
       case 'goal_changed':
-        renderGoals(frame.tree);
+        renderGoals(frame.tree, true);
         break;
       case 'permission_decided':
         for (const [id, request] of approvals.items) {

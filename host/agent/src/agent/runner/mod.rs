@@ -238,6 +238,16 @@ pub enum AgentEvent {
         /// The tree, rendered.
         tree: String,
     },
+    /// A rewind put the workspace back as it was at its point
+    /// (`RunConfig::restore_files`).
+    FilesRestored {
+        /// Files and links written back.
+        written: Vec<std::path::PathBuf>,
+        /// Files and links removed.
+        removed: Vec<std::path::PathBuf>,
+        /// Files whose bytes the trace does not keep, left as they are.
+        not_restorable: Vec<std::path::PathBuf>,
+    },
     /// The history was compacted (see [`EventKind::Compacted`]).
     Compacted {
         /// 1 or 2.

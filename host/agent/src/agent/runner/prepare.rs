@@ -132,7 +132,7 @@ impl Run {
             parent = Some(point);
             if run.config.restore_files {
                 let config = &run.config;
-                reson_workspace::restore(
+                let restored = reson_workspace::restore(
                     &*run.inner.store,
                     &run.trace.id,
                     point,
@@ -140,6 +140,11 @@ impl Run {
                     &config.checkpoints.options(),
                 )
                 .await?;
+                run.emit(AgentEvent::FilesRestored {
+                    written: restored.written,
+                    removed: restored.removed,
+                    not_restorable: restored.not_restorable,
+                });
             }
         } else if run.config.restore_files {
             return Err(AgentError::Config(
