@@ -709,3 +709,100 @@ async fn webrtc_sends_nothing_and_chromium_has_no_network_but_the_proxy() {
     listening.abort();
     s.runtime.close_browser(trace).await;
 }
+
+/// `reson run` on `script` in `dir`, with its own `TMPDIR`.
+fn reson_run(s: &Setup, script: &Value, tmp: &Path) -> std::process::Child {
+    let path = s.dir.path().join("run.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args(["--config", &s.dir.path().join("reson.toml").to_string_lossy()])
+        .args(["--plugins-dir", &s.dir.plugins().to_string_lossy()])
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+        .args(["--traces-dir", &s.dir.path().join("traces").to_string_lossy()])
+        .args(["run", "--json", "--script", &path.to_string_lossy(), "browse"])
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(s.dir.path().join("stderr.log")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// The host-owned directories browsers keep their files in.
+fn browser_dirs() -> Vec<std::path::PathBuf> {
+    match std::fs::read_dir(support::cache_dir().join("browser")) {
+        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_hosts_browser_files_go_at_its_next_start() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let script = json!({ "turns": [
+        { "tool_calls": [call("browser_navigate", json!({ "url": format!("{}/cookie/set?v=crash", s.base) }))] },
+        { "tool_calls": [call("browser_wait", json!({ "selector": "#never", "timeout_ms": 50000 }))] }
+    ]});
+    let mut child = reson_run(&s, &script, tmp.path());
+    let stdout = child.stdout.take().unwrap();
+    for line in BufReader::new(stdout).lines() {
+        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["type"] == "tool_started" && event["name"] == "browser_wait" {
+            break;
+        }
+    }
+    let groups = browser_groups(child.id());
+    assert_eq!(
+        groups.len(),
+        1,
+        "{}",
+        std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap()
+    );
+    let profile = std::path::PathBuf::from(profile_of(groups[0]).unwrap());
+    let root = support::cache_dir().join("browser").canonicalize().unwrap();
+    let host_dir = profile
+        .ancestors()
+        .find(|p| p.parent() == Some(root.as_path()))
+        .unwrap_or_else(|| panic!("the profile {profile:?} lives under {root:?}"))
+        .to_path_buf();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_groups_gone(&groups, "kill -9 of reson").await;
+    assert!(profile.join("Default").exists(), "a crash leaves the profile (cookies, storage)");
+    assert_eq!(listing(tmp.path()), Vec::<String>::new(), "nothing of the browser in TMPDIR");
+
+    // The next host to start removes what the dead one left.
+    let _next = s.dir.open(&format!("[plugins.browser]\nbrowser = [\"{}/*\"]\n", s.base)).await;
+    assert!(!host_dir.exists(), "{host_dir:?} outlived the next start");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_leaves_no_browser_files_behind() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let before = browser_dirs();
+    let script = json!({ "turns": [
+        { "tool_calls": [call("browser_navigate", json!({ "url": format!("{}/cookie/set?v=done", s.base) }))] },
+        { "tool_calls": [call("browser_read", json!({}))] },
+        { "text": "Done." }
+    ]});
+    let child = reson_run(&s, &script, tmp.path());
+    let out = child.wait_with_output().unwrap();
+    let log = std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap();
+    assert!(out.status.success(), "{log}");
+    let events = String::from_utf8_lossy(&out.stdout);
+    assert!(events.contains("set done"), "the run browsed: {events}");
+    assert_eq!(listing(tmp.path()), Vec::<String>::new(), "nothing of the browser in TMPDIR");
+    let left: Vec<_> = browser_dirs().into_iter().filter(|d| !before.contains(d)).collect();
+    assert!(left.is_empty(), "the run's browser files outlived it: {left:?}");
+}

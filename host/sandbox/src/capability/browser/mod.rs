@@ -4,6 +4,7 @@
 //! - `launch`: starting Chromium so that it dies with the host;
 //! - `network`: Chromium's own network namespace, whose one way out is
 //!   the host's proxy;
+//! - `profiles`: where its files live, and what a crash left removed;
 //! - `session`: one browser per trace and plugin, with a throwaway profile;
 //! - `guard`: the grant on every request (interception and proxy);
 //! - `actions`: what a call does to a page;
@@ -18,6 +19,7 @@ mod guard;
 mod launch;
 mod limits;
 mod network;
+mod profiles;
 mod session;
 
 pub use launch::CHROMIUM;

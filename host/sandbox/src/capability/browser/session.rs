@@ -7,6 +7,7 @@ use super::guard::{self, Activity, Guard};
 use super::launch::Process;
 use super::limits::MAX_PAGES;
 use super::network::Network;
+use super::profiles::{Profiles, SessionDir};
 use crate::config::JailMode;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
@@ -55,22 +56,24 @@ pub(crate) struct Session {
     pub(super) pages: BTreeMap<u32, PageSlot>,
     next_page: u32,
     tasks: JoinSet<()>,
+    // Field order is drop order: Chromium is killed before its files go.
     process: Process,
-    profile: tempfile::TempDir,
+    _dir: SessionDir,
 }
 
 impl Session {
-    async fn start(plugin: Arc<str>, grants: Arc<Grants>) -> Result<Self, BrowserError> {
-        let profile = tempfile::Builder::new()
-            .prefix("reson-browser-")
-            .tempdir()
-            .map_err(|e| BrowserError::Failed(format!("cannot make a browser profile: {e}")))?;
+    async fn start(
+        plugin: Arc<str>,
+        grants: Arc<Grants>,
+        profiles: &Profiles,
+    ) -> Result<Self, BrowserError> {
+        let dir = profiles.session()?;
         let guard = Arc::new(Guard::new(plugin, grants.clone()));
-        let mut network = Network::new(grants.jail == JailMode::On).await?;
-        let mut process = Process::start(profile.path(), &mut network)?;
+        let mut network = Network::new(grants.jail == JailMode::On, &dir.tmp()).await?;
+        let mut process = Process::start(&dir, &mut network)?;
         let mut tasks = JoinSet::new();
         tasks.spawn(crate::jail::proxy::serve(network.proxy().await?, guard.clone()));
-        let (port, path) = process.devtools_endpoint(profile.path()).await?;
+        let (port, path) = process.devtools_endpoint(&dir.profile()).await?;
         let ws_url = network.devtools(port, &path, &mut tasks).await?;
         let config = HandlerConfig {
             ignore_https_errors: false,
@@ -94,10 +97,10 @@ impl Session {
         tracing::info!(
             target: "reson::browser",
             pid = process.pid(),
-            profile = %profile.path().display(),
+            profile = %dir.profile().display(),
             "browser started"
         );
-        Ok(Self { browser, guard, pages: BTreeMap::new(), next_page: 1, tasks, process, profile })
+        Ok(Self { browser, guard, pages: BTreeMap::new(), next_page: 1, tasks, process, _dir: dir })
     }
 
     /// Opens a blank page whose every request is checked from the start.
@@ -147,23 +150,25 @@ impl Session {
     /// Closes Chromium: politely first, then its whole process group.
     async fn close(mut self) {
         let _ = tokio::time::timeout(CLOSE_GRACE, self.browser.close()).await;
-        self.process.kill();
+        self.process.end().await;
         self.tasks.abort_all();
-        tracing::info!(
-            target: "reson::browser",
-            profile = %self.profile.path().display(),
-            "browser closed"
-        );
+        tracing::info!(target: "reson::browser", "browser closed");
     }
 }
 
 /// Every browser session of a runtime.
-#[derive(Default)]
 pub(crate) struct Browsers {
     sessions: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Option<Session>>>>>,
+    profiles: Profiles,
 }
 
 impl Browsers {
+    /// The sessions of a runtime whose browser files go under `dir`;
+    /// what a host that is gone left there is removed now.
+    pub(crate) fn new(dir: std::path::PathBuf) -> Self {
+        Self { sessions: Mutex::default(), profiles: Profiles::new(dir) }
+    }
+
     /// The session for `key`, started when it has none; it enforces
     /// `grants` from now on.
     pub(super) async fn session(
@@ -182,7 +187,10 @@ impl Browsers {
         let mut session = slot.lock_owned().await;
         match &*session {
             Some(running) => running.guard.update(grants.clone()),
-            None => *session = Some(Session::start(plugin.clone(), grants.clone()).await?),
+            None => {
+                let started = Session::start(plugin.clone(), grants.clone(), &self.profiles);
+                *session = Some(started.await?);
+            }
         }
         Ok(session)
     }
