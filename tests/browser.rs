@@ -167,6 +167,18 @@ async fn site(outside: u16) -> u16 {
                 ))
             }),
         )
+        .route(
+            "/popups",
+            get(|| async {
+                Html(
+                    r#"<html><head><title>Popups</title></head><body>
+                    <a id="blank" href="/form" target="_blank">The form, in a new tab</a>
+                    <button id="open" onclick="window.open('/frames')">Open frames</button>
+                    <button id="count" onclick="this.textContent = String(Number(this.textContent) + 1)">0</button>
+                    </body></html>"#,
+                )
+            }),
+        )
         .route("/escape", get(move || async move { Html(escape) }))
         .route("/frames", get(move || async move { Html(frames) }))
         .route("/inner", get(|| async { Html("<p>Inner frame text</p>") }))
@@ -669,6 +681,39 @@ async fn a_component_built_before_the_browser_interface_still_loads_and_runs() {
     assert_eq!(out.text, "still here hello");
     let info = runtime.plugins().into_iter().find(|p| p.name == "pre-browser").unwrap();
     assert_eq!(info.world.map(|w| w.to_string()).as_deref(), Some("tool-plugin"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn popups_become_pages_and_the_opener_keeps_working() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let trace = "popups";
+    let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
+    call("browser_navigate", json!({ "url": format!("{}/popups", s.base) })).await.unwrap();
+
+    let opened = call("browser_click", json!({ "selector": "#blank" })).await.unwrap();
+    assert!(opened.contains("opened page 2"), "a target=_blank link opens page 2: {opened}");
+    let counted = call("browser_click", json!({ "selector": "#count", "page": 1 })).await;
+    assert!(counted.is_ok(), "the opener still takes clicks: {counted:?}");
+    let popup = call("browser_read", json!({ "what": "fields" })).await.unwrap();
+    assert!(popup.contains("Your name"), "without `page`, tools act on the newest page: {popup}");
+    call("browser_type", json!({ "selector": "#name", "text": "Ada", "page": 2 })).await.unwrap();
+
+    let opened = call("browser_click", json!({ "selector": "#open", "page": 1 })).await.unwrap();
+    assert!(opened.contains("opened page 3"), "window.open opens page 3: {opened}");
+    let frames = call("browser_read", json!({ "page": 3 })).await.unwrap();
+    assert!(frames.contains("Outer text"), "{frames}");
+    call("browser_click", json!({ "selector": "#count", "page": 1 })).await.unwrap();
+    let opener = call("browser_read", json!({ "what": "text", "page": 1 })).await.unwrap();
+    assert!(opener.contains("Open frames\n2") || opener.contains("Open frames 2"), "{opener}");
+
+    let home = call("browser_navigate", json!({ "url": format!("{}/", s.base), "page": 1 }));
+    let home = home.await.unwrap();
+    assert!(home.contains("\"Home\"") && home.contains("page 1"), "{home}");
+    let back = call("browser_back", json!({ "page": 1 })).await.unwrap();
+    assert!(back.contains("\"Popups\""), "{back}");
+    assert_eq!(s.outside.reached(), 0);
+    s.runtime.close_browser(trace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

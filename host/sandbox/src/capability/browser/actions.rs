@@ -62,6 +62,13 @@ async fn script(page: &Page, op: &str, arg: Value) -> Result<Value, BrowserError
     Ok(value)
 }
 
+/// Makes `page` the one in front. A page behind another (its popup, most
+/// often) draws no frames, and input or a screenshot waits for one: the
+/// call would hang until its deadline.
+async fn to_front(page: &Page) -> Result<(), BrowserError> {
+    page.bring_to_front().await.map(drop).map_err(failed("bringing the page to the front"))
+}
+
 /// What `mark` found.
 #[derive(Deserialize)]
 struct Marked {
@@ -203,6 +210,7 @@ pub(super) async fn back(slot: &PageSlot) -> Result<(), BrowserError> {
 pub(super) async fn click(slot: &PageSlot, target: &Locator) -> Result<(), BrowserError> {
     let (element, _) = locate(&slot.page, target).await?;
     let mark = mark_document(&slot.page).await?;
+    to_front(&slot.page).await?;
     element.click().await.map_err(failed("clicking"))?;
     settle(&slot.page, &mark, NAVIGATION_GRACE, no_outcome).await
 }
@@ -228,11 +236,13 @@ pub(super) async fn fill(
             )));
         }
         script(page, "clear", json!(marked.reference)).await?;
+        to_front(page).await?;
         element.focus().await.map_err(failed("focusing"))?;
         element.type_str(text).await.map_err(failed("typing"))?;
     }
     if submit {
         let mark = mark_document(page).await?;
+        to_front(page).await?;
         element.press_key("Enter").await.map_err(failed("pressing Enter"))?;
         settle(page, &mark, NAVIGATION_GRACE, no_outcome).await?;
     }
@@ -306,6 +316,7 @@ pub(super) async fn screenshot(slot: &PageSlot, full_page: bool) -> Result<Vec<u
         };
         params = params.clip(clip).capture_beyond_viewport(true);
     }
+    to_front(&slot.page).await?;
     slot.page.screenshot(params.build()).await.map_err(failed("taking a screenshot"))
 }
 

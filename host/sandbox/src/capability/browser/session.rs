@@ -1,6 +1,10 @@
 //! Browser sessions: one Chromium with a throwaway profile per trace and
 //! plugin, started on first use, ended with the run (or the call, outside
 //! a trace), never shared.
+//!
+//! A page a page opens (a popup: `window.open`, a `target=_blank` link)
+//! becomes a page of the session, with the next id, checked like any
+//! other; a session at its page cap closes such a page at once.
 
 use super::BrowserError;
 use super::guard::{self, Activity, Guard};
@@ -11,7 +15,10 @@ use super::profiles::{Profiles, SessionDir};
 use crate::config::JailMode;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
-    SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+    CloseParams, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+};
+use chromiumoxide::cdp::browser_protocol::target::{
+    EventAttachedToTarget, EventTargetDestroyed, TargetId,
 };
 use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
@@ -20,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// How long a graceful close may take before the group is killed.
@@ -49,12 +57,19 @@ pub(super) struct PageSlot {
     _watch: JoinSet<()>,
 }
 
+/// The session's pages by target id, for what Chromium reports about a
+/// page at the browser's level (its popups).
+type Targets = Arc<Mutex<HashMap<TargetId, Arc<Activity>>>>;
+
 /// A running browser and its pages.
 pub(crate) struct Session {
-    browser: Browser,
+    browser: Arc<Browser>,
     pub(super) guard: Arc<Guard>,
     pub(super) pages: BTreeMap<u32, PageSlot>,
     next_page: u32,
+    targets: Targets,
+    /// Popups opened (and guarded) since they were last adopted.
+    popups: mpsc::UnboundedReceiver<PageSlot>,
     tasks: JoinSet<()>,
     // Field order is drop order: Chromium is killed before its files go.
     process: Process,
@@ -86,6 +101,9 @@ impl Session {
         // Drives the DevTools connection; messages this client cannot
         // parse (from a newer Chromium) are skipped, not fatal.
         tasks.spawn(async move { while handler.next().await.is_some() {} });
+        let browser = Arc::new(browser);
+        let targets = Targets::default();
+        let popups = watch_targets(&browser, &guard, &targets, &mut tasks).await?;
         let downloads = SetDownloadBehaviorParams::builder()
             .behavior(SetDownloadBehaviorBehavior::Deny)
             .build()
@@ -100,7 +118,17 @@ impl Session {
             profile = %dir.profile().display(),
             "browser started"
         );
-        Ok(Self { browser, guard, pages: BTreeMap::new(), next_page: 1, tasks, process, _dir: dir })
+        Ok(Self {
+            browser,
+            guard,
+            pages: BTreeMap::new(),
+            next_page: 1,
+            targets,
+            popups,
+            tasks,
+            process,
+            _dir: dir,
+        })
     }
 
     /// Opens a blank page whose every request is checked from the start.
@@ -113,20 +141,69 @@ impl Session {
             .new_page("about:blank")
             .await
             .map_err(|e| BrowserError::Failed(format!("cannot open a page: {e}")))?;
-        let activity = Arc::new(Activity::default());
-        let watch = guard::watch(&page, self.guard.clone(), activity.clone())
-            .await
-            .map_err(|e| BrowserError::Failed(format!("cannot guard the page: {e}")))?;
+        self.add_page(page).await
+    }
+
+    /// Makes `page` a page of the session, guarded, under the next id.
+    async fn add_page(&mut self, page: Page) -> Result<u32, BrowserError> {
+        let slot = guarded(page, &self.guard, &self.targets).await?;
         let id = self.next_page;
         self.next_page += 1;
-        self.pages.insert(id, PageSlot { page, activity, _watch: watch });
+        self.pages.insert(id, slot);
         Ok(id)
+    }
+
+    /// Takes in the popups the session's pages opened since the last call:
+    /// each becomes a page of the session, or is closed when the session
+    /// is at its page cap. Pages a page closed itself are dropped.
+    pub(super) async fn adopt_popups(&mut self) {
+        while let Ok(slot) = self.popups.try_recv() {
+            if self.pages.len() >= MAX_PAGES {
+                tracing::info!(
+                    target: "reson::browser",
+                    "a popup was closed: the session has {MAX_PAGES} pages already"
+                );
+                self.targets
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(slot.page.target_id());
+                let _ = slot.page.close().await;
+                continue;
+            }
+            let id = self.next_page;
+            self.next_page += 1;
+            self.pages.insert(id, slot);
+        }
+        let gone: Vec<u32> = self
+            .pages
+            .iter()
+            .filter(|(_, slot)| slot.activity.closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.forget(id);
+        }
+    }
+
+    fn forget(&mut self, id: u32) -> Option<PageSlot> {
+        let slot = self.pages.remove(&id)?;
+        self.targets.lock().unwrap_or_else(PoisonError::into_inner).remove(slot.page.target_id());
+        Some(slot)
+    }
+
+    /// Closes page `id`.
+    pub(super) async fn close_page(&mut self, id: u32) -> Result<(), BrowserError> {
+        self.page(id)?;
+        if let Some(slot) = self.forget(id) {
+            let _ = slot.page.close().await;
+        }
+        Ok(())
     }
 
     /// Replaces page `id` by a fresh blank one under the same id (a page
     /// stuck on Chromium's error page cannot navigate from inside).
     pub(super) async fn renew_page(&mut self, id: u32) -> Result<(), BrowserError> {
-        if let Some(old) = self.pages.remove(&id) {
+        if let Some(old) = self.forget(id) {
             let _ = old.page.close().await;
         }
         let fresh = self.new_page().await?;
@@ -149,11 +226,81 @@ impl Session {
 
     /// Closes Chromium: politely first, then its whole process group.
     async fn close(mut self) {
-        let _ = tokio::time::timeout(CLOSE_GRACE, self.browser.close()).await;
+        let _ =
+            tokio::time::timeout(CLOSE_GRACE, self.browser.execute(CloseParams::default())).await;
         self.process.end().await;
         self.tasks.abort_all();
         tracing::info!(target: "reson::browser", "browser closed");
     }
+}
+
+/// `page`, its every request checked from now on, known by its target.
+async fn guarded(
+    page: Page,
+    guard: &Arc<Guard>,
+    targets: &Targets,
+) -> Result<PageSlot, BrowserError> {
+    let activity = Arc::new(Activity::default());
+    let watch = guard::watch(&page, guard.clone(), activity.clone())
+        .await
+        .map_err(|e| BrowserError::Failed(format!("cannot guard the page: {e}")))?;
+    targets
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(page.target_id().clone(), activity.clone());
+    Ok(PageSlot { page, activity, _watch: watch })
+}
+
+/// Follows what Chromium reports at the browser's level: a page the
+/// session's pages open is guarded at once and sent to the returned
+/// channel, to become a page of the session.
+async fn watch_targets(
+    browser: &Arc<Browser>,
+    guard: &Arc<Guard>,
+    targets: &Targets,
+    tasks: &mut JoinSet<()>,
+) -> Result<mpsc::UnboundedReceiver<PageSlot>, BrowserError> {
+    let failed = |e: chromiumoxide::error::CdpError| {
+        BrowserError::Failed(format!("cannot follow the browser's pages: {e}"))
+    };
+    // Attached, not just created: the client has a page for it only then.
+    let mut attached = browser.event_listener::<EventAttachedToTarget>().await.map_err(failed)?;
+    let mut destroyed = browser.event_listener::<EventTargetDestroyed>().await.map_err(failed)?;
+    let (popups, adopt) = mpsc::unbounded_channel();
+    let (browser, guard, ours) = (browser.clone(), guard.clone(), targets.clone());
+    tasks.spawn(async move {
+        while let Some(event) = attached.next().await {
+            let info = &event.target_info;
+            let Some(opener) = info.opener_id.as_ref().filter(|_| info.r#type == "page") else {
+                continue;
+            };
+            if !ours.lock().unwrap_or_else(PoisonError::into_inner).contains_key(opener) {
+                continue;
+            }
+            let popup = match browser.get_page(info.target_id.clone()).await {
+                Ok(page) => guarded(page, &guard, &ours).await,
+                Err(e) => Err(BrowserError::Failed(e.to_string())),
+            };
+            match popup {
+                Ok(slot) => {
+                    let _ = popups.send(slot);
+                }
+                Err(e) => tracing::warn!(target: "reson::browser", "a popup is not guarded: {e:?}"),
+            }
+        }
+    });
+    // A page may close itself (`window.close()`, a popup most often).
+    let ours = targets.clone();
+    tasks.spawn(async move {
+        while let Some(event) = destroyed.next().await {
+            if let Some(activity) =
+                ours.lock().unwrap_or_else(PoisonError::into_inner).get(&event.target_id)
+            {
+                activity.close();
+            }
+        }
+    });
+    Ok(adopt)
 }
 
 /// Every browser session of a runtime.
@@ -185,8 +332,11 @@ impl Browsers {
             .or_default()
             .clone();
         let mut session = slot.lock_owned().await;
-        match &*session {
-            Some(running) => running.guard.update(grants.clone()),
+        match &mut *session {
+            Some(running) => {
+                running.guard.update(grants.clone());
+                running.adopt_popups().await;
+            }
             None => {
                 let started = Session::start(plugin.clone(), grants.clone(), &self.profiles);
                 *session = Some(started.await?);
