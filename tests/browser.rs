@@ -179,6 +179,31 @@ async fn site(outside: u16) -> u16 {
                 )
             }),
         )
+        .route(
+            "/download",
+            get(|| async {
+                (
+                    [
+                        (header::CONTENT_TYPE, "text/plain"),
+                        (header::CONTENT_DISPOSITION, "attachment; filename=\"secrets.txt\""),
+                    ],
+                    "the file",
+                )
+            }),
+        )
+        .route(
+            "/binary",
+            get(|| async { ([(header::CONTENT_TYPE, "application/x-reson-unknown")], "bytes") }),
+        )
+        .route(
+            "/downloads",
+            get(|| async {
+                Html(
+                    r#"<html><head><title>Files</title></head><body>
+                    <a id="file" href="/download">Get the file</a></body></html>"#,
+                )
+            }),
+        )
         .route("/escape", get(move || async move { Html(escape) }))
         .route("/frames", get(move || async move { Html(frames) }))
         .route("/inner", get(|| async { Html("<p>Inner frame text</p>") }))
@@ -713,6 +738,29 @@ async fn popups_become_pages_and_the_opener_keeps_working() {
     let back = call("browser_back", json!({ "page": 1 })).await.unwrap();
     assert!(back.contains("\"Popups\""), "{back}");
     assert_eq!(s.outside.reached(), 0);
+    s.runtime.close_browser(trace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_is_refused_at_once() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let trace = "downloads";
+    let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
+    // An attachment, and a type the browser does not show, both downloads.
+    for path in ["/download", "/binary"] {
+        let asked = Instant::now();
+        let err = call("browser_navigate", json!({ "url": format!("{}{path}", s.base) }));
+        let err = err.await.unwrap_err();
+        assert!(err.contains("downloads are off"), "{path}: {err}");
+        // The old answer was a timeout after 10 s.
+        assert!(asked.elapsed() < Duration::from_secs(5), "{path}: {:?}", asked.elapsed());
+    }
+    call("browser_navigate", json!({ "url": format!("{}/downloads", s.base) })).await.unwrap();
+    let err = call("browser_click", json!({ "selector": "#file" })).await.unwrap_err();
+    assert!(err.contains("downloads are off"), "{err}");
+    let form = call("browser_navigate", json!({ "url": format!("{}/form", s.base) })).await;
+    assert!(form.unwrap().contains("\"Form\""), "the page goes on after a download");
     s.runtime.close_browser(trace).await;
 }
 

@@ -324,7 +324,8 @@ fn tools() -> Toolbox {
             "browser_navigate",
             "Loads a URL in the headless browser (the newest page, the one `page` names, or a new \
              one) and waits for it. Only URLs the user granted load; requests the page makes \
-             elsewhere are refused and listed. Pages persist for this conversation. A page a page opens (a popup, a link to a new tab) becomes a page of its \
+             elsewhere are refused and listed; downloads are off. Pages persist for this \
+             conversation. A page a page opens (a popup, a link to a new tab) becomes a page of its \
              own, with the next number; every tool acts on the newest page unless `page` names \
              another (8 pages at most: a popup beyond that is closed).",
             navigate,

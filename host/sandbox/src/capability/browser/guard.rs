@@ -109,6 +109,8 @@ pub(super) struct Activity {
     idle: AtomicBool,
     /// A main-frame navigation refused since the last look.
     refused: Mutex<Option<String>>,
+    /// A download the page started since the last look (refused).
+    download: Mutex<Option<String>>,
     /// Whether the page is gone (it closed itself).
     closed: AtomicBool,
 }
@@ -117,6 +119,16 @@ impl Activity {
     /// The main-frame navigation refused since the last call, if any.
     pub(super) fn refused_navigation(&self) -> Option<String> {
         self.refused.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// The page started a download of `url`, which Chromium refused.
+    pub(super) fn downloaded(&self, url: &str) {
+        *self.download.lock().unwrap_or_else(PoisonError::into_inner) = Some(url.to_owned());
+    }
+
+    /// The download the page started since the last call, if any.
+    pub(super) fn download(&self) -> Option<String> {
+        self.download.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 
     /// The page is gone.

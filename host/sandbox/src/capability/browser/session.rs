@@ -15,7 +15,7 @@ use super::profiles::{Profiles, SessionDir};
 use crate::config::JailMode;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
-    CloseParams, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+    CloseParams, EventDownloadWillBegin, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
 };
 use chromiumoxide::cdp::browser_protocol::target::{
     EventAttachedToTarget, EventTargetDestroyed, TargetId,
@@ -58,7 +58,7 @@ pub(super) struct PageSlot {
 }
 
 /// The session's pages by target id, for what Chromium reports about a
-/// page at the browser's level (its popups).
+/// page at the browser's level (its popups, its downloads).
 type Targets = Arc<Mutex<HashMap<TargetId, Arc<Activity>>>>;
 
 /// A running browser and its pages.
@@ -104,8 +104,12 @@ impl Session {
         let browser = Arc::new(browser);
         let targets = Targets::default();
         let popups = watch_targets(&browser, &guard, &targets, &mut tasks).await?;
+        // Downloads are refused, and reported to the page that started
+        // one: without the events, a navigation that turns into a download
+        // just never ends.
         let downloads = SetDownloadBehaviorParams::builder()
             .behavior(SetDownloadBehaviorBehavior::Deny)
+            .events_enabled(true)
             .build()
             .map_err(BrowserError::Failed)?;
         browser
@@ -253,7 +257,8 @@ async fn guarded(
 
 /// Follows what Chromium reports at the browser's level: a page the
 /// session's pages open is guarded at once and sent to the returned
-/// channel, to become a page of the session.
+/// channel, to become a page of the session; a download a page starts goes
+/// to its activity.
 async fn watch_targets(
     browser: &Arc<Browser>,
     guard: &Arc<Guard>,
@@ -265,6 +270,7 @@ async fn watch_targets(
     };
     // Attached, not just created: the client has a page for it only then.
     let mut attached = browser.event_listener::<EventAttachedToTarget>().await.map_err(failed)?;
+    let mut downloads = browser.event_listener::<EventDownloadWillBegin>().await.map_err(failed)?;
     let mut destroyed = browser.event_listener::<EventTargetDestroyed>().await.map_err(failed)?;
     let (popups, adopt) = mpsc::unbounded_channel();
     let (browser, guard, ours) = (browser.clone(), guard.clone(), targets.clone());
@@ -286,6 +292,18 @@ async fn watch_targets(
                     let _ = popups.send(slot);
                 }
                 Err(e) => tracing::warn!(target: "reson::browser", "a popup is not guarded: {e:?}"),
+            }
+        }
+    });
+    let ours = targets.clone();
+    tasks.spawn(async move {
+        while let Some(event) = downloads.next().await {
+            // A page's main frame has the page's target id.
+            let target = TargetId::from(event.frame_id.inner().clone());
+            let known = ours.lock().unwrap_or_else(PoisonError::into_inner).get(&target).cloned();
+            match known {
+                Some(activity) => activity.downloaded(&event.url),
+                None => tracing::debug!(target: "reson::browser", "a frame's download was refused"),
             }
         }
     });
