@@ -167,6 +167,43 @@ async fn site(outside: u16) -> u16 {
                 ))
             }),
         )
+        .route(
+            "/popups",
+            get(|| async {
+                Html(
+                    r#"<html><head><title>Popups</title></head><body>
+                    <a id="blank" href="/form" target="_blank">The form, in a new tab</a>
+                    <button id="open" onclick="window.open('/frames')">Open frames</button>
+                    <button id="count" onclick="this.textContent = String(Number(this.textContent) + 1)">0</button>
+                    </body></html>"#,
+                )
+            }),
+        )
+        .route(
+            "/download",
+            get(|| async {
+                (
+                    [
+                        (header::CONTENT_TYPE, "text/plain"),
+                        (header::CONTENT_DISPOSITION, "attachment; filename=\"secrets.txt\""),
+                    ],
+                    "the file",
+                )
+            }),
+        )
+        .route(
+            "/binary",
+            get(|| async { ([(header::CONTENT_TYPE, "application/x-reson-unknown")], "bytes") }),
+        )
+        .route(
+            "/downloads",
+            get(|| async {
+                Html(
+                    r#"<html><head><title>Files</title></head><body>
+                    <a id="file" href="/download">Get the file</a></body></html>"#,
+                )
+            }),
+        )
         .route("/escape", get(move || async move { Html(escape) }))
         .route("/frames", get(move || async move { Html(frames) }))
         .route("/inner", get(|| async { Html("<p>Inner frame text</p>") }))
@@ -672,6 +709,62 @@ async fn a_component_built_before_the_browser_interface_still_loads_and_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn popups_become_pages_and_the_opener_keeps_working() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let trace = "popups";
+    let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
+    call("browser_navigate", json!({ "url": format!("{}/popups", s.base) })).await.unwrap();
+
+    let opened = call("browser_click", json!({ "selector": "#blank" })).await.unwrap();
+    assert!(opened.contains("opened page 2"), "a target=_blank link opens page 2: {opened}");
+    let counted = call("browser_click", json!({ "selector": "#count", "page": 1 })).await;
+    assert!(counted.is_ok(), "the opener still takes clicks: {counted:?}");
+    let popup = call("browser_read", json!({ "what": "fields" })).await.unwrap();
+    assert!(popup.contains("Your name"), "without `page`, tools act on the newest page: {popup}");
+    call("browser_type", json!({ "selector": "#name", "text": "Ada", "page": 2 })).await.unwrap();
+
+    let opened = call("browser_click", json!({ "selector": "#open", "page": 1 })).await.unwrap();
+    assert!(opened.contains("opened page 3"), "window.open opens page 3: {opened}");
+    let frames = call("browser_read", json!({ "page": 3 })).await.unwrap();
+    assert!(frames.contains("Outer text"), "{frames}");
+    call("browser_click", json!({ "selector": "#count", "page": 1 })).await.unwrap();
+    let opener = call("browser_read", json!({ "what": "text", "page": 1 })).await.unwrap();
+    assert!(opener.contains("Open frames\n2") || opener.contains("Open frames 2"), "{opener}");
+
+    let home = call("browser_navigate", json!({ "url": format!("{}/", s.base), "page": 1 }));
+    let home = home.await.unwrap();
+    assert!(home.contains("\"Home\"") && home.contains("page 1"), "{home}");
+    let back = call("browser_back", json!({ "page": 1 })).await.unwrap();
+    assert!(back.contains("\"Popups\""), "{back}");
+    assert_eq!(s.outside.reached(), 0);
+    s.runtime.close_browser(trace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_is_refused_at_once() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let trace = "downloads";
+    let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
+    // An attachment, and a type the browser does not show, both downloads.
+    for path in ["/download", "/binary"] {
+        let asked = Instant::now();
+        let err = call("browser_navigate", json!({ "url": format!("{}{path}", s.base) }));
+        let err = err.await.unwrap_err();
+        assert!(err.contains("downloads are off"), "{path}: {err}");
+        // The old answer was a timeout after 10 s.
+        assert!(asked.elapsed() < Duration::from_secs(5), "{path}: {:?}", asked.elapsed());
+    }
+    call("browser_navigate", json!({ "url": format!("{}/downloads", s.base) })).await.unwrap();
+    let err = call("browser_click", json!({ "selector": "#file" })).await.unwrap_err();
+    assert!(err.contains("downloads are off"), "{err}");
+    let form = call("browser_navigate", json!({ "url": format!("{}/form", s.base) })).await;
+    assert!(form.unwrap().contains("\"Form\""), "the page goes on after a download");
+    s.runtime.close_browser(trace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webrtc_sends_nothing_and_chromium_has_no_network_but_the_proxy() {
     let _serial = SERIAL.lock().await;
     let s = Setup::new(json!({ "turns": [] })).await;
@@ -708,4 +801,101 @@ async fn webrtc_sends_nothing_and_chromium_has_no_network_but_the_proxy() {
     assert_eq!(s.outside.reached(), 0);
     listening.abort();
     s.runtime.close_browser(trace).await;
+}
+
+/// `reson run` on `script` in `dir`, with its own `TMPDIR`.
+fn reson_run(s: &Setup, script: &Value, tmp: &Path) -> std::process::Child {
+    let path = s.dir.path().join("run.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_reson"))
+        .args(["--config", &s.dir.path().join("reson.toml").to_string_lossy()])
+        .args(["--plugins-dir", &s.dir.plugins().to_string_lossy()])
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
+        .args(["--traces-dir", &s.dir.path().join("traces").to_string_lossy()])
+        .args(["run", "--json", "--script", &path.to_string_lossy(), "browse"])
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(s.dir.path().join("stderr.log")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// The host-owned directories browsers keep their files in.
+fn browser_dirs() -> Vec<std::path::PathBuf> {
+    match std::fs::read_dir(support::cache_dir().join("browser")) {
+        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_hosts_browser_files_go_at_its_next_start() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let script = json!({ "turns": [
+        { "tool_calls": [call("browser_navigate", json!({ "url": format!("{}/cookie/set?v=crash", s.base) }))] },
+        { "tool_calls": [call("browser_wait", json!({ "selector": "#never", "timeout_ms": 50000 }))] }
+    ]});
+    let mut child = reson_run(&s, &script, tmp.path());
+    let stdout = child.stdout.take().unwrap();
+    for line in BufReader::new(stdout).lines() {
+        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["type"] == "tool_started" && event["name"] == "browser_wait" {
+            break;
+        }
+    }
+    let groups = browser_groups(child.id());
+    assert_eq!(
+        groups.len(),
+        1,
+        "{}",
+        std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap()
+    );
+    let profile = std::path::PathBuf::from(profile_of(groups[0]).unwrap());
+    let root = support::cache_dir().join("browser").canonicalize().unwrap();
+    let host_dir = profile
+        .ancestors()
+        .find(|p| p.parent() == Some(root.as_path()))
+        .unwrap_or_else(|| panic!("the profile {profile:?} lives under {root:?}"))
+        .to_path_buf();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_groups_gone(&groups, "kill -9 of reson").await;
+    assert!(profile.join("Default").exists(), "a crash leaves the profile (cookies, storage)");
+    assert_eq!(listing(tmp.path()), Vec::<String>::new(), "nothing of the browser in TMPDIR");
+
+    // The next host to start removes what the dead one left.
+    let _next = s.dir.open(&format!("[plugins.browser]\nbrowser = [\"{}/*\"]\n", s.base)).await;
+    assert!(!host_dir.exists(), "{host_dir:?} outlived the next start");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_leaves_no_browser_files_behind() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let before = browser_dirs();
+    let script = json!({ "turns": [
+        { "tool_calls": [call("browser_navigate", json!({ "url": format!("{}/cookie/set?v=done", s.base) }))] },
+        { "tool_calls": [call("browser_read", json!({}))] },
+        { "text": "Done." }
+    ]});
+    let child = reson_run(&s, &script, tmp.path());
+    let out = child.wait_with_output().unwrap();
+    let log = std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap();
+    assert!(out.status.success(), "{log}");
+    let events = String::from_utf8_lossy(&out.stdout);
+    assert!(events.contains("set done"), "the run browsed: {events}");
+    assert_eq!(listing(tmp.path()), Vec::<String>::new(), "nothing of the browser in TMPDIR");
+    let left: Vec<_> = browser_dirs().into_iter().filter(|d| !before.contains(d)).collect();
+    assert!(left.is_empty(), "the run's browser files outlived it: {left:?}");
 }

@@ -20,6 +20,8 @@ struct NavigateArgs {
     /// Open the URL in a new page (tab) instead of the current one.
     #[serde(default)]
     new_page: bool,
+    /// The page to load it in; the newest page when absent.
+    page: Option<u32>,
 }
 
 /// An element, by CSS selector or by ARIA role and accessible name.
@@ -156,13 +158,50 @@ fn required(target: TargetArgs) -> Result<(Locator, Option<u32>), ToolError> {
     }
 }
 
-/// The page to act on: the one asked for, or the newest.
-fn page_id(asked: Option<u32>) -> Result<u32, ToolError> {
-    match asked {
-        Some(id) => Ok(id),
-        None => browser::current()
-            .map(|p| p.id)
-            .ok_or_else(|| ToolError::failed("no page is open: use browser_navigate first")),
+/// The session's pages before an action, to tell the pages it opens.
+struct Before(Vec<PageInfo>);
+
+impl Before {
+    fn now() -> Self {
+        Self(browser::pages())
+    }
+
+    /// The page to act on: the one asked for, or the newest.
+    fn page(&self, asked: Option<u32>) -> Result<u32, ToolError> {
+        match asked {
+            Some(id) => Ok(id),
+            None => self
+                .0
+                .last()
+                .map(|p| p.id)
+                .ok_or_else(|| ToolError::failed("no page is open: use browser_navigate first")),
+        }
+    }
+
+    /// The pages opened since (popups, new tabs), and which pages are
+    /// open when there are several.
+    fn opened(&self) -> String {
+        let after = browser::pages();
+        let mut out = String::new();
+        for page in after.iter().filter(|p| !self.0.iter().any(|b| b.id == p.id)) {
+            let _ = write!(
+                out,
+                "\nthe page opened page {}: \"{}\" <{}>; calls without `page` now act on it",
+                page.id, page.title, page.url
+            );
+        }
+        if let [.., newest] = after.as_slice()
+            && after.len() > 1
+        {
+            let ids: Vec<String> = after.iter().map(|p| p.id.to_string()).collect();
+            let _ = write!(
+                out,
+                "\nopen pages: {} (calls without `page` act on page {}, the newest)",
+                ids.join(", "),
+                newest.id
+            );
+        }
+        out
     }
 }
 
@@ -188,8 +227,9 @@ fn describe(info: &PageInfo) -> String {
 }
 
 fn navigate(args: NavigateArgs, _ctx: &Context) -> Result<Output, ToolError> {
-    let info = match browser::current() {
-        Some(page) if !args.new_page => browser::navigate(page.id, &args.url),
+    // No popup to tell of: a page opens one only on a click or a key.
+    let info = match Before::now().page(args.page) {
+        Ok(id) if !args.new_page => browser::navigate(id, &args.url),
         _ => browser::open(&args.url),
     }
     .map_err(|e| error(&format!("loading {}", args.url), e))?;
@@ -198,21 +238,23 @@ fn navigate(args: NavigateArgs, _ctx: &Context) -> Result<Output, ToolError> {
 
 fn click(args: TargetArgs, _ctx: &Context) -> Result<Output, ToolError> {
     let (target, page) = required(args)?;
-    let info = browser::click(page_id(page)?, &target).map_err(|e| error("click", e))?;
-    Ok(Output::text(format!("clicked; now {}", describe(&info))))
+    let before = Before::now();
+    let info = browser::click(before.page(page)?, &target).map_err(|e| error("click", e))?;
+    Ok(Output::text(format!("clicked; now {}{}", describe(&info), before.opened())))
 }
 
 fn type_text(args: TypeArgs, _ctx: &Context) -> Result<Output, ToolError> {
     let (target, page) = required(args.target)?;
-    let info = browser::fill(page_id(page)?, &target, &args.text, args.submit)
+    let before = Before::now();
+    let info = browser::fill(before.page(page)?, &target, &args.text, args.submit)
         .map_err(|e| error("type", e))?;
     let submitted = if args.submit { " and pressed Enter" } else { "" };
-    Ok(Output::text(format!("typed{submitted}; now {}", describe(&info))))
+    Ok(Output::text(format!("typed{submitted}; now {}{}", describe(&info), before.opened())))
 }
 
 fn read(args: ReadArgs, _ctx: &Context) -> Result<Output, ToolError> {
     let element = locator(args.selector, args.role, args.name)?;
-    let id = page_id(args.page)?;
+    let id = Before::now().page(args.page)?;
     let format = match args.what {
         ReadWhat::Links => {
             let links = browser::links(id).map_err(|e| error("read links", e))?;
@@ -248,7 +290,7 @@ fn read(args: ReadArgs, _ctx: &Context) -> Result<Output, ToolError> {
 }
 
 fn screenshot(args: ScreenshotArgs, _ctx: &Context) -> Result<Output, ToolError> {
-    let id = page_id(args.page)?;
+    let id = Before::now().page(args.page)?;
     let png = browser::screenshot(id, args.full_page, args.max_bytes)
         .map_err(|e| error("screenshot", e))?;
     let info = browser::pages().into_iter().find(|p| p.id == id);
@@ -259,7 +301,7 @@ fn screenshot(args: ScreenshotArgs, _ctx: &Context) -> Result<Output, ToolError>
 }
 
 fn back(args: BackArgs, _ctx: &Context) -> Result<Output, ToolError> {
-    let info = browser::back(page_id(args.page)?).map_err(|e| error("back", e))?;
+    let info = browser::back(Before::now().page(args.page)?).map_err(|e| error("back", e))?;
     Ok(Output::text(format!("went back; now {}", describe(&info))))
 }
 
@@ -271,7 +313,7 @@ fn wait(args: WaitArgs, _ctx: &Context) -> Result<Output, ToolError> {
         Some(target) => WaitCondition::Element(target),
         None => WaitCondition::NetworkIdle,
     };
-    let info = browser::wait(page_id(args.page)?, &condition, args.timeout_ms)
+    let info = browser::wait(Before::now().page(args.page)?, &condition, args.timeout_ms)
         .map_err(|e| error("wait", e))?;
     Ok(Output::text(format!("ready; {}", describe(&info))))
 }
@@ -280,15 +322,19 @@ fn tools() -> Toolbox {
     Toolbox::new()
         .tool(
             "browser_navigate",
-            "Loads a URL in the headless browser (the current page, or a new one) and waits for it. \
-             Only URLs the user granted load; requests the page makes elsewhere are refused and \
-             listed. Pages persist for this conversation.",
+            "Loads a URL in the headless browser (the newest page, the one `page` names, or a new \
+             one) and waits for it. Only URLs the user granted load; requests the page makes \
+             elsewhere are refused and listed; downloads are off. Pages persist for this \
+             conversation. A page a page opens (a popup, a link to a new tab) becomes a page of its \
+             own, with the next number; every tool acts on the newest page unless `page` names \
+             another (8 pages at most: a popup beyond that is closed).",
             navigate,
         )
         .tool(
             "browser_click",
-            "Clicks an element of the current page (by CSS `selector`, or by ARIA `role` and \
-             `name`), then waits for any page it loads.",
+            "Clicks an element of the newest page, or of the one `page` names (by CSS `selector`, \
+             or by ARIA `role` and `name`), then waits for any page it loads; a popup it opens \
+             becomes the newest page, and the result names it.",
             click,
         )
         .tool(

@@ -253,17 +253,26 @@ impl Jail {
     }
 }
 
-/// A network namespace of its own, for a process the host starts outside
-/// the command jail (the browser): nothing but a loopback interface, where
-/// the child listens on `127.0.0.1:`[`PROXY_PORT`] for the proxy the host
-/// serves, and from where it hands the host an unconnected TCP socket to
-/// reach what listens inside. Made with a user namespace, so the host needs
-/// no privileges.
-pub(crate) fn own_network() -> Result<(OwnNetwork, NetworkHandOver), JailError> {
+/// Namespaces of its own for a process the host starts outside the
+/// command jail (the browser). Its network has nothing but a loopback
+/// interface, where the child listens on `127.0.0.1:`[`PROXY_PORT`] for
+/// the proxy the host serves, and from where it hands the host an
+/// unconnected TCP socket to reach what listens inside. With `tmp`, it
+/// also sees that directory as its `/tmp`. Made with a user namespace, so
+/// the host needs no privileges.
+pub(crate) fn own_network(tmp: Option<&Path>) -> Result<(OwnNetwork, NetworkHandOver), JailError> {
+    use std::os::unix::ffi::OsStrExt;
     let (mut prelude, report) = Prelude::new()?;
     let (host_end, child_end) = namespace::socket_pair()?;
     prelude.hand_over = Some(child_end);
     prelude.dialer = true;
+    prelude.private_tmp = match tmp {
+        Some(dir) => Some(
+            std::ffi::CString::new(dir.as_os_str().as_bytes())
+                .map_err(|e| JailError::Io(std::io::Error::other(e)))?,
+        ),
+        None => None,
+    };
     Ok((OwnNetwork(prelude), NetworkHandOver { channel: host_end, report }))
 }
 

@@ -2,7 +2,7 @@
 //! network namespaces, join the call's pids cgroup, take its limits, bring
 //! up its own loopback, and hand the host a listening socket for the
 //! network proxy (and, for the browser, a socket to reach into the
-//! namespace with). Everything here runs in a forked copy of a threaded
+//! namespace with, and a `/tmp` of its own). Everything here runs in a forked copy of a threaded
 //! process, so it only makes raw system calls on memory prepared before the
 //! fork: no allocation, no locks.
 
@@ -27,6 +27,7 @@ pub(super) enum Step {
     HandOver,
     CloseFds,
     Inherit,
+    PrivateTmp,
 }
 
 impl Step {
@@ -42,6 +43,7 @@ impl Step {
             Self::HandOver,
             Self::CloseFds,
             Self::Inherit,
+            Self::PrivateTmp,
         ]
         .into_iter()
         .find(|s| *s as u8 == byte)
@@ -63,6 +65,7 @@ impl Step {
             Self::HandOver => "handing the jail's sockets to the host",
             Self::CloseFds => "closing the host's descriptors (close_range needs Linux 5.11)",
             Self::Inherit => "passing the seccomp filter to bubblewrap",
+            Self::PrivateTmp => "mounting a /tmp of its own (a mount namespace)",
         }
     }
 }
@@ -84,6 +87,9 @@ pub(super) struct Prelude {
     /// Whether an unconnected TCP socket of the new namespace follows the
     /// listener, for the host to connect to what listens inside.
     pub(super) dialer: bool,
+    /// A directory to mount over `/tmp` in a mount namespace of the
+    /// child's own.
+    pub(super) private_tmp: Option<CString>,
     /// File descriptors bubblewrap must inherit (the seccomp programs and
     /// what it mounts from open descriptors).
     pub(super) inherit: Vec<OwnedFd>,
@@ -108,6 +114,7 @@ impl Prelude {
             nproc: None,
             hand_over: None,
             dialer: false,
+            private_tmp: None,
             inherit: Vec::new(),
             report: write,
         };
@@ -130,12 +137,16 @@ impl Prelude {
             write_all(procs.as_raw_fd(), b"0").map_err(|e| (Step::Cgroup, e))?;
         }
         set_limit(libc::RLIMIT_CORE, 0).map_err(|e| (Step::Limits, e))?;
+        let mounts = if self.private_tmp.is_some() { libc::CLONE_NEWNS } else { 0 };
         // SAFETY: unshare only changes this (single-threaded) child.
-        check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) })
+        check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET | mounts) })
             .map_err(|e| (Step::Unshare, e))?;
         write_file(&self.setgroups, b"deny").map_err(|e| (Step::IdMaps, e))?;
         write_file(&self.uid_map_path, &self.uid_map).map_err(|e| (Step::IdMaps, e))?;
         write_file(&self.gid_map_path, &self.gid_map).map_err(|e| (Step::IdMaps, e))?;
+        if let Some(tmp) = &self.private_tmp {
+            private_tmp(tmp).map_err(|e| (Step::PrivateTmp, e))?;
+        }
         if let Some(max) = self.nproc {
             set_limit(libc::RLIMIT_NPROC, max).map_err(|e| (Step::ProcessLimit, e))?;
         }
@@ -223,6 +234,28 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> 
     let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
     // SAFETY: setrlimit reads the struct on the stack.
     check(unsafe { libc::setrlimit(resource, &limit) })
+}
+
+/// Mounts `dir` over `/tmp`, seen by this mount namespace alone.
+fn private_tmp(dir: &CString) -> io::Result<()> {
+    // SAFETY: mount reads the C strings, all live for the calls.
+    unsafe {
+        // Nothing mounted here may show in the host's namespace.
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        check(libc::mount(
+            dir.as_ptr(),
+            c"/tmp".as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ))
+    }
 }
 
 /// The new network namespace has a loopback interface that is down.

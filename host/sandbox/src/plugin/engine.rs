@@ -5,6 +5,7 @@ use crate::capability::HostState;
 use crate::config::SandboxConfig;
 use crate::contract::bindings;
 use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -126,7 +127,9 @@ impl Slots {
 }
 
 impl Sandbox {
-    pub(crate) fn new(settings: &SandboxConfig) -> wasmtime::Result<Self> {
+    /// The engine for `settings`, its browsers keeping their files under
+    /// `browser_dir`.
+    pub(crate) fn new(settings: &SandboxConfig, browser_dir: PathBuf) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         let n = settings.max_instances.max(1);
         let queued = decommit_headroom();
@@ -184,7 +187,7 @@ impl Sandbox {
             fingerprint,
             fuel: settings.fuel,
             slots: Slots::new(n),
-            browsers: Arc::default(),
+            browsers: Arc::new(crate::capability::browser::Browsers::new(browser_dir)),
             ticker_stop,
         })
     }

@@ -36,7 +36,8 @@ pub struct Options {
     pub config: PluginsConfig,
     /// Directory of `<name>.wasm` + `<name>.toml` pairs.
     pub plugins_dir: PathBuf,
-    /// Directory for compiled code.
+    /// Directory for compiled code, and for the files of the host's
+    /// browsers (`browser/`).
     pub cache_dir: PathBuf,
     /// The lock file.
     pub lock_file: PathBuf,
@@ -471,7 +472,9 @@ impl Runtime {
         if !options.plugins_dir.is_dir() {
             return Err(RuntimeError::NoPluginsDir { path: options.plugins_dir });
         }
-        let sandbox = Sandbox::new(&options.config.sandbox)
+        // Browsers keep their files beside the compiled code; what a host
+        // killed outright left there goes now.
+        let sandbox = Sandbox::new(&options.config.sandbox, options.cache_dir.join("browser"))
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
         let secrets = Arc::new(Secrets::from_config(&options.config));

@@ -62,6 +62,13 @@ async fn script(page: &Page, op: &str, arg: Value) -> Result<Value, BrowserError
     Ok(value)
 }
 
+/// Makes `page` the one in front. A page behind another (its popup, most
+/// often) draws no frames, and input or a screenshot waits for one: the
+/// call would hang until its deadline.
+async fn to_front(page: &Page) -> Result<(), BrowserError> {
+    page.bring_to_front().await.map(drop).map_err(failed("bringing the page to the front"))
+}
+
 /// What `mark` found.
 #[derive(Deserialize)]
 struct Marked {
@@ -91,11 +98,29 @@ async fn locate(page: &Page, locator: &Locator) -> Result<(Element, Marked), Bro
 /// document to start before taking it that none will.
 const NAVIGATION_GRACE: Duration = Duration::from_millis(1000);
 
-/// Marks the current document, so that [`settle`] can tell a new one.
-async fn mark_document(page: &Page) -> Result<String, BrowserError> {
+/// Marks the current document, so that [`settle`] can tell a new one, and
+/// forgets what earlier actions left to report.
+async fn mark_document(slot: &PageSlot) -> Result<String, BrowserError> {
+    slot.activity.refused_navigation();
+    slot.activity.download();
     let mark = format!("{:016x}", fastrand::u64(..));
-    script(page, "mark-document", json!(mark)).await?;
+    script(&slot.page, "mark-document", json!(mark)).await?;
     Ok(mark)
+}
+
+/// What ends an action at once: the navigation it started was refused, or
+/// turned into a download (which Chromium refuses).
+fn outcome(slot: &PageSlot) -> impl FnMut() -> Option<Result<(), String>> + '_ {
+    || {
+        if let Some(url) = slot.activity.download() {
+            return Some(Err(format!(
+                "{url} is a download (an attachment, or of a type the browser does not show): \
+                 downloads are off"
+            )));
+        }
+        let refused = slot.activity.refused_navigation()?;
+        Some(Err(format!("net::ERR_BLOCKED_BY_CLIENT at {refused}")))
+    }
 }
 
 /// The page's document as [`settle`] sees it.
@@ -146,11 +171,6 @@ async fn settle(
     }
 }
 
-/// Nothing to report besides the page itself.
-fn no_outcome() -> Option<Result<(), String>> {
-    None
-}
-
 /// Whether the page shows Chromium's error page, from which a page's
 /// script cannot navigate.
 pub(super) async fn on_error_page(slot: &PageSlot) -> bool {
@@ -167,15 +187,9 @@ pub(super) async fn on_error_page(slot: &PageSlot) -> bool {
 /// frame the page may not load (a `file:` frame); [`settle`] waits for
 /// the main frame.
 pub(super) async fn navigate(slot: &PageSlot, url: &str) -> Result<(), BrowserError> {
-    slot.activity.refused_navigation();
-    let mark = mark_document(&slot.page).await?;
+    let mark = mark_document(slot).await?;
     script(&slot.page, "go", json!(url)).await?;
-    let outcome = || {
-        slot.activity
-            .refused_navigation()
-            .map(|refused| Err(format!("net::ERR_BLOCKED_BY_CLIENT at {refused}")))
-    };
-    settle(&slot.page, &mark, SETTLE, outcome).await.map_err(|e| match e {
+    settle(&slot.page, &mark, SETTLE, outcome(slot)).await.map_err(|e| match e {
         BrowserError::Failed(why) => BrowserError::Failed(format!("loading {url}: {why}")),
         other => other,
     })
@@ -192,19 +206,20 @@ pub(super) async fn back(slot: &PageSlot) -> Result<(), BrowserError> {
     let Some(entry) = index.checked_sub(1).and_then(|i| history.result.entries.get(i)) else {
         return Err(BrowserError::Failed("there is no earlier page in this page's history".into()));
     };
-    let mark = mark_document(&slot.page).await?;
+    let mark = mark_document(slot).await?;
     slot.page
         .execute(NavigateToHistoryEntryParams::new(entry.id))
         .await
         .map_err(failed("going back"))?;
-    settle(&slot.page, &mark, SETTLE, no_outcome).await
+    settle(&slot.page, &mark, SETTLE, outcome(slot)).await
 }
 
 pub(super) async fn click(slot: &PageSlot, target: &Locator) -> Result<(), BrowserError> {
     let (element, _) = locate(&slot.page, target).await?;
-    let mark = mark_document(&slot.page).await?;
+    let mark = mark_document(slot).await?;
+    to_front(&slot.page).await?;
     element.click().await.map_err(failed("clicking"))?;
-    settle(&slot.page, &mark, NAVIGATION_GRACE, no_outcome).await
+    settle(&slot.page, &mark, NAVIGATION_GRACE, outcome(slot)).await
 }
 
 /// Replaces the value of a field with `text` (a `select` picks the option
@@ -228,13 +243,15 @@ pub(super) async fn fill(
             )));
         }
         script(page, "clear", json!(marked.reference)).await?;
+        to_front(page).await?;
         element.focus().await.map_err(failed("focusing"))?;
         element.type_str(text).await.map_err(failed("typing"))?;
     }
     if submit {
-        let mark = mark_document(page).await?;
+        let mark = mark_document(slot).await?;
+        to_front(page).await?;
         element.press_key("Enter").await.map_err(failed("pressing Enter"))?;
-        settle(page, &mark, NAVIGATION_GRACE, no_outcome).await?;
+        settle(page, &mark, NAVIGATION_GRACE, outcome(slot)).await?;
     }
     Ok(())
 }
@@ -306,6 +323,7 @@ pub(super) async fn screenshot(slot: &PageSlot, full_page: bool) -> Result<Vec<u
         };
         params = params.clip(clip).capture_beyond_viewport(true);
     }
+    to_front(&slot.page).await?;
     slot.page.screenshot(params.build()).await.map_err(failed("taking a screenshot"))
 }
 

@@ -15,10 +15,13 @@ use chromiumoxide::cdp::browser_protocol::network::{
     self, ErrorReason, EventLoadingFailed, EventLoadingFinished, EventRequestWillBeSent,
     ResourceType,
 };
-use chromiumoxide::cdp::browser_protocol::page::EventLifecycleEvent;
+use chromiumoxide::cdp::browser_protocol::page::{
+    DialogType, EventJavascriptDialogOpening, EventLifecycleEvent, HandleJavaScriptDialogParams,
+};
 use futures::StreamExt;
 use reqwest::Url;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -103,9 +106,13 @@ impl Reach for Guard {
 #[derive(Default)]
 pub(super) struct Activity {
     state: Mutex<(HashSet<String>, Option<Instant>)>,
-    idle: std::sync::atomic::AtomicBool,
+    idle: AtomicBool,
     /// A main-frame navigation refused since the last look.
     refused: Mutex<Option<String>>,
+    /// A download the page started since the last look (refused).
+    download: Mutex<Option<String>>,
+    /// Whether the page is gone (it closed itself).
+    closed: AtomicBool,
 }
 
 impl Activity {
@@ -114,13 +121,33 @@ impl Activity {
         self.refused.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 
+    /// The page started a download of `url`, which Chromium refused.
+    pub(super) fn downloaded(&self, url: &str) {
+        *self.download.lock().unwrap_or_else(PoisonError::into_inner) = Some(url.to_owned());
+    }
+
+    /// The download the page started since the last call, if any.
+    pub(super) fn download(&self) -> Option<String> {
+        self.download.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// The page is gone.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the page is gone.
+    pub(super) fn closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
     fn lifecycle(&self, name: &str) {
         let idle = match name {
             "init" => false,
             "networkIdle" => true,
             _ => return,
         };
-        self.idle.store(idle, std::sync::atomic::Ordering::SeqCst);
+        self.idle.store(idle, Ordering::SeqCst);
     }
 
     fn started(&self, id: &str) {
@@ -137,7 +164,7 @@ impl Activity {
 
     /// Whether nothing has been in flight for `quiet`.
     pub(super) fn idle_for(&self, quiet: Duration) -> bool {
-        if self.idle.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.idle.load(Ordering::SeqCst) {
             return true;
         }
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -173,6 +200,7 @@ pub(super) async fn watch(
     let mut finished = page.event_listener::<EventLoadingFinished>().await?;
     let mut failed = page.event_listener::<EventLoadingFailed>().await?;
     let mut lifecycle = page.event_listener::<EventLifecycleEvent>().await?;
+    let mut dialogs = page.event_listener::<EventJavascriptDialogOpening>().await?;
     // Every request before it is sent, and every response before it is
     // used: Chromium follows a redirect without pausing its next hop, so a
     // redirect is judged by its `Location` while it is still a response.
@@ -235,6 +263,21 @@ pub(super) async fn watch(
     tasks.spawn(async move {
         while let Some(event) = sent.next().await {
             seen.started(event.request_id.inner());
+        }
+    });
+    // A dialog holds the page's scripts, and so every action on it, until
+    // someone answers: the host does, saying no where it is asked.
+    let answering = page.clone();
+    tasks.spawn(async move {
+        while let Some(event) = dialogs.next().await {
+            let accept = !matches!(event.r#type, DialogType::Confirm | DialogType::Prompt);
+            tracing::info!(
+                target: "reson::browser",
+                kind = ?event.r#type,
+                accept,
+                "answered a page's dialog"
+            );
+            let _ = answering.execute(HandleJavaScriptDialogParams::new(accept)).await;
         }
     });
     let seen = activity.clone();

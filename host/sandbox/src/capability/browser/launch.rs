@@ -10,9 +10,11 @@
 
 use super::BrowserError;
 use super::network::Network;
+use super::profiles::SessionDir;
+use reson_text::text::Lines;
 use std::io;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -33,6 +35,9 @@ const JS_HEAP_MB: u32 = 512;
 
 /// Renderer processes one browser may run.
 const MAX_RENDERERS: u32 = 4;
+
+/// How long reaping a killed Chromium may take before the caller goes on.
+const REAP_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Spawn = (Command, mpsc::Sender<io::Result<Child>>);
 
@@ -56,22 +61,27 @@ fn launcher() -> &'static Mutex<mpsc::Sender<Spawn>> {
 /// A running Chromium: its process, the leader of its own group.
 pub(super) struct Process {
     child: Option<Child>,
+    /// Where its standard error goes.
+    log: PathBuf,
 }
 
 impl Process {
-    /// Starts headless Chromium on `profile`, on `network`, sending every
-    /// request through the proxy there.
-    pub(super) fn start(profile: &Path, network: &mut Network) -> Result<Self, BrowserError> {
+    /// Starts headless Chromium with its profile and `TMPDIR` in `dir`,
+    /// on `network`, sending every request through the proxy there.
+    pub(super) fn start(dir: &SessionDir, network: &mut Network) -> Result<Self, BrowserError> {
         let program = if Path::new(CHROMIUM_BINARY).exists() { CHROMIUM_BINARY } else { CHROMIUM };
+        let profile = dir.profile();
         let mut command = Command::new(program);
-        command.args(arguments(profile, network.proxy_port())).stdin(Stdio::null());
-        command.stdout(Stdio::null()).stderr(Stdio::null()).env_clear();
-        for keep in ["PATH", "LANG", "TZ", "TMPDIR"] {
+        command.args(arguments(&profile, network.proxy_port())).stdin(Stdio::null());
+        // Its log says why, should it end at start.
+        let log = std::fs::File::create(dir.log()).map_or_else(|_| Stdio::null(), Stdio::from);
+        command.stdout(Stdio::null()).stderr(log).env_clear();
+        for keep in ["PATH", "LANG", "TZ"] {
             if let Some(value) = std::env::var_os(keep) {
                 command.env(keep, value);
             }
         }
-        command.env("HOME", profile);
+        command.env("HOME", &profile).env("TMPDIR", network.tmpdir());
         let parent = std::process::id();
         #[cfg(target_os = "linux")]
         let own_network = network.take_child();
@@ -103,7 +113,7 @@ impl Process {
             .send((command, tx))
             .map_err(|_| gone())?;
         let child = rx.recv().map_err(|_| gone())?.map_err(|e| network.start_error(program, e))?;
-        Ok(Self { child: Some(child) })
+        Ok(Self { child: Some(child), log: dir.log() })
     }
 
     /// The DevTools port and path Chromium writes into `profile` once it
@@ -124,7 +134,10 @@ impl Process {
             if let Some(child) = &mut self.child
                 && let Ok(Some(status)) = child.try_wait()
             {
-                return Err(BrowserError::Failed(format!("chromium exited at start: {status}")));
+                return Err(BrowserError::Failed(format!(
+                    "chromium exited at start: {status}{}",
+                    fatal_line(&self.log)
+                )));
             }
             if started.elapsed() > START_TIMEOUT {
                 return Err(BrowserError::Failed(format!(
@@ -140,21 +153,27 @@ impl Process {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Kills Chromium and every helper in its group, and reaps it.
-    pub(super) fn kill(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
+    /// Kills Chromium and every helper in its group, and reaps it off the
+    /// caller's thread; the handle says when it is reaped.
+    fn kill(&mut self) -> Option<std::thread::JoinHandle<()>> {
+        let mut child = self.child.take()?;
         if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
             // SAFETY: signals the group this host made for this Chromium.
             unsafe { libc::killpg(pgid, libc::SIGKILL) };
         }
         let _ = child.kill();
-        // Reaped off the caller's thread: a killed group exits at once,
-        // but waiting is still a blocking call.
-        std::thread::spawn(move || {
+        // A killed group exits at once, but waiting is still a blocking call.
+        Some(std::thread::spawn(move || {
             let _ = child.wait();
-        });
+        }))
+    }
+
+    /// Kills Chromium's group and waits (a little) until it is reaped, so
+    /// that nothing of it still writes to its profile.
+    pub(super) async fn end(&mut self) {
+        let Some(reaping) = self.kill() else { return };
+        let reaped = tokio::task::spawn_blocking(move || reaping.join());
+        let _ = tokio::time::timeout(REAP_TIMEOUT, reaped).await;
     }
 }
 
@@ -162,6 +181,14 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `; it said: ...` with the fatal error Chromium logged to `log`, if any.
+fn fatal_line(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().rev().find(|line| line.contains(":FATAL:")).map_or_else(String::new, |line| {
+        format!("; it said: {}", reson_text::text::escape_controls(line, Lines::Escape))
+    })
 }
 
 fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {

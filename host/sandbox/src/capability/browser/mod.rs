@@ -4,6 +4,7 @@
 //! - `launch`: starting Chromium so that it dies with the host;
 //! - `network`: Chromium's own network namespace, whose one way out is
 //!   the host's proxy;
+//! - `profiles`: where its files live, and what a crash left removed;
 //! - `session`: one browser per trace and plugin, with a throwaway profile;
 //! - `guard`: the grant on every request (interception and proxy);
 //! - `actions`: what a call does to a page;
@@ -18,6 +19,7 @@ mod guard;
 mod launch;
 mod limits;
 mod network;
+mod profiles;
 mod session;
 
 pub use launch::CHROMIUM;
@@ -127,11 +129,13 @@ async fn load(session: &mut Session, id: PageId, url: &str) -> Result<(), Browse
     }
 }
 
-/// Where a page is now, with the requests refused since the last report.
-async fn info(session: &Session, id: PageId, slot: &PageSlot) -> PageInfo {
+/// Where a page is now, with the requests refused since the last report
+/// when `report`.
+async fn info(session: &Session, id: PageId, slot: &PageSlot, report: bool) -> PageInfo {
     let url = slot.page.url().await.ok().flatten().unwrap_or_default();
     let title = slot.page.get_title().await.ok().flatten().unwrap_or_default();
-    PageInfo { id, url, title: one_line(&title), blocked: session.guard.take_blocked() }
+    let blocked = if report { session.guard.take_blocked() } else { Vec::new() };
+    PageInfo { id, url, title: one_line(&title), blocked }
 }
 
 /// Runs `$body` with `$session` (the call's session, started if needed)
@@ -162,16 +166,17 @@ impl Host for HostState {
             self.browser_url(session, &url)?;
             let id = session.new_page().await?;
             load(session, id, &url).await?;
-            Ok(info(session, id, session.page(id)?).await)
+            Ok(info(session, id, session.page(id)?, true).await)
         })
     }
 
     async fn pages(&mut self) -> wasmtime::Result<Vec<PageInfo>> {
         let out: wasmtime::Result<Result<Vec<PageInfo>, BrowserError>> =
             with_session!(self, |session| {
+                // Refusals stay for the next action's report.
                 let mut pages = Vec::new();
                 for (id, slot) in &session.pages {
-                    pages.push(info(session, *id, slot).await);
+                    pages.push(info(session, *id, slot, false).await);
                 }
                 Ok(pages)
             });
@@ -179,13 +184,7 @@ impl Host for HostState {
     }
 
     async fn close(&mut self, page: PageId) -> wasmtime::Result<Result<(), BrowserError>> {
-        with_session!(self, |session| {
-            session.page(page)?;
-            if let Some(slot) = session.pages.remove(&page) {
-                let _ = slot.page.close().await;
-            }
-            Ok(())
-        })
+        with_session!(self, |session| session.close_page(page).await)
     }
 
     async fn navigate(
@@ -196,7 +195,7 @@ impl Host for HostState {
         with_session!(self, |session| {
             self.browser_url(session, &url)?;
             load(session, page, &url).await?;
-            Ok(info(session, page, session.page(page)?).await)
+            Ok(info(session, page, session.page(page)?, true).await)
         })
     }
 
@@ -204,7 +203,7 @@ impl Host for HostState {
         with_session!(self, |session| {
             let slot = session.page(page)?;
             actions::back(slot).await?;
-            Ok(info(session, page, slot).await)
+            Ok(info(session, page, slot, true).await)
         })
     }
 
@@ -216,7 +215,7 @@ impl Host for HostState {
         with_session!(self, |session| {
             let slot = session.page(page)?;
             actions::click(slot, &target).await?;
-            Ok(info(session, page, slot).await)
+            Ok(info(session, page, slot, true).await)
         })
     }
 
@@ -230,7 +229,7 @@ impl Host for HostState {
         with_session!(self, |session| {
             let slot = session.page(page)?;
             actions::fill(slot, &target, &text, submit).await?;
-            Ok(info(session, page, slot).await)
+            Ok(info(session, page, slot, true).await)
         })
     }
 
@@ -245,7 +244,7 @@ impl Host for HostState {
             let slot = session.page(page)?;
             let markdown = matches!(format, ReadFormat::Markdown);
             let content = actions::read(slot, markdown, element.as_ref()).await?;
-            let page = info(session, page, slot).await;
+            let page = info(session, page, slot, true).await;
             let (content, truncated) =
                 untrusted(&page.url, &content, limits::read_bytes(max_bytes));
             Ok(PageText { page, content, truncated })
@@ -312,7 +311,7 @@ impl Host for HostState {
                 }
             };
             tokio::time::timeout(wanted, waiting).await.map_err(|_| BrowserError::Timeout)??;
-            Ok(info(session, page, slot).await)
+            Ok(info(session, page, slot, true).await)
         })
     }
 }

@@ -9,12 +9,21 @@
 //! that takes one connection. Elsewhere, or with `[sandbox] jail = "off"`,
 //! it shares the host's network and only its launch flags keep those
 //! channels shut.
-
+//!
+//! Its `TMPDIR` is the session's (so that nothing of it lands in the
+//! system's), which in a namespace of its own is mounted as its `/tmp`:
+//! Chromium makes a Unix socket in a directory there, and the path of one
+//! must fit in 108 bytes, which a session's path may not leave room for.
 
 use super::BrowserError;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinSet;
+
+/// The longest `TMPDIR` whose Chromium socket path
+/// (`/org.chromium.Chromium.XXXXXX/SingletonSocket`) still fits.
+const MAX_TMPDIR: usize = 60;
 
 /// The network a Chromium is about to be started on.
 pub(super) enum Network {
@@ -24,21 +33,34 @@ pub(super) enum Network {
         child: Option<crate::jail::OwnNetwork>,
         hand_over: Option<crate::jail::NetworkHandOver>,
         dialer: Option<TcpSocket>,
+        tmpdir: PathBuf,
     },
     /// The host's, with the proxy on the host's loopback.
-    Shared { listener: Option<TcpListener>, port: u16 },
+    Shared { listener: Option<TcpListener>, port: u16, tmpdir: PathBuf },
 }
 
 impl Network {
-    /// A network for one Chromium: a namespace of its own when `isolate`
-    /// and the platform has them.
-    pub(super) async fn new(isolate: bool) -> Result<Self, BrowserError> {
+    /// A network for one Chromium, whose `TMPDIR` is to be `tmp`: a
+    /// namespace of its own when `isolate` and the platform has them.
+    pub(super) async fn new(isolate: bool, tmp: &Path) -> Result<Self, BrowserError> {
         #[cfg(target_os = "linux")]
         if isolate {
-            let (child, hand_over) = crate::jail::own_network().map_err(|e| {
-                BrowserError::Failed(format!("cannot give the browser a network of its own: {e}"))
-            })?;
-            return Ok(Self::Own { child: Some(child), hand_over: Some(hand_over), dialer: None });
+            // A session under `/tmp` (a cache there) would be hidden by a
+            // mount over it; its path is short enough anyway.
+            let mounted = !tmp.starts_with("/tmp");
+            let (child, hand_over) =
+                crate::jail::own_network(mounted.then_some(tmp)).map_err(|e| {
+                    BrowserError::Failed(format!(
+                        "cannot give the browser a network of its own: {e}"
+                    ))
+                })?;
+            let tmpdir = if mounted { PathBuf::from("/tmp") } else { short(tmp) };
+            return Ok(Self::Own {
+                child: Some(child),
+                hand_over: Some(hand_over),
+                dialer: None,
+                tmpdir,
+            });
         }
         #[cfg(not(target_os = "linux"))]
         let _ = isolate;
@@ -46,7 +68,16 @@ impl Network {
             .await
             .map_err(|e| BrowserError::Failed(format!("cannot open the browser proxy: {e}")))?;
         let port = listener.local_addr().map_err(|e| BrowserError::Failed(e.to_string()))?.port();
-        Ok(Self::Shared { listener: Some(listener), port })
+        Ok(Self::Shared { listener: Some(listener), port, tmpdir: short(tmp) })
+    }
+
+    /// Chromium's `TMPDIR`, as it sees it.
+    pub(super) fn tmpdir(&self) -> &Path {
+        match self {
+            #[cfg(target_os = "linux")]
+            Self::Own { tmpdir, .. } => tmpdir,
+            Self::Shared { tmpdir, .. } => tmpdir,
+        }
     }
 
     /// Where Chromium finds the proxy, as it sees its loopback.
@@ -123,6 +154,20 @@ impl Network {
             Self::Shared { .. } => Ok(format!("ws://127.0.0.1:{port}{path}")),
         }
     }
+}
+
+/// `tmp`, or the system's temporary directory when Chromium could not make
+/// its socket in `tmp` (which leaves it an empty directory there).
+fn short(tmp: &Path) -> PathBuf {
+    if tmp.as_os_str().len() <= MAX_TMPDIR {
+        return tmp.to_path_buf();
+    }
+    tracing::info!(
+        target: "reson::browser",
+        "{} is too long a path for the browser's TMPDIR; it uses the system's",
+        tmp.display()
+    );
+    std::env::temp_dir()
 }
 
 /// Connects `dialer` (a socket of Chromium's namespace) to its DevTools

@@ -1,16 +1,24 @@
 //! Browser sessions: one Chromium with a throwaway profile per trace and
 //! plugin, started on first use, ended with the run (or the call, outside
 //! a trace), never shared.
+//!
+//! A page a page opens (a popup: `window.open`, a `target=_blank` link)
+//! becomes a page of the session, with the next id, checked like any
+//! other; a session at its page cap closes such a page at once.
 
 use super::BrowserError;
 use super::guard::{self, Activity, Guard};
 use super::launch::Process;
 use super::limits::MAX_PAGES;
 use super::network::Network;
+use super::profiles::{Profiles, SessionDir};
 use crate::config::JailMode;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
-    SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+    CloseParams, EventDownloadWillBegin, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+};
+use chromiumoxide::cdp::browser_protocol::target::{
+    EventAttachedToTarget, EventTargetDestroyed, TargetId,
 };
 use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
@@ -19,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// How long a graceful close may take before the group is killed.
@@ -48,29 +57,38 @@ pub(super) struct PageSlot {
     _watch: JoinSet<()>,
 }
 
+/// The session's pages by target id, for what Chromium reports about a
+/// page at the browser's level (its popups, its downloads).
+type Targets = Arc<Mutex<HashMap<TargetId, Arc<Activity>>>>;
+
 /// A running browser and its pages.
 pub(crate) struct Session {
-    browser: Browser,
+    browser: Arc<Browser>,
     pub(super) guard: Arc<Guard>,
     pub(super) pages: BTreeMap<u32, PageSlot>,
     next_page: u32,
+    targets: Targets,
+    /// Popups opened (and guarded) since they were last adopted.
+    popups: mpsc::UnboundedReceiver<PageSlot>,
     tasks: JoinSet<()>,
+    // Field order is drop order: Chromium is killed before its files go.
     process: Process,
-    profile: tempfile::TempDir,
+    _dir: SessionDir,
 }
 
 impl Session {
-    async fn start(plugin: Arc<str>, grants: Arc<Grants>) -> Result<Self, BrowserError> {
-        let profile = tempfile::Builder::new()
-            .prefix("reson-browser-")
-            .tempdir()
-            .map_err(|e| BrowserError::Failed(format!("cannot make a browser profile: {e}")))?;
+    async fn start(
+        plugin: Arc<str>,
+        grants: Arc<Grants>,
+        profiles: &Profiles,
+    ) -> Result<Self, BrowserError> {
+        let dir = profiles.session()?;
         let guard = Arc::new(Guard::new(plugin, grants.clone()));
-        let mut network = Network::new(grants.jail == JailMode::On).await?;
-        let mut process = Process::start(profile.path(), &mut network)?;
+        let mut network = Network::new(grants.jail == JailMode::On, &dir.tmp()).await?;
+        let mut process = Process::start(&dir, &mut network)?;
         let mut tasks = JoinSet::new();
         tasks.spawn(crate::jail::proxy::serve(network.proxy().await?, guard.clone()));
-        let (port, path) = process.devtools_endpoint(profile.path()).await?;
+        let (port, path) = process.devtools_endpoint(&dir.profile()).await?;
         let ws_url = network.devtools(port, &path, &mut tasks).await?;
         let config = HandlerConfig {
             ignore_https_errors: false,
@@ -83,8 +101,15 @@ impl Session {
         // Drives the DevTools connection; messages this client cannot
         // parse (from a newer Chromium) are skipped, not fatal.
         tasks.spawn(async move { while handler.next().await.is_some() {} });
+        let browser = Arc::new(browser);
+        let targets = Targets::default();
+        let popups = watch_targets(&browser, &guard, &targets, &mut tasks).await?;
+        // Downloads are refused, and reported to the page that started
+        // one: without the events, a navigation that turns into a download
+        // just never ends.
         let downloads = SetDownloadBehaviorParams::builder()
             .behavior(SetDownloadBehaviorBehavior::Deny)
+            .events_enabled(true)
             .build()
             .map_err(BrowserError::Failed)?;
         browser
@@ -94,10 +119,20 @@ impl Session {
         tracing::info!(
             target: "reson::browser",
             pid = process.pid(),
-            profile = %profile.path().display(),
+            profile = %dir.profile().display(),
             "browser started"
         );
-        Ok(Self { browser, guard, pages: BTreeMap::new(), next_page: 1, tasks, process, profile })
+        Ok(Self {
+            browser,
+            guard,
+            pages: BTreeMap::new(),
+            next_page: 1,
+            targets,
+            popups,
+            tasks,
+            process,
+            _dir: dir,
+        })
     }
 
     /// Opens a blank page whose every request is checked from the start.
@@ -110,20 +145,69 @@ impl Session {
             .new_page("about:blank")
             .await
             .map_err(|e| BrowserError::Failed(format!("cannot open a page: {e}")))?;
-        let activity = Arc::new(Activity::default());
-        let watch = guard::watch(&page, self.guard.clone(), activity.clone())
-            .await
-            .map_err(|e| BrowserError::Failed(format!("cannot guard the page: {e}")))?;
+        self.add_page(page).await
+    }
+
+    /// Makes `page` a page of the session, guarded, under the next id.
+    async fn add_page(&mut self, page: Page) -> Result<u32, BrowserError> {
+        let slot = guarded(page, &self.guard, &self.targets).await?;
         let id = self.next_page;
         self.next_page += 1;
-        self.pages.insert(id, PageSlot { page, activity, _watch: watch });
+        self.pages.insert(id, slot);
         Ok(id)
+    }
+
+    /// Takes in the popups the session's pages opened since the last call:
+    /// each becomes a page of the session, or is closed when the session
+    /// is at its page cap. Pages a page closed itself are dropped.
+    pub(super) async fn adopt_popups(&mut self) {
+        while let Ok(slot) = self.popups.try_recv() {
+            if self.pages.len() >= MAX_PAGES {
+                tracing::info!(
+                    target: "reson::browser",
+                    "a popup was closed: the session has {MAX_PAGES} pages already"
+                );
+                self.targets
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(slot.page.target_id());
+                let _ = slot.page.close().await;
+                continue;
+            }
+            let id = self.next_page;
+            self.next_page += 1;
+            self.pages.insert(id, slot);
+        }
+        let gone: Vec<u32> = self
+            .pages
+            .iter()
+            .filter(|(_, slot)| slot.activity.closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.forget(id);
+        }
+    }
+
+    fn forget(&mut self, id: u32) -> Option<PageSlot> {
+        let slot = self.pages.remove(&id)?;
+        self.targets.lock().unwrap_or_else(PoisonError::into_inner).remove(slot.page.target_id());
+        Some(slot)
+    }
+
+    /// Closes page `id`.
+    pub(super) async fn close_page(&mut self, id: u32) -> Result<(), BrowserError> {
+        self.page(id)?;
+        if let Some(slot) = self.forget(id) {
+            let _ = slot.page.close().await;
+        }
+        Ok(())
     }
 
     /// Replaces page `id` by a fresh blank one under the same id (a page
     /// stuck on Chromium's error page cannot navigate from inside).
     pub(super) async fn renew_page(&mut self, id: u32) -> Result<(), BrowserError> {
-        if let Some(old) = self.pages.remove(&id) {
+        if let Some(old) = self.forget(id) {
             let _ = old.page.close().await;
         }
         let fresh = self.new_page().await?;
@@ -146,24 +230,110 @@ impl Session {
 
     /// Closes Chromium: politely first, then its whole process group.
     async fn close(mut self) {
-        let _ = tokio::time::timeout(CLOSE_GRACE, self.browser.close()).await;
-        self.process.kill();
+        let _ =
+            tokio::time::timeout(CLOSE_GRACE, self.browser.execute(CloseParams::default())).await;
+        self.process.end().await;
         self.tasks.abort_all();
-        tracing::info!(
-            target: "reson::browser",
-            profile = %self.profile.path().display(),
-            "browser closed"
-        );
+        tracing::info!(target: "reson::browser", "browser closed");
     }
 }
 
+/// `page`, its every request checked from now on, known by its target.
+async fn guarded(
+    page: Page,
+    guard: &Arc<Guard>,
+    targets: &Targets,
+) -> Result<PageSlot, BrowserError> {
+    let activity = Arc::new(Activity::default());
+    let watch = guard::watch(&page, guard.clone(), activity.clone())
+        .await
+        .map_err(|e| BrowserError::Failed(format!("cannot guard the page: {e}")))?;
+    targets
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(page.target_id().clone(), activity.clone());
+    Ok(PageSlot { page, activity, _watch: watch })
+}
+
+/// Follows what Chromium reports at the browser's level: a page the
+/// session's pages open is guarded at once and sent to the returned
+/// channel, to become a page of the session; a download a page starts goes
+/// to its activity.
+async fn watch_targets(
+    browser: &Arc<Browser>,
+    guard: &Arc<Guard>,
+    targets: &Targets,
+    tasks: &mut JoinSet<()>,
+) -> Result<mpsc::UnboundedReceiver<PageSlot>, BrowserError> {
+    let failed = |e: chromiumoxide::error::CdpError| {
+        BrowserError::Failed(format!("cannot follow the browser's pages: {e}"))
+    };
+    // Attached, not just created: the client has a page for it only then.
+    let mut attached = browser.event_listener::<EventAttachedToTarget>().await.map_err(failed)?;
+    let mut downloads = browser.event_listener::<EventDownloadWillBegin>().await.map_err(failed)?;
+    let mut destroyed = browser.event_listener::<EventTargetDestroyed>().await.map_err(failed)?;
+    let (popups, adopt) = mpsc::unbounded_channel();
+    let (browser, guard, ours) = (browser.clone(), guard.clone(), targets.clone());
+    tasks.spawn(async move {
+        while let Some(event) = attached.next().await {
+            let info = &event.target_info;
+            let Some(opener) = info.opener_id.as_ref().filter(|_| info.r#type == "page") else {
+                continue;
+            };
+            if !ours.lock().unwrap_or_else(PoisonError::into_inner).contains_key(opener) {
+                continue;
+            }
+            let popup = match browser.get_page(info.target_id.clone()).await {
+                Ok(page) => guarded(page, &guard, &ours).await,
+                Err(e) => Err(BrowserError::Failed(e.to_string())),
+            };
+            match popup {
+                Ok(slot) => {
+                    let _ = popups.send(slot);
+                }
+                Err(e) => tracing::warn!(target: "reson::browser", "a popup is not guarded: {e:?}"),
+            }
+        }
+    });
+    let ours = targets.clone();
+    tasks.spawn(async move {
+        while let Some(event) = downloads.next().await {
+            // A page's main frame has the page's target id.
+            let target = TargetId::from(event.frame_id.inner().clone());
+            let known = ours.lock().unwrap_or_else(PoisonError::into_inner).get(&target).cloned();
+            match known {
+                Some(activity) => activity.downloaded(&event.url),
+                None => tracing::debug!(target: "reson::browser", "a frame's download was refused"),
+            }
+        }
+    });
+    // A page may close itself (`window.close()`, a popup most often).
+    let ours = targets.clone();
+    tasks.spawn(async move {
+        while let Some(event) = destroyed.next().await {
+            if let Some(activity) =
+                ours.lock().unwrap_or_else(PoisonError::into_inner).get(&event.target_id)
+            {
+                activity.close();
+            }
+        }
+    });
+    Ok(adopt)
+}
+
 /// Every browser session of a runtime.
-#[derive(Default)]
 pub(crate) struct Browsers {
     sessions: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Option<Session>>>>>,
+    profiles: Profiles,
 }
 
 impl Browsers {
+    /// The sessions of a runtime whose browser files go under `dir`;
+    /// what a host that is gone left there is removed now.
+    pub(crate) fn new(dir: std::path::PathBuf) -> Self {
+        Self { sessions: Mutex::default(), profiles: Profiles::new(dir) }
+    }
+
     /// The session for `key`, started when it has none; it enforces
     /// `grants` from now on.
     pub(super) async fn session(
@@ -180,9 +350,15 @@ impl Browsers {
             .or_default()
             .clone();
         let mut session = slot.lock_owned().await;
-        match &*session {
-            Some(running) => running.guard.update(grants.clone()),
-            None => *session = Some(Session::start(plugin.clone(), grants.clone()).await?),
+        match &mut *session {
+            Some(running) => {
+                running.guard.update(grants.clone());
+                running.adopt_popups().await;
+            }
+            None => {
+                let started = Session::start(plugin.clone(), grants.clone(), &self.profiles);
+                *session = Some(started.await?);
+            }
         }
         Ok(session)
     }
