@@ -9,8 +9,8 @@
 mod support;
 
 use reson::api::users::{Role, TokenFile};
-use support::api as api_support;
 use std::time::{Duration, Instant};
+use support::api as api_support;
 
 // The `reson` binary's allocator, so the figures are the server's.
 #[cfg(feature = "mimalloc")]
