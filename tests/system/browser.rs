@@ -803,6 +803,29 @@ async fn webrtc_sends_nothing_and_chromium_has_no_network_but_the_proxy() {
     s.runtime.close_browser(trace).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browsers_own_requests_are_not_reported_as_the_pages() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let trace = "own-traffic";
+    let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
+    // Pages that ask for nothing outside the grant: whatever a report
+    // lists as refused came from Chromium itself (update checks, account
+    // lookups, spelling dictionaries, ...), not from them.
+    let mut reports =
+        vec![call("browser_navigate", json!({ "url": format!("{}/form", s.base) })).await.unwrap()];
+    let typed = json!({ "selector": "#name", "text": "Helo wrold, thsi is mispeled" });
+    reports.push(call("browser_type", typed).await.unwrap());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    reports.push(call("browser_wait", json!({ "network_idle": true })).await.unwrap());
+    reports.push(call("browser_navigate", json!({ "url": format!("{}/", s.base) })).await.unwrap());
+    reports.push(call("browser_read", json!({})).await.unwrap());
+    for report in &reports {
+        assert!(!report.contains("refused"), "the page asked for nothing refused: {report}");
+    }
+    s.runtime.close_browser(trace).await;
+}
+
 /// `reson run` on `script` in `dir`, with its own `TMPDIR`.
 fn reson_run(s: &Setup, script: &Value, tmp: &Path) -> std::process::Child {
     let path = s.dir.path().join("run.json");

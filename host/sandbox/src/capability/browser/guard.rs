@@ -2,7 +2,12 @@
 //! through DevTools request interception (`Fetch`, every URL, before it is
 //! sent), and at `host:port` by the proxy Chromium must send everything
 //! through, which also sees what interception misses (WebSocket
-//! handshakes, workers, pages the host did not open).
+//! handshakes, service workers, Chromium's own requests).
+//!
+//! What a page asked for and was refused is listed to the plugin; what the
+//! proxy refuses is listed only when a page announced it (its WebSockets,
+//! the requests its pages' network events name): the rest is Chromium's
+//! own doing, and goes to the log alone.
 
 use crate::jail::proxy::Reach;
 use crate::policy::Grants;
@@ -13,14 +18,14 @@ use chromiumoxide::cdp::browser_protocol::fetch::{
 };
 use chromiumoxide::cdp::browser_protocol::network::{
     self, ErrorReason, EventLoadingFailed, EventLoadingFinished, EventRequestWillBeSent,
-    ResourceType,
+    EventWebSocketCreated, ResourceType,
 };
 use chromiumoxide::cdp::browser_protocol::page::{
     DialogType, EventJavascriptDialogOpening, EventLifecycleEvent, HandleJavaScriptDialogParams,
 };
 use futures::StreamExt;
 use reqwest::Url;
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -29,16 +34,51 @@ use tokio::task::JoinSet;
 /// Refusals kept for the next report; beyond it they are only logged.
 const MAX_PENDING_BLOCKED: usize = 100;
 
+/// How long a page's announcement and a proxy's refusal wait for each
+/// other: the two arrive on different connections, in either order.
+const ATTRIBUTION_WINDOW: Duration = Duration::from_secs(30);
+
+/// Announcements (and refusals) waiting to be paired, at most.
+const MAX_UNPAIRED: usize = 256;
+
 /// The grant a session enforces, and the refusals not yet reported.
 pub(super) struct Guard {
     plugin: Arc<str>,
     grants: RwLock<Arc<Grants>>,
     blocked: Mutex<Vec<String>>,
+    unpaired: Mutex<Unpaired>,
+}
+
+/// `host:port`s pages announced and proxy refusals no page announced
+/// (yet), each with when it came.
+#[derive(Default)]
+struct Unpaired {
+    announced: VecDeque<(String, Instant)>,
+    refused: VecDeque<(String, String, Instant)>,
+}
+
+impl Unpaired {
+    fn expire(&mut self) {
+        let fresh = |at: &Instant| at.elapsed() < ATTRIBUTION_WINDOW;
+        self.announced.retain(|(_, at)| fresh(at));
+        self.refused.retain(|(_, _, at)| fresh(at));
+    }
+}
+
+/// A refusal as reported: the URL, then the reason.
+fn report(url: &str, reason: &str) -> String {
+    let shown: String = reson_text::redact::redact(url).chars().take(300).collect();
+    format!("{shown} ({reason})")
 }
 
 impl Guard {
     pub(super) fn new(plugin: Arc<str>, grants: Arc<Grants>) -> Self {
-        Self { plugin, grants: RwLock::new(grants), blocked: Mutex::default() }
+        Self {
+            plugin,
+            grants: RwLock::new(grants),
+            blocked: Mutex::default(),
+            unpaired: Mutex::default(),
+        }
     }
 
     /// The grant in force from now on (a reloaded plugin's may differ).
@@ -56,8 +96,14 @@ impl Guard {
         self.grants().browser_allows(&parsed)
     }
 
-    /// Logs a refusal and keeps it for the next report to the plugin.
+    /// Logs a refusal of a page's request and keeps it for the next
+    /// report to the plugin.
     pub(super) fn refuse(&self, url: &str, reason: &str, by: &'static str) {
+        self.log(url, reason, by);
+        self.keep(report(url, reason));
+    }
+
+    fn log(&self, url: &str, reason: &str, by: &'static str) {
         let shown: String = reson_text::redact::redact(url).chars().take(300).collect();
         tracing::warn!(
             target: "reson::audit",
@@ -68,9 +114,53 @@ impl Guard {
             %reason,
             "denied"
         );
+    }
+
+    fn keep(&self, refusal: String) {
         let mut blocked = self.blocked.lock().unwrap_or_else(PoisonError::into_inner);
         if blocked.len() < MAX_PENDING_BLOCKED {
-            blocked.push(format!("{shown} ({reason})"));
+            blocked.push(refusal);
+        }
+    }
+
+    /// A page is about to ask for `url` (a WebSocket, or a request its
+    /// interception may not see): a refusal of it by the proxy is the
+    /// page's. Only what the grant refuses is worth remembering.
+    pub(super) fn announce(&self, url: &str) {
+        let Ok(parsed) = Url::parse(url) else { return };
+        let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
+            return;
+        };
+        // As the proxy names a target.
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        if self.grants().browser_allows_authority(&host, port) {
+            return;
+        }
+        let target = format!("{host}:{port}");
+        let mut unpaired = self.unpaired.lock().unwrap_or_else(PoisonError::into_inner);
+        unpaired.expire();
+        if let Some(at) = unpaired.refused.iter().position(|(t, _, _)| *t == target) {
+            let (_, refusal, _) = unpaired.refused.remove(at).expect("found above");
+            drop(unpaired);
+            self.keep(refusal);
+        } else if unpaired.announced.len() < MAX_UNPAIRED {
+            unpaired.announced.push_back((target, Instant::now()));
+        }
+    }
+
+    /// A refusal by the proxy: the page's when one announced it (before or
+    /// within [`ATTRIBUTION_WINDOW`] after), otherwise logged alone.
+    fn refused_by_proxy(&self, target: String, url: &str, reason: &str) {
+        self.log(url, reason, "proxy");
+        let refusal = report(url, reason);
+        let mut unpaired = self.unpaired.lock().unwrap_or_else(PoisonError::into_inner);
+        unpaired.expire();
+        if let Some(at) = unpaired.announced.iter().position(|(t, _)| *t == target) {
+            unpaired.announced.remove(at);
+            drop(unpaired);
+            self.keep(refusal);
+        } else if unpaired.refused.len() < MAX_UNPAIRED {
+            unpaired.refused.push_back((target, refusal, Instant::now()));
         }
     }
 
@@ -88,9 +178,9 @@ impl Reach for Guard {
             None => Err("host and port not in the plugin's browser grant".to_owned()),
         };
         verdict.map_err(|reason| {
-            let target = url.map_or_else(|| format!("{host}:{port}"), ToString::to_string);
-            self.refuse(&target, &reason, "proxy");
-            format!("reson browser: {target} refused: {reason}")
+            let shown = url.map_or_else(|| format!("{host}:{port}"), ToString::to_string);
+            self.refused_by_proxy(format!("{host}:{port}"), &shown, &reason);
+            format!("reson browser: {shown} refused: {reason}")
         })
     }
 
@@ -200,6 +290,7 @@ pub(super) async fn watch(
     let mut finished = page.event_listener::<EventLoadingFinished>().await?;
     let mut failed = page.event_listener::<EventLoadingFailed>().await?;
     let mut lifecycle = page.event_listener::<EventLifecycleEvent>().await?;
+    let mut sockets = page.event_listener::<EventWebSocketCreated>().await?;
     let mut dialogs = page.event_listener::<EventJavascriptDialogOpening>().await?;
     // Every request before it is sent, and every response before it is
     // used: Chromium follows a redirect without pausing its next hop, so a
@@ -214,6 +305,7 @@ pub(super) async fn watch(
     let mut tasks = JoinSet::new();
     let answering = page.clone();
     let refusals = activity.clone();
+    let judge = guard.clone();
     tasks.spawn(async move {
         let mut answers = JoinSet::new();
         while let Some(event) = paused.next().await {
@@ -231,10 +323,10 @@ pub(super) async fn watch(
             let verdict = match url.split_once(':').map(|(scheme, _)| scheme) {
                 // Inline content fetches nothing; only a page of it is refused.
                 Some("data" | "blob") if event.resource_type != ResourceType::Document => Ok(()),
-                _ => guard.check(url),
+                _ => judge.check(url),
             };
             if let Err(reason) = &verdict {
-                guard.refuse(url, reason, "interception");
+                judge.refuse(url, reason, "interception");
                 let main = answering.mainframe().await.ok().flatten();
                 if event.resource_type == ResourceType::Document && main == Some(event.frame_id.clone()) {
                     *refusals.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(url.clone());
@@ -260,9 +352,18 @@ pub(super) async fn watch(
         }
     });
     let seen = activity.clone();
+    let announcing = guard.clone();
     tasks.spawn(async move {
         while let Some(event) = sent.next().await {
             seen.started(event.request_id.inner());
+            announcing.announce(&event.request.url);
+        }
+    });
+    // A WebSocket's handshake never reaches interception; the proxy's
+    // refusal of it is the page's.
+    tasks.spawn(async move {
+        while let Some(event) = sockets.next().await {
+            guard.announce(&event.url);
         }
     });
     // A dialog holds the page's scripts, and so every action on it, until
@@ -301,4 +402,59 @@ pub(super) async fn watch(
         }
     });
     Ok(tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{PluginGrant, SandboxConfig};
+    use crate::manifest::{Manifest, Requests};
+
+    fn guard() -> Guard {
+        let manifest = Manifest {
+            name: "browser".into(),
+            version: "1".into(),
+            description: String::new(),
+            requests: Requests { browser: vec!["*".into()], ..Requests::default() },
+            limits: Default::default(),
+            instance: Default::default(),
+        };
+        let grant = PluginGrant {
+            browser: vec!["http://127.0.0.1:8080/*".into()],
+            ..PluginGrant::default()
+        };
+        let grants =
+            Grants::intersect(&manifest, &grant, &SandboxConfig::default(), |p| p.to_path_buf())
+                .unwrap();
+        Guard::new("browser".into(), Arc::new(grants))
+    }
+
+    #[test]
+    fn the_proxy_reports_what_a_page_asked_for_and_logs_the_rest() {
+        let guard = guard();
+        // Chromium's own: no page announced it.
+        assert!(Reach::check(&guard, "accounts.google.com", 443, None).is_err());
+        let url = Url::parse("http://update.googleapis.com/service/update2/json").unwrap();
+        assert!(Reach::check(&guard, "update.googleapis.com", 80, Some(&url)).is_err());
+        assert_eq!(guard.take_blocked(), Vec::<String>::new());
+
+        // A page's WebSocket, announced before the proxy refuses it...
+        guard.announce("ws://evil.example:81/socket");
+        assert!(Reach::check(&guard, "evil.example", 81, None).is_err());
+        // ... or after: the two come on different connections.
+        assert!(Reach::check(&guard, "other.example", 443, None).is_err());
+        guard.announce("wss://Other.Example/socket");
+        let blocked = guard.take_blocked();
+        assert_eq!(blocked.len(), 2, "{blocked:?}");
+        assert!(blocked[0].contains("evil.example:81") && blocked[1].contains("other.example:443"));
+        // One announcement pairs with one refusal.
+        assert!(Reach::check(&guard, "evil.example", 81, None).is_err());
+        assert_eq!(guard.take_blocked(), Vec::<String>::new());
+
+        // What the grant allows is never announced, nor refused.
+        guard.announce("http://127.0.0.1:8080/page");
+        assert!(Reach::check(&guard, "127.0.0.1", 8080, None).is_ok());
+        assert!(guard.unpaired.lock().unwrap().announced.is_empty());
+    }
+
 }

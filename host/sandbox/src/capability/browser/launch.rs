@@ -7,6 +7,11 @@
 //! forking *thread*, not the process, so every Chromium is forked by one
 //! dedicated thread that lives as long as the host; a tokio worker or
 //! blocking-pool thread may exit at any time and would take it along.
+//!
+//! What Chromium would fetch for itself (updates, account lookups,
+//! spelling dictionaries, safe browsing, translation, hints) is turned off
+//! by its flags and its profile's preferences, or pointed at a port it
+//! never connects to; what is left, the proxy refuses and logs.
 
 use super::BrowserError;
 use super::network::Network;
@@ -36,8 +41,23 @@ const JS_HEAP_MB: u32 = 512;
 /// Renderer processes one browser may run.
 const MAX_RENDERERS: u32 = 4;
 
+/// Where Chromium's own services (accounts, component updates) are sent:
+/// port 9 (discard) is one Chromium refuses to connect to at all.
+const NOWHERE: &str = "http://127.0.0.1:9/";
+
 /// How long reaping a killed Chromium may take before the caller goes on.
 const REAP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The profile's preferences, for what only preferences turn off.
+const PREFERENCES: &str = r#"{
+  "spellcheck": { "dictionaries": [], "use_spelling_service": false },
+  "safebrowsing": { "enabled": false },
+  "translate": { "enabled": false },
+  "search": { "suggest_enabled": false },
+  "alternate_error_pages": { "enabled": false },
+  "net": { "network_prediction_options": 2 },
+  "signin": { "allowed": false }
+}"#;
 
 type Spawn = (Command, mpsc::Sender<io::Result<Child>>);
 
@@ -71,6 +91,12 @@ impl Process {
     pub(super) fn start(dir: &SessionDir, network: &mut Network) -> Result<Self, BrowserError> {
         let program = if Path::new(CHROMIUM_BINARY).exists() { CHROMIUM_BINARY } else { CHROMIUM };
         let profile = dir.profile();
+        let preferences = profile.join("Default");
+        std::fs::create_dir_all(&preferences)
+            .and_then(|()| std::fs::write(preferences.join("Preferences"), PREFERENCES))
+            .map_err(|e| {
+                BrowserError::Failed(format!("cannot prepare the browser profile: {e}"))
+            })?;
         let mut command = Command::new(program);
         command.args(arguments(&profile, network.proxy_port())).stdin(Stdio::null());
         // Its log says why, should it end at start.
@@ -211,7 +237,8 @@ fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
         // Cross-site frames stay in the page's process, where the page's
         // request interception sees their requests.
         "--disable-features=IsolateOrigins,site-per-process,Translate,MediaRouter,\
-         OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying"
+         OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying,\
+         CertificateTransparencyComponentUpdater"
             .into(),
         "--disable-site-isolation-trials".into(),
         format!("--js-flags=--max-old-space-size={JS_HEAP_MB}"),
@@ -220,6 +247,13 @@ fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
         "--no-default-browser-check".into(),
         "--disable-background-networking".into(),
         "--disable-component-update".into(),
+        // Asked for anyway (account lookups, on-demand components): sent
+        // nowhere.
+        format!("--gaia-url={NOWHERE}"),
+        format!("--component-updater=url-source={NOWHERE}"),
+        "--disable-client-side-phishing-detection".into(),
+        "--disable-domain-reliability".into(),
+        "--no-pings".into(),
         "--disable-sync".into(),
         "--disable-extensions".into(),
         "--disable-default-apps".into(),
