@@ -45,7 +45,7 @@ async fn main() -> Result<()> {
     let config = RunConfig {
         skills: Some(vec!["planning".into()]),
         compaction: CompactionConfig {
-            context_window: Some(8_000),
+            context_window: Some(8_150),
             model: Some("summarizer".into()),
             ..CompactionConfig::default()
         },
