@@ -456,5 +456,4 @@ mod tests {
         assert!(Reach::check(&guard, "127.0.0.1", 8080, None).is_ok());
         assert!(guard.unpaired.lock().unwrap().announced.is_empty());
     }
-
 }
