@@ -188,7 +188,7 @@ pub struct PermissionsConfig {
     pub approval_timeout_ms: u64,
     /// How `reson run` and `reson task` answer an `ask` with no terminal
     /// to put it to: at once, `never` (deny, the default), `once` or `all`.
-    pub unattended: crate::agent::Unattended,
+    pub unattended: Unattended,
     /// Rules; the last that matches a call decides it.
     pub rules: Vec<Rule>,
     /// Programs (`git`, `find`, `python`, `sh`, ...) whose exec vectors
@@ -201,7 +201,7 @@ impl Default for PermissionsConfig {
         Self {
             default: Decision::Ask,
             approval_timeout_ms: 60_000,
-            unattended: crate::agent::Unattended::Never,
+            unattended: Unattended::Never,
             rules: Vec::new(),
             exec_vectors: Vec::new(),
         }
@@ -294,5 +294,44 @@ impl TelemetryConfig {
             return Err(format!("otlp_endpoint {endpoint:?} must be an http or https URL"));
         }
         Ok(())
+    }
+}
+
+/// How an `ask` is answered when no one is there to answer it (no
+/// terminal: CI, a script): at once, by the user's choice, never by a
+/// silent wait. `reson run --approve`, `[permissions] unattended`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unattended {
+    /// Deny the call (the default).
+    #[default]
+    Never,
+    /// Allow the call, as "once" at a terminal would.
+    Once,
+    /// Allow the call and, for the rest of the run, every call the same
+    /// rule asks about, as "always" at a terminal would.
+    All,
+}
+
+impl std::fmt::Display for Unattended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Never => "never",
+            Self::Once => "once",
+            Self::All => "all",
+        })
+    }
+}
+
+impl std::str::FromStr for Unattended {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "never" => Ok(Self::Never),
+            "once" => Ok(Self::Once),
+            "all" => Ok(Self::All),
+            other => Err(format!("`{other}` is not one of never, once, all")),
+        }
     }
 }

@@ -557,7 +557,8 @@ fn next_key(input: &mut impl BufRead) -> Key {
 fn call_for_people(tool: &str, arguments: &str) -> String {
     let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
     let subject = reson::policy::subject_of(tool, &args).map(|s| one_line(&s));
-    let size = |key: &str| args.get(key).and_then(|v| v.as_str()).map(|s| size_text(s.len()));
+    let size =
+        |key: &str| args.get(key).and_then(|v| v.as_str()).map(|s| super::term::size_text(s.len()));
     let tool = one_line(tool);
     match (tool.to_ascii_lowercase().as_str(), subject) {
         ("shell", Some(command)) => format!("{tool}: run `{command}`"),
@@ -582,16 +583,6 @@ pub(crate) fn cost_text(usd: f64) -> String {
     }
     let digits = (1 - usd.log10().floor() as i32).max(2) as usize;
     format!("${usd:.digits$}")
-}
-
-/// A size for people: `12 bytes`, `3.4 KB`, `13.2 MB`.
-pub(crate) fn size_text(bytes: usize) -> String {
-    match bytes {
-        1 => "1 byte".to_owned(),
-        b if b < 1_000 => format!("{b} bytes"),
-        b if b < 1_000_000 => format!("{:.1} KB", b as f64 / 1e3),
-        b => format!("{:.1} MB", b as f64 / 1e6),
-    }
 }
 
 #[async_trait::async_trait]

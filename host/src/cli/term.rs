@@ -160,7 +160,7 @@ impl Under {
 impl reson::plugin::CompileObserver for Spinner {
     fn compiling(&self, plugin: &str, file: &std::path::Path, bytes: usize) {
         let name = file.file_name().map_or_else(|| plugin.into(), |n| n.to_string_lossy());
-        self.begin(plugin, format!("compiling {name} ({})", super::run::size_text(bytes)));
+        self.begin(plugin, format!("compiling {name} ({})", size_text(bytes)));
     }
 
     fn compiled(&self, plugin: &str) {
@@ -195,5 +195,15 @@ mod tests {
     fn terminal_text_keeps_its_lines_and_loses_its_escapes() {
         assert_eq!(clean("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\nc");
         assert_eq!(one_line("{\"a\":\n1}\r\n"), "{\"a\":\\u{a}1}\\u{d}\\u{a}");
+    }
+}
+
+/// A size for people: `12 bytes`, `3.4 KB`, `13.2 MB`.
+pub(crate) fn size_text(bytes: usize) -> String {
+    match bytes {
+        1 => "1 byte".to_owned(),
+        b if b < 1_000 => format!("{b} bytes"),
+        b if b < 1_000_000 => format!("{:.1} KB", b as f64 / 1e3),
+        b => format!("{:.1} MB", b as f64 / 1e6),
     }
 }

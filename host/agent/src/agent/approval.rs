@@ -42,21 +42,7 @@ pub enum Answer {
     Deny,
 }
 
-/// How an `ask` is answered when no one is there to answer it (no
-/// terminal: CI, a script): at once, by the user's choice, never by a
-/// silent wait. `reson run --approve`, `[permissions] unattended`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Unattended {
-    /// Deny the call (the default).
-    #[default]
-    Never,
-    /// Allow the call, as "once" at a terminal would.
-    Once,
-    /// Allow the call and, for the rest of the run, every call the same
-    /// rule asks about, as "always" at a terminal would.
-    All,
-}
+pub use crate::config::Unattended;
 
 impl Unattended {
     /// The answer this policy gives; `None` (no answer) for `never`.
@@ -65,29 +51,6 @@ impl Unattended {
             Self::Never => None,
             Self::Once => Some(Answer::Once),
             Self::All => Some(Answer::Always),
-        }
-    }
-}
-
-impl std::fmt::Display for Unattended {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Never => "never",
-            Self::Once => "once",
-            Self::All => "all",
-        })
-    }
-}
-
-impl std::str::FromStr for Unattended {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "never" => Ok(Self::Never),
-            "once" => Ok(Self::Once),
-            "all" => Ok(Self::All),
-            other => Err(format!("`{other}` is not one of never, once, all")),
         }
     }
 }

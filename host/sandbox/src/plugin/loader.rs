@@ -138,7 +138,17 @@ pub(crate) struct LoadContext<'a> {
     pub(crate) lock: &'a Mutex<LockFile>,
     pub(crate) secrets: &'a Arc<Secrets>,
     pub(crate) trust: &'a Arc<TrustStore>,
-    pub(crate) observer: Option<&'a Arc<dyn super::runtime::CompileObserver>>,
+    pub(crate) observer: Option<&'a Arc<dyn CompileObserver>>,
+}
+
+/// Told when a component must be compiled (it is not in the
+/// compiled-code cache: seconds to minutes for a large one) and when that
+/// is over, so that whoever waits can be shown why.
+pub trait CompileObserver: Send + Sync {
+    /// `plugin`'s `file`, of `bytes` bytes, starts compiling.
+    fn compiling(&self, plugin: &str, file: &Path, bytes: usize);
+    /// Its compile ended (done or failed).
+    fn compiled(&self, plugin: &str);
 }
 
 /// The manifest path beside a plugin file.

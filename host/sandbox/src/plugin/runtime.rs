@@ -19,15 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
-/// Told when a component must be compiled (it is not in the
-/// compiled-code cache: seconds to minutes for a large one) and when that
-/// is over, so that whoever waits can be shown why.
-pub trait CompileObserver: Send + Sync {
-    /// `plugin`'s `file`, of `bytes` bytes, starts compiling.
-    fn compiling(&self, plugin: &str, file: &Path, bytes: usize);
-    /// Its compile ended (done or failed).
-    fn compiled(&self, plugin: &str);
-}
+pub use super::loader::CompileObserver;
 
 /// Where the runtime finds and keeps things.
 #[derive(Clone)]
