@@ -42,8 +42,11 @@ const JS_HEAP_MB: u32 = 512;
 const MAX_RENDERERS: u32 = 4;
 
 /// Where Chromium's own services (accounts, component updates) are sent:
-/// port 9 (discard) is one Chromium refuses to connect to at all.
-const NOWHERE: &str = "http://127.0.0.1:9/";
+/// port 9 (discard) is one Chromium refuses to connect to at all, on a
+/// name that never resolves. Not a loopback address: Chromium isolates the
+/// accounts origin, port aside, and would give every page of that host a
+/// process of its own.
+const NOWHERE: &str = "http://nowhere.invalid:9/";
 
 /// How long reaping a killed Chromium may take before the caller goes on.
 const REAP_TIMEOUT: Duration = Duration::from_secs(2);
