@@ -112,8 +112,7 @@ impl Process {
         }
         command.env("HOME", &profile).env("TMPDIR", network.tmpdir());
         let parent = std::process::id();
-        #[cfg(target_os = "linux")]
-        let own_network = network.take_child();
+        let entry = network.take_entry();
         // SAFETY: only async-signal-safe calls between fork and exec (the
         // network's are raw system calls on memory prepared before).
         unsafe {
@@ -123,10 +122,7 @@ impl Process {
                 {
                     return Err(io::Error::last_os_error());
                 }
-                #[cfg(target_os = "linux")]
-                if let Some(own) = &own_network {
-                    own.enter()?;
-                }
+                entry.enter()?;
                 // The host died before the signal was armed.
                 if libc::getppid() != parent as libc::pid_t {
                     libc::_exit(1);
