@@ -974,7 +974,7 @@ async fn a_crashed_hosts_browser_files_go_at_its_next_start() {
         "{}",
         std::fs::read_to_string(s.dir.path().join("stderr.log")).unwrap()
     );
-    let profile = std::path::PathBuf::from(profile_of(groups[0]).unwrap());
+    let profile = std::path::PathBuf::from(profile_of(groups[0]).unwrap()).canonicalize().unwrap();
     let root = support::cache_dir().join("browser").canonicalize().unwrap();
     let host_dir = profile
         .ancestors()
