@@ -14,6 +14,7 @@ use chromiumoxide::cdp::browser_protocol::page::{
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use chromiumoxide::element::Element;
 use chromiumoxide::page::ScreenshotParams;
+use reson_text::text::untrusted;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -114,12 +115,13 @@ fn outcome(slot: &PageSlot) -> impl FnMut() -> Option<Result<(), String>> + '_ {
     || {
         if let Some(url) = slot.activity.download() {
             return Some(Err(format!(
-                "{url} is a download (an attachment, or of a type the browser does not show): \
-                 downloads are off"
+                "{} is a download (an attachment, or of a type the browser does not show): \
+                 downloads are off",
+                untrusted("URL", &url)
             )));
         }
         let refused = slot.activity.refused_navigation()?;
-        Some(Err(format!("net::ERR_BLOCKED_BY_CLIENT at {refused}")))
+        Some(Err(format!("net::ERR_BLOCKED_BY_CLIENT at {}", untrusted("URL", &refused))))
     }
 }
 
@@ -233,7 +235,16 @@ pub(super) async fn fill(
     let page = &slot.page;
     let (element, marked) = locate(page, target).await?;
     if marked.tag == "select" {
-        script(page, "choose", json!({ "ref": marked.reference, "text": text })).await?;
+        let chosen =
+            script(page, "choose", json!({ "ref": marked.reference, "text": text })).await?;
+        if let Some(options) = chosen.get("options").and_then(Value::as_array) {
+            let options: Vec<&str> = options.iter().filter_map(Value::as_str).collect();
+            return Err(BrowserError::Failed(format!(
+                "{} has no option {text:?}; its options: {}",
+                describe(target),
+                untrusted("option labels", &options.join(", "))
+            )));
+        }
     } else {
         if matches!(marked.kind.as_str(), "checkbox" | "radio" | "submit" | "button" | "file") {
             return Err(BrowserError::Failed(format!(

@@ -42,8 +42,11 @@ const JS_HEAP_MB: u32 = 512;
 const MAX_RENDERERS: u32 = 4;
 
 /// Where Chromium's own services (accounts, component updates) are sent:
-/// port 9 (discard) is one Chromium refuses to connect to at all.
-const NOWHERE: &str = "http://127.0.0.1:9/";
+/// port 9 (discard) is one Chromium refuses to connect to at all, on a
+/// name that never resolves. Not a loopback address: Chromium isolates the
+/// accounts origin, port aside, and would give every page of that host a
+/// process of its own.
+const NOWHERE: &str = "http://nowhere.invalid:9/";
 
 /// How long reaping a killed Chromium may take before the caller goes on.
 const REAP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -109,8 +112,7 @@ impl Process {
         }
         command.env("HOME", &profile).env("TMPDIR", network.tmpdir());
         let parent = std::process::id();
-        #[cfg(target_os = "linux")]
-        let own_network = network.take_child();
+        let entry = network.take_entry();
         // SAFETY: only async-signal-safe calls between fork and exec (the
         // network's are raw system calls on memory prepared before).
         unsafe {
@@ -120,10 +122,7 @@ impl Process {
                 {
                     return Err(io::Error::last_os_error());
                 }
-                #[cfg(target_os = "linux")]
-                if let Some(own) = &own_network {
-                    own.enter()?;
-                }
+                entry.enter()?;
                 // The host died before the signal was armed.
                 if libc::getppid() != parent as libc::pid_t {
                     libc::_exit(1);

@@ -89,13 +89,15 @@ impl Network {
         }
     }
 
-    /// What the child runs between fork and exec to enter its network,
-    /// if it has one of its own.
-    #[cfg(target_os = "linux")]
-    pub(super) fn take_child(&mut self) -> Option<crate::jail::OwnNetwork> {
+    /// What the child runs between fork and exec to enter its network.
+    pub(super) fn take_entry(&mut self) -> Entry {
         match self {
-            Self::Own { child, .. } => child.take(),
-            Self::Shared { .. } => None,
+            #[cfg(target_os = "linux")]
+            Self::Own { child, .. } => Entry { own: child.take() },
+            Self::Shared { .. } => Entry {
+                #[cfg(target_os = "linux")]
+                own: None,
+            },
         }
     }
 
@@ -153,6 +155,25 @@ impl Network {
             }
             Self::Shared { .. } => Ok(format!("ws://127.0.0.1:{port}{path}")),
         }
+    }
+}
+
+/// How a child enters its network between fork and exec: raw system calls
+/// on memory prepared before, nothing else.
+pub(super) struct Entry {
+    #[cfg(target_os = "linux")]
+    own: Option<crate::jail::OwnNetwork>,
+}
+
+impl Entry {
+    /// Moves the calling (forked) process into its network, if it has one
+    /// of its own.
+    pub(super) fn enter(&self) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(own) = &self.own {
+            return own.enter();
+        }
+        Ok(())
     }
 }
 

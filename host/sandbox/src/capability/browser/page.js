@@ -214,7 +214,8 @@
       const want = arg.text.toLowerCase();
       const option = Array.from(el.options).find((o) => o.value.toLowerCase() === want
         || textOf(o).toLowerCase() === want);
-      if (!option) return { error: `no option "${arg.text}"; options: ${Array.from(el.options).map((o) => textOf(o)).join(', ')}` };
+      // The page's words: the host labels them.
+      if (!option) return { options: Array.from(el.options).map((o) => textOf(o)) };
       el.value = option.value;
       el.dispatchEvent(new Event('input', { bubbles: true }));
       el.dispatchEvent(new Event('change', { bubbles: true }));
