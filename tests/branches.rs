@@ -454,12 +454,13 @@ fn reson_traces_show_gives_each_branch_its_goal_tree() {
 
     run_ok(&dir, &["--script", &fresh, "--trace", &id, "--after", "1", "try again"]);
     let main = goals_shown(&dir, &id, None);
-    assert_eq!(main, "\ngoals:\n[>] g1 write a draft (current)\n");
+    // The trace is not running: nothing is in progress, nothing current.
+    assert_eq!(main, "\ngoals:\n[ ] g1 write a draft\n");
     let old = goals_shown(&dir, &id, Some("7"));
     assert!(old.starts_with("\ngoals (branch ending at 7):\n"), "{old}");
     assert!(old.contains(completed), "{old}");
     // Part way along the old branch: g2 added and focused, not yet done.
-    assert!(goals_shown(&dir, &id, Some("4")).contains("[>] g2 write the draft (current)"));
+    assert!(goals_shown(&dir, &id, Some("4")).contains("[ ] g2 write the draft\n"));
     let out = reson(&dir, &["traces", "show", &id, "--at", "99"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no message 99"));
@@ -469,6 +470,6 @@ fn reson_traces_show_gives_each_branch_its_goal_tree() {
     assert!(goals_shown(&dir, &id, None).contains(completed));
     // A regenerate of the first answer leaves the plan behind again.
     run_ok(&dir, &["--script", &fresh, "--trace", &id, "--after", "1"]);
-    assert_eq!(goals_shown(&dir, &id, None), "\ngoals:\n[>] g1 write a draft (current)\n");
+    assert_eq!(goals_shown(&dir, &id, None), "\ngoals:\n[ ] g1 write a draft\n");
     assert!(goals_shown(&dir, &id, Some("11")).contains(completed));
 }
