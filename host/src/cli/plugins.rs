@@ -329,8 +329,15 @@ fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>,
         }
         if let Some(g) = &p.grants {
             if !verbose {
+                // What widens a command is never left out.
                 if !g.process.is_empty() {
                     say!("    commands {}", g.command_reach());
+                }
+                if !g.env.is_empty() {
+                    say!("    env     {}", g.env.join(", "));
+                }
+                if !g.exec_vectors.is_empty() {
+                    say!("    exec    {} (may run other programs)", g.exec_vectors.join(", "));
                 }
                 continue;
             }
