@@ -397,4 +397,7 @@ async fn a_new_users_flow_from_init_to_a_python_tool_hot_reloaded_into_serve() {
     assert_eq!(said, "Hello, Ada!", "{messages:#}");
     let log = server.output.lock().unwrap().join("\n");
     assert!(log.contains("plugins changed: greeter added"), "{log}");
+    // A rebuilt Python component is never byte for byte the one before,
+    // so the server compiled it, and said so.
+    assert!(log.contains("compiling ") && log.contains("greeter.wasm ("), "{log}");
 }
