@@ -6,6 +6,7 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 use support::TestDir;
 
 /// The `reson` binary copied into `dir/bin`, so nothing can come from
@@ -21,6 +22,11 @@ fn installed_binary(dir: &TestDir) -> PathBuf {
 /// Runs `reson` in `cwd` with none of the RESON_* settings of the test's
 /// environment and a HOME of its own, beside its `bin/`.
 fn reson(reson: &Path, cwd: &Path, args: &[&str]) -> Output {
+    reson_env(reson, cwd, args, &[])
+}
+
+/// [`reson`] with `env` set too.
+fn reson_env(reson: &Path, cwd: &Path, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
     let home = reson.parent().and_then(Path::parent).expect("DIR/bin/reson").join("home");
     let mut command = Command::new(reson);
     for (key, _) in std::env::vars_os() {
@@ -34,6 +40,7 @@ fn reson(reson: &Path, cwd: &Path, args: &[&str]) -> Output {
         .env_remove("OPENAI_API_KEY")
         .args(["--cache-dir", &support::cache_dir().to_string_lossy()])
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("running reson")
 }
@@ -230,6 +237,19 @@ fn a_config_that_cannot_be_met_is_refused_naming_the_file_the_line_and_the_fix()
     assert_eq!(out.status.code(), Some(6), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("OPENAI_API_KEY is not set"), "{err}");
+
+    // A local compatible server named `localhost` while the grant says
+    // 127.0.0.1: a grant problem, named, not an authentication failure.
+    let local = format!(
+        "{written}\n[plugins.openai]\nhttp = [\"127.0.0.1:11434\"]\n\
+         config = {{ base_url = \"http://localhost:11434/v1\", api_key_secret = \"\", model = \"m\" }}\n"
+    );
+    std::fs::write(&config, local).unwrap();
+    let out = reson(&bin, &project, &["run", "--provider", "openai", "hi"]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("add \"localhost:11434\" to [plugins.openai] http"), "{err}");
+    assert!(err.contains("the two are not one host"), "{err}");
     assert_eq!(traces(&project), 0, "no trace for a run that could not start");
 }
 
@@ -260,4 +280,122 @@ fn compiling_shows_a_spinner_at_a_terminal_and_nothing_elsewhere() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains("compiling"), "no spinner in a pipe: {}", text(&out));
+}
+
+/// `out`'s stdout, which must come from a success.
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The trace id on the first `trace tr_…` line of a run's stderr.
+fn trace_id(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find_map(|l| l.strip_prefix("trace ")).expect("a trace line");
+    line.split(' ').next().unwrap().to_owned()
+}
+
+/// A new user's day, with the binary alone and no terminal: init, a run,
+/// its continue, a run that writes and a rewind that puts the file back,
+/// then `reson serve` picking up a Python tool made, built and installed
+/// while it runs. Nothing waits longer than the work it waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_users_flow_from_init_to_a_python_tool_hot_reloaded_into_serve() {
+    let dir = TestDir::new();
+    let bin = installed_binary(&dir);
+    ok(reson(&bin, dir.path(), &["init", "project"]));
+    let project = dir.path().join("project");
+
+    let first = reson(&bin, &project, &["run", "What is in the workspace?"]);
+    ok(first.clone());
+    let id = trace_id(&first);
+    ok(reson(&bin, &project, &["run", "--trace", &id, "And now?"]));
+
+    // Writing asks first; with no terminal, --approve answers up front.
+    let scripts = project.join("scripts");
+    let note = serde_json::json!({ "turns": [
+        { "text": "noting", "tool_calls": [{ "name": "write", "arguments": { "path": "note.txt", "content": "draft" } }] },
+        { "text": "noted" },
+    ]});
+    std::fs::write(scripts.join("note.json"), note.to_string()).unwrap();
+    std::fs::write(scripts.join("over.json"), r#"{"turns":[{"text":"over"}]}"#).unwrap();
+    let wrote = reson(
+        &bin,
+        &project,
+        &["run", "--script", "scripts/note.json", "--approve", "once", "write a note"],
+    );
+    ok(wrote.clone());
+    assert!(project.join("workspace/note.txt").is_file());
+    let rewound = reson(
+        &bin,
+        &project,
+        &[
+            "run",
+            "--trace",
+            &trace_id(&wrote),
+            "--after",
+            "1",
+            "--restore-files",
+            "--script",
+            "scripts/over.json",
+            "start over",
+        ],
+    );
+    ok(rewound.clone());
+    assert!(
+        String::from_utf8_lossy(&rewound.stderr).contains("restored 1 file:"),
+        "{}",
+        text(&rewound)
+    );
+    assert!(!project.join("workspace/note.txt").exists(), "the rewind put the workspace back");
+
+    // A Python tool, served without a restart.
+    std::fs::write(
+        scripts.join("greet.json"),
+        r#"{"turns":[{"text":"greeting","tool_calls":[{"name":"greeter","arguments":{"who":"Ada"}}]},{"text":"done"}]}"#,
+    )
+    .unwrap();
+    let mut config = std::fs::read_to_string(project.join("reson.toml")).unwrap();
+    config.push_str("\n[permissions]\nrules = [{ decision = \"allow\", tool = \"greeter\" }]\n");
+    std::fs::write(project.join("reson.toml"), config).unwrap();
+    let greet = scripts.join("greet.json").to_string_lossy().into_owned();
+    let server = support::api::ServerProcess::start(&project, &["--script", &greet]).await;
+    let path = support::python::path_with_toolchain();
+    let greeter = dir.path().join("greeter");
+    let env = [("PATH", path.as_os_str())];
+    let greeter_arg = greeter.to_string_lossy().into_owned();
+    ok(reson_env(
+        &bin,
+        dir.path(),
+        &["plugins", "new", "greeter", "--lang", "python", &greeter_arg],
+        &env,
+    ));
+    ok(reson_env(&bin, dir.path(), &["plugins", "build", &greeter_arg], &env));
+    let installed = Instant::now();
+    ok(reson(&bin, &project, &["plugins", "install", &greeter_arg]));
+    // Its first load compiles 18 MB of Python: that is the wait.
+    loop {
+        let plugins = server.api.get("/api/plugins").await.expect(200);
+        let ready = plugins
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "greeter" && p["status"]["state"] == "ready");
+        if ready {
+            break;
+        }
+        assert!(installed.elapsed() < Duration::from_secs(600), "{plugins:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let id = server.api.start("greet Ada", serde_json::json!({})).await;
+    server.api.finish(&id, 0).await;
+    let messages = server.api.messages(&id, "main_path").await;
+    let tool = messages["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool");
+    let said = tool.and_then(|t| t["content"][0]["text"].as_str()).unwrap_or_default();
+    assert_eq!(said, "Hello, Ada!", "{messages:#}");
+    let log = server.output.lock().unwrap().join("\n");
+    assert!(log.contains("plugins changed: greeter added"), "{log}");
+    // A rebuilt Python component is never byte for byte the one before,
+    // so the server compiled it, and said so.
+    assert!(log.contains("compiling ") && log.contains("greeter.wasm ("), "{log}");
 }

@@ -391,6 +391,26 @@ fn cli_lists_plugins_and_calls_tools() {
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(table.contains("fs 0.1.0  [tool-plugin]  ready"), "{table}");
     assert!(table.contains("junk ?  [-]  FAILED"), "{table}");
+    // Two lines a plugin by default, access spelled as in reson.toml.
+    let fs_lines: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("fs "))
+        .take_while(|l| l.starts_with("fs ") || l.starts_with("    "))
+        .collect();
+    assert_eq!(fs_lines.len(), 2, "{table}");
+    let workspace = dir.workspace();
+    let reach = format!(
+        "    tools read, write, edit, glob, grep, list; dirs {} (read)",
+        workspace.display()
+    );
+    assert_eq!(fs_lines[1], reach, "{table}");
+    // -v: the digest, every grant, the limits.
+    let details = String::from_utf8(reson(&dir, &["plugins", "list", "-v"]).stdout).unwrap();
+    assert!(
+        details.contains("    sha256  ") && details.contains("    limits  timeout"),
+        "{details}"
+    );
+    assert!(details.contains(&format!("    dirs    {} (read)", workspace.display())));
 
     let out = reson(&dir, &["tool", "call", "echo", r#"{"text":"from the cli"}"#]);
     assert!(out.status.success());

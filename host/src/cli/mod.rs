@@ -152,7 +152,8 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Init(args) => init::run(args, cli.cache_dir.as_deref()).await,
         Command::Plugins(cmd) if cmd.needs_runtime() => {
-            plugins::run(&open(cli, Checks::Report, |_, _| Ok(())).await?.runtime, cmd).await
+            let host = open(cli, Checks::Report, |_, _| Ok(())).await?;
+            plugins::run(&host.runtime, cmd, cli.verbose > 0).await
         }
         // Making, building and installing only write files and run the
         // toolchain; nothing else is on the runtime to be held up meanwhile.

@@ -219,14 +219,18 @@ pub(crate) async fn run_offline(command: &Command, options: &Options) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(
+    runtime: &Runtime,
+    command: &Command,
+    verbose: bool,
+) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json: true } => {
             say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
         }
         Command::List { json: false } => {
             let sources = plugin::sources(&runtime.options().lock_file).unwrap_or_default();
-            print_table(&runtime.plugins(), &sources);
+            print_table(&runtime.plugins(), &sources, verbose);
         }
         Command::New { .. }
         | Command::Build { .. }
@@ -252,7 +256,20 @@ pub(crate) async fn run(runtime: &Runtime, command: &Command) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>) {
+/// How `reson.toml` spells an access.
+fn access_word(access: reson::config::Access) -> &'static str {
+    match access {
+        reson::config::Access::None => "none",
+        reson::config::Access::Read => "read",
+        reson::config::Access::ReadWrite => "read-write",
+    }
+}
+
+/// Each plugin on a line or two: name, version, world, status, then its
+/// tools and what it may reach; a registry source, a signature, refused
+/// tools and what its commands may do when there are any. `verbose` adds
+/// the digest, every grant and the limits.
+fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>, verbose: bool) {
     if plugins.is_empty() {
         say!("no plugins found");
         return;
@@ -269,7 +286,29 @@ fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>)
         let world = p.world.map(|w| w.to_string()).unwrap_or_else(|| "-".into());
         let version = one_line(p.version.as_deref().unwrap_or("?"));
         say!("{} {version}  [{world}]  {status}", p.name);
-        if let Some(sha) = &p.sha256 {
+        let dirs: Vec<String> = p.grants.as_ref().map_or_else(Vec::new, |g| {
+            g.dirs
+                .iter()
+                .map(|d| format!("{} ({})", d.host.display(), access_word(d.access)))
+                .collect()
+        });
+        if !verbose {
+            let mut reach = Vec::new();
+            if !p.tools.is_empty() {
+                reach.push(format!("tools {}", p.tools.join(", ")));
+            }
+            if let Some(g) = &p.grants {
+                for (what, list) in [("dirs", &dirs), ("http", &g.http), ("process", &g.process)] {
+                    if !list.is_empty() {
+                        reach.push(format!("{what} {}", list.join(", ")));
+                    }
+                }
+            }
+            if !reach.is_empty() {
+                say!("    {}", reach.join("; "));
+            }
+        }
+        if let Some(sha) = p.sha256.as_ref().filter(|_| verbose) {
             say!("    sha256  {sha}");
         }
         if let Some(source) = sources.get(&p.name) {
@@ -277,18 +316,31 @@ fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>)
         }
         match &p.signature {
             Some(s) if s.is_bad() => say!("    signature WARNING: {}", one_line(&s.to_string())),
-            Some(s) => say!("    signature {}", one_line(&s.to_string())),
-            None => {}
+            Some(s) if verbose || !matches!(s, signing::SignatureStatus::Unsigned) => {
+                say!("    signature {}", one_line(&s.to_string()))
+            }
+            _ => {}
         }
-        if !p.tools.is_empty() {
+        if verbose && !p.tools.is_empty() {
             say!("    tools   {}", p.tools.join(", "));
         }
         for refused in &p.refused_tools {
             say!("    refused {}: {}", refused.name, one_line(&refused.reason));
         }
         if let Some(g) = &p.grants {
-            let dirs: Vec<String> =
-                g.dirs.iter().map(|d| format!("{} ({:?})", d.host.display(), d.access)).collect();
+            if !verbose {
+                // What widens a command is never left out.
+                if !g.process.is_empty() {
+                    say!("    commands {}", g.command_reach());
+                }
+                if !g.env.is_empty() {
+                    say!("    env     {}", g.env.join(", "));
+                }
+                if !g.exec_vectors.is_empty() {
+                    say!("    exec    {} (may run other programs)", g.exec_vectors.join(", "));
+                }
+                continue;
+            }
             let none = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
             say!("    dirs    {}", none(&dirs));
             say!("    http    {}", none(&g.http));

@@ -151,6 +151,9 @@ impl ModelArgs {
             "provider `{name}` needs a model: pass --model NAME, or set it in reson.toml as \
              [plugins.{name}] config = {{ model = \"NAME\" }}"
         );
+        if let Some(base) = grant.config.get("base_url") {
+            check_base_url(name, base, &grant.http)?;
+        }
         // Found before a trace exists: the first model call would fail with
         // an authentication error otherwise, leaving a failed trace behind.
         let key = match grant.config.get("api_key_secret") {
@@ -256,6 +259,40 @@ const VENDORS: [(&str, &str, &str); 3] = [
     ("anthropic", "api.anthropic.com", "ANTHROPIC_API_KEY"),
     ("gemini", "generativelanguage.googleapis.com", "GEMINI_API_KEY"),
 ];
+
+/// A provider's `base_url` must be on a host its `http` grant names: the
+/// host would refuse every request, which reads like a bad key.
+fn check_base_url(name: &str, base: &str, http: &[String]) -> anyhow::Result<()> {
+    let url = reqwest::Url::parse(base).with_context(|| format!("[plugins.{name}] base_url"))?;
+    let granted = http
+        .iter()
+        .filter_map(|p| reson_sandbox::policy::UrlPattern::parse(p).ok())
+        .any(|p| p.matches(&url));
+    if granted {
+        return Ok(());
+    }
+    let host = url.host_str().unwrap_or_default();
+    let entry = match url.port_or_known_default() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let twin = match host {
+        "localhost" => Some("127.0.0.1"),
+        "127.0.0.1" => Some("localhost"),
+        _ => None,
+    };
+    let why = match twin.filter(|t| http.iter().any(|p| p.contains(t))) {
+        Some(twin) => format!(
+            " (the grant names {twin}: a grant is matched against the name as written, and \
+             `localhost` is whatever the resolver says, so the two are not one host)"
+        ),
+        None => String::new(),
+    };
+    anyhow::bail!(
+        "[plugins.{name}] base_url {base} is on a host the plugin is not granted: add \"{entry}\" \
+         to [plugins.{name}] http{why}"
+    )
+}
 
 /// Grants the scripted provider read access to `script` and tells it where
 /// the script is. Without one, a `script` setting in the config (as

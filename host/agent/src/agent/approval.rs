@@ -77,13 +77,17 @@ pub trait Approver: Send + Sync {
     }
 }
 
+/// A request waiting for its answer: the request, its place in arrival
+/// order, and its reply.
+type Queued = (ApprovalRequest, u64, oneshot::Sender<Answer>);
+
 /// Approvals answered through a library call: each request waits, up to a
 /// timeout, for [`PendingApprovals::answer`]. One set may serve many runs
 /// at once: request ids are random, never reused.
 pub struct PendingApprovals {
     timeout: Duration,
-    /// By id: the request, its place in arrival order, and its reply.
-    waiting: Mutex<HashMap<String, (ApprovalRequest, u64, oneshot::Sender<Answer>)>>,
+    /// By id.
+    waiting: Mutex<HashMap<String, Queued>>,
     arrivals: AtomicU64,
 }
 
