@@ -40,10 +40,19 @@ pub struct Chromium {
     pub browser: Browser,
     handler: tokio::task::JoinHandle<()>,
     _profile: tempfile::TempDir,
+    // Last, so it is let go once the browser has gone.
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
+
+/// Taken by every Chromium a test of this process starts, here and in the
+/// host's browser tests: those count this process's Chromium children, so
+/// no other test's may run beside them (and two cores gain nothing from
+/// two browsers at once).
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Chromium {
     pub async fn launch() -> Self {
+        let turn = ONE_AT_A_TIME.lock().await;
         let profile = tempfile::tempdir().unwrap();
         let config = BrowserConfig::builder()
             .chrome_executable(executable())
@@ -63,7 +72,7 @@ impl Chromium {
         // Drives the DevTools connection; messages this crate cannot parse
         // (from a newer Chromium) are skipped, not fatal.
         let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
-        Self { browser, handler, _profile: profile }
+        Self { browser, handler, _profile: profile, _turn: turn }
     }
 
     /// A blank page whose problems are recorded from the start.

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use support::TestDir;
 use tracing_subscriber::layer::SubscriberExt;
 
-/// Chromium processes are children of this process: tests that count
-/// them run one at a time, and two cores do not gain from more anyway.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+// Chromium processes are children of this process: tests that count
+// them run one at a time, and no other test's Chromium runs beside them.
+use crate::support::chromium::ONE_AT_A_TIME as SERIAL;
 
 /// Chromium, installed first when it is missing.
 fn chromium() {
