@@ -287,6 +287,29 @@ pub fn replace(src: &[u8], dst: &Path) {
     std::fs::rename(&tmp, dst).unwrap();
 }
 
+/// Makes `dst` an executable copy of `src`, written by a child process
+/// (`install`). A file this process writes stays open for writing in every
+/// child another test's thread forks meanwhile, until that child execs; run
+/// in that moment, it fails with "Text file busy" (ETXTBSY).
+pub fn install_executable(src: &Path, dst: &Path) {
+    let status = Command::new("install")
+        .args(["-m", "755"])
+        .arg(src)
+        .arg(dst)
+        .status()
+        .expect("running install");
+    assert!(status.success(), "install {} {}: {status}", src.display(), dst.display());
+}
+
+/// An executable file at `dst` holding `text`, made as
+/// [`install_executable`] makes one.
+pub fn write_executable(dst: &Path, text: &str) {
+    let source = dst.with_extension("source");
+    std::fs::write(&source, text).unwrap();
+    install_executable(&source, dst);
+    std::fs::remove_file(&source).unwrap();
+}
+
 /// The real `reson` binary run in `cwd` with `args`, on the shared
 /// compiled-code cache and no configuration from the environment.
 pub fn reson_cli(cwd: &Path, args: &[&str]) -> std::process::Output {

@@ -15,7 +15,7 @@ fn installed_binary(dir: &TestDir) -> PathBuf {
     let bin = dir.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let reson = bin.join("reson");
-    std::fs::copy(env!("CARGO_BIN_EXE_reson"), &reson).unwrap();
+    support::install_executable(Path::new(env!("CARGO_BIN_EXE_reson")), &reson);
     reson
 }
 

@@ -326,6 +326,32 @@ async fn a_changed_plugin_asking_for_more_waits_for_acceptance() {
 }
 
 #[tokio::test]
+async fn an_unchanged_component_whose_manifest_asks_for_more_waits_for_acceptance() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    dir.open("").await;
+    // The same component; only the manifest beside it is edited.
+    let manifest = dir.plugins().join("echo.toml");
+    let mut edited = std::fs::read_to_string(&manifest).unwrap();
+    assert!(!edited.contains("[requests]"), "echo asks for nothing: {edited}");
+    edited.push_str("[requests]\ndirs = \"read-write\"\nhttp = [\"example.com\"]\n");
+    std::fs::write(&manifest, edited).unwrap();
+    let rt = dir.open("").await;
+    let PluginStatus::Failed(error) = &rt.plugins()[0].status else {
+        panic!("{:?}", rt.plugins()[0].status)
+    };
+    assert!(error.contains("now requests more"), "{error}");
+    assert!(error.contains("dirs `read-write` (was `none`)"), "{error}");
+    assert!(error.contains("http `example.com`"), "{error}");
+    assert!(matches!(
+        call(&rt, "echo", json!({"text": "x"})).await,
+        Err(CallError::UnknownTool { .. })
+    ));
+    rt.accept("echo").await.unwrap();
+    assert_eq!(call(&rt, "echo", json!({"text": "x"})).await.unwrap(), "x");
+}
+
+#[tokio::test]
 async fn a_changed_plugin_asking_for_no_more_loads() {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");

@@ -272,9 +272,7 @@ async fn a_granted_path_variable_still_cannot_choose_the_program() {
 
 /// An executable shell script at `path` that creates `marker`.
 fn plant_script(path: &Path, marker: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    support::write_executable(path, &format!("#!/bin/sh\ntouch {}\n", marker.display()));
 }
 
 #[tokio::test]
@@ -965,7 +963,7 @@ async fn build_tools_refuse_commands_given_as_text() {
 async fn the_dynamic_loader_cannot_run_a_planted_program() {
     let (dir, rt) = hostile(r#"process = ["*"]"#).await;
     let ws = dir.workspace();
-    std::fs::copy("/usr/bin/touch", ws.join("planted")).unwrap();
+    support::install_executable(Path::new("/usr/bin/touch"), &ws.join("planted"));
     let m = text(&marker(&dir));
     let planted = text(&ws.join("planted"));
     assert_denied(exec(&rt, &planted, &[&m]).await, &["inside a directory granted"]);

@@ -355,6 +355,23 @@ pub enum Access {
     ReadWrite,
 }
 
+impl Access {
+    /// How `reson.toml` spells it: `none`, `read`, `read-write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::None => "none",
+            Access::Read => "read",
+            Access::ReadWrite => "read-write",
+        }
+    }
+}
+
+impl std::fmt::Display for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A directory the user grants to a plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -65,7 +65,7 @@ impl Requests {
     pub fn growth_over(&self, earlier: &Requests) -> Vec<String> {
         let mut grown = Vec::new();
         if self.dirs > earlier.dirs {
-            grown.push(format!("dirs {:?} (was {:?})", self.dirs, earlier.dirs));
+            grown.push(format!("dirs `{}` (was `{}`)", self.dirs, earlier.dirs));
         }
         let lists = [
             ("http", &self.http, &earlier.http),
@@ -109,7 +109,7 @@ mod tests {
         };
         assert_eq!(
             after.growth_over(&before),
-            vec!["dirs ReadWrite (was Read)", "http `b.example`", "secret `KEY`"]
+            vec!["dirs `read-write` (was `read`)", "http `b.example`", "secret `KEY`"]
         );
         assert!(before.growth_over(&after).is_empty());
     }

@@ -256,15 +256,6 @@ pub(crate) async fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// How `reson.toml` spells an access.
-fn access_word(access: reson::config::Access) -> &'static str {
-    match access {
-        reson::config::Access::None => "none",
-        reson::config::Access::Read => "read",
-        reson::config::Access::ReadWrite => "read-write",
-    }
-}
-
 /// Each plugin on a line or two: name, version, world, status, then its
 /// tools and what it may reach; a registry source, a signature, refused
 /// tools and what its commands may do when there are any. `verbose` adds
@@ -287,10 +278,7 @@ fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>,
         let version = one_line(p.version.as_deref().unwrap_or("?"));
         say!("{} {version}  [{world}]  {status}", p.name);
         let dirs: Vec<String> = p.grants.as_ref().map_or_else(Vec::new, |g| {
-            g.dirs
-                .iter()
-                .map(|d| format!("{} ({})", d.host.display(), access_word(d.access)))
-                .collect()
+            g.dirs.iter().map(|d| format!("{} ({})", d.host.display(), d.access)).collect()
         });
         if !verbose {
             let mut reach = Vec::new();

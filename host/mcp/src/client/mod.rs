@@ -565,18 +565,8 @@ fn confinement(config: &ServerConfig, jail: reson_sandbox::config::JailMode) -> 
     if jail == reson_sandbox::config::JailMode::Off {
         return "unjailed: [sandbox] jail = \"off\"".into();
     }
-    let dirs: Vec<String> = config
-        .dirs
-        .iter()
-        .map(|d| {
-            let access = match d.access {
-                reson_sandbox::config::Access::ReadWrite => "read-write",
-                reson_sandbox::config::Access::Read => "read",
-                reson_sandbox::config::Access::None => "none",
-            };
-            format!("{} ({access})", d.path.display())
-        })
-        .collect();
+    let dirs: Vec<String> =
+        config.dirs.iter().map(|d| format!("{} ({})", d.path.display(), d.access)).collect();
     let network =
         if config.network.is_empty() { "no network".to_owned() } else { config.network.join(", ") };
     let dirs = if dirs.is_empty() { "no directories".to_owned() } else { dirs.join(", ") };

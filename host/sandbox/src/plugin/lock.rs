@@ -94,7 +94,9 @@ impl LockFile {
 
     /// Records a plugin seen for the first time or changed without asking
     /// for more. Returns what it asks for beyond the locked version when
-    /// that is not empty (and records nothing then).
+    /// that is not empty (and records nothing then). The requests are
+    /// compared whatever the digest says: the manifest is a file of its own
+    /// beside the component, so an unchanged component can ask for more.
     pub(crate) fn admit(
         &mut self,
         name: &str,
@@ -104,13 +106,13 @@ impl LockFile {
         let entry = LockEntry { sha256: sha256.to_owned(), requests: requests.clone() };
         match self.plugins.get(name) {
             Some(locked) if *locked == entry => return Ok(()),
-            Some(locked) if locked.sha256 != sha256 => {
+            Some(locked) => {
                 let grown = requests.growth_over(&locked.requests);
                 if !grown.is_empty() {
                     return Err(grown);
                 }
             }
-            _ => {}
+            None => {}
         }
         self.plugins.insert(name.to_owned(), entry);
         self.save();
@@ -214,11 +216,25 @@ mod tests {
         let big = Requests { dirs: Access::Read, ..Requests::default() };
         lock.admit("p", "aaa", &small).unwrap();
         lock.admit("p", "bbb", &small).unwrap();
-        assert_eq!(lock.admit("p", "ccc", &big).unwrap_err(), vec!["dirs Read (was None)"]);
+        assert_eq!(lock.admit("p", "ccc", &big).unwrap_err(), vec!["dirs `read` (was `none`)"]);
         let mut reopened = LockFile::open(&path).unwrap();
         assert!(reopened.admit("p", "ccc", &big).is_err(), "the refusal survives a restart");
         reopened.accept("p", "ccc", &big).unwrap();
         assert!(LockFile::open(&path).unwrap().admit("p", "ccc", &big).is_ok());
+    }
+
+    #[test]
+    fn holds_back_an_unchanged_component_whose_manifest_asks_for_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut lock = LockFile::open(&dir.path().join("reson.lock")).unwrap();
+        let small = Requests::default();
+        let big = Requests { dirs: Access::ReadWrite, ..Requests::default() };
+        lock.admit("p", "aaa", &small).unwrap();
+        assert_eq!(
+            lock.admit("p", "aaa", &big).unwrap_err(),
+            vec!["dirs `read-write` (was `none`)"]
+        );
+        assert!(lock.admit("p", "aaa", &small).is_ok(), "asking for what was accepted");
     }
 
     #[test]
