@@ -3,7 +3,7 @@
 //! host's operator: without `--user` it sees every scope.
 
 use super::exit;
-use super::term::{say, say_err};
+use super::term::{say, say_err, say_error};
 use clap::Subcommand;
 use reson::config::Config;
 use reson::knowledge::{Draft, Entry, KnowledgeError};
@@ -156,7 +156,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             | KnowledgeError::Invalid(_)
             | KnowledgeError::TooLarge { .. }),
         ) => {
-            say_err!("error: {e}");
+            say_error!("{e}");
             Ok(ExitCode::from(exit::USAGE))
         }
         Err(e) => Err(e.into()),

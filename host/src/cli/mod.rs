@@ -46,6 +46,10 @@ struct Cli {
     /// and plugin reloads, other commands warnings.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Colour statuses, diffs and errors: auto (when the output is a
+    /// terminal and NO_COLOR is unset), always or never
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto")]
+    color: clap::ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -114,6 +118,7 @@ pub(crate) async fn open_stores(config: &Config) -> anyhow::Result<reson::store:
 
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
+    term::choose_colours(cli.color);
     // A server's log also says what its plugins do: loads, compiles that
     // take a while (the previous version serving meanwhile), reloads. A
     // run says what matters in its own output: a log line would land in
@@ -141,7 +146,7 @@ pub async fn main() -> ExitCode {
     match command(&cli).await {
         Ok(code) => code,
         Err(err) => {
-            term::say_err!("error: {err:#}");
+            term::say_error!("{err:#}");
             ExitCode::from(exit::HOST)
         }
     }
@@ -279,6 +284,9 @@ pub(crate) struct Host {
     /// line and the fix (commands that go on despite them say why a tool
     /// is missing).
     pub(crate) problems: Vec<String>,
+    /// The slow work the runtime reports (compiles, browser starts), when
+    /// stderr is a terminal.
+    pub(crate) work: Option<std::sync::Arc<term::Spinner>>,
 }
 
 /// What a command does about a config whose grants cannot be met.
@@ -310,7 +318,7 @@ async fn open(
     let path = config_path(cli);
     let source = path.as_deref().and_then(checks::Source::read);
     for warning in checks::unknown_plugins(&config, &options.plugins_dir, source.as_ref()) {
-        term::say_err!("{warning}");
+        term::say_warning!("{warning}");
     }
     // Checked before the command line adds its own grants: those name
     // what exists (a script's directory).
@@ -323,9 +331,11 @@ async fn open(
     let spinner = term::Spinner::for_terminal();
     options.observer = spinner.clone().map(|s| s as _);
     let runtime = Runtime::open(options).await.context("cannot start the plugin runtime")?;
-    // Reloads later (a server's) are for its log, not a spinner.
-    if let Some(spinner) = spinner {
+    // Reloads later (a server's) are for its log, not a spinner; what the
+    // runtime does for a run (starting a browser) the run draws itself,
+    // between its own lines.
+    if let Some(spinner) = &spinner {
         spinner.finish();
     }
-    Ok(Host { config, runtime, problems })
+    Ok(Host { config, runtime, problems, work: spinner })
 }
