@@ -116,6 +116,11 @@ fn colours_only_at_a_terminal_or_when_asked_and_never_with_no_color() {
     let missing = always(&["traces", "show", "tr_missing"]);
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.starts_with(&painted(error, "error:")), "{err:?}");
+    // clap's own help follows the flag too.
+    let help = ok(&always(&["--help"]));
+    assert!(help.contains('\u{1b}'), "{help:?}");
+    let help = ok(&reson(&project, &["--help"]));
+    assert!(!help.contains('\u{1b}'), "{help:?}");
     let json = ok(&always(&["traces", "list", "--json"]));
     assert!(!json.contains('\u{1b}'), "{json:?}");
     serde_json::from_str::<Value>(&json).expect("plain JSON");

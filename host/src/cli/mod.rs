@@ -17,7 +17,7 @@ mod traces;
 mod users;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum as _};
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
 use std::io::Write as _;
@@ -117,8 +117,10 @@ pub(crate) async fn open_stores(config: &Config) -> anyhow::Result<reson::store:
 }
 
 pub async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    term::choose_colours(cli.color);
+    let color = color_flag(std::env::args_os().map(|a| a.to_string_lossy().into_owned()));
+    term::choose_colours(color);
+    let matches = Cli::command().color(color).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A server's log also says what its plugins do: loads, compiles that
     // take a while (the previous version serving meanwhile), reloads. A
     // run says what matters in its own output: a log line would land in
@@ -150,6 +152,25 @@ pub async fn main() -> ExitCode {
             ExitCode::from(exit::HOST)
         }
     }
+}
+
+/// `--color` as the command line gives it (the last one), read ahead of
+/// clap so that its own help and usage errors follow it too; `auto` when
+/// absent or unreadable (clap then says what is wrong with it).
+fn color_flag(args: impl Iterator<Item = String>) -> clap::ColorChoice {
+    let args: Vec<String> = args.take_while(|a| a != "--").collect();
+    let mut choice = clap::ColorChoice::Auto;
+    for (i, arg) in args.iter().enumerate() {
+        let value = match arg.strip_prefix("--color") {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(value) => value.strip_prefix('='),
+            None => None,
+        };
+        if let Some(value) = value.and_then(|v| clap::ColorChoice::from_str(v, false).ok()) {
+            choice = value;
+        }
+    }
+    choice
 }
 
 /// Runs the command given, opening the plugin runtime if it needs one.
@@ -338,4 +359,20 @@ async fn open(
         spinner.finish();
     }
     Ok(Host { config, runtime, problems, work: spinner })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::color_flag;
+    use clap::ColorChoice;
+
+    #[test]
+    fn the_color_flag_is_read_ahead_of_clap_the_last_one_winning() {
+        let flag = |args: &str| color_flag(args.split(' ').map(str::to_owned));
+        assert_eq!(flag("reson traces list"), ColorChoice::Auto);
+        assert_eq!(flag("reson --color never traces list"), ColorChoice::Never);
+        assert_eq!(flag("reson --color=never run --color=always hi"), ColorChoice::Always);
+        // After `--` it is the task's text, not a flag.
+        assert_eq!(flag("reson run -- --color never"), ColorChoice::Auto);
+    }
 }

@@ -104,6 +104,11 @@ pub(crate) fn labelled(label: &str, style: Style, text: &str) {
 /// A unified diff (as `similar` writes it) for a terminal: each line
 /// [`clean`], added lines green, removed red, hunk headers cyan.
 pub(crate) fn diff_text(patch: &str, stream: Stream) -> String {
+    diff_painted(patch, |style, line| paint(stream, style, line))
+}
+
+/// [`diff_text`] with `paint` for the colouring.
+fn diff_painted(patch: &str, paint: impl Fn(Style, &str) -> String) -> String {
     let mut out = String::with_capacity(patch.len());
     for line in clean(patch).split_inclusive('\n') {
         let (body, end) = match line.strip_suffix('\n') {
@@ -122,7 +127,7 @@ pub(crate) fn diff_text(patch: &str, stream: Stream) -> String {
             None
         };
         match style {
-            Some(style) => out.push_str(&paint(stream, style, body)),
+            Some(style) => out.push_str(&paint(style, body)),
             None => out.push_str(body),
         }
         out.push_str(end);
@@ -331,17 +336,6 @@ macro_rules! say_part {
 
 pub(crate) use {say, say_err, say_error, say_part, say_warning};
 
-#[cfg(test)]
-mod tests {
-    use super::{clean, one_line};
-
-    #[test]
-    fn terminal_text_keeps_its_lines_and_loses_its_escapes() {
-        assert_eq!(clean("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\nc");
-        assert_eq!(one_line("{\"a\":\n1}\r\n"), "{\"a\":\\u{a}1}\\u{d}\\u{a}");
-    }
-}
-
 /// A size for people: `12 bytes`, `3.4 KB`, `13.2 MB`.
 pub(crate) fn size_text(bytes: usize) -> String {
     match bytes {
@@ -349,5 +343,34 @@ pub(crate) fn size_text(bytes: usize) -> String {
         b if b < 1_000 => format!("{b} bytes"),
         b if b < 1_000_000 => format!("{:.1} KB", b as f64 / 1e3),
         b => format!("{:.1} MB", b as f64 / 1e6),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clean, diff_painted, one_line, style};
+
+    #[test]
+    fn terminal_text_keeps_its_lines_and_loses_its_escapes() {
+        assert_eq!(clean("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\nc");
+        assert_eq!(one_line("{\"a\":\n1}\r\n"), "{\"a\":\\u{a}1}\\u{d}\\u{a}");
+    }
+
+    #[test]
+    fn a_diff_is_painted_line_by_line_after_its_escapes_are_cleaned() {
+        let patch = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\x1b[2J\n same";
+        let names = [
+            (style::HEADER, "head"),
+            (style::GOOD, "good"),
+            (style::BAD, "bad"),
+            (style::PLACE, "place"),
+        ];
+        let name = |s| names.iter().find(|(n, _)| *n == s).map(|(_, name)| *name).unwrap();
+        let painted = diff_painted(patch, |s, line| format!("<{}>{line}</>", name(s)));
+        assert_eq!(
+            painted,
+            "<head>--- a/x</>\n<head>+++ b/x</>\n<place>@@ -1 +1 @@</>\n<bad>-old</>\n\
+             <good>+new\\u{1b}[2J</>\n same"
+        );
     }
 }
