@@ -332,7 +332,8 @@ fn one_page_site() -> u16 {
 }
 
 /// A run's first browser call starts Chromium (a second or more): at a
-/// terminal the run says so until it is up; in a pipe it says nothing.
+/// terminal the run says so until it is up, as `tool call` does; in a
+/// pipe it says nothing.
 #[test]
 fn a_first_browser_call_says_it_starts_chromium_at_a_terminal_only() {
     support::chromium::executable();
@@ -369,4 +370,15 @@ fn a_first_browser_call_says_it_starts_chromium_at_a_terminal_only() {
     );
     ok(&out);
     assert!(!text(&out).contains("Chromium"), "{}", text(&out));
+
+    // A tool author's `tool call` starts a browser of its own, and says so too.
+    let record = dir.path().join("tool-call.log");
+    let args = json!({ "url": url }).to_string();
+    let call = at_terminal("", &format!("tool call browser_navigate '{args}'"));
+    let tmux = Tmux::start_recorded(&project, &format!("{call}; echo EXIT=$?; sleep 600"), &record);
+    let screen = tmux.until("EXIT=");
+    assert!(screen.contains("EXIT=0") && screen.contains("Hi"), "{screen}");
+    assert!(!screen.contains("starting Chromium"), "the line is cleared: {screen}");
+    let said = std::fs::read_to_string(&record).unwrap();
+    assert!(said.contains("starting Chromium for browser…"), "{said:?}");
 }

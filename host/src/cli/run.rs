@@ -721,10 +721,12 @@ impl Printer {
         };
         match what {
             Some(what) => {
-                const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
                 self.frame += 1;
                 self.drawn = true;
-                eprint!("\r\x1b[2K{} {what}", FRAMES[self.frame % FRAMES.len()]);
+                eprint!(
+                    "\r\x1b[2K{} {what}",
+                    super::term::FRAMES[self.frame % super::term::FRAMES.len()]
+                );
             }
             None => self.clear_line(),
         }

@@ -190,6 +190,9 @@ impl Drop for KeyMode {
     }
 }
 
+/// The frames of every spinner the command line draws.
+pub(crate) const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
+
 /// A spinner on stderr saying what long work is under way ("compiling
 /// fs.wasm (1.2 MB)…"), drawn only while there is some and only when
 /// stderr is a terminal: never in a pipe, a log or `--json` output. It
@@ -218,7 +221,6 @@ impl Spinner {
         std::thread::Builder::new()
             .name("reson-spinner".into())
             .spawn(move || {
-                const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
                 for frame in FRAMES.iter().cycle() {
                     std::thread::sleep(std::time::Duration::from_millis(100));
                     let mut under = drawing.lock().expect("spinner");
@@ -264,6 +266,39 @@ impl Spinner {
         under.stopped = true;
         under.clear();
     }
+}
+
+/// Awaits `work`, drawing on stderr what `spinner` reports meanwhile
+/// (starting a browser), for a command that prints nothing until its one
+/// result: the spinner's own thread is finished by then. Clears the line
+/// before returning.
+pub(crate) async fn drawing_while<T>(
+    spinner: Option<&Spinner>,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let Some(spinner) = spinner else { return work.await };
+    let mut ticks = tokio::time::interval(std::time::Duration::from_millis(100));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut work = std::pin::pin!(work);
+    let (mut frame, mut drawn) = (0, false);
+    let done = loop {
+        tokio::select! {
+            done = &mut work => break done,
+            _ = ticks.tick() => match spinner.current() {
+                Some(line) => {
+                    frame += 1;
+                    drawn = true;
+                    eprint!("\r\x1b[2K{} {line}", FRAMES[frame % FRAMES.len()]);
+                }
+                None if std::mem::take(&mut drawn) => eprint!("\r\x1b[2K"),
+                None => {}
+            },
+        }
+    };
+    if drawn {
+        eprint!("\r\x1b[2K");
+    }
+    done
 }
 
 impl Under {

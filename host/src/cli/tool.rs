@@ -237,7 +237,9 @@ fn print_output(out: &ToolOutput, json: bool) {
 }
 
 async fn call(host: &Host, tool: &str, args: &str, json: bool) -> ExitCode {
-    match host.call_tool(tool, args, &CallContext::default()).await {
+    let context = CallContext::default();
+    let called = host.call_tool(tool, args, &context);
+    match super::term::drawing_while(host.work.as_deref(), called).await {
         Ok(out) => {
             print_output(&out, json);
             ExitCode::SUCCESS
