@@ -146,7 +146,8 @@ fn colours_only_at_a_terminal_or_when_asked_and_never_with_no_color() {
 
 /// Every command that takes `--json` prints one JSON document on stdout
 /// (`run`: one event a line) and nothing else, colours asked for and
-/// warnings on: what it says besides goes to stderr. A rewind with
+/// warnings on: what it says besides goes to stderr. Text that could drive
+/// a terminal is escaped as JSON escapes it, so it stays JSON. A rewind with
 /// `--restore-files --json` lists the files it put back.
 #[test]
 fn every_json_output_is_json_alone_on_stdout() {
@@ -171,6 +172,15 @@ fn every_json_output_is_json_alone_on_stdout() {
     assert!(tools.as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "read")), "{tools}");
     let echoed = json(&["tool", "call", "echo", r#"{"text":"hi"}"#, "--json"]);
     assert_eq!(echoed["text"], "hi", "{echoed}");
+    // Controls JSON leaves raw (DEL, C1, a bidi override) are escaped the
+    // JSON way: safe at a terminal, and still the same value.
+    let hostile = "a\u{7f}b\u{9b}c\u{202e}d";
+    let args = json!({ "text": hostile }).to_string();
+    let out = reson(&project, &["tool", "call", "echo", &args, "--json"]);
+    let said = ok(&out);
+    assert!(!said.contains(['\u{7f}', '\u{9b}', '\u{202e}']), "{said:?}");
+    let echoed: Value = serde_json::from_str(&said).unwrap_or_else(|e| panic!("{e}: {said:?}"));
+    assert_eq!(echoed["text"], hostile, "{echoed}");
     let traces = json(&["traces", "list", "--json"]);
     let id = traces[0]["id"].as_str().expect("a trace").to_owned();
     let shown = json(&["traces", "show", "--json"]);

@@ -2,7 +2,7 @@
 
 use super::author::{self, Lang};
 use super::exit;
-use super::term::{Spinner, Stream, clean, one_line, paint, say, style, write_out};
+use super::term::{Spinner, Stream, clean, one_line, paint, say, say_json, style, write_out};
 use anyhow::Context as _;
 use clap::Subcommand;
 use reson::plugin::{self, Options, PluginInfo, PluginSource, PluginStatus, Runtime, signing};
@@ -230,7 +230,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json: true } => {
-            say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
+            say_json(&serde_json::to_string_pretty(&runtime.plugins())?);
         }
         Command::List { json: false } => {
             let sources = plugin::sources(&runtime.options().lock_file).unwrap_or_default();

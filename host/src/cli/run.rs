@@ -1,7 +1,8 @@
 //! `reson run`: run an agent and print it as it happens.
 
 use super::term::{
-    Stream, clean, labelled, one_line, paint, plural, say, say_err, say_error, status_style, style,
+    Stream, clean, labelled, one_line, paint, plural, say, say_err, say_error, say_json,
+    status_style, style,
 };
 use super::{Host, exit};
 use anyhow::Context as _;
@@ -788,7 +789,7 @@ impl Printer {
 
     fn print(&mut self, event: &AgentEvent) {
         if self.json {
-            say!("{}", serde_json::to_string(event).expect("events serialise"));
+            say_json(&serde_json::to_string(event).expect("events serialise"));
             if matches!(event, AgentEvent::Finished { .. }) {
                 self.alive = false;
             }

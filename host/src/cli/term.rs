@@ -151,6 +151,15 @@ pub(crate) fn write_out(text: &str) {
     }
 }
 
+/// `json`, one JSON document, on stdout alone on its line(s): redacted,
+/// and with its control characters escaped the JSON way, so that it is
+/// safe at a terminal and still JSON ([`clean`]'s `\u{..}` is not). Never
+/// coloured.
+pub(crate) fn say_json(json: &str) {
+    let json = reson::redact::redact(json);
+    write_out(&(reson::text::escape_controls_json(&json).into_owned() + "\n"));
+}
+
 /// `1 model call`, `2 model calls`.
 pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })

@@ -4,7 +4,7 @@
 //! applies them.
 
 use super::exit;
-use super::term::{one_line, say, say_err, say_error};
+use super::term::{one_line, say, say_err, say_error, say_json};
 use super::{Host, mcp};
 use anyhow::Context as _;
 use clap::Subcommand;
@@ -104,7 +104,7 @@ async fn list(host: &Host, json: bool) -> anyhow::Result<()> {
         }
     }
     if json {
-        say!("{}", serde_json::to_string_pretty(&tools)?);
+        say_json(&serde_json::to_string_pretty(&tools)?);
         return Ok(());
     }
     for tool in &tools {
@@ -180,7 +180,7 @@ async fn call_mcp(host: &Host, call: McpCall<'_>, json: bool) -> anyhow::Result<
             };
             let err = serde_json::json!({ "error": "denied", "tool": tool, "reason": why });
             if json {
-                say!("{}", serde_json::to_string_pretty(&err)?);
+                say_json(&serde_json::to_string_pretty(&err)?);
             }
             say_error!("permission denied for `{tool}` under preset `{preset}`: {why}");
             return Ok(ExitCode::from(exit::DENIED));
@@ -199,7 +199,7 @@ async fn call_mcp(host: &Host, call: McpCall<'_>, json: bool) -> anyhow::Result<
         }
         Err(err) => {
             if json {
-                say!("{}", serde_json::to_string_pretty(&err)?);
+                say_json(&serde_json::to_string_pretty(&err)?);
             }
             let code = mcp_exit_code(&err);
             let message = match err {
@@ -227,7 +227,7 @@ async fn call_mcp(host: &Host, call: McpCall<'_>, json: bool) -> anyhow::Result<
 
 fn print_output(out: &ToolOutput, json: bool) {
     if json {
-        say!("{}", serde_json::to_string_pretty(out).expect("tool output serialises"));
+        say_json(&serde_json::to_string_pretty(out).expect("tool output serialises"));
         return;
     }
     say!("{}", out.text);
@@ -246,7 +246,7 @@ async fn call(host: &Host, tool: &str, args: &str, json: bool) -> ExitCode {
         }
         Err(err) => {
             if json {
-                say!("{}", serde_json::to_string_pretty(&err).expect("errors serialise"));
+                say_json(&serde_json::to_string_pretty(&err).expect("errors serialise"));
             }
             say_error!("{err}");
             if matches!(err, CallError::UnknownTool { .. }) {

@@ -4,8 +4,8 @@
 
 use super::run::status_word;
 use super::term::{
-    Stream, clean, diff_text, paint, say, say_err, say_error, say_part, status_style, style,
-    write_out,
+    Stream, clean, diff_text, paint, say, say_err, say_error, say_json, say_part, status_style,
+    style, write_out,
 };
 use anyhow::Context as _;
 use clap::{Subcommand, ValueEnum};
@@ -149,7 +149,7 @@ pub(crate) async fn replay(
             Err(e) => return Err(e.into()),
         };
     if args.json {
-        say!("{}", serde_json::to_string_pretty(&report)?);
+        say_json(&serde_json::to_string_pretty(&report)?);
     } else {
         say!("{report}");
     }
@@ -188,7 +188,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 TraceFilter { roots_only: *roots, uid: user.clone(), ..TraceFilter::default() };
             let traces = store.list_traces(&filter).await?;
             if *json {
-                say!("{}", serde_json::to_string_pretty(&traces)?);
+                say_json(&serde_json::to_string_pretty(&traces)?);
             } else if traces.is_empty() {
                 say!("no traces in {place}");
             } else {
@@ -236,7 +236,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             if *json {
                 let all =
                     serde_json::json!({ "trace": trace, "messages": messages, "goals": goals });
-                say!("{}", serde_json::to_string_pretty(&all)?);
+                say_json(&serde_json::to_string_pretty(&all)?);
                 return Ok(ExitCode::SUCCESS);
             }
             let status = paint(Stream::Out, status_style(trace.status), status_word(trace.status));
@@ -307,7 +307,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 Err(e) => return Err(e.into()),
             };
             if *json {
-                say!("{}", serde_json::to_string_pretty(&files)?);
+                say_json(&serde_json::to_string_pretty(&files)?);
             } else if files.is_empty() {
                 say!("no files changed between {from} and {to}");
             } else {
