@@ -272,7 +272,7 @@ fn slow_componentize_py(bin: &Path) {
         "#!/bin/sh\n\
          if [ \"$1\" = --version ]; then echo 'componentize-py 0.25.1'; exit 0; fi\n\
          while [ $# -gt 0 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n\
-         sleep 1\n\
+         sleep 2\n\
          printf '\\0asm' > \"$out\"\n",
     )
     .unwrap();

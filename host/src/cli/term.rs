@@ -1,6 +1,9 @@
 //! Everything the command line prints goes through [`clean`]: secrets are
 //! redacted, and control characters (which a guest, a model or a file name
-//! could use to rewrite what the terminal shows) are escaped.
+//! could use to rewrite what the terminal shows) are escaped. Colours are
+//! added after it ([`paint`]), so theirs are the only codes that reach a
+//! terminal; JSON documents go through [`say_json`] instead, which keeps
+//! them JSON.
 
 use anstyle::{AnsiColor, Style};
 use reson::text::{Lines, escape_controls};
