@@ -392,3 +392,22 @@ fn a_first_browser_call_says_it_starts_chromium_at_a_terminal_only() {
     let said = std::fs::read_to_string(&record).unwrap();
     assert!(said.contains("starting Chromium for browser…"), "{said:?}");
 }
+
+/// Counts read as words (`1 attempt`, never `attempt(s)`): `mcp list` on a
+/// server that cannot start.
+#[test]
+fn mcp_list_counts_a_down_servers_attempts_in_words() {
+    let dir = TestDir::new();
+    std::fs::write(
+        dir.path().join("reson.toml"),
+        "[mcp.gone]\ncommand = [\"/nonexistent/server\"]\n",
+    )
+    .unwrap();
+    let listed = ok(&reson(dir.path(), &["mcp", "list"]));
+    // It is restarted meanwhile, so the count may have grown by the time
+    // it is listed; the words must fit it.
+    let count = listed.split("[down after ").nth(1).and_then(|rest| rest.split_once(' '));
+    let (n, word) = count.unwrap_or_else(|| panic!("{listed}"));
+    let word = word.split(':').next().unwrap_or_default();
+    assert_eq!(word, if n == "1" { "attempt" } else { "attempts" }, "{listed}");
+}
