@@ -411,3 +411,24 @@ fn mcp_list_counts_a_down_servers_attempts_in_words() {
     let word = word.split(':').next().unwrap_or_default();
     assert_eq!(word, if n == "1" { "attempt" } else { "attempts" }, "{listed}");
 }
+
+/// `reson task` with no terminal: a step's `ask` is denied at once, and
+/// the task ends saying so in words (`1 call was denied`), exit 3.
+#[test]
+fn a_task_says_in_words_how_many_calls_were_denied_for_want_of_an_answer() {
+    let dir = TestDir::new();
+    ok(&reson(dir.path(), &["init", "project"]));
+    let project = dir.path().join("project");
+    std::fs::write(project.join("plan.md"), "1. Write a note\n").unwrap();
+    let script = json!({ "turns": [
+        { "text": "noting", "tool_calls": [{ "name": "write", "arguments": { "path": "note.txt", "content": "draft" } }] },
+        { "text": "could not" },
+    ]});
+    std::fs::write(project.join("scripts/task.json"), script.to_string()).unwrap();
+    let args = ["--parser", "markdown-plan", "--plan", "plan.md", "--script", "scripts/task.json"];
+    let out = reson(&project, &[&["task", "Note it"][..], &args].concat());
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 call was denied for want of an answer"), "{}", text(&out));
+    assert!(!project.join("workspace/note.txt").exists());
+}
