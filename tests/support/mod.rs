@@ -352,6 +352,20 @@ impl Tmux {
         tmux
     }
 
+    /// [`Tmux::start`], with every byte `command` writes to the terminal
+    /// (lines it clears again too, and colour codes) appended to `record`:
+    /// the command waits until the recording is on.
+    pub fn start_recorded(cwd: &std::path::Path, command: &str, record: &std::path::Path) -> Self {
+        let gate = record.with_extension("go");
+        let gated = format!("while [ ! -e '{}' ]; do sleep 0.05; done; {command}", gate.display());
+        let tmux = Self::start(cwd, &gated);
+        let pipe = format!("cat >> '{}'", record.display());
+        let piped = tmux.command().args(["pipe-pane", "-o", "-t", "t", &pipe]).status().unwrap();
+        assert!(piped.success(), "recording the pane");
+        std::fs::write(&gate, "").unwrap();
+        tmux
+    }
+
     pub fn command(&self) -> std::process::Command {
         let mut command = std::process::Command::new("tmux");
         command.args(["-L", &self.socket]);

@@ -44,5 +44,6 @@ mod stores;
 mod sub_agents;
 mod task;
 mod telemetry;
+mod terminal;
 mod users;
 mod viewer;

@@ -672,6 +672,10 @@ async fn a_run_killed_while_a_child_runs_heals_and_the_child_resumes() {
     let text = String::from_utf8_lossy(&show.stdout);
     assert!(text.contains(&format!("  g1 → {child}  default  completed  ")), "{text}");
     assert!(text.contains("tree totals: "), "{text}");
+    // Costs as the run's summary writes them (nothing spent: `$0.00`),
+    // never `$0.0000`.
+    assert!(text.contains(" msgs, ") && text.contains(", $0.00, "), "{text}");
+    assert!(!text.contains("$0.0000"), "{text}");
     let list = Command::new(env!("CARGO_BIN_EXE_reson"))
         .args(["--traces-dir", &s.dir.path().join("traces").to_string_lossy()])
         .args(["traces", "list", "--roots"])

@@ -88,10 +88,7 @@ pub(crate) fn unknown_plugins(
                 .filter(|(d, _)| *d <= 2.max(name.len() / 3))
                 .min();
             let hint = nearest.map(|(_, p)| format!(" (did you mean `{p}`?)")).unwrap_or_default();
-            format!(
-                "warning: {at}: [plugins.{name}]: no plugin `{name}` in {}{hint}",
-                plugins_dir.display()
-            )
+            format!("{at}: [plugins.{name}]: no plugin `{name}` in {}{hint}", plugins_dir.display())
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 //! host's operator: without `--user` it sees every scope.
 
 use super::exit;
-use super::term::{say, say_err};
+use super::term::{say, say_err, say_error, say_json};
 use clap::Subcommand;
 use reson::config::Config;
 use reson::knowledge::{Draft, Entry, KnowledgeError};
@@ -109,9 +109,8 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             match draft {
                 Ok(draft) => store.save(draft).await.map(|entry| {
                     if *json {
-                        say!(
-                            "{}",
-                            serde_json::to_string_pretty(&entry).expect("an entry serialises")
+                        say_json(
+                            &serde_json::to_string_pretty(&entry).expect("an entry serialises"),
                         );
                     } else {
                         say!("saved {}", line(&entry));
@@ -122,7 +121,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
         }
         Command::List { user, json } => store.list(&visible(user)).await.map(|all| {
             if *json {
-                say!("{}", serde_json::to_string_pretty(&all).expect("entries serialise"));
+                say_json(&serde_json::to_string_pretty(&all).expect("entries serialise"));
             } else if all.is_empty() {
                 say_err!("no knowledge in {}", store.describe());
             } else {
@@ -134,7 +133,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
         Command::Search { query, limit, user, json } => {
             store.search(query, &visible(user), *limit).await.map(|hits| {
                 if *json {
-                    say!("{}", serde_json::to_string_pretty(&hits).expect("hits serialise"));
+                    say_json(&serde_json::to_string_pretty(&hits).expect("hits serialise"));
                 } else if hits.is_empty() {
                     say_err!("nothing matches `{query}`");
                 } else {
@@ -156,7 +155,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             | KnowledgeError::Invalid(_)
             | KnowledgeError::TooLarge { .. }),
         ) => {
-            say_err!("error: {e}");
+            say_error!("{e}");
             Ok(ExitCode::from(exit::USAGE))
         }
         Err(e) => Err(e.into()),

@@ -2,7 +2,7 @@
 //! agent knows and learns.
 
 use super::run::{ModelArgs, grant_script};
-use super::term::{say, say_err, say_part};
+use super::term::{say, say_err, say_error, say_part};
 use super::{Host, exit};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -118,7 +118,7 @@ pub(crate) async fn experiences_command(
         ExperiencesCommand::Rate { id, rating } => match store.rate(id, *rating).await {
             Ok(e) => say!("{}: helpful {}, harmful {}", e.id, e.metrics.helpful, e.metrics.harmful),
             Err(e @ experience::ExperienceError::UnknownId(_)) => {
-                say_err!("error: {e}");
+                say_error!("{e}");
                 return Ok(ExitCode::from(exit::USAGE));
             }
             Err(e) => return Err(e.into()),
@@ -143,13 +143,13 @@ pub(crate) async fn experiences_command(
 /// append; one it has that differs is reported and nothing is written.
 async fn import(store: &dyn ExperienceStore, file: &std::path::Path) -> anyhow::Result<ExitCode> {
     if !file.exists() {
-        say_err!("error: no file {}", file.display());
+        say_error!("no file {}", file.display());
         return Ok(ExitCode::from(exit::USAGE));
     }
     let incoming = match FileExperienceStore::new(file).list().await {
         Ok(all) => all,
         Err(e @ experience::ExperienceError::Malformed { .. }) => {
-            say_err!("error: {e}");
+            say_error!("{e}");
             return Ok(ExitCode::from(exit::USAGE));
         }
         Err(e) => return Err(e.into()),
@@ -161,8 +161,8 @@ async fn import(store: &dyn ExperienceStore, file: &std::path::Path) -> anyhow::
         match existing.iter().find(|x| x.id == e.id) {
             Some(x) if *x == e => same += 1,
             Some(_) => {
-                say_err!(
-                    "error: experience {} differs from the one in {}: nothing imported",
+                say_error!(
+                    "experience {} differs from the one in {}: nothing imported",
                     e.id,
                     store.describe()
                 );
@@ -217,7 +217,7 @@ pub(crate) async fn reflect(runtime: &Host, args: &ReflectArgs) -> anyhow::Resul
             e @ (experience::ExperienceError::NoTrace(_)
             | experience::ExperienceError::NotReady { .. }),
         ) => {
-            say_err!("error: {e}");
+            say_error!("{e}");
             return Ok(ExitCode::from(exit::USAGE));
         }
         Err(e) => return Err(e.into()),

@@ -2,7 +2,7 @@
 //! servers the config names.
 
 use super::Host;
-use super::term::{one_line, say};
+use super::term::{one_line, plural, say, say_json};
 use anyhow::Context as _;
 use clap::Subcommand;
 use reson::mcp::client::with_configured;
@@ -110,7 +110,7 @@ pub(crate) async fn run(runtime: &Host, command: &Command) -> anyhow::Result<Exi
                     .extend(shadowed.values().filter(|r| r.name.starts_with(&prefix)).cloned());
             }
             if *json {
-                say!("{}", serde_json::to_string_pretty(&servers)?);
+                say_json(&serde_json::to_string_pretty(&servers)?);
                 return Ok(ExitCode::SUCCESS);
             }
             if servers.is_empty() {
@@ -122,7 +122,8 @@ pub(crate) async fn run(runtime: &Host, command: &Command) -> anyhow::Result<Exi
                     Status::Ready => "ready".to_owned(),
                     Status::Disabled => "disabled".to_owned(),
                     Status::Down { error, attempts } => {
-                        format!("down after {attempts} attempt(s): {}", one_line(error))
+                        let attempts = plural(*attempts as usize, "attempt", "attempts");
+                        format!("down after {attempts}: {}", one_line(error))
                     }
                 };
                 say!("{}  {}  [{status}]", server.name, one_line(&server.endpoint));

@@ -17,7 +17,7 @@ mod traces;
 mod users;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum as _};
 use reson::config::Config;
 use reson::plugin::{Options, Runtime};
 use std::io::Write as _;
@@ -46,6 +46,10 @@ struct Cli {
     /// and plugin reloads, other commands warnings.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Colour statuses, diffs and errors: auto (when the output is a
+    /// terminal and NO_COLOR is unset), always or never
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto")]
+    color: clap::ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -113,7 +117,10 @@ pub(crate) async fn open_stores(config: &Config) -> anyhow::Result<reson::store:
 }
 
 pub async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let color = color_flag(std::env::args_os().map(|a| a.to_string_lossy().into_owned()));
+    term::choose_colours(color);
+    let matches = Cli::command().color(color).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A server's log also says what its plugins do: loads, compiles that
     // take a while (the previous version serving meanwhile), reloads. A
     // run says what matters in its own output: a log line would land in
@@ -141,10 +148,29 @@ pub async fn main() -> ExitCode {
     match command(&cli).await {
         Ok(code) => code,
         Err(err) => {
-            term::say_err!("error: {err:#}");
+            term::say_error!("{err:#}");
             ExitCode::from(exit::HOST)
         }
     }
+}
+
+/// `--color` as the command line gives it (the last one), read ahead of
+/// clap so that its own help and usage errors follow it too; `auto` when
+/// absent or unreadable (clap then says what is wrong with it).
+fn color_flag(args: impl Iterator<Item = String>) -> clap::ColorChoice {
+    let args: Vec<String> = args.take_while(|a| a != "--").collect();
+    let mut choice = clap::ColorChoice::Auto;
+    for (i, arg) in args.iter().enumerate() {
+        let value = match arg.strip_prefix("--color") {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(value) => value.strip_prefix('='),
+            None => None,
+        };
+        if let Some(value) = value.and_then(|v| clap::ColorChoice::from_str(v, false).ok()) {
+            choice = value;
+        }
+    }
+    choice
 }
 
 /// Runs the command given, opening the plugin runtime if it needs one.
@@ -279,6 +305,9 @@ pub(crate) struct Host {
     /// line and the fix (commands that go on despite them say why a tool
     /// is missing).
     pub(crate) problems: Vec<String>,
+    /// The slow work the runtime reports (compiles, browser starts), when
+    /// stderr is a terminal.
+    pub(crate) work: Option<std::sync::Arc<term::Spinner>>,
 }
 
 /// What a command does about a config whose grants cannot be met.
@@ -310,7 +339,7 @@ async fn open(
     let path = config_path(cli);
     let source = path.as_deref().and_then(checks::Source::read);
     for warning in checks::unknown_plugins(&config, &options.plugins_dir, source.as_ref()) {
-        term::say_err!("{warning}");
+        term::say_warning!("{warning}");
     }
     // Checked before the command line adds its own grants: those name
     // what exists (a script's directory).
@@ -323,9 +352,27 @@ async fn open(
     let spinner = term::Spinner::for_terminal();
     options.observer = spinner.clone().map(|s| s as _);
     let runtime = Runtime::open(options).await.context("cannot start the plugin runtime")?;
-    // Reloads later (a server's) are for its log, not a spinner.
-    if let Some(spinner) = spinner {
+    // Reloads later (a server's) are for its log, not a spinner; what the
+    // runtime does for a run (starting a browser) the run draws itself,
+    // between its own lines.
+    if let Some(spinner) = &spinner {
         spinner.finish();
     }
-    Ok(Host { config, runtime, problems })
+    Ok(Host { config, runtime, problems, work: spinner })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::color_flag;
+    use clap::ColorChoice;
+
+    #[test]
+    fn the_color_flag_is_read_ahead_of_clap_the_last_one_winning() {
+        let flag = |args: &str| color_flag(args.split(' ').map(str::to_owned));
+        assert_eq!(flag("reson traces list"), ColorChoice::Auto);
+        assert_eq!(flag("reson --color never traces list"), ColorChoice::Never);
+        assert_eq!(flag("reson --color=never run --color=always hi"), ColorChoice::Always);
+        // After `--` it is the task's text, not a flag.
+        assert_eq!(flag("reson run -- --color never"), ColorChoice::Auto);
+    }
 }

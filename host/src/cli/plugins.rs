@@ -2,7 +2,7 @@
 
 use super::author::{self, Lang};
 use super::exit;
-use super::term::{one_line, say};
+use super::term::{Spinner, Stream, clean, one_line, paint, say, say_json, style, write_out};
 use anyhow::Context as _;
 use clap::Subcommand;
 use reson::plugin::{self, Options, PluginInfo, PluginSource, PluginStatus, Runtime, signing};
@@ -155,8 +155,12 @@ pub(crate) async fn run_offline(command: &Command, options: &Options) -> anyhow:
             );
         }
         Command::Build { dir } => {
-            let wasm = author::build(dir)?;
-            say!("built {}", wasm.display());
+            let work = Spinner::for_terminal();
+            let built = author::build(dir, work.as_deref());
+            if let Some(work) = &work {
+                work.finish();
+            }
+            say!("built {}", built?.display());
         }
         Command::Install { path, insecure } => {
             if let Some(text) = path.to_str().filter(|t| OciRef::is_oci(t)) {
@@ -226,7 +230,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json: true } => {
-            say!("{}", serde_json::to_string_pretty(&runtime.plugins())?);
+            say_json(&serde_json::to_string_pretty(&runtime.plugins())?);
         }
         Command::List { json: false } => {
             let sources = plugin::sources(&runtime.options().lock_file).unwrap_or_default();
@@ -266,17 +270,20 @@ fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>,
         return;
     }
     for p in plugins {
-        let status = match &p.status {
-            PluginStatus::Ready => "ready".to_owned(),
-            PluginStatus::Disabled => "disabled".to_owned(),
-            PluginStatus::Failed(e) => format!("FAILED: {}", one_line(e)),
+        let (word, style, why) = match &p.status {
+            PluginStatus::Ready => ("ready", style::GOOD, None),
+            PluginStatus::Disabled => ("disabled", style::PENDING, None),
+            PluginStatus::Failed(e) => ("FAILED:", style::BAD, Some(e)),
             PluginStatus::Stale(e) => {
-                format!("STALE (previous version serving): {}", one_line(e))
+                ("STALE (previous version serving):", style::PENDING, Some(e))
             }
         };
+        let status = paint(Stream::Out, style, word);
+        let why = why.map(|e| format!(" {}", clean(&one_line(e)))).unwrap_or_default();
         let world = p.world.map(|w| w.to_string()).unwrap_or_else(|| "-".into());
         let version = one_line(p.version.as_deref().unwrap_or("?"));
-        say!("{} {version}  [{world}]  {status}", p.name);
+        let head = clean(&format!("{} {version}  [{world}]", p.name));
+        write_out(&format!("{head}  {status}{why}\n"));
         let dirs: Vec<String> = p.grants.as_ref().map_or_else(Vec::new, |g| {
             g.dirs.iter().map(|d| format!("{} ({})", d.host.display(), d.access)).collect()
         });

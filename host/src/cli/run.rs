@@ -1,6 +1,9 @@
 //! `reson run`: run an agent and print it as it happens.
 
-use super::term::{clean, one_line, plural, say, say_err};
+use super::term::{
+    Stream, clean, labelled, one_line, paint, plural, say, say_err, say_error, say_json,
+    status_style, style,
+};
 use super::{Host, exit};
 use anyhow::Context as _;
 use clap::Args;
@@ -377,12 +380,20 @@ impl Approver for UnattendedApprover {
         match answer {
             None => {
                 self.denied.fetch_add(1, Ordering::Relaxed);
-                say_err!(
-                    "denied {call}: {rule} asks, and no one is at a terminal to answer; pass \
-                     --approve once|all (or set [permissions] unattended) to allow it"
+                labelled(
+                    "denied",
+                    style::BAD,
+                    &format!(
+                        "{call}: {rule} asks, and no one is at a terminal to answer; pass \
+                         --approve once|all (or set [permissions] unattended) to allow it"
+                    ),
                 );
             }
-            Some(_) => say_err!("allowed {call}: {rule} asks; --approve {}", self.policy),
+            Some(_) => labelled(
+                "allowed",
+                style::PENDING,
+                &format!("{call}: {rule} asks; --approve {}", self.policy),
+            ),
         }
         answer
     }
@@ -453,7 +464,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     let mut handle = match runner.run(messages, config).await {
         Ok(handle) => handle,
         Err(AgentError::Checkpoint(e @ WorkspaceError::Conflicts { .. })) => {
-            say_err!("error: {e}; --force overwrites them");
+            say_error!("{e}; --force overwrites them");
             return Ok(ExitCode::from(exit::CONFLICT));
         }
         Err(e) => return Err(e.into()),
@@ -467,7 +478,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     let mut interrupted = false;
     let mut spinner = tokio::time::interval(Duration::from_millis(100));
     spinner.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut printer = Printer::new(args.json);
+    let mut printer = Printer::new(args.json, runtime.work.clone());
     let mut final_status = TraceStatus::Failed;
     while printer.alive {
         tokio::select! {
@@ -503,15 +514,16 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
             } else {
                 String::new()
             };
-            say_err!(
-                "trace {} {} ({}, {}, {} prompt + {} completion tokens{cost})",
-                outcome.trace_id,
-                status_word(outcome.status),
+            let status =
+                paint(Stream::Err, status_style(outcome.status), status_word(outcome.status));
+            let totals = clean(&format!(
+                "({}, {}, {} prompt + {} completion tokens{cost})",
                 plural(outcome.iterations as usize, "model call", "model calls"),
                 plural(outcome.requests as usize, "request", "requests"),
                 outcome.usage.prompt_tokens,
                 outcome.usage.completion_tokens
-            );
+            ));
+            eprintln!("trace {} {status} {totals}", clean(&outcome.trace_id));
             let denied = unattended.as_ref().map_or(0, |u| u.denied());
             Ok(if final_status == TraceStatus::Stopped {
                 ExitCode::from(130)
@@ -526,11 +538,11 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
             })
         }
         Err(e) => {
-            say_err!("error: {e}");
-            say_err!(
-                "trace {trace_id} failed{}",
-                if e.is_recoverable() { " (recoverable: continue it with --trace)" } else { "" }
-            );
+            say_error!("{e}");
+            let recoverable =
+                if e.is_recoverable() { " (recoverable: continue it with --trace)" } else { "" };
+            let failed = paint(Stream::Err, style::BAD, "failed");
+            eprintln!("trace {} {failed}{recoverable}", clean(&trace_id));
             Ok(ExitCode::from(exit::TOOL_FAILED))
         }
     }
@@ -637,18 +649,18 @@ impl Approver for TerminalApprover {
         let (reply, read) = oneshot::channel();
         self.reads.send(reply).ok()?;
         let key = read.await.ok()?.ok()?;
-        let (answer, word) = match key {
-            Some('y' | 'Y') => (Answer::Once, "allowed once"),
-            Some('a' | 'A') => (Answer::Always, "allowed for this rule"),
-            _ => (Answer::Deny, "denied"),
+        let (answer, word, style) = match key {
+            Some('y' | 'Y') => (Answer::Once, "allowed once", style::GOOD),
+            Some('a' | 'A') => (Answer::Always, "allowed for this rule", style::GOOD),
+            _ => (Answer::Deny, "denied", style::BAD),
         };
         // The key was not echoed: the answer stands on the question's line.
-        eprintln!("{word}");
+        eprintln!("{}", paint(Stream::Err, style, word));
         Some(answer)
     }
 }
 
-fn status_word(status: TraceStatus) -> &'static str {
+pub(crate) fn status_word(status: TraceStatus) -> &'static str {
     match status {
         TraceStatus::Running => "running",
         TraceStatus::Completed => "completed",
@@ -663,40 +675,73 @@ const DISCARDED: &str =
     "[discarded: the model call failed before its answer was complete; retrying]";
 
 /// Prints events for a person (or as JSON lines), with a spinner on stderr
-/// while the model is thinking.
+/// while the model is thinking or the runtime does slow work for the run
+/// (starting a browser). The spinner is drawn and cleared here, between the
+/// run's own lines, never in the middle of one.
 struct Printer {
     json: bool,
-    spinner: Option<usize>,
+    /// The model is being waited for.
+    waiting: bool,
+    frame: usize,
+    /// A spinner line is on stderr.
+    drawn: bool,
     streamed: bool,
+    /// Streamed text has not ended its line yet.
+    mid_line: bool,
     alive: bool,
     tty: bool,
+    /// The runtime's slow work, when stderr is a terminal.
+    work: Option<Arc<super::term::Spinner>>,
 }
 
 impl Printer {
-    fn new(json: bool) -> Self {
+    fn new(json: bool, work: Option<Arc<super::term::Spinner>>) -> Self {
         Self {
             json,
-            spinner: None,
+            waiting: false,
+            frame: 0,
+            drawn: false,
             streamed: false,
+            mid_line: false,
             alive: true,
             tty: std::io::stderr().is_terminal(),
+            work,
         }
     }
 
-    /// Advances the spinner.
+    /// Advances the spinner: the model being waited for, else the
+    /// runtime's work, else nothing.
     fn tick(&mut self) {
-        if let Some(frame) = self.spinner.as_mut() {
-            *frame += 1;
-            if self.tty {
-                const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
-                eprint!("\r{} waiting for the model", FRAMES[*frame % FRAMES.len()]);
+        if self.json || !self.tty || self.mid_line {
+            return;
+        }
+        let what = if self.waiting {
+            Some("waiting for the model".to_owned())
+        } else {
+            self.work.as_ref().and_then(|work| work.current())
+        };
+        match what {
+            Some(what) => {
+                self.frame += 1;
+                self.drawn = true;
+                eprint!(
+                    "\r\x1b[2K{} {what}",
+                    super::term::FRAMES[self.frame % super::term::FRAMES.len()]
+                );
             }
+            None => self.clear_line(),
         }
     }
 
+    /// The model answered (or the run ended): its spinner goes.
     fn clear_spinner(&mut self) {
-        if self.spinner.take().is_some() && self.tty {
-            eprint!("\r{:30}\r", "");
+        self.waiting = false;
+        self.clear_line();
+    }
+
+    fn clear_line(&mut self) {
+        if std::mem::take(&mut self.drawn) {
+            eprint!("\r\x1b[2K");
         }
     }
 
@@ -744,7 +789,7 @@ impl Printer {
 
     fn print(&mut self, event: &AgentEvent) {
         if self.json {
-            say!("{}", serde_json::to_string(event).expect("events serialise"));
+            say_json(&serde_json::to_string(event).expect("events serialise"));
             if matches!(event, AgentEvent::Finished { .. }) {
                 self.alive = false;
             }
@@ -766,11 +811,12 @@ impl Printer {
                 );
             }
             AgentEvent::ModelRequest { .. } => {
-                self.spinner = Some(0);
+                self.waiting = true;
                 self.streamed = false;
             }
             AgentEvent::TextDelta { text } => {
                 self.streamed = true;
+                self.mid_line = !text.ends_with('\n');
                 let _ = write!(out, "{}", clean(text));
                 let _ = out.flush();
             }
@@ -783,9 +829,11 @@ impl Printer {
                 if self.streamed || !text.is_empty() {
                     let _ = writeln!(out);
                 }
+                self.mid_line = false;
                 for call in &message.tool_calls {
-                    let call = format!("→ {}({})", one_line(&call.name), one_line(&call.arguments));
-                    let _ = writeln!(out, "{}", clean(&call));
+                    let call = format!("{}({})", one_line(&call.name), one_line(&call.arguments));
+                    let _ =
+                        writeln!(out, "{} {}", paint(Stream::Out, style::PLACE, "→"), clean(&call));
                 }
             }
             AgentEvent::MessageAdded { .. } | AgentEvent::ToolStarted { .. } => {}
@@ -815,14 +863,19 @@ impl Printer {
                     let _ = writeln!(out, "\n{DISCARDED}");
                     let _ = out.flush();
                 }
+                self.mid_line = false;
                 say_err!("model call failed ({error}); attempt {attempt} in {delay_ms} ms");
             }
             AgentEvent::ToolFinished { name, ok, output, .. } => {
-                let mark = if *ok { "←" } else { "✗" };
+                let mark = if *ok {
+                    paint(Stream::Out, style::GOOD, "←")
+                } else {
+                    paint(Stream::Out, style::BAD, "✗")
+                };
                 let lines: Vec<&str> = output.lines().collect();
                 let shown =
                     lines.iter().take(8).map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
-                let _ = writeln!(out, "{}", clean(&format!("{mark} {}\n{shown}", one_line(name))));
+                let _ = writeln!(out, "{mark} {}", clean(&format!("{}\n{shown}", one_line(name))));
                 if lines.len() > 8 {
                     let _ = writeln!(out, "  … {} more lines", lines.len() - 8);
                 }
@@ -833,6 +886,7 @@ impl Printer {
                 if error.is_some() && std::mem::take(&mut self.streamed) {
                     let _ = writeln!(out);
                 }
+                self.mid_line = false;
                 self.alive = false;
             }
             _ => {}

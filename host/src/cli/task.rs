@@ -1,6 +1,8 @@
 //! `reson task`: plan a goal (or take a plan), then execute it step by step.
 
-use super::term::{say, say_err, say_part};
+use super::term::{
+    Stream, clean, paint, plural, say, say_err, say_error, say_part, style, write_out,
+};
 use super::{Host, exit};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -99,7 +101,8 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
                 ExitCode::from(exit::TOOL_FAILED)
             } else if denied > 0 {
                 say_err!(
-                    "{denied} call(s) denied for want of an answer (no terminal): see --approve"
+                    "{} denied for want of an answer (no terminal): see --approve",
+                    plural(denied, "call was", "calls were")
                 );
                 ExitCode::from(exit::DENIED)
             } else {
@@ -107,7 +110,7 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
             })
         }
         Err(e) => {
-            say_err!("error: {e}");
+            say_error!("{e}");
             Ok(ExitCode::from(exit::TOOL_FAILED))
         }
     }
@@ -130,17 +133,17 @@ impl Printer {
         for (step, seen) in plan.steps.iter().zip(self.seen.iter_mut()) {
             let now = step.status().to_string();
             if now != *seen {
-                let detail = match step.status() {
-                    StepStatus::Completed { response } => format!(": {}", first_line(response)),
-                    StepStatus::Failed { error } => format!(": {error}"),
-                    _ => String::new(),
+                let (detail, style) = match step.status() {
+                    StepStatus::Completed { response } => {
+                        (format!(": {}", first_line(response)), style::GOOD)
+                    }
+                    StepStatus::Failed { error } => (format!(": {error}"), style::BAD),
+                    _ => (String::new(), style::PENDING),
                 };
-                say!(
-                    "[{}/{}] {now} {}{detail}",
-                    step.index + 1,
-                    plan.steps.len(),
-                    step.description
-                );
+                let step_of = clean(&format!("[{}/{}]", step.index + 1, plan.steps.len()));
+                let now = paint(Stream::Out, style, &clean(&now));
+                let rest = clean(&format!("{}{detail}", step.description));
+                write_out(&format!("{step_of} {now} {rest}\n"));
                 *seen = now;
             }
         }

@@ -4,17 +4,15 @@
 //! applies them.
 
 use super::exit;
-use super::term::{one_line, say, say_err};
+use super::term::{one_line, say, say_err, say_error, say_json};
 use super::{Host, mcp};
 use anyhow::Context as _;
 use clap::Subcommand;
-use reson::agent::{Approver, PendingApprovals, Permissions};
+use reson::agent::Unattended;
 use reson::mcp::client::{self as mcp_client, McpConfig, McpTools};
 use reson::plugin::{CallContext, CallError, PluginStatus, ToolFailure, ToolOutput, ToolSpec};
-use std::io::{IsTerminal as _, Read as _};
+use std::io::Read as _;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
@@ -40,13 +38,18 @@ pub(crate) enum Command {
         /// from the config.
         #[arg(long, default_value = "default")]
         preset: String,
+        /// With no terminal to ask at, an MCP tool's `ask` is answered at
+        /// once: never (deny), once or all (allow) [default:
+        /// `[permissions] unattended`, else never]
+        #[arg(long, value_name = "never|once|all")]
+        approve: Option<Unattended>,
     },
 }
 
 pub(crate) async fn run(host: &Host, command: &Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::List { json } => list(host, *json).await?,
-        Command::Call { tool, args, json, preset } => {
+        Command::Call { tool, args, json, preset, approve } => {
             let args = if args == "-" {
                 tokio::task::spawn_blocking(|| {
                     let mut buf = String::new();
@@ -58,7 +61,8 @@ pub(crate) async fn run(host: &Host, command: &Command) -> anyhow::Result<ExitCo
                 args.clone()
             };
             if let Some(server) = mcp_server(host, tool) {
-                return call_mcp(host, server, tool, &args, preset, *json).await;
+                let call = McpCall { server, tool, args: &args, preset, approve: *approve };
+                return call_mcp(host, call, *json).await;
             }
             return Ok(call(host, tool, &args, *json).await);
         }
@@ -100,7 +104,7 @@ async fn list(host: &Host, json: bool) -> anyhow::Result<()> {
         }
     }
     if json {
-        say!("{}", serde_json::to_string_pretty(&tools)?);
+        say_json(&serde_json::to_string_pretty(&tools)?);
         return Ok(());
     }
     for tool in &tools {
@@ -138,23 +142,20 @@ fn mcp_server<'a>(host: &Host, tool: &'a str) -> Option<&'a str> {
     (!is_plugin_tool && host.config.mcp.servers.contains_key(server)).then_some(server)
 }
 
-async fn call_mcp(
-    host: &Host,
-    server: &str,
-    tool: &str,
-    args: &str,
-    preset: &str,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    // As a run's: someone at the terminal answers `ask`. Without one no
-    // answer can come, so an `ask` is denied at once rather than waited on.
-    let (_, rules) = host.config.agent.preset(preset).map_err(anyhow::Error::msg)?;
-    let approver: Arc<dyn Approver> = if std::io::stdin().is_terminal() {
-        Arc::new(super::run::TerminalApprover::new()?)
-    } else {
-        PendingApprovals::new(Duration::ZERO)
-    };
-    let permissions = Permissions::new(rules, approver);
+/// One call of an MCP tool, as the command line names it.
+struct McpCall<'a> {
+    server: &'a str,
+    tool: &'a str,
+    args: &'a str,
+    preset: &'a str,
+    approve: Option<Unattended>,
+}
+
+async fn call_mcp(host: &Host, call: McpCall<'_>, json: bool) -> anyhow::Result<ExitCode> {
+    let McpCall { server, tool, args, preset, .. } = call;
+    // As a run's: someone at the terminal answers `ask`; without one,
+    // --approve (or `[permissions] unattended`) answers at once.
+    let (_, permissions, _) = super::run::permissions(host, preset, call.approve)?;
     let Some(mcp) = start_mcp(host, Some(server)).await else {
         anyhow::bail!("no MCP server `{server}` in the config");
     };
@@ -168,18 +169,20 @@ async fn call_mcp(
         if !ruling.run {
             let why = match ruling.decision {
                 "ask-denied" => "the call was denied".to_owned(),
-                "ask-timeout" => "it needs approval, and no one at a terminal can give it (allow \
-                                  it with a permission rule in reson.toml)"
+                "ask-unattended" => "it needs approval, and no one is at a terminal to give it \
+                                     (pass --approve once|all, or allow it with a permission \
+                                     rule in reson.toml)"
                     .to_owned(),
+                "ask-timeout" => "no answer came from the terminal".to_owned(),
                 _ => ruling
                     .rule
                     .map_or_else(|| "no rule allows it".to_owned(), |r| format!("rule {r}")),
             };
             let err = serde_json::json!({ "error": "denied", "tool": tool, "reason": why });
             if json {
-                say!("{}", serde_json::to_string_pretty(&err)?);
+                say_json(&serde_json::to_string_pretty(&err)?);
             }
-            say_err!("error: permission denied for `{tool}` under preset `{preset}`: {why}");
+            say_error!("permission denied for `{tool}` under preset `{preset}`: {why}");
             return Ok(ExitCode::from(exit::DENIED));
         }
     }
@@ -196,7 +199,7 @@ async fn call_mcp(
         }
         Err(err) => {
             if json {
-                say!("{}", serde_json::to_string_pretty(&err)?);
+                say_json(&serde_json::to_string_pretty(&err)?);
             }
             let code = mcp_exit_code(&err);
             let message = match err {
@@ -216,7 +219,7 @@ async fn call_mcp(
                 }
                 err => err.to_string(),
             };
-            say_err!("error: {message}");
+            say_error!("{message}");
             Ok(ExitCode::from(code))
         }
     }
@@ -224,7 +227,7 @@ async fn call_mcp(
 
 fn print_output(out: &ToolOutput, json: bool) {
     if json {
-        say!("{}", serde_json::to_string_pretty(out).expect("tool output serialises"));
+        say_json(&serde_json::to_string_pretty(out).expect("tool output serialises"));
         return;
     }
     say!("{}", out.text);
@@ -234,16 +237,18 @@ fn print_output(out: &ToolOutput, json: bool) {
 }
 
 async fn call(host: &Host, tool: &str, args: &str, json: bool) -> ExitCode {
-    match host.call_tool(tool, args, &CallContext::default()).await {
+    let context = CallContext::default();
+    let called = host.call_tool(tool, args, &context);
+    match super::term::drawing_while(host.work.as_deref(), called).await {
         Ok(out) => {
             print_output(&out, json);
             ExitCode::SUCCESS
         }
         Err(err) => {
             if json {
-                say!("{}", serde_json::to_string_pretty(&err).expect("errors serialise"));
+                say_json(&serde_json::to_string_pretty(&err).expect("errors serialise"));
             }
-            say_err!("error: {err}");
+            say_error!("{err}");
             if matches!(err, CallError::UnknownTool { .. }) {
                 not_loaded(host);
             }

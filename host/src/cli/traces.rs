@@ -2,7 +2,11 @@
 //! between two messages, replay its plugin calls offline, copy them between
 //! the file store and PostgreSQL.
 
-use super::term::{say, say_err, say_part};
+use super::run::status_word;
+use super::term::{
+    Stream, clean, diff_text, paint, say, say_err, say_error, say_json, say_part, status_style,
+    style, write_out,
+};
 use anyhow::Context as _;
 use clap::{Subcommand, ValueEnum};
 use reson::config::{Config, StoreKind};
@@ -139,13 +143,13 @@ pub(crate) async fn replay(
         match reson::replay::replay(&*stores.traces, &args.id, host, scratch, args.from).await {
             Ok(report) => report,
             Err(e @ ReplayError::NoSuchTrace(_)) => {
-                say_err!("error: {e}");
+                say_error!("{e}");
                 return Ok(ExitCode::from(super::exit::USAGE));
             }
             Err(e) => return Err(e.into()),
         };
     if args.json {
-        say!("{}", serde_json::to_string_pretty(&report)?);
+        say_json(&serde_json::to_string_pretty(&report)?);
     } else {
         say!("{report}");
     }
@@ -184,21 +188,22 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 TraceFilter { roots_only: *roots, uid: user.clone(), ..TraceFilter::default() };
             let traces = store.list_traces(&filter).await?;
             if *json {
-                say!("{}", serde_json::to_string_pretty(&traces)?);
+                say_json(&serde_json::to_string_pretty(&traces)?);
             } else if traces.is_empty() {
                 say!("no traces in {place}");
             } else {
                 for t in traces {
-                    let status = serde_json::to_value(t.status)?;
                     let task: String = t.task.chars().take(60).collect();
                     let sub = if t.parent_trace_id.is_some() { "↳ " } else { "" };
-                    say!(
-                        "{}  {:<9}  {:>4} msgs  {:>7} tokens  {sub}{task}",
-                        t.id,
-                        status.as_str().unwrap_or(""),
+                    // Padded before it is painted: the codes take no room.
+                    let status = format!("{:<9}", status_word(t.status));
+                    let status = paint(Stream::Out, status_style(t.status), &status);
+                    let rest = clean(&format!(
+                        "{:>4} msgs  {:>7} tokens  {sub}{task}",
                         t.totals.messages,
                         t.totals.usage.prompt_tokens + t.totals.usage.completion_tokens
-                    );
+                    ));
+                    write_out(&format!("{}  {status}  {rest}\n", clean(&t.id)));
                 }
             }
         }
@@ -208,7 +213,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             };
             let id = &id;
             let Some(trace) = store.get_trace(id).await? else {
-                say_err!("error: no trace {id} in {place}");
+                say_error!("no trace {id} in {place}");
                 return Ok(ExitCode::from(super::exit::USAGE));
             };
             let messages = store.get_messages(id).await?;
@@ -221,8 +226,8 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                     reson::tools::goal::branch_tree(&path, &trace.task)?
                 }
                 Some(sequence) => {
-                    say_err!(
-                        "error: trace {id} has no message {sequence} (last sequence {})",
+                    say_error!(
+                        "trace {id} has no message {sequence} (last sequence {})",
                         trace.last_sequence
                     );
                     return Ok(ExitCode::from(super::exit::USAGE));
@@ -231,11 +236,15 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
             if *json {
                 let all =
                     serde_json::json!({ "trace": trace, "messages": messages, "goals": goals });
-                say!("{}", serde_json::to_string_pretty(&all)?);
+                say_json(&serde_json::to_string_pretty(&all)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let status = serde_json::to_value(trace.status)?;
-            say!("trace {}  {}  task: {}", trace.id, status.as_str().unwrap_or(""), trace.task);
+            let status = paint(Stream::Out, status_style(trace.status), status_word(trace.status));
+            write_out(&format!(
+                "trace {}  {status}  {}\n",
+                clean(&trace.id),
+                clean(&format!("task: {}", trace.task))
+            ));
             let u = trace.totals.usage;
             say!(
                 "{}, {}, {} prompt / {} completion / {} reasoning / {} cache-read / {} cache-write tokens, {}, {} ms",
@@ -254,7 +263,8 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 trace.totals.duration_ms
             );
             if let Some(error) = &trace.error_message {
-                say!("error: {error}");
+                let label = paint(Stream::Out, style::ERROR, "error:");
+                write_out(&format!("{label} {}\n", clean(error)));
             }
             say!("\nmessages (* = main path):");
             // A path that works from anywhere, to open the image with.
@@ -291,13 +301,13 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 Ok(files) => files,
                 Err(e @ WorkspaceError::NoSuchMessage { .. })
                 | Err(e @ WorkspaceError::Store(TraceError::NotFound(_))) => {
-                    say_err!("error: {e}");
+                    say_error!("{e}");
                     return Ok(ExitCode::from(super::exit::USAGE));
                 }
                 Err(e) => return Err(e.into()),
             };
             if *json {
-                say!("{}", serde_json::to_string_pretty(&files)?);
+                say_json(&serde_json::to_string_pretty(&files)?);
             } else if files.is_empty() {
                 say!("no files changed between {from} and {to}");
             } else {
@@ -325,7 +335,7 @@ async fn trace_or_latest(
             Ok(Some(latest.id))
         }
         None => {
-            say_err!("error: no traces in {place}");
+            say_error!("no traces in {place}");
             Ok(None)
         }
     }
@@ -350,20 +360,22 @@ fn print_diff(files: &[reson::workspace::FileDiff], stat: bool) {
     use reson::workspace::Change;
     let size = |s: Option<u64>| s.map_or_else(|| "-".to_owned(), |s| s.to_string());
     for file in files {
-        let mark = match file.change {
-            Change::Added => "A",
-            Change::Removed => "D",
-            Change::Modified => "M",
+        let (mark, mark_style) = match file.change {
+            Change::Added => ("A", style::GOOD),
+            Change::Removed => ("D", style::BAD),
+            Change::Modified => ("M", style::PENDING),
         };
-        say!(
-            "{mark} {}  ({} -> {} bytes)",
+        let mark = paint(Stream::Out, mark_style, mark);
+        let what = clean(&format!(
+            "{}  ({} -> {} bytes)",
             file.root.join(&file.path).display(),
             size(file.old_size),
             size(file.new_size)
-        );
+        ));
+        write_out(&format!("{mark} {what}\n"));
         if !stat {
             match &file.patch {
-                Some(patch) => say_part!("{patch}"),
+                Some(patch) => write_out(&diff_text(patch, Stream::Out)),
                 None if file.change != Change::Removed => say!("  (binary, or bytes not kept)"),
                 None => {}
             }
@@ -392,19 +404,18 @@ async fn show_sub_traces(store: &dyn TraceStore, root: &Trace) -> anyhow::Result
     let mut tree = root.totals;
     while let Some((child, depth)) = stack.pop() {
         tree += &child.totals;
-        let status = serde_json::to_value(child.status)?;
         let t = child.totals;
         let task: String = child.task.chars().take(60).collect();
         say!(
-            "{:indent$}{} → {}  {}  {}  {} msgs, {} tokens, ${:.4}, {} ms  {task}",
+            "{:indent$}{} → {}  {}  {}  {} msgs, {} tokens, {}, {} ms  {task}",
             "",
             child.parent_goal_id.as_deref().unwrap_or("-"),
             child.id,
             child.agent_type,
-            status.as_str().unwrap_or(""),
+            status_word(child.status),
             t.messages,
             t.usage.prompt_tokens + t.usage.completion_tokens,
-            t.cost,
+            super::run::cost_text(t.cost),
             t.duration_ms,
             indent = depth * 2
         );
@@ -412,12 +423,12 @@ async fn show_sub_traces(store: &dyn TraceStore, root: &Trace) -> anyhow::Result
     }
     let u = tree.usage;
     say!(
-        "tree totals: {} messages, {} model requests, {} prompt / {} completion tokens, ${:.4}, {} ms",
-        tree.messages,
-        tree.requests,
+        "tree totals: {}, {}, {} prompt / {} completion tokens, {}, {} ms",
+        super::term::plural(tree.messages as usize, "message", "messages"),
+        super::term::plural(tree.requests as usize, "model request", "model requests"),
         u.prompt_tokens,
         u.completion_tokens,
-        tree.cost,
+        super::run::cost_text(tree.cost),
         tree.duration_ms
     );
     Ok(())

@@ -29,6 +29,28 @@ fn is_unsafe(c: char, lines: Lines) -> bool {
     (c.is_control() && !kept) || is_bidi_control(c)
 }
 
+/// `json`, one JSON document, with the characters [`escape_controls`]
+/// escapes (with [`Lines::Keep`]) written as JSON's own escapes
+/// (`\u007f`), so that it is as safe to show and still the same JSON.
+/// They can only be inside its strings: JSON's syntax is ASCII, and
+/// serializers escape the other controls; all of them are in the Basic
+/// Multilingual Plane, so one `\uXXXX` each.
+pub fn escape_controls_json(json: &str) -> Cow<'_, str> {
+    let unsafe_char = |c| is_unsafe(c, Lines::Keep);
+    if !json.chars().any(unsafe_char) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// `text` with the characters `escaped` picks written as `\u{..}`.
 fn escape_where(text: &str, escaped: impl Fn(char) -> bool) -> Cow<'_, str> {
     if !text.chars().any(&escaped) {
@@ -85,6 +107,17 @@ pub fn untrusted(what: &str, text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_keeps_its_value_with_its_controls_escaped_the_json_way() {
+        let value = serde_json::json!({ "text": "a\u{7f}b\u{9b}c\u{202e}d\te\nf" });
+        let json = serde_json::to_string_pretty(&value).unwrap();
+        let safe = escape_controls_json(&json);
+        assert!(!safe.chars().any(|c| is_unsafe(c, Lines::Keep)), "{safe}");
+        assert!(safe.contains(r"a\u007fb\u009bc\u202ed"), "{safe}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&safe).unwrap(), value);
+        assert!(matches!(escape_controls_json("{\n  \"a\": 1\n}"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn control_characters_are_escaped() {

@@ -4,6 +4,7 @@
 use crate::capability::HostState;
 use crate::config::SandboxConfig;
 use crate::contract::bindings;
+use crate::plugin::WorkObserver;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -128,8 +129,12 @@ impl Slots {
 
 impl Sandbox {
     /// The engine for `settings`, its browsers keeping their files under
-    /// `browser_dir`.
-    pub(crate) fn new(settings: &SandboxConfig, browser_dir: PathBuf) -> wasmtime::Result<Self> {
+    /// `browser_dir` and telling `observer` when one starts.
+    pub(crate) fn new(
+        settings: &SandboxConfig,
+        browser_dir: PathBuf,
+        observer: Option<Arc<dyn WorkObserver>>,
+    ) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         let n = settings.max_instances.max(1);
         let queued = decommit_headroom();
@@ -187,7 +192,7 @@ impl Sandbox {
             fingerprint,
             fuel: settings.fuel,
             slots: Slots::new(n),
-            browsers: Arc::new(crate::capability::browser::Browsers::new(browser_dir)),
+            browsers: Arc::new(crate::capability::browser::Browsers::new(browser_dir, observer)),
             ticker_stop,
         })
     }

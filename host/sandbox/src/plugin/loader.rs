@@ -138,17 +138,22 @@ pub(crate) struct LoadContext<'a> {
     pub(crate) lock: &'a Mutex<LockFile>,
     pub(crate) secrets: &'a Arc<Secrets>,
     pub(crate) trust: &'a Arc<TrustStore>,
-    pub(crate) observer: Option<&'a Arc<dyn CompileObserver>>,
+    pub(crate) observer: Option<&'a Arc<dyn WorkObserver>>,
 }
 
-/// Told when a component must be compiled (it is not in the
-/// compiled-code cache: seconds to minutes for a large one) and when that
-/// is over, so that whoever waits can be shown why.
-pub trait CompileObserver: Send + Sync {
+/// Told when the runtime starts slow work for someone waiting, and when
+/// that is over, so that they can be shown why: a component that must be
+/// compiled (it is not in the compiled-code cache: seconds to minutes for
+/// a large one), a browser started for a plugin's first browser call.
+pub trait WorkObserver: Send + Sync {
     /// `plugin`'s `file`, of `bytes` bytes, starts compiling.
     fn compiling(&self, plugin: &str, file: &Path, bytes: usize);
     /// Its compile ended (done or failed).
     fn compiled(&self, plugin: &str);
+    /// A browser starts for `plugin` (its session's first browser call).
+    fn browser_starting(&self, plugin: &str);
+    /// That browser is up, or failed to start.
+    fn browser_started(&self, plugin: &str);
 }
 
 /// The manifest path beside a plugin file.

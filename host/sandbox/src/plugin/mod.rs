@@ -19,8 +19,8 @@ pub use error::{CallError, Limit, LoadError, ToolFailure, TrapKind};
 pub use loader::{CallContext, Image, ToolOutput, ToolSpec};
 pub use lock::{PluginSource, record_source, sources};
 pub use runtime::{
-    CompileObserver, Options, PluginInfo, PluginStatus, RESERVED_TOOL_NAMES, RefusedTool, Runtime,
-    RuntimeError,
+    Options, PluginInfo, PluginStatus, RESERVED_TOOL_NAMES, RefusedTool, Runtime, RuntimeError,
+    WorkObserver,
 };
 pub use schema::Schema;
 pub use signing::{Placement, SignatureStatus};

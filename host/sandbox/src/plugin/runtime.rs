@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
-pub use super::loader::CompileObserver;
+pub use super::loader::WorkObserver;
 
 /// Where the runtime finds and keeps things.
 #[derive(Clone)]
@@ -33,8 +33,8 @@ pub struct Options {
     pub cache_dir: PathBuf,
     /// The lock file.
     pub lock_file: PathBuf,
-    /// Who hears of compiles, if anyone.
-    pub observer: Option<Arc<dyn CompileObserver>>,
+    /// Who hears of slow work (compiles, browser starts), if anyone.
+    pub observer: Option<Arc<dyn WorkObserver>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -466,7 +466,8 @@ impl Runtime {
         }
         // Browsers keep their files beside the compiled code; what a host
         // killed outright left there goes now.
-        let sandbox = Sandbox::new(&options.config.sandbox, options.cache_dir.join("browser"))
+        let browser_dir = options.cache_dir.join("browser");
+        let sandbox = Sandbox::new(&options.config.sandbox, browser_dir, options.observer.clone())
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
         let secrets = Arc::new(Secrets::from_config(&options.config));

@@ -2,7 +2,7 @@
 //! componentize-js (the StarlingMonkey engine with the module snapshotted
 //! in), for the `tool-plugin` world.
 
-use super::{render, run_tool, write};
+use super::{render, run_captured, write};
 use anyhow::{Context as _, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +12,7 @@ pub(super) const ENTRY: &str = "app.js";
 
 /// The componentize-js release projects are made for and tested with.
 const COMPONENTIZE_JS: &str = "0.23.0";
-const TOOLCHAIN: &str = "componentize-js";
+pub(super) const TOOLCHAIN: &str = "componentize-js";
 const APP_TEMPLATE: &str = include_str!("../../../templates/js/app.js.tmpl");
 const PACKAGE_TEMPLATE: &str = include_str!("../../../templates/js/package.json.tmpl");
 const README_NOTE: &str = include_str!("../../../templates/js/README-note.md.tmpl");
@@ -90,7 +90,7 @@ pub(super) fn build(dir: &Path, name: &str, wit: &Path) -> anyhow::Result<PathBu
         .arg(&out);
     // A stale component must not pass for this build's.
     let _ = std::fs::remove_file(&out);
-    run_tool(command, TOOLCHAIN)?;
+    run_captured(command, TOOLCHAIN)?;
     if !out.is_file() {
         bail!("{TOOLCHAIN} reported success but wrote no {}", out.display());
     }

@@ -9,6 +9,7 @@ mod js;
 mod python;
 mod rust;
 
+use super::term::Spinner;
 use anyhow::{Context as _, bail};
 use reson::plugin::Manifest;
 use reson::registry::Plugin;
@@ -144,9 +145,21 @@ fn project_manifest(dir: &Path) -> anyhow::Result<Manifest> {
 }
 
 /// `reson plugins build [DIR]`: the component and its manifest in `dist/`.
-pub(crate) fn build(dir: &Path) -> anyhow::Result<PathBuf> {
+///
+/// `work` shows what is under way while a toolchain that prints nothing
+/// until it is done runs (componentize-py, componentize-js: a minute for a
+/// Python component); cargo shows its own progress.
+pub(crate) fn build(dir: &Path, work: Option<&Spinner>) -> anyhow::Result<PathBuf> {
     let manifest = project_manifest(dir)?;
     let lang = Lang::of_project(dir)?;
+    let toolchain = match lang {
+        Lang::Rust => None,
+        Lang::Python => Some("componentize-py"),
+        Lang::Js => Some(js::TOOLCHAIN),
+    };
+    if let (Some(work), Some(toolchain)) = (work, toolchain) {
+        work.begin("build", format!("building {} with {toolchain}", manifest.name));
+    }
     let wasm = match lang {
         Lang::Rust => rust::build(dir, &manifest.name)?,
         Lang::Python => python::build(dir, &manifest.name, &dir.join("wit"))?,
@@ -238,11 +251,26 @@ pub(crate) fn place(plugin: &Plugin, plugins_dir: &Path) -> anyhow::Result<Strin
     Ok(manifest.name)
 }
 
-/// Runs `command`, failing with its output when it fails.
+/// Runs `command`, its output going where ours goes.
 pub(crate) fn run_tool(mut command: std::process::Command, what: &str) -> anyhow::Result<()> {
     let status = command.status().with_context(|| format!("running {what}"))?;
     if !status.success() {
         bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs `command` with its output kept, so that a spinner can stand in for
+/// it meanwhile; fails with that output when it fails.
+pub(crate) fn run_captured(mut command: std::process::Command, what: &str) -> anyhow::Result<()> {
+    let output = command.output().with_context(|| format!("running {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! Python plugins: a module `app` with a class `Tool`, made into a component
 //! by componentize-py.
 
-use super::{render, write};
-use crate::cli::term::say_err;
+use super::{render, run_captured, write};
+use crate::cli::term::say_warning;
 use anyhow::{Context as _, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,24 +44,16 @@ pub(super) fn build(dir: &Path, name: &str, wit_dir: &Path) -> anyhow::Result<Pa
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let out = out_dir.join(format!("{name}.wasm"));
     let module = ENTRY.trim_end_matches(".py");
-    let output = Command::new(&componentize)
+    let mut command = Command::new(&componentize);
+    command
         .arg("--wit-path")
         .arg(&wit_dir)
         .args(["--world", "tool-plugin", "componentize", module, "--python-path"])
         .arg(&dir)
         .arg("--output")
         .arg(&out)
-        .current_dir(&dir)
-        .output()
-        .with_context(|| format!("running {}", componentize.display()))?;
-    if !output.status.success() {
-        bail!(
-            "componentize-py failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+        .current_dir(&dir);
+    run_captured(command, "componentize-py")?;
     Ok(out)
 }
 
@@ -89,8 +81,8 @@ fn toolchain(dir: &Path) -> anyhow::Result<PathBuf> {
     let version = String::from_utf8_lossy(&version);
     let version = version.trim().trim_start_matches("componentize-py").trim();
     if version != COMPONENTIZE_PY {
-        say_err!(
-            "warning: componentize-py {version} found; this host is tested with \
+        say_warning!(
+            "componentize-py {version} found; this host is tested with \
              {COMPONENTIZE_PY} (pip install componentize-py=={COMPONENTIZE_PY})"
         );
     }

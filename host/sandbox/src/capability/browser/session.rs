@@ -13,6 +13,7 @@ use super::limits::MAX_PAGES;
 use super::network::Network;
 use super::profiles::{Profiles, SessionDir};
 use crate::config::JailMode;
+use crate::plugin::WorkObserver;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
     CloseParams, EventDownloadWillBegin, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
@@ -325,13 +326,15 @@ async fn watch_targets(
 pub(crate) struct Browsers {
     sessions: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Option<Session>>>>>,
     profiles: Profiles,
+    /// Told when a browser starts: a second or more that someone waits for.
+    observer: Option<Arc<dyn WorkObserver>>,
 }
 
 impl Browsers {
     /// The sessions of a runtime whose browser files go under `dir`;
     /// what a host that is gone left there is removed now.
-    pub(crate) fn new(dir: std::path::PathBuf) -> Self {
-        Self { sessions: Mutex::default(), profiles: Profiles::new(dir) }
+    pub(crate) fn new(dir: std::path::PathBuf, observer: Option<Arc<dyn WorkObserver>>) -> Self {
+        Self { sessions: Mutex::default(), profiles: Profiles::new(dir), observer }
     }
 
     /// The session for `key`, started when it has none; it enforces
@@ -356,8 +359,14 @@ impl Browsers {
                 running.adopt_popups().await;
             }
             None => {
-                let started = Session::start(plugin.clone(), grants.clone(), &self.profiles);
-                *session = Some(started.await?);
+                if let Some(observer) = &self.observer {
+                    observer.browser_starting(plugin);
+                }
+                let started = Session::start(plugin.clone(), grants.clone(), &self.profiles).await;
+                if let Some(observer) = &self.observer {
+                    observer.browser_started(plugin);
+                }
+                *session = Some(started?);
             }
         }
         Ok(session)
