@@ -40,6 +40,7 @@ pub mod config;
 pub mod contract;
 pub mod jail;
 pub mod manifest;
+mod observer;
 pub mod plugin;
 pub mod policy;
 

@@ -4,7 +4,7 @@
 use crate::capability::HostState;
 use crate::config::SandboxConfig;
 use crate::contract::bindings;
-use crate::plugin::WorkObserver;
+use crate::observer::WorkObserver;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;

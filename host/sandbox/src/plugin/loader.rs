@@ -21,6 +21,7 @@ use crate::contract::bindings::tool::exports::reson::plugin::tool as wit;
 use crate::contract::bindings::tool::{ToolPlugin, ToolPluginPre};
 use crate::contract::{self, World};
 use crate::manifest::Manifest;
+use crate::observer::WorkObserver;
 use crate::policy::Grants;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -139,21 +140,6 @@ pub(crate) struct LoadContext<'a> {
     pub(crate) secrets: &'a Arc<Secrets>,
     pub(crate) trust: &'a Arc<TrustStore>,
     pub(crate) observer: Option<&'a Arc<dyn WorkObserver>>,
-}
-
-/// Told when the runtime starts slow work for someone waiting, and when
-/// that is over, so that they can be shown why: a component that must be
-/// compiled (it is not in the compiled-code cache: seconds to minutes for
-/// a large one), a browser started for a plugin's first browser call.
-pub trait WorkObserver: Send + Sync {
-    /// `plugin`'s `file`, of `bytes` bytes, starts compiling.
-    fn compiling(&self, plugin: &str, file: &Path, bytes: usize);
-    /// Its compile ended (done or failed).
-    fn compiled(&self, plugin: &str);
-    /// A browser starts for `plugin` (its session's first browser call).
-    fn browser_starting(&self, plugin: &str);
-    /// That browser is up, or failed to start.
-    fn browser_started(&self, plugin: &str);
 }
 
 /// The manifest path beside a plugin file.

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
-pub use super::loader::WorkObserver;
+pub use crate::observer::WorkObserver;
 
 /// Where the runtime finds and keeps things.
 #[derive(Clone)]

@@ -13,7 +13,7 @@ use super::limits::MAX_PAGES;
 use super::network::Network;
 use super::profiles::{Profiles, SessionDir};
 use crate::config::JailMode;
-use crate::plugin::WorkObserver;
+use crate::observer::WorkObserver;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
     CloseParams, EventDownloadWillBegin, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
