@@ -503,7 +503,7 @@ async fn a_budget_used_up_in_a_child_stops_child_and_parent_and_the_totals_add_u
     let newest = &s.store.list_traces(&Default::default()).await.unwrap()[0];
     assert_eq!(
         s.results_of(&newest.id, "agent").await[0].text(),
-        "Error: budget exhausted: no max_cost_usd left to give a sub-agent ($0.5000 spent of $0.5)"
+        "Error: budget exhausted: no max_cost_usd left to give a sub-agent ($0.50 spent of $0.50)"
     );
     // And a budget below zero is refused where it is given.
     let negative = RunConfig {

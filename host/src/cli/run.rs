@@ -510,7 +510,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     match outcome {
         Ok(outcome) => {
             let cost = if outcome.cost > 0.0 {
-                format!(", {}", cost_text(outcome.cost))
+                format!(", {}", reson::policy::dollars(outcome.cost))
             } else {
                 String::new()
             };
@@ -622,16 +622,6 @@ fn call_for_people(tool: &str, arguments: &str) -> String {
         (_, Some(subject)) => format!("{tool}: {subject}  {}", short(arguments, 200)),
         (_, None) => format!("{tool}({})", short(arguments, 200)),
     }
-}
-
-/// Dollars for people: cents as usual, less than a cent with two
-/// significant digits (`$0.00042`, never `$0.0000`).
-pub(crate) fn cost_text(usd: f64) -> String {
-    if usd >= 0.01 || usd <= 0.0 {
-        return format!("${usd:.2}");
-    }
-    let digits = (1 - usd.log10().floor() as i32).max(2) as usize;
-    format!("${usd:.digits$}")
 }
 
 #[async_trait::async_trait]
@@ -929,13 +919,6 @@ mod tests {
         let expected = [Answer::Once, Answer::Always, Answer::Deny, Answer::Deny, Answer::Deny];
         assert_eq!(answers, expected.map(Some));
         assert_eq!(*announced.lock().unwrap(), ["ap_1", "ap_2", "ap_3", "ap_4", "ap_5"]);
-    }
-
-    #[test]
-    fn costs_under_a_cent_keep_two_significant_digits() {
-        assert_eq!(super::cost_text(1.5), "$1.50");
-        assert_eq!(super::cost_text(0.0042), "$0.0042");
-        assert_eq!(super::cost_text(0.000_123), "$0.00012");
     }
 
     #[test]

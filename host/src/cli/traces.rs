@@ -259,7 +259,7 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
                 u.reasoning_tokens,
                 u.cache_read_tokens,
                 u.cache_write_tokens,
-                super::run::cost_text(trace.totals.cost),
+                reson::policy::dollars(trace.totals.cost),
                 trace.totals.duration_ms
             );
             if let Some(error) = &trace.error_message {
@@ -415,7 +415,7 @@ async fn show_sub_traces(store: &dyn TraceStore, root: &Trace) -> anyhow::Result
             status_word(child.status),
             t.messages,
             t.usage.prompt_tokens + t.usage.completion_tokens,
-            super::run::cost_text(t.cost),
+            reson::policy::dollars(t.cost),
             t.duration_ms,
             indent = depth * 2
         );
@@ -428,7 +428,7 @@ async fn show_sub_traces(store: &dyn TraceStore, root: &Trace) -> anyhow::Result
         super::term::plural(tree.requests as usize, "model request", "model requests"),
         u.prompt_tokens,
         u.completion_tokens,
-        super::run::cost_text(tree.cost),
+        reson::policy::dollars(tree.cost),
         tree.duration_ms
     );
     Ok(())

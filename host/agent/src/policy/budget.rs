@@ -129,11 +129,7 @@ impl Meter {
         }
         if let Some(max) = self.limits.max_cost_usd {
             if spent.cost >= max {
-                return Err(nothing(
-                    "max_cost_usd",
-                    format!("${:.4}", spent.cost),
-                    format!("${max}"),
-                ));
+                return Err(nothing("max_cost_usd", dollars(spent.cost), dollars(max)));
             }
             left.max_cost_usd = Some(max - spent.cost);
         }
@@ -213,6 +209,16 @@ impl Meter {
     }
 }
 
+/// Dollars for people: cents as usual, less than a cent with two
+/// significant digits (`$0.00042`, never `$0.0000`).
+pub fn dollars(usd: f64) -> String {
+    if usd >= 0.01 || usd <= 0.0 {
+        return format!("${usd:.2}");
+    }
+    let digits = (1 - usd.log10().floor() as i32).max(2) as usize;
+    format!("${usd:.digits$}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,7 +256,7 @@ mod tests {
         root.spend(0, 1.25);
         assert_eq!(
             root.carve(Budget::default()).unwrap_err().to_string(),
-            "budget exhausted: no max_cost_usd left to give a sub-agent ($1.2500 spent of $1)"
+            "budget exhausted: no max_cost_usd left to give a sub-agent ($1.25 spent of $1.00)"
         );
         let root = Meter::root(Budget::default());
         let bad = Budget { max_cost_usd: Some(-1.0), ..Budget::default() };
@@ -268,5 +274,12 @@ mod tests {
         assert!(deadline <= Instant::now() + Duration::from_millis(1_000));
         assert!(child.limits().max_duration_ms.unwrap() <= 1_000);
         assert_eq!(Meter::root(Budget::default()).deadline(), None);
+    }
+
+    #[test]
+    fn costs_under_a_cent_keep_two_significant_digits() {
+        assert_eq!(dollars(1.5), "$1.50");
+        assert_eq!(dollars(0.0042), "$0.0042");
+        assert_eq!(dollars(0.000_123), "$0.00012");
     }
 }

@@ -8,7 +8,7 @@ mod presets;
 mod rules;
 
 pub(crate) use budget::Meter;
-pub use budget::{Budget, BudgetError};
+pub use budget::{Budget, BudgetError, dollars};
 pub use presets::Preset;
 pub use reson_sandbox::policy::*;
 pub use rules::{
