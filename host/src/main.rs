@@ -2,11 +2,6 @@
 
 mod cli;
 
-// The allowance every bounded time in the tests is stated against.
-#[cfg(test)]
-#[path = "../../tests/support/margin.rs"]
-mod margin;
-
 // Many runs' tasks allocate and free across the runtime's threads, where
 // the system allocator contends for its arenas.
 #[cfg(feature = "mimalloc")]

@@ -1,7 +1,7 @@
-//! The one allowance a test gives a bounded operation: shared by the
-//! whole-system tests (through `support`) and the crates' own tests (each
-//! includes this file with `#[path]`), so every bound on a time is stated
-//! against the same figure.
+//! The one allowance a whole-system test gives a bounded operation, so
+//! every bound on a time is stated against the same figure. (The crates'
+//! own tests bound a stop by the wait it cuts short: the deadline, the
+//! timeout or the delay that would otherwise have ended it.)
 
 use std::time::Duration;
 

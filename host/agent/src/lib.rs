@@ -25,8 +25,3 @@ pub mod skills;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
-
-// The allowance every bounded time in the tests is stated against.
-#[cfg(test)]
-#[path = "../../../tests/support/margin.rs"]
-mod margin;

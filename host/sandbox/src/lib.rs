@@ -43,8 +43,3 @@ pub mod manifest;
 mod observer;
 pub mod plugin;
 pub mod policy;
-
-// The allowance every bounded time in the tests is stated against.
-#[cfg(test)]
-#[path = "../../../tests/support/margin.rs"]
-mod margin;

@@ -890,7 +890,7 @@ mod tests {
     use reson::agent::{Answer, ApprovalRequest, Approver};
     use std::io::{BufReader, Read};
     use std::sync::{Arc, Mutex, mpsc};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     fn request(id: u64) -> ApprovalRequest {
         ApprovalRequest {
@@ -945,14 +945,12 @@ mod tests {
     async fn waiting_for_the_terminal_leaves_the_runtime_free() {
         let (release, stuck) = mpsc::channel();
         let approver = TerminalApprover::reading(BufReader::new(Stuck(stuck))).unwrap();
-        let started = Instant::now();
         // On this single-threaded runtime the timer only fires if the
         // question waits without holding the thread.
         let asked = request(1);
         let question = approver.approve(&asked, &|_| {});
         let waited = tokio::time::timeout(Duration::from_millis(100), question).await;
         assert!(waited.is_err(), "no answer came, so the question was still waiting: {waited:?}");
-        assert!(started.elapsed() < crate::margin::MARGIN, "{:?}", started.elapsed());
         drop(release);
     }
 }

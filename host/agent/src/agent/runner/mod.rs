@@ -915,7 +915,8 @@ mod tests {
             counter_examples: Vec::new(),
         };
         let rules = RuleSet::compile(&[rule]).unwrap().with_default(Decision::Allow);
-        let approvals = PendingApprovals::new(Duration::from_secs(60));
+        let timeout = Duration::from_secs(60);
+        let approvals = PendingApprovals::new(timeout);
         let runner = runner.with_permissions(Permissions::new(rules, approvals.clone()));
         let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
         let request = until(&mut handle, |e| match e {
@@ -926,7 +927,7 @@ mod tests {
         let started = Instant::now();
         assert!(runner.stop(handle.trace_id()));
         let outcome = handle.wait().await.unwrap();
-        assert!(started.elapsed() < crate::margin::MARGIN, "took {:?}", started.elapsed());
+        assert!(started.elapsed() < timeout, "the approval's timeout ended the wait, not the stop");
         assert_eq!(outcome.status, TraceStatus::Stopped);
         assert!(!approvals.answer(&request.id, Answer::Once), "the request still waits");
         let messages = store.get_messages(&outcome.trace_id).await.unwrap();
@@ -978,14 +979,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stop_cuts_the_retry_wait() {
         let (runner, _) = runner(Fake::new(vec![Turn::Fail]));
-        let config =
-            RunConfig { retry_base_delay: Duration::from_secs(60), ..RunConfig::default() };
+        let delay = Duration::from_secs(60);
+        let config = RunConfig { retry_base_delay: delay, ..RunConfig::default() };
         let mut handle = runner.run(user("go"), config).await.unwrap();
         until(&mut handle, |e| matches!(e, AgentEvent::Retrying { .. }).then_some(())).await;
         let started = Instant::now();
         handle.stop();
         let outcome = handle.wait().await.unwrap();
-        assert!(started.elapsed() < crate::margin::MARGIN, "took {:?}", started.elapsed());
+        assert!(started.elapsed() < delay, "the retry waited its delay out");
         assert_eq!(outcome.status, TraceStatus::Stopped);
         assert_eq!(outcome.requests, 1);
     }
@@ -1043,7 +1044,8 @@ mod tests {
             counter_examples: Vec::new(),
         };
         let rules = RuleSet::compile(&[rule]).unwrap().with_default(Decision::Allow);
-        let approvals = PendingApprovals::new(Duration::from_secs(60));
+        let timeout = Duration::from_secs(60);
+        let approvals = PendingApprovals::new(timeout);
         let runner = Runner::new(store.clone(), fake, tools, Hooks::none())
             .with_permissions(Permissions::new(rules, approvals.clone()));
         let mut handle = runner.run(user("go"), RunConfig::default()).await.unwrap();
