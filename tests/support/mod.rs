@@ -310,6 +310,17 @@ pub fn write_executable(dst: &Path, text: &str) {
     std::fs::remove_file(&source).unwrap();
 }
 
+/// A finished command's status, stdout and stderr, for a failed
+/// assertion's message.
+pub fn shown(output: &std::process::Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
 /// The real `reson` binary run in `cwd` with `args`, on the shared
 /// compiled-code cache and no configuration from the environment.
 pub fn reson_cli(cwd: &Path, args: &[&str]) -> std::process::Output {

@@ -45,15 +45,6 @@ fn reson_env(reson: &Path, cwd: &Path, args: &[&str], env: &[(&str, &std::ffi::O
         .expect("running reson")
 }
 
-fn text(output: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 /// The bundled plugins' names, from the freshly built plugins directory.
 fn bundled_names() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(support::plugins())
@@ -73,7 +64,7 @@ fn init_sets_up_a_directory_where_a_first_run_works_offline() {
     let dir = TestDir::new();
     let bin = installed_binary(&dir);
     let out = reson(&bin, dir.path(), &["init", "project"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
     let project = dir.path().join("project");
 
     // Every bundled plugin is there, byte for byte what plugins/build.sh
@@ -95,18 +86,18 @@ fn init_sets_up_a_directory_where_a_first_run_works_offline() {
     assert!(said.contains("reson run"), "init says what to do next: {said}");
 
     let out = reson(&bin, &project, &["run", "What is in the workspace?"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     // The tools really ran, in the granted workspace only.
     assert!(said.contains("the file tools may read and write here"), "read ran: {said}");
     let readme = project.join("workspace/README.md").canonicalize().unwrap();
     assert!(said.contains(&readme.display().to_string()), "glob ran: {said}");
-    assert!(text(&out).contains("completed (2 model calls"), "{}", text(&out));
+    assert!(support::shown(&out).contains("completed (2 model calls"), "{}", support::shown(&out));
 
     // `traces show` without an id shows the latest trace, its tool calls
     // with their arguments, and no goal still in progress once it ended.
     let shown = reson(&bin, &project, &["traces", "show"]);
-    assert!(shown.status.success(), "{}", text(&shown));
+    assert!(shown.status.success(), "{}", support::shown(&shown));
     let said = String::from_utf8_lossy(&shown.stdout);
     assert!(said.contains(r#"→ glob({"pattern":"**/*"}), read({"path":"README.md"})"#), "{said}");
     assert!(!said.contains("(current)") && !said.contains("[>]"), "{said}");
@@ -116,19 +107,23 @@ fn init_sets_up_a_directory_where_a_first_run_works_offline() {
     let err = String::from_utf8_lossy(&out.stderr);
     let id = err.lines().find_map(|l| l.strip_prefix("trace ")?.split(' ').next()).unwrap();
     let out = reson(&bin, &project, &["run", "--trace", id, "And now?"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("Continuing the same trace"));
-    assert!(text(&out).contains(&format!("trace {id} completed")), "{}", text(&out));
+    assert!(
+        support::shown(&out).contains(&format!("trace {id} completed")),
+        "{}",
+        support::shown(&out)
+    );
 
     let out = reson(&bin, &project, &["traces", "list", "--json"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
     let traces: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(traces.as_array().map(Vec::len), Some(1), "one trace: {traces}");
     assert!(project.join("traces").is_dir(), "traces live in the project");
 
     // Outside the grant, the same tools are refused.
     let out = reson(&bin, &project, &["tool", "call", "read", r#"{"path":"/etc/passwd"}"#]);
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", support::shown(&out));
 }
 
 #[test]
@@ -137,33 +132,37 @@ fn init_again_keeps_the_users_files_and_replaces_plugins_only_with_force() {
     let bin = installed_binary(&dir);
     let project = dir.path().join("project");
     let out = reson(&bin, dir.path(), &["init", "project"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
 
     let config = project.join("reson.toml");
     let mine = format!("{}\n# mine\n", std::fs::read_to_string(&config).unwrap());
     std::fs::write(&config, &mine).unwrap();
     let out = reson(&bin, &project, &["init"]);
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("kept your own"), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("kept your own"),
+        "{}",
+        support::shown(&out)
+    );
     assert_eq!(std::fs::read_to_string(&config).unwrap(), mine);
 
     let echo = project.join("plugins/echo.wasm");
     std::fs::write(&echo, b"not the bundled echo").unwrap();
     let out = reson(&bin, dir.path(), &["init", "project"]);
-    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "{}", support::shown(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("echo.wasm") && err.contains("--force"), "{err}");
     assert_eq!(std::fs::read(&echo).unwrap(), b"not the bundled echo", "left alone");
 
     let out = reson(&bin, dir.path(), &["init", "--force", "project"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
     assert_eq!(
         std::fs::read(&echo).unwrap(),
         std::fs::read(support::plugins().join("echo.wasm")).unwrap()
     );
     assert_eq!(std::fs::read_to_string(&config).unwrap(), mine, "--force keeps the config");
     let out = reson(&bin, &project, &["tool", "call", "echo", r#"{"text":"back"}"#]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
 }
 
 #[test]
@@ -172,7 +171,7 @@ fn init_into_a_file_is_refused() {
     let bin = installed_binary(&dir);
     std::fs::write(dir.path().join("taken"), "a file").unwrap();
     let out = reson(&bin, dir.path(), &["init", "taken"]);
-    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "{}", support::shown(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("taken is not a directory"));
     assert_eq!(std::fs::read_to_string(dir.path().join("taken")).unwrap(), "a file");
 }
@@ -211,9 +210,9 @@ fn a_config_that_cannot_be_met_is_refused_naming_the_file_the_line_and_the_fix()
     );
 
     let out = reson(&bin, &project, &["run", "What is in the workspace?"]);
-    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "{}", support::shown(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&problem), "{}", text(&out));
+    assert!(err.contains(&problem), "{}", support::shown(&out));
     assert!(err.contains(&format!("reson.toml:{fss}: [plugins.fss]: no plugin `fss`")), "{err}");
     assert!(err.contains("(did you mean `fs`?)"), "{err}");
     assert!(!err.contains("ERROR") && !err.contains("WARN"), "no log lines: {err}");
@@ -221,20 +220,20 @@ fn a_config_that_cannot_be_met_is_refused_naming_the_file_the_line_and_the_fix()
 
     // Calling a tool of the plugin that cannot load says why it is missing.
     let out = reson(&bin, &project, &["tool", "call", "read", r#"{"path":"README.md"}"#]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", support::shown(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("plugin `fs` failed to load: {problem}")), "{err}");
 
     std::fs::write(&config, &written).unwrap();
     let out = reson(&bin, &project, &["run", "--provider", "openai", "hi"]);
-    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "{}", support::shown(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("provider `openai` needs a model: pass --model NAME"), "{err}");
     assert!(err.contains("[plugins.openai] config = { model = \"NAME\" }"), "{err}");
 
     let out =
         reson(&bin, &project, &["run", "--provider", "openai", "--model", "gpt-4o-mini", "hi"]);
-    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "{}", support::shown(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("OPENAI_API_KEY is not set"), "{err}");
 
@@ -246,7 +245,7 @@ fn a_config_that_cannot_be_met_is_refused_naming_the_file_the_line_and_the_fix()
     );
     std::fs::write(&config, local).unwrap();
     let out = reson(&bin, &project, &["run", "--provider", "openai", "hi"]);
-    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "{}", support::shown(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("add \"localhost:11434\" to [plugins.openai] http"), "{err}");
     assert!(err.contains("the two are not one host"), "{err}");
@@ -278,13 +277,17 @@ fn compiling_shows_a_spinner_at_a_terminal_and_nothing_elsewhere() {
         .args(["--cache-dir", &dir.path().join("cold-too").to_string_lossy(), "init", "again"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(!text(&out).contains("compiling"), "no spinner in a pipe: {}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
+    assert!(
+        !support::shown(&out).contains("compiling"),
+        "no spinner in a pipe: {}",
+        support::shown(&out)
+    );
 }
 
 /// `out`'s stdout, which must come from a success.
 fn ok(out: Output) -> String {
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", support::shown(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -345,7 +348,7 @@ async fn a_new_users_flow_from_init_to_a_python_tool_hot_reloaded_into_serve() {
     assert!(
         String::from_utf8_lossy(&rewound.stderr).contains("restored 1 file:"),
         "{}",
-        text(&rewound)
+        support::shown(&rewound)
     );
     assert!(!project.join("workspace/note.txt").exists(), "the rewind put the workspace back");
 

@@ -36,18 +36,9 @@ fn reson(cwd: &Path, args: &[&str]) -> Output {
     reson_env(cwd, args, &[])
 }
 
-fn text(output: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 /// `out`'s stdout, which must come from a success.
 fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "{}", text(out));
+    assert!(out.status.success(), "{}", support::shown(out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -156,14 +147,17 @@ fn every_json_output_is_json_alone_on_stdout() {
         let args = [&["--color", "always", "-v"], args].concat();
         let out = reson(&project, &args);
         let said = ok(&out);
-        serde_json::from_str(&said).unwrap_or_else(|e| panic!("{args:?}: {e}\n{}", text(&out)))
+        serde_json::from_str(&said)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}\n{}", support::shown(&out)))
     };
     let lines = |args: &[&str]| -> Vec<Value> {
         let args = [&["--color", "always", "-v"], args].concat();
         let out = reson(&project, &args);
         let said = ok(&out);
         let parsed = said.lines().map(|l| serde_json::from_str(l).map_err(|e| format!("{e}: {l}")));
-        parsed.collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{args:?}: {e}\n{}", text(&out)))
+        parsed
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}\n{}", support::shown(&out)))
     };
 
     let plugins = json(&["plugins", "list", "--json"]);
@@ -189,7 +183,7 @@ fn every_json_output_is_json_alone_on_stdout() {
     assert!(diff.as_array().is_some_and(|d| d.len() == 1), "{diff}");
     let replay = reson(&project, &["--color", "always", "traces", "replay", &id, "--json"]);
     serde_json::from_slice::<Value>(&replay.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", text(&replay)));
+        .unwrap_or_else(|e| panic!("{e}: {}", support::shown(&replay)));
     let saved = json(&["knowledge", "add", "ports", "staging is on 8443", "--json"]);
     assert!(saved["id"].is_string(), "{saved}");
     assert!(json(&["knowledge", "list", "--json"]).as_array().is_some_and(|k| k.len() == 1));
@@ -247,14 +241,18 @@ fn tool_call_answers_an_ask_without_a_terminal_as_approve_says() {
         reson(dir.path(), &args)
     };
     for denied in [call(&[]), call(&["--approve", "never"])] {
-        assert_eq!(denied.status.code(), Some(3), "{}", text(&denied));
+        assert_eq!(denied.status.code(), Some(3), "{}", support::shown(&denied));
         let err = String::from_utf8_lossy(&denied.stderr);
         assert!(err.contains("no one is at a terminal") && err.contains("--approve"), "{err}");
-        assert!(!String::from_utf8_lossy(&denied.stdout).contains("hi"), "{}", text(&denied));
+        assert!(
+            !String::from_utf8_lossy(&denied.stdout).contains("hi"),
+            "{}",
+            support::shown(&denied)
+        );
     }
     for allowed in ["once", "all"] {
         let out = call(&["--approve", allowed]);
-        assert_eq!(ok(&out).trim_end(), "hi", "{}", text(&out));
+        assert_eq!(ok(&out).trim_end(), "hi", "{}", support::shown(&out));
     }
     let config = std::fs::read_to_string(dir.path().join("reson.toml")).unwrap();
     let unattended =
@@ -312,8 +310,8 @@ fn plugins_build_shows_its_toolchain_at_a_terminal_and_nothing_in_a_pipe() {
     assert!(said.contains("building greeter with componentize-py…"), "{said:?}");
 
     let out = reson_env(dir.path(), &["plugins", "build", &greeter_arg], &env);
-    assert!(ok(&out).starts_with("built "), "{}", text(&out));
-    assert!(!text(&out).contains("building"), "{}", text(&out));
+    assert!(ok(&out).starts_with("built "), "{}", support::shown(&out));
+    assert!(!support::shown(&out).contains("building"), "{}", support::shown(&out));
 }
 
 /// A web server on a free port of 127.0.0.1 that answers every request
@@ -379,7 +377,7 @@ fn a_first_browser_call_says_it_starts_chromium_at_a_terminal_only() {
         &["run", "--preset", "browser", "--script", "scripts/browse.json", "again"],
     );
     ok(&out);
-    assert!(!text(&out).contains("Chromium"), "{}", text(&out));
+    assert!(!support::shown(&out).contains("Chromium"), "{}", support::shown(&out));
 
     // A tool author's `tool call` starts a browser of its own, and says so too.
     let record = dir.path().join("tool-call.log");
@@ -427,8 +425,8 @@ fn a_task_says_in_words_how_many_calls_were_denied_for_want_of_an_answer() {
     std::fs::write(project.join("scripts/task.json"), script.to_string()).unwrap();
     let args = ["--parser", "markdown-plan", "--plan", "plan.md", "--script", "scripts/task.json"];
     let out = reson(&project, &[&["task", "Note it"][..], &args].concat());
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", support::shown(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("1 call was denied for want of an answer"), "{}", text(&out));
+    assert!(err.contains("1 call was denied for want of an answer"), "{}", support::shown(&out));
     assert!(!project.join("workspace/note.txt").exists());
 }

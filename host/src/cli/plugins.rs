@@ -323,23 +323,13 @@ fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>,
             say!("    refused {}: {}", refused.name, one_line(&refused.reason));
         }
         if let Some(g) = &p.grants {
-            if !verbose {
-                // What widens a command is never left out.
-                if !g.process.is_empty() {
-                    say!("    commands {}", g.command_reach());
-                }
-                if !g.env.is_empty() {
-                    say!("    env     {}", g.env.join(", "));
-                }
-                if !g.exec_vectors.is_empty() {
-                    say!("    exec    {} (may run other programs)", g.exec_vectors.join(", "));
-                }
-                continue;
-            }
             let none = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
-            say!("    dirs    {}", none(&dirs));
-            say!("    http    {}", none(&g.http));
-            say!("    process {}", none(&g.process));
+            if verbose {
+                say!("    dirs    {}", none(&dirs));
+                say!("    http    {}", none(&g.http));
+                say!("    process {}", none(&g.process));
+            }
+            // What widens a command is never left out.
             if !g.process.is_empty() {
                 say!("    commands {}", g.command_reach());
             }
@@ -348,6 +338,9 @@ fn print_table(plugins: &[PluginInfo], sources: &BTreeMap<String, PluginSource>,
             }
             if !g.exec_vectors.is_empty() {
                 say!("    exec    {} (may run other programs)", g.exec_vectors.join(", "));
+            }
+            if !verbose {
+                continue;
             }
             say!("    secrets {}", none(&g.secrets));
             say!(
