@@ -32,32 +32,37 @@ async fn runtime(dir: &support::TestDir, wasm: &Path, warm: bool) -> Runtime {
     dir.open("").await
 }
 
-/// Reloads `hostile` after touching its manifest, from the cache or (with
-/// `purge`) compiling again; returns how long the reload took.
+/// What a reload compiles: nothing (a load from the cache), the component
+/// with its functions already compiled (a rebuild after a small change),
+/// or everything.
+#[derive(Clone, Copy, PartialEq)]
+enum Compile {
+    Nothing,
+    Component,
+    Everything,
+}
+
+/// Reloads `hostile` after touching its manifest, compiling what `compile`
+/// says; returns how long the reload took.
 fn reload(
     rt: &tokio::runtime::Runtime,
     runtime: &Runtime,
     dir: &support::TestDir,
     flip: &mut u64,
-    purge: bool,
+    compile: Compile,
 ) -> Duration {
     let manifest = dir.plugins().join("hostile.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     *flip += 1;
     std::fs::write(&manifest, format!("{text}\n# {flip}\n")).unwrap();
-    if purge {
-        let sha = runtime.plugins()[0].sha256.clone().unwrap();
-        for entry in std::fs::read_dir(&runtime.options().cache_dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.file_name().unwrap().to_string_lossy().starts_with(&sha) {
-                std::fs::remove_file(path).unwrap();
-            }
-        }
+    if compile != Compile::Nothing {
+        support::forget_compiled(runtime, "hostile", compile == Compile::Everything);
     }
     let start = Instant::now();
     rt.block_on(runtime.reload(&["hostile".to_owned()]));
     let took = start.elapsed();
-    assert_eq!(runtime.plugins()[0].from_cache, !purge, "{:?}", runtime.plugins()[0].status);
+    let from_cache = runtime.plugins()[0].from_cache;
+    assert_eq!(from_cache, compile == Compile::Nothing, "{:?}", runtime.plugins()[0].status);
     took
 }
 
@@ -102,10 +107,14 @@ fn bench(c: &mut Criterion) {
     let mut load = c.benchmark_group("plugin load from cache");
     load.sample_size(10);
     load.bench_function("JavaScript", |b| {
-        b.iter_custom(|n| (0..n).map(|_| reload(&rt, &js, &js_dir, &mut flip, false)).sum())
+        b.iter_custom(|n| {
+            (0..n).map(|_| reload(&rt, &js, &js_dir, &mut flip, Compile::Nothing)).sum()
+        })
     });
     load.bench_function("Rust", |b| {
-        b.iter_custom(|n| (0..n).map(|_| reload(&rt, &rust, &rust_dir, &mut flip, false)).sum())
+        b.iter_custom(|n| {
+            (0..n).map(|_| reload(&rt, &rust, &rust_dir, &mut flip, Compile::Nothing)).sum()
+        })
     });
     load.finish();
 
@@ -135,11 +144,15 @@ fn bench(c: &mut Criterion) {
         (0..10).map(|_| format!("{:.3}", per_call(runtime).as_secs_f64() * 1e3)).collect()
     };
     let (js_drift, rust_drift) = (drift(&js_warm), drift(&rust_warm));
-    let js_load = median((0..15).map(|_| reload(&rt, &js, &js_dir, &mut flip, false)).collect());
-    let rust_load =
-        median((0..15).map(|_| reload(&rt, &rust, &rust_dir, &mut flip, false)).collect());
-    let js_compile = reload(&rt, &js, &js_dir, &mut flip, true);
-    let rust_compile = reload(&rt, &rust, &rust_dir, &mut flip, true);
+    let js_load =
+        median((0..15).map(|_| reload(&rt, &js, &js_dir, &mut flip, Compile::Nothing)).collect());
+    let rust_load = median(
+        (0..15).map(|_| reload(&rt, &rust, &rust_dir, &mut flip, Compile::Nothing)).collect(),
+    );
+    let js_compile = reload(&rt, &js, &js_dir, &mut flip, Compile::Everything);
+    let rust_compile = reload(&rt, &rust, &rust_dir, &mut flip, Compile::Everything);
+    let js_recompile = reload(&rt, &js, &js_dir, &mut flip, Compile::Component);
+    let rust_recompile = reload(&rt, &rust, &rust_dir, &mut flip, Compile::Component);
     let kb = |p: &Path| std::fs::metadata(p).unwrap().len() / 1024;
     println!("\n== figures ==");
     println!("                    {:>12} {:>12}", "JavaScript", "Rust");
@@ -170,6 +183,11 @@ fn bench(c: &mut Criterion) {
         "load with compile   {:>9.3} s  {:>9.3} s",
         js_compile.as_secs_f64(),
         rust_compile.as_secs_f64()
+    );
+    println!(
+        "  functions cached  {:>9.3} s  {:>9.3} s",
+        js_recompile.as_secs_f64(),
+        rust_recompile.as_secs_f64()
     );
 }
 

@@ -280,13 +280,7 @@ fn bench(c: &mut Criterion) {
         flip += 1;
         std::fs::write(&manifest, format!("{original}\n# {flip}\n")).unwrap();
         if purge_cache {
-            for entry in std::fs::read_dir(runtime.options().cache_dir.clone()).unwrap() {
-                let path = entry.unwrap().path();
-                let sha = runtime.plugins()[0].sha256.clone().unwrap();
-                if path.file_name().unwrap().to_string_lossy().starts_with(&sha) {
-                    std::fs::remove_file(path).unwrap();
-                }
-            }
+            support::forget_compiled(&runtime, "echo", true);
         }
         let start = Instant::now();
         rt.block_on(runtime.reload(&["echo".to_owned()]));

@@ -66,6 +66,24 @@ pub fn cache_dir() -> PathBuf {
     root().join("target/test-cache")
 }
 
+/// What `runtime`'s cache holds compiled for `plugin` goes, so its next
+/// load compiles: the component's entry, and with `functions` every
+/// compiled function as well (a compile from nothing).
+pub fn forget_compiled(runtime: &Runtime, plugin: &str, functions: bool) {
+    let info = runtime.plugins().into_iter().find(|p| p.name == plugin).expect("plugin loaded");
+    let sha = info.sha256.expect("a digest");
+    let cache_dir = &runtime.options().cache_dir;
+    for entry in std::fs::read_dir(cache_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with(&sha) {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    if functions {
+        let _ = std::fs::remove_dir_all(cache_dir.join("functions"));
+    }
+}
+
 /// A throwaway directory holding a plugins directory, a workspace and a
 /// config file.
 pub struct TestDir {

@@ -272,16 +272,67 @@ async fn a_corrupt_cache_entry_is_recompiled() {
     let mut options = dir.options("");
     options.cache_dir = cache.clone();
     Runtime::open(options.clone()).await.unwrap();
-    // Compiled code and remembered digests (`digests/`) alike.
+    // Compiled code, compiled functions (`functions/`) and remembered
+    // digests (`digests/`) alike.
     let mut corrupted = 0;
     for entry in walk(&cache) {
         std::fs::write(entry, b"garbage").unwrap();
         corrupted += 1;
     }
-    assert!(corrupted >= 2, "a compiled entry and a digest");
+    assert!(corrupted >= 3, "a compiled entry, compiled functions and a digest");
     let rt = Runtime::open(options).await.unwrap();
     assert!(!rt.plugins()[0].from_cache);
     assert_eq!(call(&rt, "echo", json!({"text": "ok"})).await.unwrap(), "ok");
+    let functions = walk(&cache.join("functions"));
+    assert!(
+        functions.iter().any(|f| std::fs::read(f).unwrap() != b"garbage"),
+        "damaged functions were compiled again and stored whole"
+    );
+}
+
+/// A component compiled again (its compiled entry gone, as after a rebuild
+/// that changed little) takes its functions from the per-function cache:
+/// few are compiled, so few are written again. (Not none: Cranelift's key
+/// for about a tenth of them differs from one compile to the next.)
+#[tokio::test]
+async fn a_recompiled_component_takes_its_functions_from_the_function_cache() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    let cache = dir.path().join("cache");
+    let mut options = dir.options("");
+    options.cache_dir = cache.clone();
+    let rt = Runtime::open(options.clone()).await.unwrap();
+    assert!(!rt.plugins()[0].from_cache);
+    let stored = |cache: &std::path::Path| {
+        let mut files: Vec<_> = walk(&cache.join("functions"))
+            .into_iter()
+            .map(|f| {
+                let meta = std::fs::metadata(&f).unwrap();
+                (meta.ino(), meta.modified().unwrap(), f)
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = stored(&cache);
+    assert!(before.len() > 100, "echo's functions are stored one by one ({})", before.len());
+
+    for entry in std::fs::read_dir(&cache).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cwasm") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let rt = Runtime::open(options).await.unwrap();
+    assert!(!rt.plugins()[0].from_cache, "the component itself is compiled again");
+    assert_eq!(call(&rt, "echo", json!({"text": "ok"})).await.unwrap(), "ok");
+    let again = stored(&cache).into_iter().filter(|f| !before.contains(f)).count();
+    assert!(
+        again * 4 < before.len(),
+        "{again} functions compiled (and stored) again; {} were in the cache",
+        before.len()
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The wasmtime engine every plugin runs on, its epoch ticker, and the
 //! linkers of the three worlds.
 
+use super::function_cache::FunctionCache;
 use crate::capability::HostState;
 use crate::config::SandboxConfig;
 use crate::contract::bindings;
@@ -128,10 +129,12 @@ impl Slots {
 }
 
 impl Sandbox {
-    /// The engine for `settings`, its browsers keeping their files under
-    /// `browser_dir` and telling `observer` when one starts.
+    /// The engine for `settings`, keeping compiled functions under
+    /// `functions_dir`, its browsers keeping their files under `browser_dir`
+    /// and telling `observer` when one starts.
     pub(crate) fn new(
         settings: &SandboxConfig,
+        functions_dir: PathBuf,
         browser_dir: PathBuf,
         observer: Option<Arc<dyn WorkObserver>>,
     ) -> wasmtime::Result<Self> {
@@ -160,7 +163,8 @@ impl Sandbox {
             .epoch_interruption(true)
             .consume_fuel(settings.fuel)
             .wasm_component_model(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            .enable_incremental_compilation(Arc::new(FunctionCache::new(functions_dir)))?;
         let engine = Engine::new(&config)?;
 
         let mut linker = Linker::new(&engine);

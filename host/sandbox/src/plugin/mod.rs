@@ -5,10 +5,10 @@ mod cache;
 mod digest;
 mod engine;
 mod error;
+mod function_cache;
 mod instance;
 mod loader;
 mod lock;
-
 mod runtime;
 mod schema;
 pub mod signing;

@@ -467,8 +467,14 @@ impl Runtime {
         // Browsers keep their files beside the compiled code; what a host
         // killed outright left there goes now.
         let browser_dir = options.cache_dir.join("browser");
-        let sandbox = Sandbox::new(&options.config.sandbox, browser_dir, options.observer.clone())
-            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        let functions_dir = options.cache_dir.join("functions");
+        let sandbox = Sandbox::new(
+            &options.config.sandbox,
+            functions_dir,
+            browser_dir,
+            options.observer.clone(),
+        )
+        .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
         let secrets = Arc::new(Secrets::from_config(&options.config));
         let trust = Arc::new(TrustStore::from_config(&options.config)?);
