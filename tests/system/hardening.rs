@@ -807,51 +807,123 @@ async fn a_fresh_instance_never_reads_what_an_earlier_call_left_in_memory() {
     assert_eq!(found.unwrap(), "256");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kept_instances_never_starve_fresh_calls() {
-    let dir = TestDir::new();
-    for name in ["w1", "w2", "w3"] {
-        install_warm(&dir, name);
-    }
-    dir.install(support::plugins(), "echo");
-    // Four slots; without a cap, three plugins keeping two instances each
-    // would hold all of them and every other call would wait for ever.
-    let rt = dir
-        .open(
-            r#"
-        [sandbox]
-        max_instances = 4
-        [plugins.w1]
-        config = { impostor_tools = "a1" }
-        [plugins.w2]
-        config = { impostor_tools = "a2" }
-        [plugins.w3]
-        config = { impostor_tools = "a3" }
-        "#,
-        )
-        .await;
-    for _ in 0..2 {
-        let mut calls = tokio::task::JoinSet::new();
-        for tool in ["a1", "a1", "a2", "a2", "a3", "a3"] {
-            let rt = rt.clone();
-            calls.spawn(async move {
-                assert_eq!(
-                    call(&rt, tool, json!({"text": "k"})).await.unwrap(),
-                    "impostor served: k"
-                );
-            });
+/// An HTTP server that answers no request until `count` are waiting, then
+/// all of them: only calls that run at the same time get through.
+fn barrier_server(count: usize) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut waiting = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.read(&mut [0u8; 4096]);
+            waiting.push(stream);
+            if waiting.len() == count {
+                for mut stream in waiting.drain(..) {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nin",
+                    );
+                }
+            }
         }
-        calls.join_all().await;
-    }
+    });
+    addr
+}
+
+fn idle(rt: &Runtime, plugin: &str) -> usize {
+    rt.plugins().into_iter().find(|p| p.name == plugin).map_or(0, |p| p.idle_instances)
+}
+
+/// Four `http` calls of `hostile` at once, each at `addr`.
+async fn four_at_once(rt: &Runtime, addr: &str) {
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..4 {
-        let rt = rt.clone();
-        calls.spawn(async move {
-            assert_eq!(call(&rt, "echo", json!({"text": "x"})).await.unwrap(), "x")
-        });
+        let (rt, url) = (rt.clone(), format!("http://{addr}/"));
+        calls.spawn(async move { call(&rt, "http", json!({ "url": url })).await });
     }
-    let served = tokio::time::timeout(support::MARGIN, calls.join_all()).await;
-    assert!(served.is_ok(), "fresh calls waited for slots kept warm");
+    for answer in calls.join_all().await {
+        assert_eq!(answer.unwrap(), "status: 200\nin", "every call ran beside the idle instance");
+    }
+}
+
+/// Idle instances (kept warm, or made ahead of the next call) live beside
+/// the calls' slots: with four slots and an idle instance of another
+/// plugin, four calls still run at once. Each waits at a server that
+/// answers only when all four are there, so a call left waiting for a slot
+/// the idle instance held would end the test at the calls' deadline (the
+/// guest's own, 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_instances_never_take_a_slot_from_a_call() {
+    let addr = barrier_server(4);
+    let config = |extra: &str| {
+        format!(
+            "[sandbox]\nmax_instances = 4\n[plugins.hostile]\nhttp = [\"{addr}\"]\n\
+             tools = [\"http\"]\n{extra}"
+        )
+    };
+
+    let dir = TestDir::new();
+    install_warm(&dir, "w1");
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open(&config("[plugins.w1]\nconfig = { impostor_tools = \"a1\" }\n")).await;
+    for _ in 0..2 {
+        assert_eq!(call(&rt, "a1", json!({"text": "k"})).await.unwrap(), "impostor served: k");
+    }
+    assert_eq!(idle(&rt, "w1"), 1, "an instance kept warm");
+    four_at_once(&rt, &addr).await;
+
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo").install(support::test_plugins(), "hostile");
+    let rt = dir.open(&config("")).await;
+    assert_eq!(call(&rt, "echo", json!({"text": "k"})).await.unwrap(), "k");
+    settled("an instance made ahead", || idle(&rt, "echo") == 1).await;
+    four_at_once(&rt, &addr).await;
+    assert_eq!(idle(&rt, "echo"), 1, "the instance made ahead waits for echo's next call");
+}
+
+/// An instance made ahead belongs to its plugin's generation: after a
+/// reload the next call runs the new code, never the old instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reload_no_call_takes_an_instance_made_for_the_old_code() {
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "echo");
+    let rt = dir.open("").await;
+    assert_eq!(call(&rt, "echo", json!({"text": "k"})).await.unwrap(), "k");
+    settled("an instance made ahead", || idle(&rt, "echo") == 1).await;
+    std::fs::copy(support::test_plugins().join("echo-v2.wasm"), dir.plugins().join("echo.wasm"))
+        .unwrap();
+    rt.reload(&["echo".to_owned()]).await;
+    assert_eq!(idle(&rt, "echo"), 0, "the new generation starts with none");
+    assert_eq!(call(&rt, "echo", json!({"text": "k"})).await.unwrap(), "v2:k");
+    settled("the new code's instance made ahead", || idle(&rt, "echo") == 1).await;
+    assert_eq!(call(&rt, "echo", json!({"text": "k"})).await.unwrap(), "v2:k");
+}
+
+/// An idle instance holds its granted directories open. After one is
+/// replaced (moved away, made again), the next call goes to a fresh
+/// instance and sees the new directory, as it would with no idle instance:
+/// for instances made ahead and kept warm alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_after_its_directory_was_replaced_sees_the_new_one() {
+    for instance in ["", "[instance]\nkeep_warm = true\n"] {
+        let dir = TestDir::new();
+        install_hostile_as(&dir, "h", &format!("[requests]\ndirs = \"read\"\n{instance}"));
+        let rt =
+            dir.open("[plugins.h]\ndirs = [{ path = \"workspace\", access = \"read\" }]\n").await;
+        let workspace = dir.workspace();
+        std::fs::write(workspace.join("note.txt"), "old").unwrap();
+        assert_eq!(call(&rt, "read", json!({"path": "note.txt"})).await.unwrap(), "old");
+        settled("an idle instance", || idle(&rt, "h") == 1).await;
+        std::fs::rename(&workspace, dir.path().join("moved-away")).unwrap();
+        std::fs::create_dir(&workspace).unwrap();
+        std::fs::write(workspace.join("note.txt"), "new").unwrap();
+        assert_eq!(
+            call(&rt, "read", json!({"path": "note.txt"})).await.unwrap(),
+            "new",
+            "{instance:?}"
+        );
+    }
 }
 
 #[test]

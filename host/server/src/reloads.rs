@@ -125,6 +125,7 @@ mod tests {
             grants: None,
             generation,
             from_cache: false,
+            idle_instances: 0,
             signature: None,
             status,
         }

@@ -66,16 +66,24 @@ pub(crate) struct Sandbox {
     ticker_stop: Arc<AtomicBool>,
 }
 
+/// Idle instances at most, beside `calls` slots for calls: a quarter more.
+fn idle_limit(calls: u32) -> u32 {
+    calls / 4
+}
+
 /// The pooling allocator's instance slots, handed out one per call, so
-/// that calls beyond the pool's size wait their turn instead of failing.
+/// that calls beyond the pool's size wait their turn instead of failing;
+/// and the count of idle instances, which live in room of their own.
 pub(crate) struct Slots {
     free: Arc<Semaphore>,
     total: u32,
-    /// Slots held by idle kept instances (`[instance] keep_warm`).
+    /// Slots held by idle instances: kept ones (`[instance] keep_warm`) and
+    /// never-used ones made ahead of calls.
     kept: AtomicU32,
 }
 
-/// Marks one idle kept instance; dropping it stops counting it.
+/// Marks one idle instance (kept, or made ahead); dropping it stops
+/// counting it.
 pub(crate) struct KeptMark {
     slots: Arc<Slots>,
 }
@@ -100,11 +108,11 @@ impl Slots {
         })
     }
 
-    /// Counts one more idle kept instance, unless kept ones would then hold
-    /// more than a quarter of the slots: the rest always go to fresh calls,
-    /// so kept instances can never starve them.
+    /// Counts one more idle instance, unless there are already as many as
+    /// the pool has room for beside the calls' slots. An idle instance
+    /// holds no call's slot: a call that takes one takes a slot too.
     pub(crate) fn keep(self: &Arc<Self>) -> Option<KeptMark> {
-        let limit = self.total / 4;
+        let limit = idle_limit(self.total);
         self.kept
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < limit).then_some(n + 1))
             .ok()
@@ -139,7 +147,10 @@ impl Sandbox {
         observer: Option<Arc<dyn WorkObserver>>,
     ) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
-        let n = settings.max_instances.max(1);
+        let calls = settings.max_instances.max(1);
+        // Idle instances (kept warm, or made ahead of a call) live beside
+        // the calls' slots, never in them.
+        let n = calls + idle_limit(calls);
         let queued = decommit_headroom();
         pool.total_component_instances(n)
             .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)
@@ -195,7 +206,7 @@ impl Sandbox {
             linker,
             fingerprint,
             fuel: settings.fuel,
-            slots: Slots::new(n),
+            slots: Slots::new(calls),
             browsers: Arc::new(crate::capability::browser::Browsers::new(browser_dir, observer)),
             ticker_stop,
         })

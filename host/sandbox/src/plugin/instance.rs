@@ -24,13 +24,23 @@ const PANIC_MESSAGE_CHARS: usize = 2_000;
 
 /// A Store ready for one call, the guest's captured stderr, and the
 /// instance slot the call holds (freed after the Store is dropped: fields
-/// drop in order).
+/// drop in order). An idle Store, kept or made ahead, holds none.
 pub(crate) struct CallStore {
     pub(crate) store: Store<HostState>,
     stderr: MemoryOutputPipe,
     /// The deadline this call was given.
     timeout: std::time::Duration,
-    _slot: SlotPermit,
+    slot: Option<SlotPermit>,
+    /// The granted directories the Store opened, as they were then.
+    dirs: Vec<(std::path::PathBuf, Option<DirIdentity>)>,
+}
+
+/// Which directory a path named: device and inode.
+type DirIdentity = (u64, u64);
+
+fn identity(path: &std::path::Path) -> Option<DirIdentity> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Which plugin and tool a failure belongs to, for error messages.
@@ -62,6 +72,22 @@ impl CallStore {
         let slot = sandbox.slots.acquire(cancel.as_ref()).await.ok_or_else(|| {
             CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() }
         })?;
+        Self::in_slot(Some(slot), sandbox, plugin, grants, secrets, cancel, site, timeout)
+    }
+
+    /// Sets up the Store in `slot`, a slot the caller already holds, or
+    /// for an idle instance (`None`), which needs none.
+    #[allow(clippy::too_many_arguments, reason = "the parts of one Store, each needed")]
+    pub(crate) fn in_slot(
+        slot: Option<SlotPermit>,
+        sandbox: &Sandbox,
+        plugin: &Arc<str>,
+        grants: &Arc<Grants>,
+        secrets: &Arc<Secrets>,
+        cancel: Option<CancellationToken>,
+        site: Site<'_>,
+        timeout: std::time::Duration,
+    ) -> Result<Self, CallError> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())
@@ -80,6 +106,7 @@ impl CallStore {
                 site.internal(format!("cannot open granted directory {}: {e}", dir.host.display()))
             })?;
         }
+        let dirs = grants.dirs.iter().map(|d| (d.host.clone(), identity(&d.host))).collect();
         let limits = grants.limits;
         let deadline = Instant::now() + timeout;
         let mut state =
@@ -105,17 +132,32 @@ impl CallStore {
                 .set_fuel(limits.fuel.unwrap_or(u64::MAX))
                 .map_err(|e| site.internal(format!("cannot set fuel: {e}")))?;
         }
-        Ok(Self { store, stderr, timeout, _slot: slot })
+        Ok(Self { store, stderr, timeout, slot, dirs })
     }
 
-    /// Arms a kept Store for another call: its deadline, cancel flag and
-    /// fuel start over.
+    /// Whether each granted directory's path still names the directory
+    /// this Store opened. An idle Store holds its directories open: after
+    /// one is replaced (removed and made again, renamed over), it would
+    /// see the old one, where a fresh instance sees the new.
+    pub(crate) fn dirs_unchanged(&self) -> bool {
+        self.dirs.iter().all(|(path, opened)| identity(path) == *opened)
+    }
+
+    /// Gives up the call's slot: the Store goes idle.
+    pub(crate) fn release_slot(&mut self) {
+        self.slot = None;
+    }
+
+    /// Arms an idle Store for a call that holds `slot`: its deadline,
+    /// cancel flag and fuel start over.
     pub(crate) fn rearm(
         &mut self,
+        slot: SlotPermit,
         cancel: Option<CancellationToken>,
         timeout: std::time::Duration,
         fuel: Option<u64>,
     ) -> Result<(), CallError> {
+        self.slot = Some(slot);
         self.timeout = timeout;
         self.store.data_mut().begin_call(Instant::now() + timeout, cancel);
         self.store.set_epoch_deadline(1);

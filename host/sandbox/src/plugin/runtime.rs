@@ -156,6 +156,9 @@ pub struct PluginInfo {
     pub generation: u64,
     /// Whether the serving generation came from the compiled-code cache.
     pub from_cache: bool,
+    /// Instances ready for a call without instantiating: kept warm, or made
+    /// ahead of the next call (never used).
+    pub idle_instances: usize,
     /// What the serving generation's signature says.
     pub signature: Option<SignatureStatus>,
     /// Ready, disabled, failed or stale.
@@ -435,7 +438,7 @@ impl Catalog {
 }
 
 struct Inner {
-    sandbox: Sandbox,
+    sandbox: Arc<Sandbox>,
     options: Options,
     secrets: Arc<Secrets>,
     trust: Arc<TrustStore>,
@@ -474,6 +477,7 @@ impl Runtime {
             browser_dir,
             options.observer.clone(),
         )
+        .map(Arc::new)
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
         let secrets = Arc::new(Secrets::from_config(&options.config));
@@ -537,6 +541,7 @@ impl Runtime {
                     grants: active.map(|p| (*p.grants).clone()),
                     generation: active.map_or(0, |p| p.generation),
                     from_cache: active.is_some_and(|p| p.from_cache),
+                    idle_instances: active.map_or(0, LoadedPlugin::idle_instances),
                     signature: active.map(|p| p.signature.clone()),
                     status: slot.status.clone(),
                 }
