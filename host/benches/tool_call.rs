@@ -2,10 +2,8 @@
 //! wasmtime fresh-instance call of the same component, a kept instance's
 //! call against a live bare instance's (with and without the epoch checks
 //! the host's deadlines need), plugin load from the
-//! compiled-code cache against a compile, tool-call throughput with a
-//! fresh instance per call and many callers on a two-worker runtime, and
-//! the latency of a call that comes apart from the last (its never-used
-//! instance made ahead, off the call's path).
+//! compiled-code cache against a compile, and tool-call throughput with a
+//! fresh instance per call and many callers on a two-worker runtime.
 //!
 //! `cargo bench -p reson --bench tool_call` prints criterion's figures and,
 //! last, the ratios and the throughput measured interleaved in one run.
@@ -339,32 +337,13 @@ fn bench(c: &mut Criterion) {
             raw_rate.push(calls as f64 / spread(calls, bare_call.clone()).await.as_secs_f64());
         }
     });
-    // A call's own time when calls come apart, as an agent's do (a model
-    // call between them): the instance made ahead after each call is ready
-    // when the next begins. Kept-warm calls timed the same way beside them.
-    let (mut spaced, mut spaced_kept) = (Vec::new(), Vec::new());
-    rt.block_on(async {
-        for _ in 0..500 {
-            for (runtime, samples) in [(&runtime, &mut spaced), (&warm, &mut spaced_kept)] {
-                while runtime.plugins()[0].idle_instances == 0 {
-                    tokio::time::sleep(Duration::from_micros(200)).await;
-                }
-                let start = Instant::now();
-                black_box(runtime.call_tool("echo", ARGS, &ctx).await.unwrap());
-                samples.push(start.elapsed().as_nanos() as f64);
-            }
-        }
-    });
-    let (spaced, spaced_kept) = (median(spaced), median(spaced_kept));
     let (host, raw, kept) = (median(host), median(raw), median(kept));
     let (live, live_epochs) = (median(live), median(live_epochs));
     let (host_rate, raw_rate) = (median(host_rate), median(raw_rate));
     let cached = median((0..30).map(|_| reload(false).as_nanos() as f64).collect());
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
     println!("\n== figures ==");
-    println!("tool call, apart, made ahead:{:>9.1} µs  (target <= 5 µs)", spaced / 1e3);
-    println!("tool call, apart, kept warm: {:>9.1} µs", spaced_kept / 1e3);
-    println!("tool call, host path:        {:>9.1} µs  (back to back)", host / 1e3);
+    println!("tool call, host path:        {:>9.1} µs", host / 1e3);
     println!("tool call, bare wasmtime:    {:>9.1} µs", raw / 1e3);
     println!("ratio host / bare:           {:>9.3}  (target <= 1.25)", host / raw);
     println!("tool call, instance kept:    {:>9.1} µs", kept / 1e3);

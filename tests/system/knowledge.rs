@@ -575,6 +575,37 @@ async fn the_postgres_store_ranks_the_right_entry_in_the_top_three() {
     assert!(found >= TOP3_AT_LEAST, "{found}/{} in the top 3", QUERIES.len());
 }
 
+/// On PostgreSQL, entries holding every word of the query come first once
+/// there are as many as the hits asked for: an entry with one of the words
+/// in its title (the heaviest place) is left out then, and found when the
+/// search asks for more hits than the entries with every word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_enough_entries_with_every_word_come_before_those_with_some() {
+    let store = pg_store().await;
+    let mut drafts: Vec<Draft> = (0..3)
+        .map(|i| Draft {
+            id: Some(format!("both-{i}")),
+            ..Draft::new(
+                Scope::Global,
+                &format!("note {i}"),
+                "the replica lagged behind while the vacuum ran",
+                &[],
+            )
+        })
+        .collect();
+    drafts.push(Draft {
+        id: Some("title".into()),
+        ..Draft::new(Scope::Global, "Replica", "how the standby is set up", &[])
+    });
+    store.save_all(drafts).await.unwrap();
+    let hits = store.search("replica vacuum", &Visible::everything(), 3).await.unwrap();
+    let mut found = ids(&hits);
+    found.sort_unstable();
+    assert_eq!(found, ["both-0", "both-1", "both-2"]);
+    let hits = store.search("replica vacuum", &Visible::everything(), 4).await.unwrap();
+    assert!(ids(&hits).contains(&"title"), "{:?}", ids(&hits));
+}
+
 /// The writer of the kill test: saves entries into the index named by
 /// `KNOWLEDGE_WRITER_DIR` one by one, printing each id once saved, until
 /// it is killed. Ignored unless the kill test runs it.

@@ -8,9 +8,12 @@
 //! when it matches some of them and ranks higher the more it matches;
 //! `ts_rank_cd` ranks. Ranking every entry that matches one common word
 //! would read a good part of the table, so only candidates are ranked:
-//! those matching all the words (up to [`MOST_MATCHING`]), and for each
-//! word alone up to [`PER_WORD`] entries (all of them for a rare word, a
-//! sample of a common one). Each is a lookup in the GIN index.
+//! those matching all the words (up to [`MOST_MATCHING`]), and, when those
+//! are fewer than the hits asked for, for each word alone up to
+//! [`PER_WORD`] entries (all of them for a rare word, a sample of a common
+//! one). Each is a lookup in the GIN index. So when enough entries hold
+//! every word, the hits are among them: an entry with some of the words
+//! comes after those, however its words are placed.
 
 use super::{Draft, Entry, Hit, KnowledgeError, KnowledgeStore, Source, snippet};
 use crate::scope::Visible;
@@ -235,13 +238,16 @@ impl KnowledgeStore for PgKnowledgeStore {
             return Ok(Vec::new());
         };
         let sql = format!(
-            "WITH candidates AS (\
-               (SELECT scope, id FROM knowledge WHERE search @@ $2::tsquery AND {visible} \
-                LIMIT {MOST}) \
+            "WITH every_word AS (\
+               SELECT scope, id FROM knowledge WHERE search @@ $2::tsquery AND {visible} \
+               LIMIT {MOST}), \
+             candidates AS (\
+               SELECT scope, id FROM every_word \
                UNION \
                SELECT c.scope, c.id FROM unnest($1::text[]) AS word, LATERAL (\
                  SELECT scope, id FROM knowledge WHERE search @@ word::tsquery AND {visible} \
-                 LIMIT {PER_WORD}) c) \
+                 LIMIT {PER_WORD}) c \
+               WHERE (SELECT count(*) FROM every_word) < $4) \
              SELECT {COLUMNS}, ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', search, $3::tsquery, 1) AS score \
              FROM knowledge WHERE (scope, id) IN (SELECT scope, id FROM candidates) \
              ORDER BY score DESC, created_at DESC, id \

@@ -77,13 +77,11 @@ fn idle_limit(calls: u32) -> u32 {
 pub(crate) struct Slots {
     free: Arc<Semaphore>,
     total: u32,
-    /// Slots held by idle instances: kept ones (`[instance] keep_warm`) and
-    /// never-used ones made ahead of calls.
+    /// Idle instances kept for a next call (`[instance] keep_warm`).
     kept: AtomicU32,
 }
 
-/// Marks one idle instance (kept, or made ahead); dropping it stops
-/// counting it.
+/// Marks one idle kept instance; dropping it stops counting it.
 pub(crate) struct KeptMark {
     slots: Arc<Slots>,
 }
@@ -148,8 +146,7 @@ impl Sandbox {
     ) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         let calls = settings.max_instances.max(1);
-        // Idle instances (kept warm, or made ahead of a call) live beside
-        // the calls' slots, never in them.
+        // Idle kept instances live beside the calls' slots, never in them.
         let n = calls + idle_limit(calls);
         let queued = decommit_headroom();
         pool.total_component_instances(n)

@@ -24,7 +24,7 @@ const PANIC_MESSAGE_CHARS: usize = 2_000;
 
 /// A Store ready for one call, the guest's captured stderr, and the
 /// instance slot the call holds (freed after the Store is dropped: fields
-/// drop in order). An idle Store, kept or made ahead, holds none.
+/// drop in order). An idle kept Store holds none.
 pub(crate) struct CallStore {
     pub(crate) store: Store<HostState>,
     stderr: MemoryOutputPipe,
@@ -72,22 +72,6 @@ impl CallStore {
         let slot = sandbox.slots.acquire(cancel.as_ref()).await.ok_or_else(|| {
             CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() }
         })?;
-        Self::in_slot(Some(slot), sandbox, plugin, grants, secrets, cancel, site, timeout)
-    }
-
-    /// Sets up the Store in `slot`, a slot the caller already holds, or
-    /// for an idle instance (`None`), which needs none.
-    #[allow(clippy::too_many_arguments, reason = "the parts of one Store, each needed")]
-    pub(crate) fn in_slot(
-        slot: Option<SlotPermit>,
-        sandbox: &Sandbox,
-        plugin: &Arc<str>,
-        grants: &Arc<Grants>,
-        secrets: &Arc<Secrets>,
-        cancel: Option<CancellationToken>,
-        site: Site<'_>,
-        timeout: std::time::Duration,
-    ) -> Result<Self, CallError> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())
@@ -132,7 +116,7 @@ impl CallStore {
                 .set_fuel(limits.fuel.unwrap_or(u64::MAX))
                 .map_err(|e| site.internal(format!("cannot set fuel: {e}")))?;
         }
-        Ok(Self { store, stderr, timeout, slot, dirs })
+        Ok(Self { store, stderr, timeout, slot: Some(slot), dirs })
     }
 
     /// Whether each granted directory's path still names the directory

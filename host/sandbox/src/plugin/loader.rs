@@ -25,7 +25,6 @@ use crate::observer::WorkObserver;
 use crate::policy::Grants;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -109,13 +108,6 @@ pub(crate) struct LoadedPlugin {
     /// Idle instances kept between calls, for plugins whose manifest asks
     /// (`[instance] keep_warm`); dropped with this generation.
     warm: Mutex<Vec<WarmTool>>,
-    /// For the other tool plugins, a never-used instance made after a call
-    /// ends, off any call's path, for the next call to take: each call
-    /// still gets an instance no call has touched, without waiting for its
-    /// instantiation. Dropped with this generation (a hot reload drains it).
-    ahead: Mutex<Option<WarmTool>>,
-    /// Whether a task is making the next `ahead` instance.
-    making_ahead: AtomicBool,
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Manifest,
     pub(crate) sha256: String,
@@ -128,8 +120,7 @@ pub(crate) struct LoadedPlugin {
     pub(crate) signature: SignatureStatus,
 }
 
-/// A tool plugin's Store and instance, kept for the next call (or made
-/// ahead of it).
+/// A tool plugin's Store and instance, kept for the next call.
 struct WarmTool {
     call: CallStore,
     instance: ToolPlugin,
@@ -434,8 +425,6 @@ pub(crate) async fn load(
     };
     Ok(LoadedPlugin {
         warm: Mutex::new(Vec::new()),
-        ahead: Mutex::new(None),
-        making_ahead: AtomicBool::new(false),
         name,
         manifest,
         sha256,
@@ -546,12 +535,11 @@ fn scrub(text: String) -> String {
 }
 
 impl LoadedPlugin {
-    /// Runs `tool` in a never-used instance (made ahead when one is ready),
-    /// or in a kept one when the manifest asks for `keep_warm`. `args` has
-    /// passed the schema.
+    /// Runs `tool` in a fresh instance, or in a kept one when the manifest
+    /// asks for `keep_warm`. `args` has passed the schema.
     pub(crate) async fn call_tool(
-        self: &Arc<Self>,
-        sandbox: &Arc<Sandbox>,
+        &self,
+        sandbox: &Sandbox,
         secrets: &Arc<Secrets>,
         tool: &str,
         args: &str,
@@ -566,10 +554,7 @@ impl LoadedPlugin {
             });
         };
         let timeout = self.grants.limits.timeout;
-        let kept = self
-            .take_warm()
-            .or_else(|| self.ahead.lock().expect("ahead instance").take())
-            .filter(|idle| idle.call.dirs_unchanged());
+        let kept = self.take_warm().filter(|idle| idle.call.dirs_unchanged());
         let (mut call, instance) = match kept {
             Some(WarmTool { mut call, instance, _mark: idle }) => {
                 let slot =
@@ -633,13 +618,8 @@ impl LoadedPlugin {
         call.store.data_mut().effects = None;
         let result = match result {
             Ok(answer) => {
-                let used = WarmTool { call, instance, _mark: None };
-                if self.manifest.instance.keep_warm {
-                    // The guest returned normally: its instance can be entered again.
-                    self.keep_warm(sandbox, used);
-                } else {
-                    self.replace_used(sandbox, secrets, used);
-                }
+                // The guest returned normally: its instance can be entered again.
+                self.keep_warm(sandbox, WarmTool { call, instance, _mark: None });
                 answer
             }
             Err(e) => return Err(call.classify(&e, site)),
@@ -659,66 +639,9 @@ impl LoadedPlugin {
         }
     }
 
-    /// Lets the instance a call used go, and makes the next call's instance,
-    /// both in a task of their own: the caller has its answer first. The new
-    /// instance is idle, in the pool's room for idle ones: it takes no slot
-    /// a call could use.
-    fn replace_used(
-        self: &Arc<Self>,
-        sandbox: &Arc<Sandbox>,
-        secrets: &Arc<Secrets>,
-        used: WarmTool,
-    ) {
-        if self.making_ahead.swap(true, Ordering::AcqRel) {
-            drop(used);
-            return;
-        }
-        let (plugin, sandbox, secrets) = (self.clone(), sandbox.clone(), secrets.clone());
-        tokio::spawn(async move {
-            drop(used);
-            if plugin.ahead.lock().expect("ahead instance").is_none()
-                && let Some(next) = plugin.instantiate_ahead(&sandbox, &secrets).await
-            {
-                *plugin.ahead.lock().expect("ahead instance") = Some(next);
-            }
-            plugin.making_ahead.store(false, Ordering::Release);
-        });
-    }
-
-    /// A never-used idle instance, or `None` when there is no room for one
-    /// or it fails (the next call then instantiates, and reports what went
-    /// wrong).
-    async fn instantiate_ahead(
-        &self,
-        sandbox: &Sandbox,
-        secrets: &Arc<Secrets>,
-    ) -> Option<WarmTool> {
-        let Exports::Tool { pre, .. } = &self.exports else { return None };
-        let mark = sandbox.slots.keep()?;
-        let site = Site { plugin: &self.name, tool: "call" };
-        let timeout = self.grants.limits.timeout;
-        let mut call = CallStore::in_slot(
-            None,
-            sandbox,
-            &self.name,
-            &self.grants,
-            secrets,
-            None,
-            site,
-            timeout,
-        )
-        .ok()?;
-        let (deadline, cancel) = call.limits();
-        let instance = CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store))
-            .await
-            .ok()?;
-        Some(WarmTool { call, instance, _mark: Some(mark) })
-    }
-
-    /// Instances ready for a call without instantiating.
+    /// Idle instances kept for the next call.
     pub(crate) fn idle_instances(&self) -> usize {
-        let ahead = self.ahead.lock().expect("ahead instance").is_some();
-        self.warm.lock().expect("warm pool").len() + usize::from(ahead)
+        self.warm.lock().expect("warm pool").len()
     }
 
     /// An idle kept instance, if the plugin keeps them and one is free.

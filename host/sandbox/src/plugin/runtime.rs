@@ -156,8 +156,7 @@ pub struct PluginInfo {
     pub generation: u64,
     /// Whether the serving generation came from the compiled-code cache.
     pub from_cache: bool,
-    /// Instances ready for a call without instantiating: kept warm, or made
-    /// ahead of the next call (never used).
+    /// Idle instances kept for the next call (`[instance] keep_warm`).
     pub idle_instances: usize,
     /// What the serving generation's signature says.
     pub signature: Option<SignatureStatus>,
@@ -438,7 +437,7 @@ impl Catalog {
 }
 
 struct Inner {
-    sandbox: Arc<Sandbox>,
+    sandbox: Sandbox,
     options: Options,
     secrets: Arc<Secrets>,
     trust: Arc<TrustStore>,
@@ -477,7 +476,6 @@ impl Runtime {
             browser_dir,
             options.observer.clone(),
         )
-        .map(Arc::new)
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let lock = LockFile::open(&options.lock_file).map_err(RuntimeError::Lock)?;
         let secrets = Arc::new(Secrets::from_config(&options.config));
