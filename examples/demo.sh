@@ -16,7 +16,10 @@ if ! [ -x /usr/bin/bwrap ]; then
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap
 fi
 cargo build --quiet -p reson
-reson="$root/target/debug/reson"
+# Where cargo put it: CARGO_TARGET_DIR or a config may move target/.
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+reson="$target_dir/debug/reson"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
