@@ -1,4 +1,5 @@
-//! Knowledge search latency on 100k entries: the `tantivy` file store and
+//! Knowledge search latency on 100k entries (`KNOWLEDGE_ENTRIES` sets
+//! another count): the `tantivy` file store and
 //! the PostgreSQL store (a throwaway durable cluster of the test harness),
 //! each filled once with the same synthetic entries (a varied vocabulary:
 //! titles, notes of several sentences, tags, made-up service and host
@@ -21,7 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
-const ENTRIES: usize = 100_000;
+/// Entries each store is filled with, unless `KNOWLEDGE_ENTRIES` says
+/// otherwise (to see how a search grows: 10k, 100k, 1M).
+fn entries() -> usize {
+    std::env::var("KNOWLEDGE_ENTRIES").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000)
+}
 const BATCH: usize = 10_000;
 /// Single searches timed for the percentiles, per store.
 const SAMPLES: usize = 400;
@@ -179,8 +184,9 @@ fn queries(rng: &mut fastrand::Rng) -> Vec<String> {
 fn fill(rt: &Runtime, store: &dyn KnowledgeStore) -> Duration {
     let mut rng = fastrand::Rng::with_seed(7);
     let started = Instant::now();
-    for first in (0..ENTRIES).step_by(BATCH) {
-        let drafts = (first..first + BATCH).map(|i| draft(&mut rng, i)).collect();
+    let entries = entries();
+    for first in (0..entries).step_by(BATCH) {
+        let drafts = (first..(first + BATCH).min(entries)).map(|i| draft(&mut rng, i)).collect();
         rt.block_on(store.save_all(drafts)).expect("the entries save");
     }
     started.elapsed()
@@ -230,7 +236,7 @@ fn bench(c: &mut Criterion) {
     let stores: [(&str, &dyn KnowledgeStore); 2] = [("files", &files), ("postgres", &*postgres)];
     for (name, store) in stores {
         let mut i = 0;
-        c.bench_function(&format!("knowledge search, {name}, 100k entries"), |b| {
+        c.bench_function(&format!("knowledge search, {name}, {} entries", entries()), |b| {
             b.iter(|| {
                 i += 1;
                 let query = &queries[i % queries.len()];
@@ -241,14 +247,15 @@ fn bench(c: &mut Criterion) {
 
     let (files_p50, files_p95) = percentiles(&rt, &files, &queries);
     let (pg_p50, pg_p95) = percentiles(&rt, &*postgres, &queries);
+    let entries = entries();
     println!("\n== figures ==");
     println!(
-        "knowledge search, files (tantivy), {ENTRIES} entries: p50 {files_p50:.2} ms, p95 \
+        "knowledge search, files (tantivy), {entries} entries: p50 {files_p50:.2} ms, p95 \
          {files_p95:.2} ms (target p50 < 20 ms); filled in {:.1} s",
         files_fill.as_secs_f64()
     );
     println!(
-        "knowledge search, PostgreSQL, {ENTRIES} entries: p50 {pg_p50:.2} ms, p95 {pg_p95:.2} ms \
+        "knowledge search, PostgreSQL, {entries} entries: p50 {pg_p50:.2} ms, p95 {pg_p95:.2} ms \
          (target p50 < 20 ms); filled in {:.1} s",
         pg_fill.as_secs_f64()
     );
