@@ -264,13 +264,20 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_corrupt_cache_entry_is_recompiled() {
+/// The echo plugin in a directory of its own, with a compiled-code cache
+/// of its own (`cache/` there), never compiled yet.
+fn echo_with_its_own_cache() -> (TestDir, std::path::PathBuf, reson::plugin::Options) {
     let dir = TestDir::new();
     dir.install(support::plugins(), "echo");
     let cache = dir.path().join("cache");
     let mut options = dir.options("");
     options.cache_dir = cache.clone();
+    (dir, cache, options)
+}
+
+#[tokio::test]
+async fn a_corrupt_cache_entry_is_recompiled() {
+    let (_dir, cache, options) = echo_with_its_own_cache();
     Runtime::open(options.clone()).await.unwrap();
     // Compiled code, compiled functions (`functions/`) and remembered
     // digests (`digests/`) alike.
@@ -297,11 +304,7 @@ async fn a_corrupt_cache_entry_is_recompiled() {
 #[tokio::test]
 async fn a_recompiled_component_takes_its_functions_from_the_function_cache() {
     use std::os::unix::fs::MetadataExt;
-    let dir = TestDir::new();
-    dir.install(support::plugins(), "echo");
-    let cache = dir.path().join("cache");
-    let mut options = dir.options("");
-    options.cache_dir = cache.clone();
+    let (_dir, cache, options) = echo_with_its_own_cache();
     let rt = Runtime::open(options.clone()).await.unwrap();
     assert!(!rt.plugins()[0].from_cache);
     let stored = |cache: &std::path::Path| {

@@ -52,12 +52,17 @@ pub(crate) fn load_or_compile(
     Ok((component, Source::Compiled))
 }
 
-/// Writes atomically: a reader never sees a half-written entry.
 fn store(component: &Component, dir: &Path, path: &Path) -> anyhow::Result<()> {
     let bytes = component.serialize().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(write_atomically(dir, path, &bytes)?)
+}
+
+/// Writes `path` in `dir` whole or not at all: a reader, or a writer of
+/// the same entry racing this one, never sees half of it.
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(&bytes)?;
-    tmp.persist(path)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }

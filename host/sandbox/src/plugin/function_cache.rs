@@ -10,9 +10,9 @@
 //! rebuilt tool, or another tool on the same interpreter, compiles only
 //! what is new.
 
+use super::cache::write_atomically;
 use std::borrow::Cow;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use wasmtime::CacheStore;
 
 /// One file per function under `dir`, in 256 subdirectories by the key's
@@ -35,30 +35,21 @@ impl FunctionCache {
 
 impl CacheStore for FunctionCache {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
-        // A damaged entry is safe to hand back: Cranelift checks what it
-        // reads and compiles the function again when it cannot use it.
+        // A truncated or garbled entry is harmless here: Cranelift decodes
+        // what it reads (a version mark, then postcard) and compiles the
+        // function again when that fails.
         std::fs::read(self.path(key)).ok().map(Cow::Owned)
     }
 
     fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
         let path = self.path(key);
-        let written = path
-            .parent()
-            .ok_or(())
-            .and_then(|dir| write_atomically(dir, &path, &value).map_err(drop));
-        if written.is_err() {
-            tracing::debug!(path = %path.display(), "cannot write a compiled function to the cache");
+        let dir = path.parent().expect("an entry lies in its key's subdirectory");
+        match write_atomically(dir, &path, &value) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(path = %path.display(), "cannot cache a compiled function: {e}");
+                false
+            }
         }
-        written.is_ok()
     }
-}
-
-/// Two compiles of the same function may race; each writes a whole file
-/// and renames it into place, so a reader never sees half of one.
-fn write_atomically(dir: &Path, path: &Path, value: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(value)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }
