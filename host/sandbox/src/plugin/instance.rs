@@ -31,7 +31,8 @@ pub(crate) struct CallStore {
     /// The deadline this call was given.
     timeout: std::time::Duration,
     slot: Option<SlotPermit>,
-    /// The granted directories the Store opened, as they were then.
+    /// The granted directories a Store that may be kept opened, as they
+    /// were then; empty for one used once.
     dirs: Vec<(std::path::PathBuf, Option<DirIdentity>)>,
 }
 
@@ -59,7 +60,9 @@ impl Site<'_> {
 impl CallStore {
     /// Waits for an instance slot, then sets up the Store. `timeout` counts
     /// from the moment the slot is held: waiting for one is not the
-    /// guest's time.
+    /// guest's time. A Store that may be `kept` for later calls notes which
+    /// directories it opened (see [`Self::dirs_unchanged`]).
+    #[allow(clippy::too_many_arguments, reason = "the parts of one Store, each needed")]
     pub(crate) async fn new(
         sandbox: &Sandbox,
         plugin: &Arc<str>,
@@ -68,6 +71,7 @@ impl CallStore {
         cancel: Option<CancellationToken>,
         site: Site<'_>,
         timeout: std::time::Duration,
+        kept: bool,
     ) -> Result<Self, CallError> {
         let slot = sandbox.slots.acquire(cancel.as_ref()).await.ok_or_else(|| {
             CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() }
@@ -80,6 +84,13 @@ impl CallStore {
             .allow_ip_name_lookup(false)
             .allow_blocking_current_thread(true)
             .monotonic_clock(crate::capability::clock::GuestClock);
+        // Noted before the opens: a directory replaced in between makes the
+        // Store look stale (a fresh one is made), never the other way round.
+        let dirs = if kept {
+            grants.dirs.iter().map(|d| (d.host.clone(), identity(&d.host))).collect()
+        } else {
+            Vec::new()
+        };
         for dir in &grants.dirs {
             let perms = if dir.access == Access::ReadWrite {
                 FsPerms::ReadWrite
@@ -90,7 +101,6 @@ impl CallStore {
                 site.internal(format!("cannot open granted directory {}: {e}", dir.host.display()))
             })?;
         }
-        let dirs = grants.dirs.iter().map(|d| (d.host.clone(), identity(&d.host))).collect();
         let limits = grants.limits;
         let deadline = Instant::now() + timeout;
         let mut state =

@@ -455,9 +455,10 @@ async fn list_tools(
 ) -> Result<Vec<ToolEntry>, String> {
     let site = Site { plugin, tool: "list" };
     let timeout = grants.limits.timeout.min(LIST_TIMEOUT);
-    let mut call = CallStore::new(cx.sandbox, plugin, grants, cx.secrets, None, site, timeout)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut call =
+        CallStore::new(cx.sandbox, plugin, grants, cx.secrets, None, site, timeout, false)
+            .await
+            .map_err(|e| e.to_string())?;
     let (deadline, cancel) = call.limits();
     let list = async {
         let instance = pre.instantiate_async(&mut call.store).await?;
@@ -575,6 +576,7 @@ impl LoadedPlugin {
                     context.cancel.clone(),
                     site,
                     timeout,
+                    self.manifest.instance.keep_warm,
                 )
                 .await?;
                 let (deadline, cancel) = call.limits();
@@ -699,6 +701,7 @@ impl LoadedPlugin {
             cancel,
             site,
             self.grants.limits.timeout,
+            false,
         )
         .await?;
         call.store.data_mut().deltas = deltas;
@@ -746,6 +749,7 @@ impl LoadedPlugin {
             None,
             site,
             self.grants.limits.timeout,
+            false,
         )
         .await?;
         let (deadline, cancel) = call.limits();
