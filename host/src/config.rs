@@ -363,7 +363,7 @@ mod tests {
         assert_eq!((shell.env, shell.exec_vectors), (vec!["RUST_LOG".into()], vec!["git".into()]));
         assert_eq!(
             Config::default().plugins.sandbox.command_path,
-            DEFAULT_COMMAND_PATH.map(PathBuf::from)
+            DEFAULT_COMMAND_PATH.iter().map(PathBuf::from).collect::<Vec<_>>()
         );
         let err = Config::parse("[sandbox]\ncommand_path = [\"bin\"]\n").unwrap_err();
         assert!(err.contains("[sandbox]") && err.contains("`bin` is not an absolute"), "{err}");

@@ -509,3 +509,52 @@ async fn a_repository_cannot_name_its_way_out_of_the_jail() {
     assert!(!out.contains(&h.secret), "a repository's pointer revealed a file: {out}");
     assert!(!out.contains("renamed") && !h.ws().join("nested-old").exists(), "{out}");
 }
+
+#[tokio::test]
+async fn every_escape_probe_holds_in_the_jail_and_each_gets_through_without_it() {
+    let jail = reson::jail::Jail::default();
+    let jailed = reson::jail::probe::run(Some(&jail)).await.unwrap();
+    assert_eq!(jailed.len(), reson::jail::probe::Probe::ALL.len());
+    for finding in &jailed {
+        assert_eq!(finding.verdict, reson::jail::probe::Verdict::Held, "{finding:?}");
+    }
+    // The same probes unjailed: each must see its attack get through, or
+    // the probe could not tell a jail that fails from one that holds.
+    let open = reson::jail::probe::run(None).await.unwrap();
+    for finding in &open {
+        assert!(
+            matches!(finding.verdict, reson::jail::probe::Verdict::Escaped(_)),
+            "{finding:?}"
+        );
+    }
+}
+
+#[test]
+fn sandbox_check_prints_what_held_and_fails_naming_the_probes_with_the_jail_off() {
+    let dir = TestDir::new();
+    dir.config("");
+    let out = support::reson_cli(dir.path(), &["sandbox", "check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("the command jail on linux"), "{stdout}");
+    assert_eq!(stdout.matches("held ").count(), 7, "{stdout}");
+    assert!(stdout.contains("7 of 7 probes held"), "{stdout}");
+
+    dir.config("[sandbox]\njail = \"off\"\n");
+    let out = support::reson_cli(dir.path(), &["sandbox", "check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("jail = \"off\""), "{stderr}");
+    for name in ["write outside", "read outside", "network", ".git hooks"] {
+        let line = stdout.lines().find(|l| l.contains(name)).unwrap_or_default();
+        assert!(line.contains("ESCAPED"), "{name}: {stdout}");
+    }
+    assert!(stdout.contains("0 of 7 probes held; not held: write outside"), "{stdout}");
+
+    dir.config("[sandbox]\nbwrap = \"/nonexistent/bwrap\"\n");
+    let out = support::reson_cli(dir.path(), &["sandbox", "check"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("bubblewrap") && stderr.contains("/nonexistent/bwrap"), "{stderr}");
+}

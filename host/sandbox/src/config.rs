@@ -14,7 +14,13 @@ use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 
 /// The search path when `[sandbox] command_path` is not set.
-pub const DEFAULT_COMMAND_PATH: [&str; 3] = ["/usr/local/bin", "/usr/bin", "/bin"];
+#[cfg(unix)]
+pub const DEFAULT_COMMAND_PATH: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
+/// The search path when `[sandbox] command_path` is not set: none on
+/// Windows, where commands run only with the jail off, and only from the
+/// directories the user names.
+#[cfg(not(unix))]
+pub const DEFAULT_COMMAND_PATH: &[&str] = &[];
 
 /// What `reson.toml` says about plugins: the keys `plugins_dir`,
 /// `cache_dir`, `lock_file` and the tables `[sandbox]`, `[plugins]` (with
@@ -314,6 +320,16 @@ pub struct SandboxConfig {
     pub jail: JailMode,
     /// Where bubblewrap is, for the jail.
     pub bwrap: PathBuf,
+    /// The program of the browser the host drives for plugins with a
+    /// `browser` grant (Chrome, Chromium or Edge), an absolute path. Unset,
+    /// the host takes the first it finds where the OS installs one: Debian's
+    /// `/usr/lib/chromium/chromium` or `/usr/bin/chromium`; on macOS
+    /// `Google Chrome.app`, `Chromium.app`, `Microsoft Edge.app` in
+    /// `/Applications` or `~/Applications`; on Windows `chrome.exe` under
+    /// `%ProgramFiles%`, `%ProgramFiles(x86)%`, `%LocalAppData%`, then
+    /// `msedge.exe` under the program folders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chromium: Option<PathBuf>,
 }
 
 /// `[sandbox] jail`.
@@ -338,6 +354,7 @@ impl Default for SandboxConfig {
             command_path: DEFAULT_COMMAND_PATH.iter().map(PathBuf::from).collect(),
             jail: JailMode::On,
             bwrap: PathBuf::from(crate::jail::DEFAULT_BWRAP),
+            chromium: None,
         }
     }
 }

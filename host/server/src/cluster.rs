@@ -376,6 +376,13 @@ pub(crate) trait Notified: Send + Sync {
 }
 
 /// This machine's name, for people reading who holds a trace.
+#[cfg(not(unix))]
+fn hostname() -> String {
+    std::env::var("COMPUTERNAME").unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// This machine's name, for people reading who holds a trace.
+#[cfg(unix)]
 fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at

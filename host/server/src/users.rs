@@ -228,9 +228,17 @@ impl TokenFile {
 
 /// Only the owner reads the hashes: they are no secret, but no one else
 /// needs them.
+#[cfg(unix)]
 fn set_private(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
+/// Windows: the file inherits the user profile's ACL, which keeps other
+/// users out already.
+#[cfg(not(unix))]
+fn set_private(_path: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// Who a request is: a user, or an admin (who may have no user name: the
@@ -257,10 +265,15 @@ struct Stamp {
 }
 
 fn stamp(path: &Path) -> std::io::Result<Option<Stamp>> {
-    use std::os::unix::fs::MetadataExt as _;
+    // A file renamed over this one shows a new inode on Unix; on Windows
+    // its length and time have to tell.
+    #[cfg(unix)]
+    let inode = |meta: &std::fs::Metadata| std::os::unix::fs::MetadataExt::ino(meta);
+    #[cfg(not(unix))]
+    let inode = |_: &std::fs::Metadata| 0;
     match std::fs::metadata(path) {
         Ok(meta) => {
-            Ok(Some(Stamp { inode: meta.ino(), len: meta.len(), modified: meta.modified().ok() }))
+            Ok(Some(Stamp { inode: inode(&meta), len: meta.len(), modified: meta.modified().ok() }))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
@@ -394,9 +407,12 @@ mod tests {
         let text = std::fs::read_to_string(file.path()).unwrap();
         assert!(!text.contains(&token) && !text.contains(&other), "{text}");
         assert!(text.contains(&alice.sha256));
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(file.path()).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(file.path()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
         assert_eq!(file.list().unwrap().len(), 2);
         assert_eq!(file.revoke(&alice.id).unwrap(), [alice]);
         assert_eq!(file.revoke("alice").unwrap().len(), 1);

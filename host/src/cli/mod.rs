@@ -9,7 +9,9 @@ mod learn;
 mod mcp;
 mod plugins;
 mod run;
+mod sandbox;
 mod serve;
+mod signals;
 mod task;
 mod term;
 mod tool;
@@ -93,6 +95,9 @@ enum Command {
     /// Serve Reson's tools over MCP, or list the MCP servers Reson uses.
     #[command(subcommand)]
     Mcp(mcp::Command),
+    /// The command jail on this machine: check that it holds.
+    #[command(subcommand)]
+    Sandbox(sandbox::Command),
     /// The users of `reson serve` and their tokens (the token file).
     #[command(subcommand)]
     Users(users::Command),
@@ -231,6 +236,7 @@ async fn command(cli: &Cli) -> anyhow::Result<ExitCode> {
             mcp::run(&open(cli, checks, |_, _| Ok(())).await?, cmd).await
         }
         Command::Users(cmd) => users::run(&config(cli)?, cmd),
+        Command::Sandbox(cmd) => sandbox::run(&config(cli)?, cmd).await,
     }
 }
 

@@ -25,7 +25,6 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
 use tokio::time::MissedTickBehavior;
 
@@ -471,10 +470,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     };
     let trace_id = handle.trace_id().to_owned();
 
-    // Registered at once (unlike `tokio::signal::ctrl_c`, which listens only
-    // from its first poll), so no Ctrl-C from here on kills the run uncleanly.
-    let mut interrupts =
-        signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
+    let mut interrupts = super::signals::Interrupts::new()?;
     let mut interrupted = false;
     let mut spinner = tokio::time::interval(Duration::from_millis(100));
     spinner.set_missed_tick_behavior(MissedTickBehavior::Skip);

@@ -3,14 +3,12 @@
 use super::Host;
 use super::run::{self, ModelArgs};
 use super::term::{say, say_err};
-use anyhow::Context as _;
 use clap::Args;
 use reson::api::{RunDefaults, Server, ServerConfig};
 use reson::config::Config;
 use reson::plugin::Options;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -63,9 +61,7 @@ pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<Exit
     config.database = stores.database;
     // Registered before the server answers anything, so that no signal
     // from then on ends the process without stopping its runs.
-    let mut terminate =
-        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
+    let stop = super::signals::StopRequests::new()?;
     // Installs and new builds count without a restart; the server
     // announces them (log, watch sockets) as they land.
     let _watcher = runtime.watch()?;
@@ -73,10 +69,7 @@ pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<Exit
     // The first line on stdout: tests and scripts read the port from it.
     say!("listening on http://{}", server.local_addr());
     let shutdown = async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
+        stop.first().await;
         say_err!("shutting down: stopping the running traces");
     };
     server.serve(shutdown).await?;

@@ -172,11 +172,21 @@ pub(crate) fn plural(n: usize, one: &str, many: &str) -> String {
 /// pressed, without echo: an approval is one key, not a line. Restores the
 /// terminal's settings when dropped; does nothing when stdin is no
 /// terminal.
+///
+/// Windows consoles are left as they are: there a key reaches Reson with
+/// Enter.
 pub(crate) struct KeyMode {
+    #[cfg(unix)]
     saved: Option<libc::termios>,
 }
 
 impl KeyMode {
+    #[cfg(not(unix))]
+    pub(crate) fn on() -> Self {
+        Self {}
+    }
+
+    #[cfg(unix)]
     pub(crate) fn on() -> Self {
         // SAFETY: termios is plain data; tcgetattr fills it for fd 0 or fails.
         let mut saved: libc::termios = unsafe { std::mem::zeroed() };
@@ -193,6 +203,7 @@ impl KeyMode {
     }
 }
 
+#[cfg(unix)]
 impl Drop for KeyMode {
     fn drop(&mut self) {
         if let Some(saved) = &self.saved {

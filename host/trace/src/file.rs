@@ -439,6 +439,9 @@ impl FileIdentity {
         Self { device: meta.dev(), inode: meta.ino(), born: meta.created().ok() }
     }
 
+    /// Windows' file index needs an unstable API: the creation time alone
+    /// tells a log made again, in its trace's new directory, from the one
+    /// indexed.
     #[cfg(not(unix))]
     fn of(meta: &Metadata) -> Self {
         Self { device: 0, inode: 0, born: meta.created().ok() }

@@ -266,6 +266,7 @@ fn sync_parallel(targets: Vec<Target>) -> Vec<(Target, io::Error)> {
 }
 
 /// The file system the store's files are on, synced whole (`syncfs`).
+#[cfg(target_os = "linux")]
 struct WholeFs {
     /// The store's root, held open: `syncfs` reports the write-back errors
     /// of the file system since the descriptor's last call, so one
@@ -273,6 +274,12 @@ struct WholeFs {
     root: File,
     device: u64,
 }
+
+/// Other OSes have no `syncfs` (one that reports the write-back errors of
+/// what it synced): there is never a whole file system to sync, and every
+/// target is synced by itself.
+#[cfg(not(target_os = "linux"))]
+enum WholeFs {}
 
 impl WholeFs {
     #[cfg(target_os = "linux")]
@@ -331,8 +338,8 @@ impl WholeFs {
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn sync(&self, targets: Vec<Target>) -> Vec<(Target, io::Error)> {
-        targets.into_iter().filter_map(synced).collect()
+    fn sync(&self, _targets: Vec<Target>) -> Vec<(Target, io::Error)> {
+        match *self {}
     }
 }
 
@@ -353,7 +360,7 @@ fn failure(target: &Target, e: &io::Error) -> TraceError {
 
 fn sync_target(target: &Target) -> io::Result<()> {
     let result = match target {
-        Target::File(path) => File::open(path).and_then(|f| {
+        Target::File(path) => open_to_sync(path).and_then(|f| {
             #[cfg(test)]
             let len = f.metadata()?.len();
             f.sync_data()?;
@@ -368,6 +375,17 @@ fn sync_target(target: &Target) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     }
+}
+
+#[cfg(unix)]
+fn open_to_sync(path: &Path) -> io::Result<File> {
+    File::open(path)
+}
+
+/// Windows flushes a file only through a handle that may write to it.
+#[cfg(not(unix))]
+fn open_to_sync(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().write(true).open(path)
 }
 
 /// Makes the entries of `dir` (files created or renamed in it) durable.
@@ -388,6 +406,7 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 pub(super) mod synced {
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
+    #[cfg(target_os = "linux")]
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Mutex, PoisonError};
 
@@ -406,14 +425,17 @@ pub(super) mod synced {
         synced.as_ref().and_then(|s| s.get(path)).copied().unwrap_or(0)
     }
 
+    #[cfg(target_os = "linux")]
     static WHOLE_FS: AtomicU64 = AtomicU64::new(0);
 
     /// One more `syncfs` of a store's file system.
+    #[cfg(target_os = "linux")]
     pub(in super::super) fn whole_fs_synced() {
         WHOLE_FS.fetch_add(1, Ordering::Relaxed);
     }
 
     /// `syncfs` calls so far, by every store of the process.
+    #[cfg(target_os = "linux")]
     pub(in super::super) fn whole_fs_syncs() -> u64 {
         WHOLE_FS.load(Ordering::Relaxed)
     }
@@ -431,6 +453,13 @@ impl Flusher {
 mod tests {
     use super::*;
 
+    /// A path whose sync fails, beside the file `file`: a path under it on
+    /// Unix (ENOTDIR). On Windows that is merely missing, which counts as
+    /// removed, but a directory cannot be opened to be flushed.
+    fn unsyncable(file: &Path) -> PathBuf {
+        if cfg!(unix) { file.join("not-a-directory") } else { file.parent().unwrap().to_owned() }
+    }
+
     /// Callers waiting at once share batches, and each hears only of its
     /// own targets' failure.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -442,7 +471,7 @@ mod tests {
             let file = dir.path().join(format!("{i}.json"));
             std::fs::write(&file, "{}").unwrap();
             let target = if i == 77 {
-                Target::File(dir.path().join("0.json").join("not-a-directory"))
+                Target::File(unsyncable(&dir.path().join("0.json")))
             } else {
                 Target::File(file)
             };
@@ -476,7 +505,7 @@ mod tests {
         batch.push(Target::File(dir.path().join("gone.json")));
         sync_batch(batch, None).unwrap();
 
-        let bad = file(0).join("not-a-directory");
+        let bad = unsyncable(&file(0));
         let mut batch: Vec<Target> = (1..40).map(|i| Target::File(file(i))).collect();
         batch.insert(20, Target::File(bad.clone()));
         match sync_batch(batch, None) {

@@ -225,7 +225,7 @@ async fn together(db: &Database, batch: &[Job]) -> Result<Vec<PgRow>, sqlx::Erro
     Ok(rows)
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use sqlx::Row as _;

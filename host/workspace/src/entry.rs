@@ -7,8 +7,8 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// One file or symlink of a root, as the index saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,9 +17,10 @@ pub struct Entry {
     pub size: u64,
     /// Last modification, in nanoseconds since the epoch.
     pub mtime_ns: i64,
-    /// Inode number.
+    /// Inode number (0 on Windows).
     pub inode: u64,
-    /// Permission bits (`st_mode & 0o7777`).
+    /// Permission bits (`st_mode & 0o7777`; on Windows 0o444 or 0o644 by
+    /// the read-only flag, 0o777 for a link).
     pub mode: u32,
     /// SHA-256 of the content (a link: of its target), lowercase hex.
     pub digest: String,
@@ -42,8 +43,8 @@ impl Entry {
     fn same_stat(&self, meta: &fs::Metadata) -> bool {
         self.size == meta.len()
             && self.mtime_ns == mtime_ns(meta)
-            && self.inode == meta.ino()
-            && self.mode == meta.mode() & 0o7777
+            && self.inode == inode(meta)
+            && self.mode == mode(meta)
     }
 
     /// Whether its bytes are kept as an object of the trace.
@@ -64,8 +65,49 @@ pub(crate) fn same(a: Option<&Entry>, b: Option<&Entry>) -> bool {
 /// The files and links of one root, by path relative to it (`/`-separated).
 pub type Manifest = BTreeMap<String, Entry>;
 
+/// Nanoseconds since the epoch (negative before it): on Unix the same as
+/// `st_mtime * 10^9 + st_mtime_nsec`, which entries were recorded with.
 fn mtime_ns(meta: &fs::Metadata) -> i64 {
-    meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec())
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    match meta.modified().map(|t| t.duration_since(UNIX_EPOCH)) {
+        Ok(Ok(after)) => nanos(after),
+        Ok(Err(before)) => -nanos(before.duration()),
+        Err(_) => 0,
+    }
+}
+
+/// The inode number, which tells a file renamed over another from one
+/// written in place when both have the same size and modification time.
+#[cfg(unix)]
+fn inode(meta: &fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(meta)
+}
+
+/// Windows' file index needs an unstable API, and its creation time is
+/// carried over to a file renamed over another (tunneling): 0, so there a
+/// replaced file is told by its size, modification time and mode alone.
+#[cfg(not(unix))]
+fn inode(_meta: &fs::Metadata) -> u64 {
+    0
+}
+
+#[cfg(unix)]
+fn mode(meta: &fs::Metadata) -> u32 {
+    std::os::unix::fs::MetadataExt::mode(meta) & 0o7777
+}
+
+/// Windows keeps a read-only flag, not permission bits: the bits a Unix
+/// file with that flag would have. A link's flag is never restored, so a
+/// link counts as 0o777 whatever its flag, as on Linux.
+#[cfg(not(unix))]
+fn mode(meta: &fs::Metadata) -> u32 {
+    if meta.file_type().is_symlink() {
+        0o777
+    } else if meta.permissions().readonly() {
+        0o444
+    } else {
+        0o644
+    }
 }
 
 /// Directory names never indexed, at any depth: version control and
@@ -118,8 +160,8 @@ pub(crate) fn stat_entry(
     let mut entry = Entry {
         size: meta.len(),
         mtime_ns: mtime_ns(&meta),
-        inode: meta.ino(),
-        mode: meta.mode() & 0o7777,
+        inode: inode(&meta),
+        mode: mode(&meta),
         digest: String::new(),
         link: None,
         too_large: false,
@@ -223,6 +265,10 @@ pub(crate) fn walk(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(unix)]
+    use std::os::unix::fs::symlink;
+    #[cfg(windows)]
+    use std::os::windows::fs::symlink_file as symlink;
 
     #[test]
     fn walk_indexes_files_and_links_and_skips_metadata() {
@@ -235,7 +281,7 @@ mod tests {
         fs::write(root.join("src/deep/a.txt"), "a").unwrap();
         fs::write(root.join(".git/HEAD"), "ref").unwrap();
         fs::write(root.join("store/meta.json"), "{}").unwrap();
-        std::os::unix::fs::symlink("src/main.rs", root.join("link")).unwrap();
+        symlink("src/main.rs", root.join("link")).unwrap();
         let skip = Skip { dirs: vec![root.join("store")] };
         let mut dirs = Vec::new();
         let manifest = walk(root, "", &skip, &Manifest::new(), 1 << 20, &mut |d: &str| {
@@ -251,6 +297,27 @@ mod tests {
         assert!(skip.path(root, "store/meta.json"));
         assert!(skip.path(root, "x/.reson/y"));
         assert!(!skip.path(root, "src/main.rs"));
+    }
+
+    /// Entries were recorded with `st_mtime * 10^9 + st_mtime_nsec`: the
+    /// portable reading must give the same number, before the epoch too.
+    #[cfg(unix)]
+    #[test]
+    fn the_modification_time_is_the_unix_stamp() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = fs::File::create(&path).unwrap();
+        let times = [
+            UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789),
+            UNIX_EPOCH - Duration::new(86_400, 1),
+            UNIX_EPOCH,
+        ];
+        for at in times {
+            file.set_modified(at).unwrap();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            assert_eq!(mtime_ns(&meta), meta.mtime() * 1_000_000_000 + meta.mtime_nsec());
+        }
     }
 
     #[test]

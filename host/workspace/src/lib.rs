@@ -10,11 +10,12 @@
 //! `.reson` and the trace store's directory left out). Around the calls of
 //! a message that can write, it learns from inotify which paths changed
 //! (stat and hash only those; a walk comparing stats when events were
-//! lost) and records a checkpoint: the changed entries, with the bytes of
-//! new contents as objects of the trace. The first checkpoint of a root is
-//! its base: every file. [`restore`] puts a state back, refusing to
-//! overwrite files changed outside Reson; [`diff`] compares two states;
-//! [`materialize`] copies one elsewhere.
+//! lost, and on every other OS than Linux) and records a checkpoint: the
+//! changed entries, with the bytes of new contents as objects of the
+//! trace. The first checkpoint of a root is its base: every file.
+//! [`restore`] puts a state back, refusing to overwrite files changed
+//! outside Reson; [`diff`] compares two states; [`materialize`] copies one
+//! elsewhere.
 //!
 //! It depends only on `reson-trace` (checkpoints are records and objects
 //! of a [`TraceStore`](reson_trace::TraceStore)) and must never add storage

@@ -11,7 +11,6 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// What a restore did.
@@ -278,7 +277,7 @@ fn place(
         (Some(target), _) => {
             let tmp = tempfile::Builder::new()
                 .prefix(".reson-restore")
-                .make_in(dir, |p| std::os::unix::fs::symlink(target, p))
+                .make_in(dir, |p| os::symlink(target, p))
                 .map_err(io)?
                 .into_temp_path();
             fs::rename(&tmp, abs).map_err(io)?;
@@ -289,14 +288,14 @@ fn place(
             let mut tmp =
                 tempfile::Builder::new().prefix(".reson-restore").tempfile_in(dir).map_err(io)?;
             tmp.write_all(data.unwrap_or_default()).map_err(io)?;
-            tmp.as_file().set_permissions(fs::Permissions::from_mode(entry.mode)).map_err(io)?;
+            os::set_mode(tmp.as_file(), entry.mode).map_err(io)?;
             if recorded_time {
                 let at = std::time::UNIX_EPOCH
                     + std::time::Duration::from_nanos(u64::try_from(entry.mtime_ns).unwrap_or(0));
                 tmp.as_file().set_modified(at).map_err(io)?;
             }
             tmp.as_file().sync_all().map_err(io)?;
-            tmp.persist(abs).map_err(|e| io(e.error))?;
+            os::persist(tmp, abs, entry.mode).map_err(io)?;
         }
     }
     Ok(())
@@ -317,4 +316,73 @@ fn remove(root: &Path, abs: &Path) -> Result<(), WorkspaceError> {
         dir = d.parent();
     }
     Ok(())
+}
+
+/// How a restored file gets its permission bits, and a link is made.
+#[cfg(unix)]
+mod os {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::{fs, io};
+    use tempfile::NamedTempFile;
+
+    pub(super) fn symlink(target: &str, link: &Path) -> io::Result<()> {
+        std::os::unix::fs::symlink(target, link)
+    }
+
+    /// Gives the file written, before it is synced, permission bits `mode`.
+    pub(super) fn set_mode(file: &fs::File, mode: u32) -> io::Result<()> {
+        file.set_permissions(fs::Permissions::from_mode(mode))
+    }
+
+    /// Moves the file written over `abs`.
+    pub(super) fn persist(tmp: NamedTempFile, abs: &Path, _mode: u32) -> io::Result<()> {
+        tmp.persist(abs).map(drop).map_err(|e| e.error)
+    }
+}
+
+/// Windows keeps a read-only flag instead of permission bits. The move
+/// into place clears it (tempfile resets a temporary file's attributes
+/// before moving it), and a read-only file cannot be replaced: it is
+/// cleared on the file replaced, and set once the new one is in place.
+#[cfg(windows)]
+mod os {
+    use std::path::Path;
+    use std::{fs, io};
+    use tempfile::NamedTempFile;
+
+    /// A link to a directory is made differently from one to a file: as
+    /// its target, resolved beside the link, is now (missing: a file's).
+    pub(super) fn symlink(target: &str, link: &Path) -> io::Result<()> {
+        if link.with_file_name(target).is_dir() {
+            std::os::windows::fs::symlink_dir(target, link)
+        } else {
+            std::os::windows::fs::symlink_file(target, link)
+        }
+    }
+
+    pub(super) fn set_mode(_file: &fs::File, _mode: u32) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Moves the file written over `abs`, read-only when `mode` lets no
+    /// one write.
+    pub(super) fn persist(tmp: NamedTempFile, abs: &Path, mode: u32) -> io::Result<()> {
+        if let Ok(meta) = fs::symlink_metadata(abs)
+            && meta.is_file()
+            && meta.permissions().readonly()
+        {
+            set_readonly(abs, meta.permissions(), false)?;
+        }
+        tmp.persist(abs).map_err(|e| e.error)?;
+        if mode & 0o222 == 0 {
+            set_readonly(abs, fs::metadata(abs)?.permissions(), true)?;
+        }
+        Ok(())
+    }
+
+    fn set_readonly(abs: &Path, mut permissions: fs::Permissions, on: bool) -> io::Result<()> {
+        permissions.set_readonly(on);
+        fs::set_permissions(abs, permissions)
+    }
 }

@@ -3,6 +3,10 @@ use reson_trace::{
     MemoryTraceStore, Message, MessageTree, Role, ToolCall, Trace, TraceMode, TraceStore,
 };
 use std::fs;
+#[cfg(unix)]
+use std::os::unix::fs::symlink;
+#[cfg(windows)]
+use std::os::windows::fs::symlink_file as symlink;
 
 /// A trace of: 1 user, 2 assistant calling `a`, 3 its result.
 async fn trace(store: &MemoryTraceStore) -> (Trace, MessageTree) {
@@ -92,7 +96,7 @@ async fn restore_refuses_to_overwrite_an_outside_change() {
         WorkspaceError::Conflicts { paths, .. } => assert_eq!(paths, &[root.join("src/main.rs")]),
         other => panic!("{other}"),
     }
-    assert!(err.to_string().contains("src/main.rs"), "{err}");
+    assert!(err.to_string().contains(&root.join("src/main.rs").display().to_string()), "{err}");
     assert_eq!(read(&dir, "src/main.rs").as_deref(), Some("edited by hand\n"));
     assert_eq!(read(&dir, "notes/done.txt").as_deref(), Some("done"), "nothing written");
     restore(&store, &trace.id, 1, true, &Options::default()).await.unwrap();
@@ -171,16 +175,43 @@ async fn large_files_are_recorded_by_digest_and_not_restored() {
 }
 
 #[tokio::test]
+async fn a_read_only_file_is_restored_read_only_and_can_be_replaced() {
+    let store = MemoryTraceStore::new();
+    let (trace, tree) = trace(&store).await;
+    let dir = workspace();
+    let root = dir.path().canonicalize().unwrap();
+    let path = root.join("README");
+    let read_only = |on: bool| {
+        let mut permissions = fs::metadata(&path).unwrap().permissions();
+        permissions.set_readonly(on);
+        fs::set_permissions(&path, permissions).unwrap();
+    };
+    read_only(true);
+    let mut ws = Workspace::new(&trace.id, Options::default());
+    ws.before(&store, &tree, 2, std::slice::from_ref(&root)).await.unwrap();
+    read_only(false);
+    fs::write(&path, "rewritten").unwrap();
+    ws.after(&store, 3, vec!["a".into()]).await.unwrap();
+    restore(&store, &trace.id, 1, false, &Options::default()).await.unwrap();
+    assert_eq!(read(&dir, "README").as_deref(), Some("readme"));
+    assert!(fs::metadata(&path).unwrap().permissions().readonly());
+    // Over the read-only file, which a rename on Windows does not replace.
+    restore(&store, &trace.id, 3, false, &Options::default()).await.unwrap();
+    assert_eq!(read(&dir, "README").as_deref(), Some("rewritten"));
+    assert!(!fs::metadata(&path).unwrap().permissions().readonly());
+}
+
+#[tokio::test]
 async fn links_are_recorded_and_restored_as_links() {
     let store = MemoryTraceStore::new();
     let (trace, tree) = trace(&store).await;
     let dir = workspace();
     let root = dir.path().canonicalize().unwrap();
-    std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
+    symlink("/etc/passwd", root.join("link")).unwrap();
     let mut ws = Workspace::new(&trace.id, Options::default());
     ws.before(&store, &tree, 2, std::slice::from_ref(&root)).await.unwrap();
     fs::remove_file(root.join("link")).unwrap();
-    std::os::unix::fs::symlink("src/main.rs", root.join("link")).unwrap();
+    symlink("src/main.rs", root.join("link")).unwrap();
     ws.after(&store, 3, vec!["a".into()]).await.unwrap();
     restore(&store, &trace.id, 1, false, &Options::default()).await.unwrap();
     assert_eq!(fs::read_link(root.join("link")).unwrap(), PathBuf::from("/etc/passwd"));

@@ -140,7 +140,7 @@ fn copy_as_now(from: &Path, to: &Path) -> std::io::Result<()> {
         let (source, target) = (entry.path(), to.join(entry.file_name()));
         let kind = entry.file_type()?;
         if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+            symlink(&std::fs::read_link(&source)?, &target)?;
         } else if kind.is_dir() {
             copy_as_now(&source, &target)?;
         } else if kind.is_file() {
@@ -150,6 +150,15 @@ fn copy_as_now(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+fn symlink(to: &Path, link: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    return std::os::unix::fs::symlink(to, link);
+    // Windows tells file links from directory links; what a replay copies
+    // is a workspace's files.
+    #[cfg(windows)]
+    return std::os::windows::fs::symlink_file(to, link);
 }
 
 #[cfg(test)]

@@ -145,7 +145,12 @@ async fn spawn(
         }
     };
     let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+    // Whatever the server starts goes with it: its process group on Unix,
+    // its Job object on Windows.
+    #[cfg(unix)]
     wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+    #[cfg(windows)]
+    wrapped.wrap(process_wrap::tokio::JobObject);
     wrapped.wrap(process_wrap::tokio::KillOnDrop);
     let spawned = TokioChildProcess::builder(wrapped).stderr(std::process::Stdio::piped()).spawn();
     let (transport, stderr) = spawned.map_err(|e| match &guard {

@@ -725,7 +725,6 @@ impl HostState {
 /// cannot be read is recorded by its size, as the guest will find out.
 fn file_digest(file: &std::fs::File) -> (u64, Option<String>) {
     use sha2::Digest as _;
-    use std::os::unix::fs::FileExt as _;
     let bytes = file.metadata().map_or(0, |m| m.len());
     if bytes > MAX_HASHED_FILE_BYTES {
         return (bytes, None);
@@ -734,7 +733,7 @@ fn file_digest(file: &std::fs::File) -> (u64, Option<String>) {
     let mut buf = vec![0u8; 64 << 10];
     let mut at = 0u64;
     loop {
-        match file.read_at(&mut buf, at) {
+        match read_at(file, &mut buf, at) {
             Ok(0) => return (bytes, Some(hex::encode(hasher.finalize()))),
             Ok(n) => {
                 hasher.update(&buf[..n]);
@@ -744,6 +743,15 @@ fn file_digest(file: &std::fs::File) -> (u64, Option<String>) {
             Err(_) => return (bytes, None),
         }
     }
+}
+
+/// Reads at `at`. Windows moves the handle's position doing it; nothing
+/// reads the position there (wasmtime-wasi's streams keep their own).
+fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    #[cfg(unix)]
+    return std::os::unix::fs::FileExt::read_at(file, buf, at);
+    #[cfg(windows)]
+    return std::os::windows::fs::FileExt::seek_read(file, buf, at);
 }
 
 /// Replaces the WASI clock reads and random draws in `linker` with ones

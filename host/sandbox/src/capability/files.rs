@@ -9,8 +9,7 @@
 
 use super::HostState;
 use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt as _};
-use cap_std::fs::{Dir as CapDir, OpenOptions, OpenOptionsExt as _};
-use std::os::fd::AsRawFd as _;
+use cap_std::fs::{Dir as CapDir, OpenOptions};
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::OpenMode;
 use wasmtime_wasi::filesystem::{Descriptor, Dir, File};
@@ -64,7 +63,8 @@ fn open_options(
         FollowSymlinks::No
     });
     // A FIFO's open then returns at once instead of waiting for the other end.
-    opts.custom_flags(libc::O_NONBLOCK);
+    #[cfg(unix)]
+    cap_std::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
     (opts, mode, create)
 }
 
@@ -111,6 +111,7 @@ impl HostState {
             Ok(opened) => opened,
             // Opening a FIFO for writing with no reader, or a socket: what
             // is not a regular file is refused the same way every time.
+            #[cfg(unix)]
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
                 return Ok(Err(fs::ErrorCode::Access));
             }
@@ -127,6 +128,7 @@ impl HostState {
         } else if oflags.contains(fs::OpenFlags::DIRECTORY) {
             return Ok(Err(fs::ErrorCode::NotDirectory));
         } else if kind.is_file() {
+            #[cfg(unix)]
             clear_nonblocking(&file)?;
             if !create && !mode.contains(OpenMode::WRITE) {
                 self.file_read(path, &file);
@@ -141,7 +143,9 @@ impl HostState {
 
 /// Turns `O_NONBLOCK` back off, so the file behaves as wasmtime-wasi's own
 /// opens do.
+#[cfg(unix)]
 fn clear_nonblocking(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
     let fd = file.as_raw_fd();
     // SAFETY: `fd` is open for as long as `file` is borrowed; F_GETFL and
     // F_SETFL only read and set its status flags.

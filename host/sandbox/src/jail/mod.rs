@@ -1,49 +1,63 @@
 //! The OS jail every command a plugin starts runs in: what leaves wasmtime
 //! keeps the sandbox's promise.
 //!
-//! A jailed command gets its own user, mount, PID, network, IPC and UTS
-//! namespaces (bubblewrap does the mounts and the PID namespace; the
-//! network namespace is made first, so the host can hand in a proxy socket),
-//! with:
-//! - **files**: the system's programs and libraries and `/etc` (minus what
-//!   only root may read) read-only, the granted directories at their own
-//!   paths as granted, `.git`/`.reson` inside writable grants read-only, a
-//!   private `/tmp` (`TMPDIR`) removed with the call; nothing else exists;
+//! What a jailed command gets, on every platform that has a jail:
+//! - **files**: the system's programs and libraries read-only, the granted
+//!   directories at their own paths as granted, `.git`/`.reson` inside
+//!   writable grants read-only, a private temporary directory (`TMPDIR`)
+//!   removed with the call; nothing else;
 //! - **network**: none, or only the `host:port` pairs the grant names,
 //!   through a proxy the host runs ([`NetworkRule`]);
-//! - **processes**: a PID namespace (`/proc` shows the jail alone, and
-//!   every process dies with the command) and a cap on processes and
-//!   threads (a pids cgroup, or RLIMIT_NPROC inside the user namespace when
-//!   the host is not root);
-//! - **system calls**: a seccomp filter against what no tool needs, and no
-//!   capabilities, `no_new_privs`.
+//! - **processes**: confined with the command, and none of the host's
+//!   within reach.
 //!
-//! Where the machine cannot give one of these, [`Jail::command`] fails with
-//! an error that names what is missing; it never runs a command unjailed.
+//! How, per platform (one backend module each, chosen at compile time):
+//! - **Linux**: user, mount, PID, network, IPC and UTS namespaces through
+//!   bubblewrap, a cap on processes and threads (a pids cgroup, or
+//!   RLIMIT_NPROC inside the user namespace when the host is not root), a
+//!   seccomp filter against what no tool needs, no capabilities,
+//!   `no_new_privs`. `/proc` shows the jail alone and every process dies
+//!   with the command.
+//! - **macOS**: `sandbox-exec` with a Seatbelt profile generated from the
+//!   grant; the network is reachable only at the host's proxy on loopback.
+//!   Seatbelt cannot cap the number of processes.
+//! - **elsewhere** (Windows): no jail yet; commands are refused unless the
+//!   user turns the jail off.
+//!
+//! Where the machine cannot give the jail, [`Jail::command`] fails with an
+//! error that names what is missing; it never runs a command unjailed.
+//! [`probe`] checks, on the machine it runs on, that the jail holds.
 
-mod cgroup;
-mod mounts;
-mod namespace;
+#[cfg(target_os = "linux")]
+mod linux;
+pub mod probe;
 pub(crate) mod proxy;
-mod seccomp;
+#[cfg(any(target_os = "macos", test))]
+mod seatbelt;
+#[cfg(any(not(any(target_os = "linux", target_os = "macos")), test))]
+mod unsupported;
 
+#[cfg(target_os = "linux")]
+use linux as platform;
+#[cfg(target_os = "linux")]
+pub(crate) use linux::{NetworkHandOver, OwnNetwork, PROXY_PORT, own_network};
+#[cfg(target_os = "macos")]
+use seatbelt as platform;
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+use unsupported as platform;
+
+#[cfg(target_os = "linux")]
+pub use linux::SeccompError;
 pub use proxy::{NetworkRule, NetworkRuleError};
-pub use seccomp::SeccompError;
 
-use namespace::Prelude;
-use std::io::{Seek, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::task::JoinSet;
 
-/// Where bubblewrap is looked for when the config names no other path.
+/// Where bubblewrap, the Linux jail's launcher, is looked for when the
+/// config names no other path.
 pub const DEFAULT_BWRAP: &str = "/usr/bin/bwrap";
 /// Processes and threads a call may hold when the grant sets no cap.
 pub const DEFAULT_MAX_PROCESSES: u32 = 512;
-/// Processes of the jail's own the cap leaves room for: bubblewrap and the
-/// PID namespace's init.
-const JAIL_OVERHEAD: u64 = 2;
 
 /// A directory visible inside the jail, at its own path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,23 +79,43 @@ pub struct JailSpec {
     pub search_path: Vec<PathBuf>,
     /// `host:port` pairs reachable through the proxy; none means no network.
     pub network: Vec<NetworkRule>,
-    /// Processes and threads the command and its descendants may hold.
+    /// Processes and threads the command and its descendants may hold
+    /// (where the platform can cap them).
     pub max_processes: u32,
-    /// Working directory (a host path inside the jail).
+    /// Working directory: a host path inside a granted directory, or
+    /// [`PRIVATE_TMP`] for the jail's private temporary directory.
     pub cwd: PathBuf,
 }
+
+/// The working directory that names the jail's private temporary
+/// directory, whatever its path on the host.
+pub const PRIVATE_TMP: &str = "/tmp";
 
 /// Why a command cannot run jailed.
 #[derive(Debug, thiserror::Error)]
 pub enum JailError {
-    /// bubblewrap is not installed where the config says.
+    /// The program the jail is made with (bubblewrap, `sandbox-exec`) is
+    /// not where it should be.
     #[error(
-        "the command jail needs bubblewrap, which is not at {0} (Debian: `apt-get install \
-         bubblewrap`; or set `[sandbox] bwrap`), or `[sandbox] jail = \"off\"` to run commands \
-         unjailed"
+        "the command jail needs {name}, which is not at {} ({fix}), or `[sandbox] jail = \"off\"` \
+         to run commands unjailed",
+        path.display()
     )]
-    MissingBwrap(PathBuf),
-    /// A step before bubblewrap failed in the child.
+    MissingLauncher {
+        /// What it is.
+        name: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// How to install it or point at it.
+        fix: &'static str,
+    },
+    /// This platform has no command jail.
+    #[error(
+        "commands run only in the command jail, and Reson has no jail on {0} yet; `[sandbox] jail \
+         = \"off\"` runs them unjailed, with all of your rights (warned about on every call)"
+    )]
+    Unsupported(&'static str),
+    /// A step before the command failed in the child.
     #[error("the command jail failed while {step}: {source}")]
     Setup {
         /// What the child was doing.
@@ -98,9 +132,6 @@ pub enum JailError {
     /// The jail does not come up on this machine.
     #[error("the command jail does not work on this machine: {0}")]
     Unavailable(String),
-    /// The seccomp filter cannot be built.
-    #[error(transparent)]
-    Seccomp(#[from] SeccompError),
     /// Preparing the jail failed.
     #[error("preparing the command jail: {0}")]
     Io(#[from] std::io::Error),
@@ -119,15 +150,17 @@ impl Default for Jail {
 }
 
 impl Jail {
-    /// A jail that runs bubblewrap from `bwrap`.
+    /// A jail that, on Linux, runs bubblewrap from `bwrap` (other platforms
+    /// have their launcher at a fixed place).
     pub fn new(bwrap: impl Into<PathBuf>) -> Self {
         Self { bwrap: bwrap.into() }
     }
 
     /// A command that runs `executable` with `args` and `env` (and nothing
     /// of the host's environment) in a jail made from `spec`. The guard must
-    /// live as long as the process: it holds the private `/tmp`, the cgroup
-    /// and the proxy, and removes them when dropped.
+    /// live as long as the process: it holds the private temporary
+    /// directory, the process cap and the proxy, and removes them when
+    /// dropped.
     pub async fn command(
         &self,
         spec: &JailSpec,
@@ -146,8 +179,8 @@ impl Jail {
         // Only success is kept: a probe that failed (a machine short of
         // processes for a moment) is tried again by the next command.
         static PROBE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-        if !is_executable(&self.bwrap) {
-            return Err(JailError::MissingBwrap(self.bwrap.clone()));
+        if let Some(missing) = platform::missing(&self.bwrap) {
+            return Err(missing);
         }
         PROBE.get_or_try_init(|| self.probe()).await.map(|_| ()).map_err(JailError::Unavailable)
     }
@@ -158,7 +191,7 @@ impl Jail {
             search_path: Vec::new(),
             network: Vec::new(),
             max_processes: 8,
-            cwd: PathBuf::from("/"),
+            cwd: PathBuf::from(PRIVATE_TMP),
         };
         let truth = ["/usr/bin/true", "/bin/true"].into_iter().map(Path::new).find(|p| p.exists());
         let truth = truth.ok_or("no `true` program in /usr/bin or /bin to probe with")?;
@@ -170,12 +203,12 @@ impl Jail {
         match output {
             Ok(Ok(out)) if out.status.success() => Ok(()),
             Ok(Ok(out)) => Err(format!(
-                "bubblewrap failed ({}): {}",
+                "the jail failed ({}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
             )),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("bubblewrap did not start `true` within 10 s".to_owned()),
+            Err(_) => Err("the jail did not start `true` within 10 s".to_owned()),
         }
     }
 
@@ -186,184 +219,48 @@ impl Jail {
         args: &[String],
         env: &[(String, String)],
     ) -> Result<(tokio::process::Command, JailGuard), JailError> {
-        let (mut prelude, report) = Prelude::new()?;
-        let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
-        let cgroup = match cgroup::PidsCgroup::create(limit) {
-            Ok(group) => {
-                prelude.cgroup_procs = Some(group.procs()?.into());
-                Some(group)
-            }
-            // SAFETY: getuid cannot fail.
-            Err(_) if unsafe { libc::getuid() } != 0 => {
-                prelude.nproc = Some(limit);
-                None
-            }
-            Err(e) => return Err(JailError::ProcessLimit(e.to_string())),
-        };
-        let tmp = tempfile::Builder::new().prefix("reson-jail-").tempdir()?;
-        let mut proxy = JoinSet::new();
-        if !spec.network.is_empty() {
-            let (host_end, child_end) = namespace::socket_pair()?;
-            prelude.hand_over = Some(child_end);
-            let rules = std::sync::Arc::new(spec.network.clone());
-            proxy.spawn(async move {
-                if let Ok(listener) = listener_from(host_end).await {
-                    proxy::serve(listener, rules).await;
-                }
-            });
-        }
-        let mut argv: Vec<std::ffi::OsString> = [
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--hostname",
-            "reson-jail",
-            "--cap-drop",
-            "ALL",
-        ]
-        .iter()
-        .map(Into::into)
-        .collect();
-        for program in seccomp_programs()? {
-            let fd = memfd_with(program)?;
-            argv.push("--add-seccomp-fd".into());
-            argv.push(fd.as_raw_fd().to_string().into());
-            prelude.inherit.push(fd);
-        }
-        let mounts = mounts::arguments(spec, tmp.path(), executable);
-        argv.extend(mounts.args);
-        prelude.inherit.extend(mounts.fds);
-        argv.push("--chdir".into());
-        argv.push(spec.cwd.clone().into());
-        argv.push("--".into());
-        argv.push(executable.into());
-        argv.extend(args.iter().map(Into::into));
-
-        let mut command = tokio::process::Command::new(&self.bwrap);
-        command.args(argv).env_clear().envs(jail_env(spec, env));
-        // SAFETY: the prelude makes raw system calls only, on memory and
-        // descriptors prepared above (see `namespace`).
-        unsafe {
-            command.pre_exec(move || prelude.run());
-        }
-        Ok((command, JailGuard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report }))
+        let (command, guard) = platform::build(&self.bwrap, spec, executable, args, env)?;
+        Ok((command, JailGuard(guard)))
     }
 }
 
-/// Namespaces of its own for a process the host starts outside the
-/// command jail (the browser). Its network has nothing but a loopback
-/// interface, where the child listens on `127.0.0.1:`[`PROXY_PORT`] for
-/// the proxy the host serves, and from where it hands the host an
-/// unconnected TCP socket to reach what listens inside. With `tmp`, it
-/// also sees that directory as its `/tmp`. Made with a user namespace, so
-/// the host needs no privileges.
-pub(crate) fn own_network(tmp: Option<&Path>) -> Result<(OwnNetwork, NetworkHandOver), JailError> {
-    use std::os::unix::ffi::OsStrExt;
-    let (mut prelude, report) = Prelude::new()?;
-    let (host_end, child_end) = namespace::socket_pair()?;
-    prelude.hand_over = Some(child_end);
-    prelude.dialer = true;
-    prelude.private_tmp = match tmp {
-        Some(dir) => Some(
-            std::ffi::CString::new(dir.as_os_str().as_bytes())
-                .map_err(|e| JailError::Io(std::io::Error::other(e)))?,
-        ),
-        None => None,
-    };
-    Ok((OwnNetwork(prelude), NetworkHandOver { channel: host_end, report }))
-}
-
-/// Where the proxy listens inside an [`own_network`].
-pub(crate) const PROXY_PORT: u16 = namespace::PROXY_PORT;
-
-/// The child's half of [`own_network`].
-pub(crate) struct OwnNetwork(Prelude);
-
-impl OwnNetwork {
-    /// Moves the calling process into the namespace and hands the host its
-    /// sockets. Runs in the child between `fork` and `exec`; only raw
-    /// system calls.
-    pub(crate) fn enter(&self) -> std::io::Result<()> {
-        self.0.run()
-    }
-}
-
-/// The host's half of [`own_network`].
-pub(crate) struct NetworkHandOver {
-    channel: OwnedFd,
-    report: OwnedFd,
-}
-
-impl NetworkHandOver {
-    /// The error for a failed spawn, naming the step that failed.
-    pub(crate) fn spawn_error(&self, error: std::io::Error) -> JailError {
-        match namespace::failed_step(&self.report) {
-            Some(step) => JailError::Setup { step: step.describe(), source: error },
-            None => JailError::Io(error),
-        }
-    }
-
-    /// The proxy's listener and the socket to reach inside with, once the
-    /// child has handed them over.
-    pub(crate) async fn sockets(
-        self,
-    ) -> std::io::Result<(tokio::net::TcpListener, tokio::net::TcpSocket)> {
-        let stream = std::os::unix::net::UnixStream::from(self.channel);
-        stream.set_nonblocking(true)?;
-        let stream = tokio::net::UnixStream::from_std(stream)?;
-        let listener = std::net::TcpListener::from(receive(&stream).await?);
-        listener.set_nonblocking(true)?;
-        let dialer = std::net::TcpStream::from(receive(&stream).await?);
-        dialer.set_nonblocking(true)?;
-        Ok((
-            tokio::net::TcpListener::from_std(listener)?,
-            tokio::net::TcpSocket::from_std_stream(dialer),
-        ))
-    }
-}
-
-/// What a jailed command holds on the host: its private `/tmp`, its cgroup
-/// and its network proxy. Dropping it kills whatever is left in the cgroup
-/// and removes the rest.
+/// What a jailed command holds on the host: its private temporary
+/// directory, its process cap and its network proxy. Dropping it kills
+/// whatever is left in the cap and removes the rest.
 #[derive(Debug)]
-pub struct JailGuard {
-    // Field order is drop order: the proxy stops before the cgroup's
-    // processes are killed and the private `/tmp` is removed.
-    _proxy: JoinSet<()>,
-    _cgroup: Option<cgroup::PidsCgroup>,
-    _tmp: tempfile::TempDir,
-    report: OwnedFd,
-}
+pub struct JailGuard(platform::Guard);
 
 impl JailGuard {
     /// The error for a failed spawn of the jailed command, naming the step
     /// of the jail that failed when one did.
     pub fn spawn_error(&self, error: std::io::Error) -> JailError {
-        match namespace::failed_step(&self.report) {
-            Some(step) => JailError::Setup { step: step.describe(), source: error },
-            None => JailError::Io(error),
-        }
+        self.0.spawn_error(error)
     }
 }
 
-/// The environment inside: the caller's, with `TMPDIR` the private `/tmp`,
-/// `HOME` there too unless a grant holds the caller's, and the proxy
-/// variables when the grant names hosts.
-fn jail_env(spec: &JailSpec, env: &[(String, String)]) -> Vec<(String, String)> {
+/// The environment inside: the caller's, with `TMPDIR` the private
+/// temporary directory `tmp` (as the command sees it), `HOME` there too
+/// unless a grant holds the caller's, and the proxy variables when the
+/// grant names hosts.
+#[cfg(any(target_os = "linux", target_os = "macos", test))]
+fn jail_env(
+    spec: &JailSpec,
+    env: &[(String, String)],
+    tmp: &Path,
+    proxy: Option<&str>,
+) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = env.to_vec();
     let home_granted = env.iter().any(|(name, value)| {
         name == "HOME" && spec.dirs.iter().any(|d| Path::new(value).starts_with(&d.path))
     });
     out.retain(|(name, _)| name != "TMPDIR" && (name != "HOME" || home_granted));
-    out.push(("TMPDIR".into(), "/tmp".into()));
+    let tmp = tmp.to_string_lossy().into_owned();
+    out.push(("TMPDIR".into(), tmp.clone()));
     if !home_granted {
-        out.push(("HOME".into(), "/tmp".into()));
+        out.push(("HOME".into(), tmp));
     }
-    if !spec.network.is_empty() {
-        let proxy = format!("http://127.0.0.1:{}", namespace::PROXY_PORT);
+    if let Some(proxy) = proxy {
+        let proxy = format!("http://{proxy}");
         for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"] {
             out.retain(|(n, _)| n != name);
             out.push((name.into(), proxy.clone()));
@@ -372,52 +269,15 @@ fn jail_env(spec: &JailSpec, env: &[(String, String)]) -> Vec<(String, String)> 
     out
 }
 
-fn seccomp_programs() -> Result<&'static [Vec<u8>], JailError> {
-    static PROGRAMS: std::sync::OnceLock<Result<Vec<Vec<u8>>, String>> = std::sync::OnceLock::new();
-    match PROGRAMS.get_or_init(|| seccomp::programs().map_err(|e| e.to_string())) {
-        Ok(programs) => Ok(programs),
-        Err(e) => Err(JailError::Unavailable(e.clone())),
-    }
-}
-
-/// A memory file holding `bytes`, to be read from the start.
-fn memfd_with(bytes: &[u8]) -> std::io::Result<OwnedFd> {
-    // SAFETY: memfd_create with a static name; the descriptor is ours.
-    let fd = unsafe { libc::memfd_create(c"reson-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: just opened, owned by no one else.
-    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    file.write_all(bytes)?;
-    file.rewind()?;
-    Ok(file.into())
-}
-
-/// Waits for the child to hand over the proxy's listening socket.
-async fn listener_from(host_end: OwnedFd) -> std::io::Result<tokio::net::TcpListener> {
-    let stream = std::os::unix::net::UnixStream::from(host_end);
-    stream.set_nonblocking(true)?;
-    let stream = tokio::net::UnixStream::from_std(stream)?;
-    let listener = std::net::TcpListener::from(receive(&stream).await?);
-    listener.set_nonblocking(true)?;
-    tokio::net::TcpListener::from_std(listener)
-}
-
-/// The next descriptor the child sends on `stream`.
-async fn receive(stream: &tokio::net::UnixStream) -> std::io::Result<OwnedFd> {
-    loop {
-        stream.readable().await?;
-        match namespace::receive_fd(stream.as_raw_fd()) {
-            Ok(fd) => return Ok(fd),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 /// Whether `path` is a file someone may execute.
 pub(crate) fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file())
+    }
 }

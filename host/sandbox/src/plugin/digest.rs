@@ -14,7 +14,6 @@
 use sha2::{Digest, Sha256};
 use std::fs::Metadata;
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// SHA-256 of `bytes`, hex.
@@ -33,7 +32,9 @@ pub(crate) struct FileIdentity {
 }
 
 impl FileIdentity {
+    #[cfg(unix)]
     pub(crate) fn of(meta: &Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
         let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
         Self {
             dev: meta.dev(),
@@ -41,6 +42,26 @@ impl FileIdentity {
             size: meta.size(),
             mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
             ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Windows has no inode on stable Rust and no change time: the write
+    /// and creation times with the size stand in. A file rewritten within
+    /// one clock tick at the same size would keep its old digest, where a
+    /// Unix change time would not.
+    #[cfg(not(unix))]
+    pub(crate) fn of(meta: &Metadata) -> Self {
+        let ns = |time: std::io::Result<std::time::SystemTime>| {
+            time.ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos() as i128)
+        };
+        Self {
+            dev: 0,
+            ino: 0,
+            size: meta.len(),
+            mtime_ns: ns(meta.modified()),
+            ctime_ns: ns(meta.created()),
         }
     }
 

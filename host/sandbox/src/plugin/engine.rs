@@ -204,7 +204,10 @@ impl Sandbox {
             fingerprint,
             fuel: settings.fuel,
             slots: Slots::new(calls),
-            browsers: Arc::new(crate::capability::browser::Browsers::new(browser_dir, observer)),
+            browsers: Arc::new(
+                crate::capability::browser::Browsers::new(browser_dir, observer)
+                    .with_chromium(settings.chromium.clone()),
+            ),
             ticker_stop,
         })
     }

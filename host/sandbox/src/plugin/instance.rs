@@ -39,9 +39,17 @@ pub(crate) struct CallStore {
 /// Which directory a path named: device and inode.
 type DirIdentity = (u64, u64);
 
+#[cfg(unix)]
 fn identity(path: &std::path::Path) -> Option<DirIdentity> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Without an inode to tell a replaced directory from the one opened, no
+/// Store with a granted directory is kept: `None` never matches.
+#[cfg(not(unix))]
+fn identity(_path: &std::path::Path) -> Option<DirIdentity> {
+    None
 }
 
 /// Which plugin and tool a failure belongs to, for error messages.
@@ -134,7 +142,7 @@ impl CallStore {
     /// one is replaced (removed and made again, renamed over), it would
     /// see the old one, where a fresh instance sees the new.
     pub(crate) fn dirs_unchanged(&self) -> bool {
-        self.dirs.iter().all(|(path, opened)| identity(path) == *opened)
+        self.dirs.iter().all(|(path, opened)| opened.is_some() && identity(path) == *opened)
     }
 
     /// Gives up the call's slot: the Store goes idle.

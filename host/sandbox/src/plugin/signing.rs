@@ -225,7 +225,6 @@ pub struct KeyFiles {
 /// its owner only) and `dir/NAME.pub`, never over existing files.
 pub fn keygen(dir: &Path, name: &str) -> Result<KeyFiles, SigningError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| SigningError::Io { path, source }
@@ -243,15 +242,17 @@ pub fn keygen(dir: &Path, name: &str) -> Result<KeyFiles, SigningError> {
     }
     let pair = KeyPair::generate();
     let write = |path: &Path, mode: u32, text: &str| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(path)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => SigningError::Exists(path.to_owned()),
-                _ => SigningError::Io { path: path.to_owned(), source: e },
-            })?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        // Windows keeps the secret key private by the user profile's ACL.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+        #[cfg(not(unix))]
+        let _ = mode;
+        let mut file = options.open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => SigningError::Exists(path.to_owned()),
+            _ => SigningError::Io { path: path.to_owned(), source: e },
+        })?;
         file.write_all(text.as_bytes()).map_err(io(path))
     };
     write(&secret, 0o600, &pair.sk.to_pem())?;

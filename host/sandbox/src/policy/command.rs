@@ -992,6 +992,7 @@ mod tests {
         split(line).unwrap()
     }
 
+    #[cfg(unix)]
     fn canonical(line: &str) -> String {
         canonical_line(line, &SearchPath::default()).unwrap()
     }
@@ -1005,6 +1006,8 @@ mod tests {
         exec_vector(&resolved).map(|v| v.program)
     }
 
+    // Command lines here name Unix paths (`/bin/rm`), which are relative on Windows.
+    #[cfg(unix)]
     #[test]
     fn quoting_and_paths_do_not_change_the_canonical_line() {
         for line in [
@@ -1024,6 +1027,8 @@ mod tests {
         assert_eq!(split("  "), Err(CommandError::Empty));
     }
 
+    // The fixed search path and the programs on it are Unix's.
+    #[cfg(unix)]
     #[test]
     fn programs_resolve_only_from_the_fixed_path() {
         let ws = tempfile::tempdir().unwrap();
@@ -1207,6 +1212,8 @@ mod tests {
         assert_eq!(exec_vector(&applet).map(|v| v.program), Some("busybox"));
     }
 
+    // git reports Unix paths (`/home/u/.gitconfig`) here, which are relative on Windows.
+    #[cfg(unix)]
     #[test]
     fn repository_drivers_are_pinned_but_global_ones_kept() {
         let probe = b"local\0file:.git/config\0remote.origin.uploadpack\0\

@@ -526,6 +526,8 @@ mod tests {
         assert!(g.allows_url(&Url::parse("https://api.example.com/v1/x").unwrap()));
         assert!(!g.allows_url(&Url::parse("https://api.example.com/v2").unwrap()));
         assert!(!g.allows_url(&Url::parse("https://www.example.com/v1").unwrap()));
+        // Windows has no default search path to find git on.
+        #[cfg(unix)]
         assert!(allows(&g, "git status") && !allows(&g, "ls"));
         assert!(g.allows_secret("KEY") && !g.allows_secret("OTHER"));
     }

@@ -201,7 +201,9 @@ async fn migrate(pool: &PgPool) -> Result<(), DatabaseError> {
     }
 }
 
-#[cfg(test)]
+/// Debian's PostgreSQL in a throwaway cluster on a Unix socket: the tests
+/// that need it are built on Unix only.
+#[cfg(all(test, unix))]
 #[path = "../../../../tests/support/postgres.rs"]
 pub(crate) mod test_cluster;
 
@@ -209,6 +211,7 @@ pub(crate) mod test_cluster;
 mod tests {
     use super::*;
 
+    #[cfg(unix)]
     #[tokio::test]
     async fn a_database_migrated_by_a_newer_binary_is_refused() {
         let url = test_cluster::cluster().fresh_database().await;

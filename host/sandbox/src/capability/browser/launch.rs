@@ -1,12 +1,23 @@
 //! Starting and ending Chromium processes.
 //!
 //! Chromium is started by the host itself, not by the DevTools client, so
-//! that it cannot outlive the host: each one runs in a process group of its
-//! own (ended whole, helpers included) and gets `SIGKILL` when the thread
-//! that forked it dies (`PR_SET_PDEATHSIG`). That signal follows the
-//! forking *thread*, not the process, so every Chromium is forked by one
-//! dedicated thread that lives as long as the host; a tokio worker or
-//! blocking-pool thread may exit at any time and would take it along.
+//! that it cannot outlive the host. How far that holds is the OS's:
+//!
+//! - Linux: each one runs in a process group of its own (ended whole,
+//!   helpers included) and gets `SIGKILL` when the thread that forked it
+//!   dies (`PR_SET_PDEATHSIG`). That signal follows the forking *thread*,
+//!   not the process, so every Chromium is forked by one dedicated thread
+//!   that lives as long as the host; a tokio worker or blocking-pool
+//!   thread may exit at any time and would take it along.
+//! - macOS: a process group of its own too, ended whole when the host ends
+//!   it or drops it (and on a clean exit); but macOS has no parent-death
+//!   signal, so a host killed outright (`SIGKILL`) leaves it running.
+//! - Windows: no process groups; the host kills the browser's process,
+//!   whose helpers (renderers, GPU, network service) are not reached,
+//!   nor is anything when the host is killed: a Job object would be.
+//!
+//! Every OS starts it from the same dedicated thread, needed on Linux
+//! only, so that there is one way in.
 //!
 //! What Chromium would fetch for itself (updates, account lookups,
 //! spelling dictionaries, safe browsing, translation, hints) is turned off
@@ -14,23 +25,17 @@
 //! never connects to; what is left, the proxy refuses and logs.
 
 use super::BrowserError;
-use super::network::Network;
+use super::locate::Os;
+use super::network::{Entry, Network};
 use super::profiles::SessionDir;
 use reson_text::text::Lines;
+use std::ffi::OsString;
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
-
-/// Where Debian installs Chromium.
-pub const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// The program behind Debian's `chromium` wrapper script, which the host
-/// starts directly: the wrapper adds flags and Google API keys of its own.
-const CHROMIUM_BINARY: &str = "/usr/lib/chromium/chromium";
 
 /// How long Chromium may take to open its DevTools port.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -81,7 +86,8 @@ fn launcher() -> &'static Mutex<mpsc::Sender<Spawn>> {
     })
 }
 
-/// A running Chromium: its process, the leader of its own group.
+/// A running Chromium: its process, the leader of its own group where
+/// the OS has them.
 pub(super) struct Process {
     child: Option<Child>,
     /// Where its standard error goes.
@@ -89,10 +95,15 @@ pub(super) struct Process {
 }
 
 impl Process {
-    /// Starts headless Chromium with its profile and `TMPDIR` in `dir`,
-    /// on `network`, sending every request through the proxy there.
-    pub(super) fn start(dir: &SessionDir, network: &mut Network) -> Result<Self, BrowserError> {
-        let program = if Path::new(CHROMIUM_BINARY).exists() { CHROMIUM_BINARY } else { CHROMIUM };
+    /// Starts `program` (a Chromium, Chrome or Edge) headless, with its
+    /// profile and `TMPDIR` in `dir`, on `network`, sending every request
+    /// through the proxy there.
+    pub(super) fn start(
+        program: &Path,
+        dir: &SessionDir,
+        network: &mut Network,
+    ) -> Result<Self, BrowserError> {
+        let os = Os::current();
         let profile = dir.profile();
         let preferences = profile.join("Default");
         std::fs::create_dir_all(&preferences)
@@ -101,35 +112,13 @@ impl Process {
                 BrowserError::Failed(format!("cannot prepare the browser profile: {e}"))
             })?;
         let mut command = Command::new(program);
-        command.args(arguments(&profile, network.proxy_port())).stdin(Stdio::null());
+        command.args(arguments(os, &profile, network.proxy_port())).stdin(Stdio::null());
         // Its log says why, should it end at start.
         let log = std::fs::File::create(dir.log()).map_or_else(|_| Stdio::null(), Stdio::from);
         command.stdout(Stdio::null()).stderr(log).env_clear();
-        for keep in ["PATH", "LANG", "TZ"] {
-            if let Some(value) = std::env::var_os(keep) {
-                command.env(keep, value);
-            }
-        }
-        command.env("HOME", &profile).env("TMPDIR", network.tmpdir());
-        let parent = std::process::id();
-        let entry = network.take_entry();
-        // SAFETY: only async-signal-safe calls between fork and exec (the
-        // network's are raw system calls on memory prepared before).
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-                    || libc::setpgid(0, 0) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
-                entry.enter()?;
-                // The host died before the signal was armed.
-                if libc::getppid() != parent as libc::pid_t {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        let host = |name: &str| std::env::var_os(name);
+        command.envs(environment(os, &profile, network.tmpdir(), host));
+        contain(&mut command, network.take_entry());
         let (tx, rx) = mpsc::channel();
         let gone = || BrowserError::Failed("the browser launcher thread is gone".into());
         launcher()
@@ -173,20 +162,18 @@ impl Process {
         }
     }
 
-    /// The process id of Chromium, which is also its process group's.
+    /// The process id of Chromium, which is also its process group's on
+    /// Unix.
     pub(super) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Kills Chromium and every helper in its group, and reaps it off the
-    /// caller's thread; the handle says when it is reaped.
+    /// Kills Chromium and, where the OS lets it, every helper of it, and
+    /// reaps it off the caller's thread; the handle says when it is
+    /// reaped.
     fn kill(&mut self) -> Option<std::thread::JoinHandle<()>> {
         let mut child = self.child.take()?;
-        if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
-            // SAFETY: signals the group this host made for this Chromium.
-            unsafe { libc::killpg(pgid, libc::SIGKILL) };
-        }
-        let _ = child.kill();
+        kill_all(&mut child);
         // A killed group exits at once, but waiting is still a blocking call.
         Some(std::thread::spawn(move || {
             let _ = child.wait();
@@ -216,11 +203,121 @@ fn fatal_line(log: &Path) -> String {
     })
 }
 
-fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
-    vec![
-        "--headless=new".into(),
-        // The host is often root, where Chromium's own sandbox cannot start.
-        "--no-sandbox".into(),
+/// Makes `command`'s child the leader of a process group of its own, that
+/// dies with the host, and moves it into its network (`entry`) before it
+/// runs Chromium.
+#[cfg(target_os = "linux")]
+fn contain(command: &mut Command, entry: Entry) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: only async-signal-safe calls between fork and exec (the
+    // network's are raw system calls on memory prepared before).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            entry.enter()?;
+            // The host died before the signal was armed.
+            if libc::getppid() != parent as libc::pid_t {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes `command`'s child the leader of a process group of its own, which
+/// [`kill_all`] ends whole. macOS has no parent-death signal: a host that
+/// ends, or drops the browser, kills the group, but one killed outright
+/// (`SIGKILL`) leaves the browser running, an orphan.
+#[cfg(all(unix, not(target_os = "linux")))]
+fn contain(command: &mut Command, entry: Entry) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls between fork and exec (`entry`
+    // has no network of its own to enter here).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            entry.enter()
+        });
+    }
+}
+
+/// Windows has no process groups, nor a network to enter (`entry` is
+/// empty): the browser is one process the host kills. Its helpers and the
+/// case of a host killed outright would take a Job object that kills its
+/// processes when closed, a later step.
+#[cfg(windows)]
+fn contain(_command: &mut Command, _entry: Entry) {}
+
+/// Kills Chromium and every helper in its group (the group [`contain`]
+/// made).
+#[cfg(unix)]
+fn kill_all(child: &mut Child) {
+    if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: signals the group this host made for this Chromium.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+    let _ = child.kill();
+}
+
+/// Kills Chromium's own process. Its helpers are not reached without a Job
+/// object (a later step); they end when they find their browser gone,
+/// which nothing here forces.
+#[cfg(windows)]
+fn kill_all(child: &mut Child) {
+    let _ = child.kill();
+}
+
+/// The browser's whole environment on `os`: of the host's (`host`), only
+/// what it needs to run, and its home and temporary directories the
+/// session's.
+fn environment(
+    os: Os,
+    profile: &Path,
+    tmp: &Path,
+    host: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(&'static str, OsString)> {
+    let (kept, own): (&[&str], &[(&str, &Path)]) = match os {
+        Os::Linux | Os::Mac => (&["PATH", "LANG", "TZ"], &[("HOME", profile), ("TMPDIR", tmp)]),
+        // What Windows programs take for granted (without `SystemRoot`
+        // even its sockets fail); none of it is a secret. Windows' own
+        // calls find the home folders in the registry, not here.
+        Os::Windows => (
+            &[
+                "PATH",
+                "LANG",
+                "TZ",
+                "SystemRoot",
+                "SystemDrive",
+                "windir",
+                "USERPROFILE",
+                "APPDATA",
+                "LOCALAPPDATA",
+                "ProgramData",
+                "ProgramFiles",
+                "ProgramFiles(x86)",
+                "CommonProgramFiles",
+                "CommonProgramFiles(x86)",
+            ],
+            &[("TMP", tmp), ("TEMP", tmp)],
+        ),
+    };
+    let kept = kept.iter().filter_map(|&name| Some((name, host(name)?)));
+    kept.chain(own.iter().map(|&(name, path)| (name, path.as_os_str().to_owned()))).collect()
+}
+
+fn arguments(os: Os, profile: &Path, proxy_port: u16) -> Vec<String> {
+    let mut args: Vec<String> = vec!["--headless=new".into()];
+    // The host is often root on Linux, where Chromium's own sandbox cannot
+    // start; macOS and Windows keep it.
+    if os == Os::Linux {
+        args.push("--no-sandbox".into());
+    }
+    let rest: [String; _] = [
         "--disable-gpu".into(),
         "--disable-dev-shm-usage".into(),
         "--remote-debugging-port=0".into(),
@@ -263,5 +360,60 @@ fn arguments(profile: &Path, proxy_port: u16) -> Vec<String> {
         "--hide-scrollbars".into(),
         "--window-size=1280,900".into(),
         "about:blank".into(),
-    ]
+    ];
+    args.extend(rest);
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str) -> Option<OsString> {
+        Some(OsString::from(format!("host {name}")))
+    }
+
+    fn names(env: &[(&'static str, OsString)]) -> Vec<&'static str> {
+        env.iter().map(|(name, _)| *name).collect()
+    }
+
+    #[test]
+    fn unix_browsers_keep_path_lang_tz_and_live_in_the_session() {
+        let (profile, tmp) = (Path::new("/s/profile"), Path::new("/s/tmp"));
+        for os in [Os::Linux, Os::Mac] {
+            let env = environment(os, profile, tmp, host);
+            assert_eq!(names(&env), ["PATH", "LANG", "TZ", "HOME", "TMPDIR"]);
+            assert_eq!(env[0].1, "host PATH");
+            assert_eq!(env[3].1, profile.as_os_str());
+            assert_eq!(env[4].1, tmp.as_os_str());
+        }
+        let unset = environment(Os::Linux, profile, tmp, |_| None);
+        assert_eq!(names(&unset), ["HOME", "TMPDIR"], "what the host lacks stays unset");
+    }
+
+    #[test]
+    fn windows_browsers_keep_what_windows_needs_and_their_temp_is_the_sessions() {
+        let tmp = Path::new(r"C:\s\tmp");
+        let env = environment(Os::Windows, Path::new(r"C:\s\profile"), tmp, host);
+        let names = names(&env);
+        for needed in ["PATH", "SystemRoot", "windir", "LOCALAPPDATA"] {
+            assert!(names.contains(&needed), "{needed} in {names:?}");
+        }
+        assert!(!names.contains(&"HOME") && !names.contains(&"TMPDIR"), "{names:?}");
+        let temp: Vec<_> = env.iter().filter(|(n, _)| matches!(*n, "TMP" | "TEMP")).collect();
+        assert_eq!(temp.len(), 2, "{names:?}");
+        assert!(temp.iter().all(|(_, value)| value == tmp.as_os_str()));
+    }
+
+    #[test]
+    fn only_linux_turns_chromiums_own_sandbox_off() {
+        let linux = arguments(Os::Linux, Path::new("/p"), 1);
+        assert_eq!(linux[..2], ["--headless=new", "--no-sandbox"]);
+        for os in [Os::Mac, Os::Windows] {
+            let args = arguments(os, Path::new("/p"), 1);
+            assert!(!args.iter().any(|a| a == "--no-sandbox"), "{os:?}");
+            assert_eq!(args.len(), linux.len() - 1);
+        }
+        assert!(linux.contains(&"--proxy-server=http://127.0.0.1:1".to_owned()));
+    }
 }

@@ -1,6 +1,8 @@
 //! `reson:plugin/browser`: a headless Chromium the host drives for a
 //! plugin, only to the URLs its grant names.
 //!
+//! - `locate`: which browser: `[sandbox] chromium`, or where each OS
+//!   installs Chrome, Chromium or Edge;
 //! - `launch`: starting Chromium so that it dies with the host;
 //! - `network`: Chromium's own network namespace, whose one way out is
 //!   the host's proxy;
@@ -22,11 +24,12 @@ mod actions;
 mod guard;
 mod launch;
 mod limits;
+mod locate;
 mod network;
 mod profiles;
 mod session;
 
-pub use launch::CHROMIUM;
+pub use locate::CHROMIUM;
 pub(crate) use session::{Browsers, SessionKey};
 
 use super::HostState;

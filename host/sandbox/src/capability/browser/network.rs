@@ -16,14 +16,25 @@
 //! must fit in 108 bytes, which a session's path may not leave room for.
 
 use super::BrowserError;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
+#[cfg(target_os = "linux")]
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
+#[cfg(target_os = "linux")]
+use tokio::net::TcpSocket;
 use tokio::task::JoinSet;
 
 /// The longest `TMPDIR` whose Chromium socket path
-/// (`/org.chromium.Chromium.XXXXXX/SingletonSocket`) still fits.
-const MAX_TMPDIR: usize = 60;
+/// (`/org.chromium.Chromium.XXXXXX/SingletonSocket`) still fits: in 108
+/// bytes on Linux, 104 on macOS. Windows makes no such socket: any fits.
+const MAX_TMPDIR: Option<usize> = if cfg!(target_os = "macos") {
+    Some(56)
+} else if cfg!(windows) {
+    None
+} else {
+    Some(60)
+};
 
 /// The network a Chromium is about to be started on.
 pub(super) enum Network {
@@ -103,7 +114,8 @@ impl Network {
 
     /// The error for a failed start, naming the namespace's step that
     /// failed when one did.
-    pub(super) fn start_error(&self, program: &str, error: std::io::Error) -> BrowserError {
+    pub(super) fn start_error(&self, program: &Path, error: std::io::Error) -> BrowserError {
+        let program = program.display();
         match self {
             #[cfg(target_os = "linux")]
             Self::Own { hand_over: Some(hand_over), .. } => BrowserError::Failed(format!(
@@ -153,7 +165,11 @@ impl Network {
                 })?;
                 Ok(format!("ws://{outside}{path}"))
             }
-            Self::Shared { .. } => Ok(format!("ws://127.0.0.1:{port}{path}")),
+            Self::Shared { .. } => {
+                #[cfg(not(target_os = "linux"))]
+                let _ = tasks;
+                Ok(format!("ws://127.0.0.1:{port}{path}"))
+            }
         }
     }
 }
@@ -167,7 +183,8 @@ pub(super) struct Entry {
 
 impl Entry {
     /// Moves the calling (forked) process into its network, if it has one
-    /// of its own.
+    /// of its own. Windows forks nothing to call it in.
+    #[cfg(unix)]
     pub(super) fn enter(&self) -> std::io::Result<()> {
         #[cfg(target_os = "linux")]
         if let Some(own) = &self.own {
@@ -180,7 +197,7 @@ impl Entry {
 /// `tmp`, or the system's temporary directory when Chromium could not make
 /// its socket in `tmp` (which leaves it an empty directory there).
 fn short(tmp: &Path) -> PathBuf {
-    if tmp.as_os_str().len() <= MAX_TMPDIR {
+    if MAX_TMPDIR.is_none_or(|max| tmp.as_os_str().len() <= max) {
         return tmp.to_path_buf();
     }
     tracing::info!(

@@ -25,9 +25,9 @@ pub(crate) struct Profiles {
 /// A host's own directory, locked while it is held.
 struct HostDir {
     path: PathBuf,
-    // The lock (`flock`) lives as long as this descriptor, which no child
-    // inherits (it is close-on-exec), and ends with the process however
-    // it ends.
+    // The lock (see [`hold`]) lives as long as this handle, which no child
+    // inherits (it is close-on-exec, or not inheritable on Windows), and
+    // ends with the process however it ends.
     _lock: File,
 }
 
@@ -92,11 +92,9 @@ impl HostDir {
     /// A new directory under `root`, locked before it gets the name a
     /// sweep looks at, so that no sweep ever takes a live one.
     fn create(root: &Path) -> std::io::Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root)?;
+        create_private(root)?;
         let setup = tempfile::Builder::new().prefix(".new-").tempdir_in(root)?.keep();
-        let lock = File::open(&setup)?;
-        lock.lock()?;
+        let lock = hold(&setup)?;
         let name = setup.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let path = root.join(format!("host-{}", &name[".new-".len()..]));
         std::fs::rename(&setup, &path)?;
@@ -114,10 +112,7 @@ fn sweep(root: &Path) {
             continue;
         }
         // A directory someone else holds locked is a live host's.
-        let Ok(dir) = File::open(&path) else { continue };
-        if dir.try_lock().is_err() {
-            continue;
-        }
+        let Some(_claim) = abandoned(&path) else { continue };
         match std::fs::remove_dir_all(&path) {
             Ok(()) => tracing::info!(
                 target: "reson::browser",
@@ -132,6 +127,78 @@ fn sweep(root: &Path) {
         }
     }
 }
+
+/// Makes `root` and its parents, `root` for its owner's eyes only.
+#[cfg(unix)]
+fn create_private(root: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root)
+}
+
+/// Makes `root` and its parents. On Windows a new directory inherits the
+/// ACL of its parent, which under the user's profile (where the cache
+/// directory is) already keeps out other users.
+#[cfg(windows)]
+fn create_private(root: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)
+}
+
+/// `dir` opened and locked (`flock`) for as long as the file lives.
+#[cfg(unix)]
+fn hold(dir: &Path) -> std::io::Result<File> {
+    let lock = File::open(dir)?;
+    lock.lock()?;
+    Ok(lock)
+}
+
+/// `dir` opened so that no one else can open it exclusively while the file
+/// lives, which is how [`abandoned`] tells it is held: Windows opens a
+/// directory only with `FILE_FLAG_BACKUP_SEMANTICS`, and locks no byte of
+/// one. Renaming and removing it stay open to its holder.
+#[cfg(windows)]
+fn hold(dir: &Path) -> std::io::Result<File> {
+    use std::os::windows::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE)
+        .custom_flags(FILE_FLAG_BACKUP_SEMANTICS)
+        .open(dir)
+}
+
+/// `dir`, locked, when no live host holds it locked; the lock is kept
+/// while it is removed.
+#[cfg(unix)]
+fn abandoned(dir: &Path) -> Option<File> {
+    let dir = File::open(dir).ok()?;
+    dir.try_lock().ok()?;
+    Some(dir)
+}
+
+/// Whether no live host holds `dir` ([`hold`]): then it opens with no
+/// sharing at all. That handle is closed at once, as removing the
+/// directory needs it gone (a host never takes an existing directory back).
+#[cfg(windows)]
+fn abandoned(dir: &Path) -> Option<()> {
+    use std::os::windows::fs::OpenOptionsExt;
+    let probe = std::fs::OpenOptions::new()
+        .read(true)
+        .share_mode(0)
+        .custom_flags(FILE_FLAG_BACKUP_SEMANTICS)
+        .open(dir)
+        .ok()?;
+    drop(probe);
+    Some(())
+}
+
+// Windows' `CreateFileW` flags, by their Windows SDK names.
+#[cfg(windows)]
+const FILE_SHARE_READ: u32 = 0x1;
+#[cfg(windows)]
+const FILE_SHARE_WRITE: u32 = 0x2;
+#[cfg(windows)]
+const FILE_SHARE_DELETE: u32 = 0x4;
+#[cfg(windows)]
+const FILE_FLAG_BACKUP_SEMANTICS: u32 = 0x0200_0000;
 
 fn older_than(path: &Path, age: Duration) -> bool {
     std::fs::metadata(path)

@@ -10,6 +10,7 @@ use super::BrowserError;
 use super::guard::{self, Activity, Guard};
 use super::launch::Process;
 use super::limits::MAX_PAGES;
+use super::locate;
 use super::network::Network;
 use super::profiles::{Profiles, SessionDir};
 use crate::config::JailMode;
@@ -25,6 +26,7 @@ use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -82,11 +84,13 @@ impl Session {
         plugin: Arc<str>,
         grants: Arc<Grants>,
         profiles: &Profiles,
+        chromium: Option<&Path>,
     ) -> Result<Self, BrowserError> {
+        let program = locate::browser(chromium)?;
         let dir = profiles.session()?;
         let guard = Arc::new(Guard::new(plugin, grants.clone()));
         let mut network = Network::new(grants.jail == JailMode::On, &dir.tmp()).await?;
-        let mut process = Process::start(&dir, &mut network)?;
+        let mut process = Process::start(&program, &dir, &mut network)?;
         let mut tasks = JoinSet::new();
         tasks.spawn(crate::jail::proxy::serve(network.proxy().await?, guard.clone()));
         let (port, path) = process.devtools_endpoint(&dir.profile()).await?;
@@ -326,6 +330,9 @@ async fn watch_targets(
 pub(crate) struct Browsers {
     sessions: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<Option<Session>>>>>,
     profiles: Profiles,
+    /// `[sandbox] chromium`: the browser to start, instead of the first
+    /// one found where the OS installs them.
+    chromium: Option<PathBuf>,
     /// Told when a browser starts: a second or more that someone waits for.
     observer: Option<Arc<dyn WorkObserver>>,
 }
@@ -333,8 +340,14 @@ pub(crate) struct Browsers {
 impl Browsers {
     /// The sessions of a runtime whose browser files go under `dir`;
     /// what a host that is gone left there is removed now.
-    pub(crate) fn new(dir: std::path::PathBuf, observer: Option<Arc<dyn WorkObserver>>) -> Self {
-        Self { sessions: Mutex::default(), profiles: Profiles::new(dir), observer }
+    pub(crate) fn new(dir: PathBuf, observer: Option<Arc<dyn WorkObserver>>) -> Self {
+        Self { sessions: Mutex::default(), profiles: Profiles::new(dir), chromium: None, observer }
+    }
+
+    /// These sessions, starting the browser at `chromium` (`[sandbox]
+    /// chromium`) when it is set.
+    pub(crate) fn with_chromium(self, chromium: Option<PathBuf>) -> Self {
+        Self { chromium, ..self }
     }
 
     /// The session for `key`, started when it has none; it enforces
@@ -362,7 +375,9 @@ impl Browsers {
                 if let Some(observer) = &self.observer {
                     observer.browser_starting(plugin);
                 }
-                let started = Session::start(plugin.clone(), grants.clone(), &self.profiles).await;
+                let chromium = self.chromium.as_deref();
+                let started =
+                    Session::start(plugin.clone(), grants.clone(), &self.profiles, chromium).await;
                 if let Some(observer) = &self.observer {
                     observer.browser_started(plugin);
                 }

@@ -5,7 +5,7 @@
 //! inside writable grants read-only. Nothing else exists in there: not
 //! `$HOME`, not the shared `/tmp`, not the host's `/proc`.
 
-use super::{JailDir, JailSpec};
+use crate::jail::{JailDir, JailSpec};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;

@@ -17,15 +17,18 @@ use crate::contract::bindings::tool::reson::plugin::process::{
 };
 use crate::jail::{Jail, JailGuard, JailSpec};
 use crate::policy::{CommandDenial, CommandError, ResolvedCommand};
+use group::{Exits, Group};
 use reson_text::redact::redact_bytes;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::process::ChildStdin;
 use tokio_util::sync::CancellationToken;
+use workdir::WorkDir;
+
+mod group;
+mod workdir;
 
 /// Cap on captured stdout and on captured stderr, each.
 const MAX_CAPTURE_BYTES: usize = 4 << 20;
@@ -80,35 +83,6 @@ impl HostState {
             return Err(ProcessError::Denied(self.deny("process", detail)));
         }
         Ok(dir)
-    }
-}
-
-/// An open working directory; children start in it through `/proc/self/fd`.
-struct WorkDir {
-    file: std::fs::File,
-    /// Where the directory really is, as opened.
-    real: Option<PathBuf>,
-    /// Whether the directory really opened lies outside the granted one.
-    escaped: bool,
-}
-
-impl WorkDir {
-    fn open(path: &Path, root: Option<&Path>) -> Result<Self, ProcessError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| ProcessError::Spawn(format!("working directory: {e}")))?;
-        let dir = Self { file, real: None, escaped: false };
-        let real = std::fs::read_link(dir.path()).ok();
-        let escaped = root.is_some_and(|root| !real.as_ref().is_some_and(|r| r.starts_with(root)));
-        Ok(Self { real, escaped, ..dir })
-    }
-
-    /// The path of the open directory, as a child sees it before `exec`.
-    fn path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 }
 
@@ -239,7 +213,7 @@ impl HostState {
         // With no granted directory the command starts in its private /tmp.
         let cwd = match (&workdir.real, self.grants.dirs.is_empty()) {
             (Some(real), false) => real.clone(),
-            _ => PathBuf::from("/tmp"),
+            _ => PathBuf::from(crate::jail::PRIVATE_TMP),
         };
         Ok(Some(Jailing { jail, spec: self.grants.jail_spec(cwd) }))
     }
@@ -265,8 +239,9 @@ impl Spec<'_> {
     async fn command(&self) -> Result<(tokio::process::Command, Option<JailGuard>), ProcessError> {
         let Some(jailing) = self.jail else {
             let mut cmd = tokio::process::Command::new(&self.command.executable);
-            cmd.arg0(&self.command.argv[0])
-                .args(self.command.args())
+            #[cfg(unix)]
+            cmd.arg0(&self.command.argv[0]);
+            cmd.args(self.command.args())
                 .current_dir(self.cwd)
                 .env_clear()
                 .envs(self.env.iter().cloned());
@@ -277,54 +252,6 @@ impl Spec<'_> {
         match built.await {
             Ok((cmd, guard)) => Ok((cmd, Some(guard))),
             Err(e) => Err(ProcessError::Spawn(format!("{}: {e}", self.command.argv[0]))),
-        }
-    }
-}
-
-/// Kills the whole process group when dropped: when the call ends, at the
-/// deadline, or when the call's future is dropped. The leader itself is
-/// then reaped by tokio (`kill_on_drop`).
-struct Group {
-    child: Child,
-    /// The leader's pid, which is also the group's id.
-    pid: libc::pid_t,
-    reaped: bool,
-}
-
-impl Group {
-    fn kill(&self) {
-        // SAFETY: kill(2) with a negative pid signals the process group
-        // the child leads. The leader is not reaped yet (`exited` uses
-        // WNOWAIT), so the group id cannot belong to anyone else.
-        unsafe {
-            libc::kill(-self.pid, libc::SIGKILL);
-        }
-    }
-
-    /// Whether the leader has exited, without reaping it.
-    fn exited(&self) -> bool {
-        let Ok(pid) = libc::id_t::try_from(self.pid) else { return false };
-        // SAFETY: waitid(2) writes only into the zeroed siginfo we own.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-            libc::waitid(libc::P_PID, pid, &mut info, flags) == 0 && info.si_pid() != 0
-        }
-    }
-
-    /// Kills the group, then reaps the leader.
-    async fn finish(&mut self) -> std::io::Result<ExitStatus> {
-        self.kill();
-        let status = self.child.wait().await;
-        self.reaped = true;
-        status
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if !self.reaped {
-            self.kill();
         }
     }
 }
@@ -397,11 +324,10 @@ async fn run_capped(
     let name = spec.command.argv[0].clone();
     let spawn_error = |e: std::io::Error| ProcessError::Spawn(format!("{name}: {e}"));
     // Made before the spawn, so that no exit of the command goes unseen.
-    let mut child_exits = signal(SignalKind::child()).map_err(spawn_error)?;
+    let mut child_exits = Exits::new().map_err(spawn_error)?;
     let (mut cmd, jail_guard) = spec.command().await?;
-    cmd.process_group(0)
-        .kill_on_drop(true)
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+    Group::prepare(&mut cmd);
+    cmd.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = match (cmd.spawn(), &jail_guard) {
@@ -416,9 +342,9 @@ async fn run_capped(
     let mut stderr = Capture::new(child.stderr.take());
     let mut feed =
         Feed { pipe: child.stdin.take(), data: spec.stdin.unwrap_or_default(), written: 0 };
-    let pid = child.id().and_then(|id| libc::pid_t::try_from(id).ok());
-    let Some(pid) = pid else { return Err(ProcessError::Spawn("the command has no pid".into())) };
-    let mut group = Group { child, pid, reaped: false };
+    let Some(mut group) = Group::new(child) else {
+        return Err(ProcessError::Spawn("the command has no pid".into()));
+    };
     let cut = cancelled(cancel);
     let time_up = tokio::time::sleep_until(deadline.into());
     tokio::pin!(cut, time_up);
@@ -447,7 +373,7 @@ async fn run_capped(
                 return Err(ProcessError::Timeout);
             }
             () = grace_over => break,
-            _ = child_exits.recv(), if exited_at.is_none() => {
+            () = child_exits.next(), if exited_at.is_none() => {
                 if group.exited() {
                     exited_at = Some(Instant::now());
                 }
@@ -478,7 +404,7 @@ fn scrubbed(output: Output) -> Output {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
     use crate::policy::{SearchPath, resolve};

@@ -1,0 +1,68 @@
+//! `reson sandbox check`: runs the command jail's escape probes on this
+//! machine and says which held, so a user can trust (or not) the jail where
+//! they are before a plugin's commands run there.
+
+use super::term::{Stream, paint, say, say_warning, style};
+use clap::Subcommand;
+use reson::config::{Config, JailMode};
+use reson::jail::{Jail, probe};
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Try the escapes a hostile command would (write and read beside the
+    /// grant, link out, the network, outliving the call, the host's
+    /// processes, .git hooks) through the jail the config sets up, and
+    /// print what held. Exits non-zero if any escape got through or could
+    /// not be tried.
+    Check,
+}
+
+pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Check => check(config).await,
+    }
+}
+
+async fn check(config: &Config) -> anyhow::Result<ExitCode> {
+    let sandbox = &config.plugins.sandbox;
+    let jail = (sandbox.jail == JailMode::On).then(|| Jail::new(&sandbox.bwrap));
+    match &jail {
+        Some(_) => say!("the command jail on {}:", std::env::consts::OS),
+        None => say_warning!(
+            "[sandbox] jail = \"off\": commands run unjailed, with all of your rights; the probes \
+             show what that lets through"
+        ),
+    }
+    let findings = match probe::run(jail.as_ref()).await {
+        Ok(findings) => findings,
+        Err(e) => {
+            super::term::say_error!("the jail does not come up here: {e}");
+            return Ok(ExitCode::from(super::exit::TOOL_FAILED));
+        }
+    };
+    let width = probe::Probe::ALL.iter().map(|p| p.name().len()).max().unwrap_or(0);
+    for finding in &findings {
+        let (word, colour, detail) = match &finding.verdict {
+            probe::Verdict::Held => ("held", style::GOOD, String::new()),
+            probe::Verdict::Escaped(what) => ("ESCAPED", style::BAD, format!(": {what}")),
+            probe::Verdict::NotRun(why) => ("not run", style::BAD, format!(": {why}")),
+        };
+        let word = paint(Stream::Out, colour, &format!("{word:<7}"));
+        let name = finding.probe.name();
+        say!("  {word}  {name:<width$}  {}{detail}", finding.probe.attempt());
+    }
+    let held = findings.iter().filter(|f| f.verdict == probe::Verdict::Held).count();
+    if held == findings.len() {
+        say!("{held} of {} probes held: commands run jailed here.", findings.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        let failed: Vec<&str> = findings
+            .iter()
+            .filter(|f| f.verdict != probe::Verdict::Held)
+            .map(|f| f.probe.name())
+            .collect();
+        say!("{held} of {} probes held; not held: {}.", findings.len(), failed.join(", "));
+        Ok(ExitCode::from(super::exit::TOOL_FAILED))
+    }
+}
