@@ -522,10 +522,7 @@ async fn every_escape_probe_holds_in_the_jail_and_each_gets_through_without_it()
     // the probe could not tell a jail that fails from one that holds.
     let open = reson::jail::probe::run(None).await.unwrap();
     for finding in &open {
-        assert!(
-            matches!(finding.verdict, reson::jail::probe::Verdict::Escaped(_)),
-            "{finding:?}"
-        );
+        assert!(matches!(finding.verdict, reson::jail::probe::Verdict::Escaped(_)), "{finding:?}");
     }
 }
 

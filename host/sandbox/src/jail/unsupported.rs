@@ -39,20 +39,36 @@ pub(super) fn build(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_platform_without_a_jail_refuses_and_names_the_way_out() {
-        let spec = JailSpec {
+    fn spec() -> JailSpec {
+        JailSpec {
             dirs: Vec::new(),
             search_path: Vec::new(),
             network: Vec::new(),
             max_processes: 8,
             cwd: "/tmp".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_platform_without_a_jail_refuses_and_names_the_way_out() {
+        let spec = spec();
         let refused = build(Path::new("bwrap"), &spec, Path::new("/bin/true"), &[], &[]);
         let message = refused.unwrap_err().to_string();
         assert!(message.contains("no jail on"), "{message}");
         assert!(message.contains("`[sandbox] jail = \"off\"`"), "{message}");
         assert!(message.contains("warned about on every call"), "{message}");
         assert!(missing(Path::new("bwrap")).is_some(), "refused before any probe");
+    }
+
+    /// Where this backend is the platform's (Windows), the jail itself
+    /// refuses, before anything is spawned.
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    #[tokio::test]
+    async fn here_every_jailed_command_is_refused() {
+        let jail = crate::jail::Jail::default();
+        let refused = jail.command(&spec(), Path::new("cmd.exe"), &[], &[]).await;
+        let error = refused.map(|_| ()).unwrap_err();
+        assert!(matches!(error, JailError::Unsupported(_)), "{error}");
+        assert!(error.to_string().contains(&format!("no jail on {PLATFORM}")), "{error}");
     }
 }
