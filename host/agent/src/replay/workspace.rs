@@ -101,7 +101,7 @@ pub fn scratch(config: &PluginsConfig) -> Result<Scratch, ReplayError> {
     let dir = tempfile::Builder::new()
         .prefix("reson-replay-")
         .tempdir()
-        .map_err(|e| io(Path::new("/tmp"), e))?;
+        .map_err(|e| io(&std::env::temp_dir(), e))?;
     let mut remapped = config.clone();
     let mut copies: HashMap<PathBuf, PathBuf> = HashMap::new();
     for grant in remapped.plugins.values_mut() {

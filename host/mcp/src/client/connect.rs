@@ -5,7 +5,9 @@
 use super::ServerConfig;
 use reson_agent::policy::SearchPath;
 use reson_sandbox::config::Access;
-use reson_sandbox::jail::{DEFAULT_MAX_PROCESSES, Jail, JailDir, JailGuard, JailSpec, NetworkRule};
+use reson_sandbox::jail::{
+    DEFAULT_MAX_PROCESSES, Jail, JailDir, JailGuard, JailSpec, NetworkRule, PRIVATE_TMP,
+};
 use reson_text::text::{Lines, escape_controls};
 use rmcp::model::{ClientConfig, Implementation};
 use rmcp::service::{
@@ -191,7 +193,7 @@ fn jail_spec(config: &ServerConfig, launch: &Launch) -> Result<JailSpec, String>
         .iter()
         .map(|rule| NetworkRule::parse(rule).map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
-    let cwd = dirs.first().map_or_else(|| PathBuf::from("/tmp"), |d| d.path.clone());
+    let cwd = dirs.first().map_or_else(|| PathBuf::from(PRIVATE_TMP), |d| d.path.clone());
     Ok(JailSpec {
         dirs,
         search_path: launch.search_path.entries().to_vec(),

@@ -34,6 +34,11 @@ const SYSTEM_READ: &[&str] = &[
     "/Library/Apple",
     "/private/etc",
     "/private/var/db/timezone",
+    // `/bin/sh` is a shim that runs the shell this link names.
+    "/private/var/select",
+    // `make`, `git`, `cc` in /usr/bin are shims that run the developer
+    // tools this link names.
+    "/private/var/db/xcode_select_link",
     "/Library/Developer/CommandLineTools",
 ];
 
