@@ -322,7 +322,7 @@ pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyh
             metadata: Access::Read,
         });
     }
-    grant.config.insert("script".into(), script.to_string_lossy().into_owned());
+    grant.config.insert("script".into(), reson::policy::guest_path(&script));
     Ok(())
 }
 

@@ -121,7 +121,7 @@ pub fn scratch(config: &PluginsConfig) -> Result<Scratch, ReplayError> {
                     copy
                 }
             };
-            granted.mount.get_or_insert_with(|| host.to_string_lossy().into_owned());
+            granted.mount.get_or_insert_with(|| reson_sandbox::policy::guest_path(&host));
             granted.path = copy;
         }
     }

@@ -94,6 +94,26 @@ pub struct Grants {
     bwrap: PathBuf,
 }
 
+/// The path a guest sees for the host directory `host` granted at its own
+/// path: the same string on Unix. WASI paths are `/`-separated from one
+/// root, so on Windows `C:\Users\me` (or `\\?\C:\Users\me`, the
+/// verbatim form `canonicalize` gives) is `/C:/Users/me`.
+pub fn guest_path(host: &std::path::Path) -> String {
+    guest_path_of(&host.to_string_lossy(), cfg!(windows))
+}
+
+fn guest_path_of(host: &str, windows: bool) -> String {
+    if !windows {
+        return host.to_owned();
+    }
+    let plain = match host.strip_prefix(r"\\?\UNC\") {
+        Some(share) => format!(r"\\{share}"),
+        None => host.strip_prefix(r"\\?\").unwrap_or(host).to_owned(),
+    };
+    let slashed = plain.replace('\\', "/");
+    if slashed.starts_with('/') { slashed } else { format!("/{slashed}") }
+}
+
 impl Grants {
     /// Intersects a manifest's requests with the user's grant. `resolve`
     /// turns a granted path into a host path (relative to the config file).
@@ -114,7 +134,7 @@ impl Grants {
             let host = host
                 .canonicalize()
                 .map_err(|e| GrantError::Dir { path: host.clone(), reason: e.to_string() })?;
-            let guest = dir.mount.clone().unwrap_or_else(|| host.to_string_lossy().into_owned());
+            let guest = dir.mount.clone().unwrap_or_else(|| guest_path(&host));
             let metadata = dir.metadata.min(access);
             dirs.push(MountedDir { host, guest, access, metadata });
         }
@@ -442,6 +462,14 @@ mod tests {
             limits,
             instance: Default::default(),
         }
+    }
+
+    #[test]
+    fn guest_paths_are_host_paths_on_unix_and_slashed_from_one_root_on_windows() {
+        assert_eq!(guest_path_of("/home/me/ws", false), "/home/me/ws");
+        assert_eq!(guest_path_of(r"\\?\C:\Users\me\ws", true), "/C:/Users/me/ws");
+        assert_eq!(guest_path_of(r"C:\Users\me", true), "/C:/Users/me");
+        assert_eq!(guest_path_of(r"\\?\UNC\server\share\ws", true), "//server/share/ws");
     }
 
     fn grants(requests: Requests, grant: PluginGrant) -> Grants {

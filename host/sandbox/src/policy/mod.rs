@@ -10,7 +10,7 @@ pub use command::{
     SearchPath, canonical_line, env_allowed, exec_vector, git_probe, git_repository_config,
     pinned_env, resolve, split,
 };
-pub use grants::{CommandDenial, EffectiveLimits, Grants, MountedDir};
+pub use grants::{CommandDenial, EffectiveLimits, Grants, MountedDir, guest_path};
 pub use patterns::{CommandPattern, PatternError, UrlPattern};
 
 use crate::config::{PluginsConfig, SandboxConfig};
