@@ -195,7 +195,7 @@ mod tests {
         let dirs = &scratch.config.plugins["fs"].dirs;
         let real = work.path().canonicalize().unwrap();
         assert_ne!(dirs[0].path, real);
-        assert_eq!(dirs[0].mount.as_deref(), Some(&*real.to_string_lossy()));
+        assert_eq!(dirs[0].mount, Some(reson_sandbox::policy::guest_path(&real)));
         let copy = dirs[0].path.join("src/main.rs");
         assert_eq!(std::fs::read_to_string(&copy).unwrap(), "hello");
         let modified = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
