@@ -50,6 +50,13 @@ macro_rules! export_plan_parser {
             }
         }
 
+        // Natively the crate is a library (its tests, the fuzz targets): the
+        // component's export symbols exist only in the WebAssembly build.
+        #[cfg(target_family = "wasm")]
         $crate::bindings::plan_parser_world::export_plan_parser_world!(__ResonPlanParserPlugin with_types_in $crate::bindings::plan_parser_world);
+        #[cfg(not(target_family = "wasm"))]
+        const _: () = {
+            let _ = $parse;
+        };
     };
 }

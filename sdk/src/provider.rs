@@ -93,6 +93,13 @@ macro_rules! export_provider {
             }
         }
 
+        // Natively the crate is a library (its tests, the fuzz targets): the
+        // component's export symbols exist only in the WebAssembly build.
+        #[cfg(target_family = "wasm")]
         $crate::bindings::provider_world::export_provider_world!(__ResonProviderPlugin with_types_in $crate::bindings::provider_world);
+        #[cfg(not(target_family = "wasm"))]
+        const _: () = {
+            let _ = $chat;
+        };
     };
 }

@@ -203,6 +203,13 @@ macro_rules! export_tools {
             }
         }
 
+        // Natively the crate is a library (its tests, the fuzz targets): the
+        // component's export symbols exist only in the WebAssembly build.
+        #[cfg(target_family = "wasm")]
         $crate::bindings::tool_world::export_tool_world!(__ResonToolPlugin with_types_in $crate::bindings::tool_world);
+        #[cfg(not(target_family = "wasm"))]
+        const _: () = {
+            let _ = $toolbox;
+        };
     };
 }

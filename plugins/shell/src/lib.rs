@@ -169,3 +169,7 @@ mod tests {
         );
     }
 }
+
+/// Entry points for the fuzz targets (tests/fuzz).
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {}

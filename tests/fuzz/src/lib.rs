@@ -1,0 +1,1 @@
+//! Shared by the fuzz targets.
