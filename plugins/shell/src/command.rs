@@ -3,9 +3,12 @@
 //! No shell ever runs the command: a shell would let one granted pattern
 //! (say `git *`) run anything after a `;`. So the line is split into words
 //! with a shell's quoting rules, and whatever would need a shell to mean
-//! something (pipes, redirections, command lists, substitutions) is refused
-//! with a message that says so, instead of reaching the program as an
-//! argument it would misread.
+//! something is refused with a message that says so, instead of reaching
+//! the program as an argument it would misread: pipes, redirections,
+//! command lists and substitutions, and also the expansions a shell makes
+//! (`$NAME`, globs, `~`, `{a,b}`), parentheses and the shell's keywords. A
+//! line this tool accepts runs exactly the argv bash would run for it (the
+//! fuzz target `command_differential` compares the two).
 
 use reson_sdk::ToolError;
 
@@ -24,13 +27,23 @@ pub fn parse(line: &str) -> Result<CommandLine, ToolError> {
     let words = shell_words::split(line).map_err(|err| {
         ToolError::invalid(format!("the command line has an unbalanced quote ({err})"))
     })?;
-    if let Some(operator) = find_operator(line) {
-        return Err(ToolError::invalid(format!(
-            "{operator} needs a shell, and this tool runs one program without a shell: pipes, \
-             redirections, `;`, `&&`, `||`, `&`, backticks and `$(...)` cannot work. Run one \
-             program per call, use the cwd argument instead of `cd`, and quote the character if \
-             it is meant literally."
-        )));
+    match find_shell_syntax(line) {
+        Some(Syntax::Operator(operator)) => {
+            return Err(ToolError::invalid(format!(
+                "{operator} needs a shell, and this tool runs one program without a shell: pipes, \
+                 redirections, `;`, `&&`, `||`, `&`, backticks and `$(...)` cannot work. Run one \
+                 program per call, use the cwd argument instead of `cd`, and quote the character \
+                 if it is meant literally."
+            )));
+        }
+        Some(Syntax::Expansion(expansion)) => {
+            return Err(ToolError::invalid(format!(
+                "{expansion} is expanded by a shell, and this tool runs one program without a \
+                 shell, which would pass it on unexpanded. Put it in single quotes to pass it as \
+                 it stands, or write out what it stands for (file names, paths, values)."
+            )));
+        }
+        None => {}
     }
     let mut words = words.into_iter();
     let Some(program) = words.next() else {
@@ -42,7 +55,28 @@ pub fn parse(line: &str) -> Result<CommandLine, ToolError> {
              program without a shell and passes it no extra environment"
         )));
     }
+    if KEYWORDS.contains(&program.as_str()) {
+        return Err(ToolError::invalid(format!(
+            "`{program}` is a keyword of the shell's language, which needs a shell; this tool \
+             runs one program without a shell: name the program to run first"
+        )));
+    }
     Ok(CommandLine { program, args: words.collect() })
+}
+
+/// bash's reserved words: first in a command, they are the shell's syntax,
+/// not a program (`time ls` runs `ls`).
+const KEYWORDS: &[&str] = &[
+    "!", "[[", "]]", "{", "}", "case", "coproc", "do", "done", "elif", "else", "esac", "fi",
+    "for", "function", "if", "in", "select", "then", "time", "until", "while",
+];
+
+/// What in a line needs a shell, described for a message.
+enum Syntax {
+    /// Something that joins, feeds or substitutes commands.
+    Operator(String),
+    /// Something a shell would replace before the program sees it.
+    Expansion(String),
 }
 
 /// Where the scanner is, following the states of `shell_words::split` so
@@ -67,40 +101,83 @@ enum State {
     Comment,
 }
 
-/// The first shell operator of `line`, described for a message, if any. Only
-/// unquoted operators count, except command substitutions, which a shell
-/// performs inside double quotes too. `line` must have balanced quotes.
-fn find_operator(line: &str) -> Option<String> {
+/// The first thing in `line` that needs a shell, if any: operators and
+/// substitutions (only unquoted ones count, except command substitutions,
+/// which a shell performs inside double quotes too), parameter expansions
+/// (unquoted or in double quotes), and unquoted globs, tildes, brace
+/// expansions and parentheses. Where bash's rules are intricate (is this
+/// `[` a glob? this `~` a home?) it errs on the side of refusing: a refused
+/// line only needs quoting, an accepted one must mean what bash means.
+/// `line` must have balanced quotes.
+fn find_shell_syntax(line: &str) -> Option<Syntax> {
+    let operator = |what: &str| Some(Syntax::Operator(what.to_owned()));
+    let expansion = |what: &str| Some(Syntax::Expansion(what.to_owned()));
     let mut state = State::Delimiter;
     let mut chars = line.chars().peekable();
     let mut seen_word = false;
     // A newline between two words would start a second command in a shell;
     // `split` would silently turn that command into more arguments.
     let mut pending_newline = false;
+    // Within the current word: an unquoted `[` (a `]` after it makes a
+    // glob), an unquoted `{` (a `,` or `..` and a `}` after it make a brace
+    // expansion), and the last character if it was unquoted (a `~` after
+    // `=` or `:` is a home directory in an assignment-like word).
+    let mut bracket = false;
+    let mut brace = false;
+    let mut brace_list = false;
+    let mut previous_unquoted = None;
     while let Some(c) = chars.next() {
         let next = chars.peek().copied();
         let unquoted = matches!(state, State::Delimiter | State::Unquoted);
+        let in_double = state == State::DoubleQuoted;
         let substitution = match c {
             '`' => Some("a backtick (command substitution)"),
             '$' if next == Some('(') => Some("`$(` (command substitution)"),
             _ => None,
         };
-        if let Some(what) = substitution.filter(|_| unquoted || state == State::DoubleQuoted) {
-            return Some(what.to_owned());
+        if let Some(what) = substitution.filter(|_| unquoted || in_double) {
+            return operator(what);
+        }
+        if c == '$' && (unquoted || in_double) {
+            let literal = match next {
+                None | Some(' ' | '\t' | '\n') => true,
+                Some('"') => in_double,
+                _ => false,
+            };
+            if !literal {
+                let shown: String = std::iter::once(c).chain(next).collect();
+                return expansion(&format!("`{shown}`"));
+            }
         }
         if unquoted {
-            let operator = match (c, next) {
-                ('|', Some('|')) => Some("`||`"),
-                ('|', _) => Some("`|` (a pipe)"),
-                ('&', Some('&')) => Some("`&&`"),
-                ('&', _) => Some("`&`"),
-                (';', _) => Some("`;`"),
-                ('>' | '<', _) => Some("a redirection (`<` or `>`)"),
+            let found = match (c, next) {
+                ('|', Some('|')) => operator("`||`"),
+                ('|', _) => operator("`|` (a pipe)"),
+                ('&', Some('&')) => operator("`&&`"),
+                ('&', _) => operator("`&`"),
+                (';', _) => operator("`;`"),
+                ('>' | '<', _) => operator("a redirection (`<` or `>`)"),
+                ('(' | ')', _) => operator("a parenthesis (a subshell or a function)"),
+                ('*' | '?', _) => expansion(&format!("`{c}` (a glob, matching file names)")),
+                ('~', _) if state == State::Delimiter || matches!(previous_unquoted, Some('=' | ':')) => {
+                    expansion("`~` (a home directory)")
+                }
                 _ => None,
             };
-            if let Some(operator) = operator {
-                return Some(operator.to_owned());
+            if found.is_some() {
+                return found;
             }
+            match (c, next) {
+                ('[', _) => bracket = true,
+                ('{', _) => brace = true,
+                _ => {}
+            }
+        }
+        match (c, next) {
+            (']', _) if bracket => return expansion("`[...]` (a glob, matching file names)"),
+            (',', _) | ('.', Some('.')) if brace => brace_list = true,
+            ('}', _) if brace_list => return expansion("`{...}` (a brace expansion)"),
+            _ => {}
         }
         state = match (state, c) {
             (State::Delimiter, ' ' | '\t') => State::Delimiter,
@@ -111,7 +188,7 @@ fn find_operator(line: &str) -> Option<String> {
             (State::Delimiter, '#') => State::Comment,
             (State::Delimiter, c) => {
                 if pending_newline {
-                    return Some("a newline between two commands".to_owned());
+                    return operator("a newline between two commands");
                 }
                 seen_word = true;
                 match c {
@@ -142,8 +219,15 @@ fn find_operator(line: &str) -> Option<String> {
             }
             (State::Comment, _) => State::Comment,
         };
+        previous_unquoted = (unquoted && state == State::Unquoted).then_some(c);
+        if state == State::Delimiter {
+            (bracket, brace, brace_list) = (false, false, false);
+        }
     }
-    None
+    // bash drops a backslash that ends the line (a line continuation with
+    // nothing after it); `split` keeps it as an argument.
+    matches!(state, State::Escaped { .. })
+        .then(|| Syntax::Operator("a backslash at the end of the line".to_owned()))
 }
 
 /// Whether `word` is a `NAME=value` assignment, which a shell would apply to
@@ -193,7 +277,43 @@ mod tests {
         assert_eq!(words(r"echo \| \; \> \&"), ["echo", "|", ";", ">", "&"]);
         assert_eq!(words("echo '$(date)' '`x`'"), ["echo", "$(date)", "`x`"]);
         assert_eq!(words(r#"echo "\$(date) \`x\`""#), ["echo", "$(date) `x`"]);
-        assert_eq!(words("echo $HOME (x)"), ["echo", "$HOME", "(x)"]);
+        assert_eq!(
+            words(r#"echo '$HOME' "(x)" a$ "$" 'a*' \~ x~ '{a,b}' "$ " {} a,b"#),
+            ["echo", "$HOME", "(x)", "a$", "$", "a*", "~", "x~", "{a,b}", "$ ", "{}", "a,b"]
+        );
+        assert_eq!(words("[ -f x ]"), ["[", "-f", "x", "]"]);
+    }
+
+    #[test]
+    fn what_a_shell_would_expand_is_refused() {
+        let cases = [
+            ("echo $HOME", "`$H`"),
+            (r#"echo "${x}""#, "`${`"),
+            ("echo $1 $@", "`$1`"),
+            ("echo $'a'", "`$'`"),
+            ("ls *.rs", "`*` (a glob"),
+            ("ls a?", "`?` (a glob"),
+            ("ls [ab]", "`[...]` (a glob"),
+            ("ls x[a']'", "`[...]` (a glob"),
+            ("cat ~/x", "`~` (a home"),
+            ("echo a=~", "`~` (a home"),
+            ("echo PATH=a:~/bin", "`~` (a home"),
+            ("echo {a,b}", "`{...}` (a brace"),
+            ("echo x{1..3}", "`{...}` (a brace"),
+        ];
+        for (line, what) in cases {
+            let message = refusal(line);
+            assert!(message.contains(what), "{line:?}: {message}");
+            assert!(message.contains("single quotes"), "{line:?}: {message}");
+        }
+        assert!(refusal("echo a \\").contains("a backslash at the end of the line"));
+        assert_eq!(words("echo a\\ "), ["echo", "a "]);
+        for line in ["echo (x)", "echo a)"] {
+            assert!(refusal(line).contains("a parenthesis"), "{line:?}");
+        }
+        for line in ["time ls", "if true", "! ls", "[[ -f x ]]", "{ ls", "while true"] {
+            assert!(refusal(line).contains("keyword of the shell's language"), "{line:?}");
+        }
     }
 
     #[test]

@@ -172,4 +172,13 @@ mod tests {
 
 /// Entry points for the fuzz targets (tests/fuzz).
 #[cfg(feature = "fuzzing")]
-pub mod fuzzing {}
+pub mod fuzzing {
+    /// The words this tool would run for `line` (the program first), or
+    /// why it refuses the line.
+    pub fn parse(line: &str) -> Result<Vec<String>, String> {
+        match crate::command::parse(line) {
+            Ok(parsed) => Ok(std::iter::once(parsed.program).chain(parsed.args).collect()),
+            Err(e) => Err(format!("{e:?}")),
+        }
+    }
+}

@@ -1,5 +1,22 @@
+//! The WIT boundary: a guest whose answer (discriminants, pointers, lengths,
+//! string bytes, image lists) is the fuzzer's input, run through the real
+//! host path. The host must answer every call with an output or a typed
+//! error that names the tool, and serve the next well-formed call.
 #![no_main]
 
+use reson_fuzz::guest::{Guest, well_formed};
+use std::sync::LazyLock;
+
+static GUEST: LazyLock<Guest> = LazyLock::new(Guest::start);
+
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = data;
+    if let Err(e) = GUEST.call(data) {
+        let message = e.to_string();
+        assert!(
+            message.contains("output") || message.contains("raw-output"),
+            "an error that does not say which tool: {message}"
+        );
+    }
+    let alive = GUEST.call(&well_formed("still here")).expect("the guest still serves");
+    assert_eq!(alive.text, "still here");
 });
