@@ -117,6 +117,5 @@ fn streamed(request: &http::Request, settings: &Settings) -> Result<Reply, Provi
 
 reson_sdk::export_provider!(chat);
 
-/// Entry points for the fuzz targets (tests/fuzz).
 #[cfg(feature = "fuzzing")]
-pub mod fuzzing {}
+pub mod fuzzing;

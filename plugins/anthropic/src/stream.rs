@@ -41,11 +41,13 @@ struct PendingEvent {
 }
 
 impl SseParser {
-    /// Feeds the next chunk; returns the events it completed.
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, ProviderError> {
+    /// Feeds the next chunk, adding the events it completes to `events`.
+    /// A line that is not UTF-8 is an error, but the events completed
+    /// before it are still added: the error must not depend on where the
+    /// reads happened to split the stream.
+    pub fn feed(&mut self, chunk: &[u8], events: &mut Vec<SseEvent>) -> Result<(), ProviderError> {
         let Self { buf, scanned, pending } = self;
         buf.extend_from_slice(chunk);
-        let mut events = Vec::new();
         let mut line_start = 0;
         let mut pos = *scanned;
         loop {
@@ -64,13 +66,13 @@ impl SseParser {
                 }
                 _ => end + 1,
             };
-            pending.line(&buf[line_start..end], &mut events)?;
+            pending.line(&buf[line_start..end], events)?;
             line_start = next;
             pos = next;
         }
         buf.drain(..line_start);
         *scanned = pos - line_start;
-        Ok(events)
+        Ok(())
     }
 
     /// Ends the stream: returns the events a final `\r` completes, and
@@ -207,8 +209,12 @@ pub struct Assembler {
     /// Events taken, for the message of a stream that ends early.
     events: usize,
     model: Option<String>,
-    /// By the API's block index; `None` for a kind that is skipped.
-    blocks: BTreeMap<u64, Option<OpenBlock>>,
+    /// In the order they started, which is the order their deltas went
+    /// out (the API's indices need not be); `None` for a kind that is
+    /// skipped.
+    blocks: Vec<Option<OpenBlock>>,
+    /// Where each of the API's block indices is in `blocks`.
+    positions: BTreeMap<u64, usize>,
     /// Tool calls opened so far, which numbers the next one.
     calls: u32,
     usage: ApiUsage,
@@ -246,21 +252,22 @@ impl Assembler {
                 self.usage.update(message.usage);
             }
             Event::ContentBlockStart { index, content_block } => {
-                if self.blocks.contains_key(&index) {
+                if self.positions.contains_key(&index) {
                     return Err(ProviderError::InvalidResponse(format!(
                         "anthropic: content block {index} started twice"
                     )));
                 }
                 let open = self.open(content_block, emit);
-                self.blocks.insert(index, open);
+                self.positions.insert(index, self.blocks.len());
+                self.blocks.push(open);
             }
             Event::ContentBlockDelta { index, delta } => {
-                let open = self.blocks.get_mut(&index).ok_or_else(|| {
+                let at = *self.positions.get(&index).ok_or_else(|| {
                     ProviderError::InvalidResponse(format!(
                         "anthropic: a delta for content block {index}, which never started"
                     ))
                 })?;
-                if let Some(open) = open {
+                if let Some(open) = &mut self.blocks[at] {
                     apply(open, delta, index, emit)?;
                 }
             }
@@ -308,7 +315,7 @@ impl Assembler {
         })?;
         let blocks = self
             .blocks
-            .into_values()
+            .into_iter()
             .flatten()
             .map(|open| match open.block {
                 // A tool without parameters may stream no input at all.
@@ -422,12 +429,17 @@ pub fn read(
     let mut parser = SseParser::default();
     let mut assembler = Assembler::default();
     while let Some(chunk) = next()? {
-        for event in parser.feed(&chunk)? {
+        let mut events = Vec::new();
+        // The events before a line that is not UTF-8 come first: they may
+        // end the message or carry an error of their own.
+        let fed = parser.feed(&chunk, &mut events);
+        for event in events {
             assembler.event(&event, emit)?;
             if assembler.is_done() {
                 return assembler.finish(false);
             }
         }
+        fed?;
     }
     let (events, cut) = parser.finish()?;
     for event in events {
@@ -532,6 +544,11 @@ data: {"type":"message_stop"}
 
 "#;
 
+    fn feed(parser: &mut SseParser, chunk: &[u8]) -> Result<Vec<SseEvent>, ProviderError> {
+        let mut events = Vec::new();
+        parser.feed(chunk, &mut events).map(|()| events)
+    }
+
     fn collect(chunks: &[&[u8]]) -> (Result<Reply, ProviderError>, Vec<Delta>) {
         let mut chunks = chunks.iter().map(|c| c.to_vec());
         let mut deltas = Vec::new();
@@ -561,9 +578,11 @@ data: {"type":"message_stop"}
     #[test]
     fn sse_parsing_follows_the_spec() {
         let mut parser = SseParser::default();
-        let events = parser
-            .feed(b": comment\nevent: a\ndata: 1\ndata:2\nid: 7\nretry: 10\n\ndata: x\r\n\r\nevent: b\rdata\r\rdata: z\n\n")
-            .unwrap();
+        let events = feed(
+            &mut parser,
+            b": comment\nevent: a\ndata: 1\ndata:2\nid: 7\nretry: 10\n\ndata: x\r\n\r\nevent: b\rdata\r\rdata: z\n\n",
+        )
+        .unwrap();
         assert_eq!(
             events,
             [
@@ -574,7 +593,7 @@ data: {"type":"message_stop"}
             ]
         );
         // An event name without data dispatches nothing and does not leak.
-        assert_eq!(parser.feed(b"event: lone\n\ndata: y\n\n").unwrap()[0].event, "message");
+        assert_eq!(feed(&mut parser, b"event: lone\n\ndata: y\n\n").unwrap()[0].event, "message");
         let (rest, cut) = parser.finish().unwrap();
         assert!(rest.is_empty() && !cut);
     }
@@ -582,10 +601,10 @@ data: {"type":"message_stop"}
     #[test]
     fn a_trailing_carriage_return_waits_for_the_next_chunk() {
         let mut parser = SseParser::default();
-        assert!(parser.feed(b"data: a\r").unwrap().is_empty());
+        assert!(feed(&mut parser, b"data: a\r").unwrap().is_empty());
         // `\n` completes `\r\n`: one line end, not an extra blank line.
-        assert!(parser.feed(b"\n").unwrap().is_empty());
-        assert_eq!(parser.feed(b"\r").unwrap(), []);
+        assert!(feed(&mut parser, b"\n").unwrap().is_empty());
+        assert_eq!(feed(&mut parser, b"\r").unwrap(), []);
         let (events, cut) = parser.finish().unwrap();
         assert_eq!(events, [SseEvent { event: "message".into(), data: "a".into() }]);
         assert!(!cut);
@@ -594,8 +613,52 @@ data: {"type":"message_stop"}
     #[test]
     fn invalid_utf8_in_a_line_is_an_invalid_response() {
         let mut parser = SseParser::default();
-        let err = parser.feed(b"data: \xff\xfe\n").unwrap_err();
+        let err = feed(&mut parser, b"data: \xff\xfe\n").unwrap_err();
         assert!(matches!(err, ProviderError::InvalidResponse(m) if m.contains("UTF-8")));
+    }
+
+    #[test]
+    fn blocks_keep_the_order_they_started_in() {
+        // Found by fuzzing: blocks were ordered by the API's index, so a
+        // stream that numbered them out of order returned a message in
+        // another order than its deltas had shown.
+        let stream = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{}}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"B\"}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"A\"}}\n\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"b\"}}\n\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n",
+            "data: {\"type\":\"message_stop\"}\n\n",
+        );
+        let (reply, deltas) = whole(stream);
+        assert_eq!(reply.blocks, [Block::Text("Bb".into()), Block::Text("A".into())]);
+        let texts: Vec<_> = deltas
+            .iter()
+            .map(|d| match d {
+                Delta::Text(t) => t.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, ["B", "A", "b"]);
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_fails_only_after_the_events_before_it() {
+        // Found by fuzzing: the bad line used to fail the whole read it came
+        // in, so the outcome depended on where the reads split the stream.
+        let mut after_stop = TEXT_STREAM.as_bytes().to_vec();
+        after_stop.extend_from_slice(b"data: \xff\n\n");
+        let (reply, deltas) = collect(&[&after_stop]);
+        assert!(reply.is_ok(), "{reply:?}");
+        assert_eq!(deltas.len(), 2);
+        let error = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}\n\ndata: \xff\n\n";
+        assert!(matches!(collect(&[error]).0, Err(ProviderError::RateLimited(_))));
+        let cut = TEXT_STREAM.find("event: content_block_stop").unwrap();
+        let mut text = TEXT_STREAM.as_bytes()[..cut].to_vec();
+        text.extend_from_slice(b": \xff\n");
+        let (reply, deltas) = collect(&[&text]);
+        assert!(invalid(reply).contains("UTF-8"));
+        assert_eq!(deltas.len(), 2, "the text before the bad line still went out");
     }
 
     #[test]

@@ -65,9 +65,14 @@ pub fn streamed(
     let mut sse = SseParser::default();
     let mut assembler = Assembler::new(model);
     while let Some(bytes) = read().map_err(|e| error::from_http(e, &settings.secret))? {
-        for event in sse.push(&bytes)? {
+        let mut events = Vec::new();
+        // The events before a line that is not UTF-8 come first: they may
+        // carry an error of their own, and their deltas go out regardless.
+        let pushed = sse.push(&bytes, &mut events);
+        for event in events {
             assembler.chunk(event.as_bytes(), emit)?;
         }
+        pushed?;
     }
     // Gemini sends no end marker: the stream ends at EOF, after the chunk
     // with the finish reason.
@@ -311,6 +316,21 @@ mod tests {
         assert!(
             matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("not a valid"))
         );
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_fails_only_after_the_events_before_it() {
+        // Found by fuzzing: the bad line used to fail the whole read it came
+        // in, so the outcome depended on where the reads split the stream.
+        let mut bytes = TEXT_STREAM.as_bytes().to_vec();
+        bytes.extend_from_slice(b": \xff\r\n");
+        let (result, deltas) = stream(200, vec![bytes]);
+        assert!(matches!(result, Err(ProviderError::InvalidResponse(m)) if m.contains("UTF-8")));
+        assert_eq!(deltas.len(), 3, "the text before the bad line still went out");
+        let overloaded =
+            b"data: {\"error\": {\"code\": 503, \"message\": \"overloaded\"}}\n\ndata: \xff\n\n";
+        let (result, _) = stream(200, vec![overloaded.to_vec()]);
+        assert!(matches!(result, Err(ProviderError::Server(s)) if s.status == 503));
     }
 
     #[test]

@@ -72,6 +72,5 @@ fn chat(request: ChatRequest) -> Result<ChatResponse, ProviderError> {
 
 reson_sdk::export_provider!(chat);
 
-/// Entry points for the fuzz targets (tests/fuzz).
 #[cfg(feature = "fuzzing")]
-pub mod fuzzing {}
+pub mod fuzzing;

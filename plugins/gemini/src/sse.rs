@@ -18,21 +18,23 @@ pub struct SseParser {
 }
 
 impl SseParser {
-    /// Feeds the next bytes; returns the data of each event they complete.
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, ProviderError> {
-        let mut events = Vec::new();
+    /// Feeds the next bytes, adding the data of each event they complete to
+    /// `events`. A line that is not UTF-8 is an error, but the events
+    /// completed before it are still added: the error must not depend on
+    /// where the reads happened to split the stream.
+    pub fn push(&mut self, bytes: &[u8], events: &mut Vec<String>) -> Result<(), ProviderError> {
         for &byte in bytes {
             let after_cr = std::mem::replace(&mut self.after_cr, false);
             match byte {
                 b'\n' if after_cr => {}
                 b'\n' | b'\r' => {
                     self.after_cr = byte == b'\r';
-                    self.end_line(&mut events)?;
+                    self.end_line(events)?;
                 }
                 _ => self.line.push(byte),
             }
         }
-        Ok(events)
+        Ok(())
     }
 
     /// Checks the end of the stream: an event still open there was cut off
@@ -83,7 +85,7 @@ mod tests {
         let mut parser = SseParser::default();
         let mut events = Vec::new();
         for chunk in chunks {
-            events.extend(parser.push(chunk)?);
+            parser.push(chunk, &mut events)?;
         }
         parser.finish()?;
         Ok(events)

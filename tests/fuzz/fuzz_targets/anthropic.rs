@@ -1,5 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = data;
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| anthropic::fuzzing::run(data));

@@ -1,0 +1,315 @@
+//! The entry point of the fuzz target `gemini` (tests/fuzz): the plugin's
+//! real parsers driven with arbitrary bytes, panicking when a property that
+//! must hold for every input fails.
+//!
+//! An input is `[mode, seed, payload @ ..]`, `mode % 3` saying what the
+//! payload is:
+//!
+//! - 0: the body of a streamed 200 answer (server-sent events);
+//! - 1: the body of a whole 200 answer, parsed as such and as the
+//!   `application/json` answer to a streamed request;
+//! - 2: an error answer: two bytes of status (big-endian), then header
+//!   lines (`name: value`) up to the first blank line, then the body.
+//!
+//! Bodies are read whole and in the pieces `seed` cuts them into (see
+//! [`splits`]); every way of reading must give the same deltas and result.
+
+use crate::call;
+use crate::error;
+use crate::response;
+use crate::settings::Settings;
+use crate::signatures::Signatures;
+use crate::sse::SseParser;
+use reson_sdk::provider::{ChatResponse, ContentPart, Delta, ProviderError};
+
+/// The model the request asked for.
+const MODEL: &str = "requested-model";
+
+/// Runs one fuzz input; panics when a property fails.
+pub fn run(data: &[u8]) {
+    let [mode, seed, payload @ ..] = data else { return };
+    // Prices make every successful parse compute a cost too.
+    let settings = Settings::load(|key| match key {
+        "price_input_per_mtok" => Some("1.25".to_owned()),
+        "price_output_per_mtok" => Some("10".to_owned()),
+        "price_cache_read_per_mtok" => Some("0.31".to_owned()),
+        _ => None,
+    })
+    .expect("the fuzzing settings are valid");
+    match mode % 3 {
+        0 => streamed(*seed, payload, &settings),
+        1 => whole(*seed, payload, &settings),
+        _ => status(*seed, payload, &settings),
+    }
+}
+
+/// A streamed answer: the same outcome however the body is cut and when
+/// its events come as one JSON array instead; a success only with the final
+/// chunk's reason and deltas that add up to it.
+fn streamed(seed: u8, payload: &[u8], settings: &Settings) {
+    let (result, deltas) = receive(200, &[], &[payload], settings);
+    let outcome = format!("{result:?} {deltas:?}");
+    for reads in splits(seed, payload) {
+        let (again, again_deltas) = receive(200, &[], &reads, settings);
+        assert_eq!(
+            format!("{again:?} {again_deltas:?}"),
+            outcome,
+            "read in pieces of {:?} bytes",
+            sizes(&reads)
+        );
+    }
+    let Ok(response) = result else { return };
+    if !payload.contains(&b'\\') {
+        // Without it the stream may have been cut in transit.
+        let said = |what: &[u8]| payload.windows(what.len()).any(|w| w == what);
+        assert!(said(b"finishReason") || said(b"blockReason"), "accepted without an end");
+    }
+    check_response(&response, &deltas, payload);
+    // `streamGenerateContent` without `alt=sse` sends the same chunks as
+    // one JSON array.
+    let mut parser = SseParser::default();
+    let mut events = Vec::new();
+    parser.push(payload, &mut events).expect("an accepted stream parses");
+    let array = format!("[{}]", events.join(","));
+    if serde_json::from_str::<Vec<serde_json::Value>>(&array).is_ok() {
+        let json = [("content-type".to_owned(), "application/json".to_owned())];
+        let (again, again_deltas) = receive(200, &json, &[array.as_bytes()], settings);
+        assert_eq!(format!("{again:?} {again_deltas:?}"), outcome, "as the array {array}");
+    }
+}
+
+/// A whole answer: parsed directly or as the answer to a streamed request,
+/// the same result; and no strict prefix of an accepted body is accepted.
+fn whole(seed: u8, payload: &[u8], settings: &Settings) {
+    let result = call::whole(200, &[], payload, MODEL, settings);
+    // A JSON array is the stream's chunks, read by other rules.
+    let array = serde_json::from_slice::<Vec<serde_json::Value>>(payload).is_ok();
+    let json = [("Content-Type".to_owned(), "application/json; charset=UTF-8".to_owned())];
+    let (streamed, deltas) = receive(200, &json, &[payload], settings);
+    let outcome = format!("{streamed:?} {deltas:?}");
+    for reads in splits(seed, payload) {
+        let (again, again_deltas) = receive(200, &json, &reads, settings);
+        assert_eq!(
+            format!("{again:?} {again_deltas:?}"),
+            outcome,
+            "read in pieces of {:?} bytes",
+            sizes(&reads)
+        );
+    }
+    if let Ok(response) = &streamed {
+        check_response(response, &deltas, payload);
+    }
+    if array {
+        return;
+    }
+    assert_eq!(format!("{streamed:?}"), format!("{result:?}"));
+    if result.is_ok() {
+        // An accepted body is a JSON object, which ends with its closing
+        // brace: cut anywhere before, it must fail.
+        let end = payload.trim_ascii_end().len();
+        let prefix = &payload[..usize::from(seed) % end];
+        assert!(
+            response::parse(prefix, MODEL, settings.prices.as_ref()).is_err(),
+            "the prefix {:?} was accepted",
+            String::from_utf8_lossy(prefix)
+        );
+    }
+}
+
+/// An error answer: its case follows from the status, and reading the body
+/// whole or in pieces gives the same error.
+fn status(seed: u8, payload: &[u8], settings: &Settings) {
+    let [high, low, rest @ ..] = payload else { return };
+    let status = u16::from_be_bytes([*high, *low]);
+    let (headers, body) = headers_and_body(rest);
+    let err = error::from_status(status, &headers, body);
+    use ProviderError::{Auth, BadRequest, InvalidResponse, RateLimited, Server, Timeout};
+    let expected = match status {
+        401 | 403 => matches!(err, Auth(_)),
+        // Gemini reports a wrong key as a 400 whose detail says so.
+        400 => matches!(err, BadRequest(_) | Auth(_)),
+        429 => matches!(err, RateLimited(_)),
+        408 | 504 => matches!(err, Timeout(_)),
+        500..=599 => matches!(&err, Server(server) if server.status == status),
+        401..=499 => matches!(err, BadRequest(_)),
+        _ => matches!(err, InvalidResponse(_)),
+    };
+    assert!(expected, "status {status} gave {err:?}");
+    if let RateLimited(limit) = &err {
+        let retry_after = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("retry-after"));
+        if let Some(seconds) = retry_after.and_then(|(_, value)| small_number(value)) {
+            assert_eq!(limit.retry_after_ms, Some(seconds * 1000), "{headers:?}");
+        }
+    }
+    if (200..300).contains(&status) {
+        return;
+    }
+    let expected = format!("{:?} []", Err::<ChatResponse, _>(err));
+    let whole = call::whole(status, &headers, body, MODEL, settings);
+    assert_eq!(format!("{whole:?} []"), expected);
+    for reads in std::iter::once(vec![body]).chain(splits(seed, body)) {
+        let (result, deltas) = receive(status, &headers, &reads, settings);
+        assert_eq!(
+            format!("{result:?} {deltas:?}"),
+            expected,
+            "read in pieces of {:?} bytes",
+            sizes(&reads)
+        );
+    }
+}
+
+/// `text` as a number of at most six digits.
+fn small_number(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = !text.is_empty() && text.len() <= 6 && text.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| text.parse().ok()).flatten()
+}
+
+/// Splits `rest` at its first blank line into header lines and the body;
+/// without a blank line, it is all body.
+fn headers_and_body(rest: &[u8]) -> (Vec<(String, String)>, &[u8]) {
+    let Some(blank) = rest.windows(2).position(|w| w == b"\n\n") else {
+        return (Vec::new(), rest);
+    };
+    let headers = String::from_utf8_lossy(&rest[..blank])
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    (headers, &rest[blank + 2..])
+}
+
+/// What a successful parse must satisfy: the deltas add up to the message,
+/// its thought signatures survive a round trip through provider data, the
+/// cost is a real amount, and, when the body has no escapes that could
+/// spell other characters, the text and reasoning are made of pieces of it.
+fn check_response(response: &ChatResponse, deltas: &[Delta], payload: &[u8]) {
+    let message = &response.message;
+    let text: String = message
+        .content
+        .iter()
+        .map(|part| match part {
+            ContentPart::Text(text) => text.as_str(),
+            ContentPart::Image(_) => panic!("an answer with an image: {response:?}"),
+        })
+        .collect();
+    let reasoning = message.reasoning.as_deref().unwrap_or_default();
+    let (delta_text, delta_reasoning, calls) = assemble(deltas);
+    assert_eq!(delta_text, text, "the text deltas");
+    assert_eq!(delta_reasoning, reasoning, "the reasoning deltas");
+    let expected: Vec<_> = message
+        .tool_calls
+        .iter()
+        .map(|call| (call.id.clone(), call.name.clone(), call.arguments.clone()))
+        .collect();
+    assert_eq!(calls, expected, "the tool-call deltas");
+    let data = message.provider_data.as_deref();
+    assert_eq!(Signatures::from_provider_data(data).to_provider_data().as_deref(), data);
+    let cost = response.cost.expect("prices are set");
+    assert!(cost.is_finite() && cost >= 0.0, "cost {cost}");
+    if !payload.contains(&b'\\') {
+        for made in [&text, reasoning] {
+            assert!(pieced_from(made.as_bytes(), payload), "{made:?} is not from the input");
+        }
+    }
+}
+
+/// The text, the reasoning and the tool calls (id, name, arguments) that
+/// `deltas` add up to, checking that each call is numbered in order and
+/// gets its id first and its id and name once.
+fn assemble(deltas: &[Delta]) -> (String, String, Vec<(String, String, String)>) {
+    let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut calls: Vec<(String, Option<String>, String)> = Vec::new();
+    for delta in deltas {
+        match delta {
+            Delta::Text(more) => text.push_str(more),
+            Delta::Reasoning(more) => reasoning.push_str(more),
+            Delta::ToolCall(fragment) => {
+                let index = fragment.index as usize;
+                if index == calls.len() {
+                    let id = fragment.id.clone().expect("a call's first delta has its id");
+                    calls.push((id, None, String::new()));
+                } else {
+                    assert!(index < calls.len(), "call {index} skips a number");
+                    assert!(fragment.id.is_none(), "call {index} got a second id");
+                }
+                let call = &mut calls[index];
+                if let Some(name) = &fragment.name {
+                    assert!(call.1.is_none(), "call {index} got a second name");
+                    call.1 = Some(name.clone());
+                }
+                call.2.push_str(&fragment.arguments_fragment);
+            }
+        }
+    }
+    let calls = calls.into_iter().map(|(id, name, args)| (id, name.unwrap_or_default(), args));
+    (text, reasoning, calls.collect())
+}
+
+/// Streams `reads` as successive reads of a response.
+fn receive(
+    status: u16,
+    headers: &[(String, String)],
+    reads: &[&[u8]],
+    settings: &Settings,
+) -> (Result<ChatResponse, ProviderError>, Vec<Delta>) {
+    let mut reads = reads.iter().map(|read| read.to_vec());
+    let mut deltas = Vec::new();
+    let result = call::streamed(
+        status,
+        headers,
+        || Ok(reads.next()),
+        &mut |delta| deltas.push(delta),
+        MODEL,
+        settings,
+    );
+    (result, deltas)
+}
+
+/// The ways of reading `payload` compared with reading it whole: reads of
+/// `seed % 32 + 1` bytes, and a cut after every byte equal to `seed`
+/// followed by an empty read, which lets the fuzzer aim at a `\r`, a `\n`
+/// or the inside of a UTF-8 character.
+fn splits(seed: u8, payload: &[u8]) -> [Vec<&[u8]>; 2] {
+    let fixed = payload.chunks(usize::from(seed % 32) + 1).collect();
+    let mut at_byte = Vec::new();
+    let mut start = 0;
+    for (at, _) in payload.iter().enumerate().filter(|(_, byte)| **byte == seed) {
+        at_byte.extend([&payload[start..=at], &[][..]]);
+        start = at + 1;
+    }
+    at_byte.push(&payload[start..]);
+    [fixed, at_byte]
+}
+
+/// Whether `made` is a concatenation of pieces of `input`. Taking the
+/// longest piece at each step is enough, because any part of a piece is a
+/// piece too.
+fn pieced_from(made: &[u8], input: &[u8]) -> bool {
+    let mut at = 0;
+    while at < made.len() {
+        let mut starts: Vec<usize> = (0..input.len()).filter(|&i| input[i] == made[at]).collect();
+        if starts.is_empty() {
+            return false;
+        }
+        let mut len = 1;
+        while at + len < made.len() {
+            let next = made[at + len];
+            let longer: Vec<usize> =
+                starts.iter().copied().filter(|&i| input.get(i + len) == Some(&next)).collect();
+            if longer.is_empty() {
+                break;
+            }
+            starts = longer;
+            len += 1;
+        }
+        at += len;
+    }
+    true
+}
+
+/// The sizes of `reads`, to say how a failing input was read.
+fn sizes(reads: &[&[u8]]) -> Vec<usize> {
+    reads.iter().map(|read| read.len()).collect()
+}
