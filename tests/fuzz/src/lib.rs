@@ -6,3 +6,5 @@
 pub mod bash;
 pub mod guest;
 pub mod lines;
+pub mod mcp;
+pub mod server;

@@ -70,13 +70,20 @@ impl McpServer {
     /// Serves one client over stdin and stdout until it disconnects. A
     /// line over 16 MiB, rmcp's limit, is answered with an error.
     pub async fn serve_stdio(&self) -> Result<(), ServeError> {
+        self.serve_lines(tokio::io::stdin(), tokio::io::stdout()).await
+    }
+
+    /// Serves one client that writes to `read` and reads `write`, one
+    /// JSON-RPC message a line, as over stdio (the fuzz target drives a
+    /// session through in-memory pipes this way).
+    pub async fn serve_lines<R, W>(&self, read: R, write: W) -> Result<(), ServeError>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
         let running = self
             .session()
-            .serve(stdio::LineTransport::new(
-                tokio::io::stdin(),
-                tokio::io::stdout(),
-                stdio::MAX_LINE,
-            ))
+            .serve(stdio::LineTransport::new(read, write, stdio::MAX_LINE))
             .await
             .map_err(|e| ServeError::Session(e.to_string()))?;
         running.waiting().await.map_err(|e| ServeError::Session(e.to_string()))?;
@@ -324,6 +331,47 @@ impl ServerHandler for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+    /// A server of no tools, under the default preset's rules.
+    fn server() -> McpServer {
+        let (_, rules) = reson_agent::config::AgentConfig::default().preset("default").unwrap();
+        McpServer::new(ToolRegistry::builtins_only(), rules, Duration::from_secs(1))
+    }
+
+    #[tokio::test]
+    async fn a_message_before_the_handshake_does_not_end_the_session() {
+        let (mut client, server_in) = tokio::io::duplex(1 << 16);
+        let (server_out, answers) = tokio::io::duplex(1 << 16);
+        let serving =
+            tokio::spawn(async move { server().serve_lines(server_in, server_out).await });
+        let initialize = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": { "name": "test", "version": "1" } } });
+        // Found by the mcp_server fuzz target: rmcp's handshake took each
+        // of these for a broken handshake and ended the session.
+        let early = [
+            json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+            json!({ "jsonrpc": "2.0", "id": 7, "result": {} }),
+            json!({ "jsonrpc": "2.0", "id": 8, "error": { "code": 1, "message": "x" } }),
+        ];
+        let list = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" });
+        let mut input = String::new();
+        for message in early.iter().chain([&initialize, &list]) {
+            input.push_str(&format!("{message}\n"));
+        }
+        client.write_all(input.as_bytes()).await.unwrap();
+        let mut answers = BufReader::new(answers).lines();
+        for id in [1, 2] {
+            let line = answers.next_line().await.unwrap().expect("an answer");
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(answer["id"], id, "{answer}");
+            assert!(answer.get("result").is_some(), "{answer}");
+        }
+        drop(client);
+        serving.await.unwrap().unwrap();
+    }
 
     #[test]
     fn a_json_result_is_structured_and_failures_are_is_error() {

@@ -6,7 +6,10 @@
 //! kind of answer (rmcp's carries no id).
 
 use rmcp::RoleServer;
-use rmcp::model::{ErrorData, RequestId};
+use rmcp::model::{
+    ClientRequest, ErrorData, GetMeta as _, JsonRpcMessage, ProtocolVersion, RequestId,
+    ServerResult,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::{JsonRpcMessageCodec, JsonRpcMessageCodecError};
@@ -41,6 +44,9 @@ pub(crate) struct LineTransport<R, W> {
     write: Arc<Mutex<W>>,
     /// The errors being written, waited for at close.
     answers: TaskTracker,
+    /// rmcp's handshake is over: it answered an `initialize`, or took a
+    /// request that carries its own metadata.
+    open: bool,
 }
 
 /// What one read of a line found.
@@ -69,6 +75,7 @@ where
             codec: JsonRpcMessageCodec::new(),
             write: Arc::new(Mutex::new(write)),
             answers: TaskTracker::new(),
+            open: false,
         }
     }
 
@@ -142,6 +149,11 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), std::io::Error>> + Send + 'static {
+        if let JsonRpcMessage::Response(response) = &item
+            && matches!(response.result, ServerResult::InitializeResult(_))
+        {
+            self.open = true;
+        }
         let write = self.write.clone();
         async move {
             let mut line = serde_json::to_vec(&item)?;
@@ -167,9 +179,24 @@ where
             let head = self.line[..self.line.len().min(ID_WINDOW)].to_vec();
             let mut line = self.line.split();
             match self.codec.decode(&mut line) {
-                Ok(Some(message)) => return Some(message),
-                // A notification outside MCP, which rmcp ignores.
-                Ok(None) => {}
+                Ok(Some(message)) if self.open => return Some(message),
+                Ok(Some(JsonRpcMessage::Request(request))) => {
+                    self.open = serves_outright(&request.request);
+                    return Some(JsonRpcMessage::Request(request));
+                }
+                // rmcp would end the session on it; a notification needs
+                // no answer, and a response answers nothing of the server's.
+                Ok(Some(_)) => {
+                    tracing::debug!("mcp stdio: ignoring a message before the handshake")
+                }
+                // What rmcp skips: a notification outside MCP, or anything
+                // named `notifications/...` that it does not know. One with
+                // an id is a request, and its sender waits for an answer.
+                Ok(None) => {
+                    if let Some(id) = sniff_id(&head) {
+                        self.answer("not a JSON-RPC message MCP knows".into(), Some(id));
+                    }
+                }
                 Err(JsonRpcMessageCodecError::Serde(e))
                     if e.classify() == serde_json::error::Category::Data =>
                 {
@@ -190,6 +217,25 @@ where
         self.answers.wait().await;
         self.write.lock().await.flush().await
     }
+}
+
+/// Whether rmcp's handshake serves `request` as the first of the session
+/// (2026-07-28, which has no `initialize`): it carries the metadata of a
+/// version the server speaks, and is not one of the requests answered
+/// during the handshake.
+fn serves_outright(request: &ClientRequest) -> bool {
+    if matches!(
+        request,
+        ClientRequest::InitializeRequest(_)
+            | ClientRequest::PingRequest(_)
+            | ClientRequest::DiscoverRequest(_)
+    ) {
+        return false;
+    }
+    let meta = request.get_meta();
+    let supported = ProtocolVersion::known_up_to(&crate::PROTOCOL_VERSION);
+    meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty()
+        && meta.protocol_version().is_some_and(|version| supported.contains(&version))
 }
 
 /// The `id` of the JSON-RPC object that `line` starts, when it comes
@@ -326,6 +372,25 @@ mod tests {
         transport.close().await.unwrap();
         drop(transport);
         assert_eq!(next_line(&mut answers).await["id"], 5);
+    }
+
+    #[tokio::test]
+    async fn a_request_rmcp_skips_as_a_notification_gets_an_error() {
+        let (mut transport, mut client, mut answers) = transport(MAX_LINE);
+        // Found by the mcp_server fuzz target: this went unanswered.
+        let input = "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"notifications/foo\",\"params\":7}\n\
+                     {\"jsonrpc\":\"2.0\",\"method\":\"notifications/foo\",\"params\":7}\n\
+                     {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n";
+        client.write_all(input.as_bytes()).await.unwrap();
+        let message = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(message["id"], 2, "the lines before were not messages: {message}");
+        let answer = next_line(&mut answers).await;
+        assert_eq!((&answer["id"], &answer["error"]["code"]), (&json!(10), &json!(-32600)));
+        drop(client);
+        assert!(transport.receive().await.is_none());
+        transport.close().await.unwrap();
+        drop(transport);
+        assert!(answers.next_line().await.unwrap().is_none(), "the notification is not answered");
     }
 
     #[tokio::test]
