@@ -415,3 +415,57 @@ async fn a_call_waiting_for_a_slot_can_be_cancelled() {
     assert_eq!(holder.await.unwrap().unwrap(), "slept 800 ms");
     assert_alive(&rt).await;
 }
+
+/// A payload for the `raw-output` guest: mode 0, the 36-byte return area of
+/// `result<tool-output, tool-error>`, then the bytes its pointers (offsets
+/// here) point into. See tests/guests/raw-output.
+fn raw_answer(area: &[(usize, u32)], bytes: &[u8], heap: &[u8]) -> String {
+    let mut payload = vec![0u8; 37];
+    for &(at, value) in area {
+        payload[1 + at..5 + at].copy_from_slice(&value.to_le_bytes());
+    }
+    for (i, &b) in bytes.iter().enumerate() {
+        payload[1 + i] |= b;
+    }
+    payload.extend_from_slice(heap);
+    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    json!({ "p": hex }).to_string()
+}
+
+#[tokio::test]
+async fn malformed_answers_across_the_wit_boundary_end_in_an_error_naming_the_tool() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "raw-output");
+    let rt = dir.open("").await;
+    let call = |args: String| {
+        let rt = &rt;
+        async move { rt.call_tool("output", &args, &CallContext::default()).await }
+    };
+    let well_formed = raw_answer(&[(8, 5)], &[], b"hello");
+    assert_eq!(call(well_formed.clone()).await.unwrap().text, "hello");
+    let refused = raw_answer(&[(4, 3), (8, 0), (12, 8)], &[1], b"bad args");
+    match call(refused).await.unwrap_err() {
+        CallError::Tool { failure: ToolFailure::Failed(message), .. } => {
+            assert_eq!(message, "bad args")
+        }
+        other => panic!("expected the guest's own error, got {other:?}"),
+    }
+    let hostile = [
+        ("not UTF-8", raw_answer(&[(8, 3)], &[], b"\xff\xfe\x80")),
+        ("a length past memory", raw_answer(&[(8, 0x7fff_ffff)], &[], b"x")),
+        ("a result discriminant of 7", raw_answer(&[], &[7], b"")),
+        ("a return area past memory", {
+            let hex: String =
+                [1u8, 0xf0, 0xff, 0xff, 0xff].iter().map(|b| format!("{b:02x}")).collect();
+            json!({ "p": hex }).to_string()
+        }),
+        ("a trap", json!({ "p": "02" }).to_string()),
+    ];
+    for (what, args) in hostile {
+        let err = call(args).await.expect_err(what);
+        let message = err.to_string();
+        assert!(message.contains("raw-output") || message.contains("output"), "{what}: {message}");
+        eprintln!("{what}: {message}");
+        assert_eq!(call(well_formed.clone()).await.unwrap().text, "hello", "after {what}");
+    }
+}

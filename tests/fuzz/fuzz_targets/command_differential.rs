@@ -7,7 +7,7 @@
 
 use reson_agent::policy::{CommandPattern, Decision, Rule, RuleSet, SearchPath, resolve};
 use reson_fuzz::bash::Bash;
-use reson_fuzz::lines::{RULES, line};
+use reson_fuzz::lines::{RULES, command_line};
 use std::sync::{LazyLock, Mutex};
 
 static BASH: LazyLock<Mutex<Bash>> = LazyLock::new(|| Mutex::new(Bash::start()));
@@ -21,7 +21,10 @@ fn count(compared: bool) {
     counts.0 += 1;
     counts.1 += u64::from(compared);
     if counts.0 % 100_000 == 0 {
-        eprintln!("differential: {} lines, {} run by Reson and compared with bash", counts.0, counts.1);
+        eprintln!(
+            "differential: {} lines, {} run by Reson and compared with bash",
+            counts.0, counts.1
+        );
     }
 }
 
@@ -43,7 +46,7 @@ static RULE_SETS: LazyLock<Vec<RuleSet>> = LazyLock::new(|| {
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Some((&pick, rest)) = data.split_first() else { return };
-    let line = line(rest, 160);
+    let line = command_line(rest, 160);
     let Ok(words) = shell::fuzzing::parse(&line) else { return count(false) };
     let rules = &RULE_SETS[usize::from(pick) % RULES.len()];
     let args = serde_json::json!({ "command": line });

@@ -9,7 +9,8 @@ use std::sync::LazyLock;
 
 static GUEST: LazyLock<Guest> = LazyLock::new(Guest::start);
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+// Built and loaded before the first input, outside its deadline.
+libfuzzer_sys::fuzz_target!(init: LazyLock::force(&GUEST), |data: &[u8]| {
     if let Err(e) = GUEST.call(data) {
         let message = e.to_string();
         assert!(

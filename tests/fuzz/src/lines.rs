@@ -134,6 +134,44 @@ pub fn line(bytes: &[u8], max: usize) -> String {
     line
 }
 
+/// Programs a command line of [`command_line`] starts with, most of them on
+/// the search path, some spelled oddly, some the shell's keywords.
+const PROGRAMS: &[&str] = &[
+    "echo",
+    "ls",
+    "git",
+    "printf",
+    "true",
+    "test",
+    "[",
+    "env",
+    "time",
+    "/usr/bin/echo",
+    "/bin/ls",
+    "/usr/bin/../bin/echo",
+    "'echo'",
+    "e\\cho",
+    "\"ec\"ho",
+    "!",
+    "if",
+    "{",
+    "command",
+    "cat",
+];
+
+/// A command line that mostly starts with a real program: the first byte
+/// picks it (or, from 0xf0 up, none), the rest are tokens as in [`line`].
+pub fn command_line(bytes: &[u8], max: usize) -> String {
+    match bytes.split_first() {
+        Some((&pick, rest)) if pick < 0xf0 => {
+            let program = PROGRAMS[usize::from(pick) % PROGRAMS.len()];
+            format!("{program} {}", line(rest, max.saturating_sub(program.len() + 1)))
+        }
+        Some((_, rest)) => line(rest, max),
+        None => String::new(),
+    }
+}
+
 /// The `shell` permission patterns a case is decided under: one per case,
 /// picked by its first byte.
 pub const RULES: &[&str] = &[
