@@ -67,8 +67,8 @@ pub fn parse(line: &str) -> Result<CommandLine, ToolError> {
 /// bash's reserved words: first in a command, they are the shell's syntax,
 /// not a program (`time ls` runs `ls`).
 const KEYWORDS: &[&str] = &[
-    "!", "[[", "]]", "{", "}", "case", "coproc", "do", "done", "elif", "else", "esac", "fi",
-    "for", "function", "if", "in", "select", "then", "time", "until", "while",
+    "!", "[[", "]]", "{", "}", "case", "coproc", "do", "done", "elif", "else", "esac", "fi", "for",
+    "function", "if", "in", "select", "then", "time", "until", "while",
 ];
 
 /// What in a line needs a shell, described for a message.
@@ -159,7 +159,10 @@ fn find_shell_syntax(line: &str) -> Option<Syntax> {
                 ('>' | '<', _) => operator("a redirection (`<` or `>`)"),
                 ('(' | ')', _) => operator("a parenthesis (a subshell or a function)"),
                 ('*' | '?', _) => expansion(&format!("`{c}` (a glob, matching file names)")),
-                ('~', _) if state == State::Delimiter || matches!(previous_unquoted, Some('=' | ':')) => {
+                ('~', _)
+                    if state == State::Delimiter
+                        || matches!(previous_unquoted, Some('=' | ':')) =>
+                {
                     expansion("`~` (a home directory)")
                 }
                 _ => None,

@@ -27,7 +27,8 @@ pub const HOME: &str = "/home/fuzz";
 const PROGRAM_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/usr/local/sbin", "/usr/sbin"];
 
 /// The argv printer every program path leads to in the jail.
-const PRINTER: &str = "#!/opt/r/bash\nbuiltin printf '\\1' >&3\nbuiltin printf '%s\\2' \"$0\" \"$@\" >&3\n";
+const PRINTER: &str =
+    "#!/opt/r/bash\nbuiltin printf '\\1' >&3\nbuiltin printf '%s\\2' \"$0\" \"$@\" >&3\n";
 
 /// A running jailed bash driver.
 pub struct Bash {
@@ -62,7 +63,15 @@ impl Bash {
             .expect("make the argv printer executable");
         let mut jail = Command::new("bwrap");
         jail.args(["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"])
-            .args(["--dir", "/tmp/w/d", "--tmpfs", "/opt", "--ro-bind", "/usr/bin/bash", "/opt/r/bash"])
+            .args([
+                "--dir",
+                "/tmp/w/d",
+                "--tmpfs",
+                "/opt",
+                "--ro-bind",
+                "/usr/bin/bash",
+                "/opt/r/bash",
+            ])
             .args(["--ro-bind", "/usr/bin/timeout", "/opt/r/timeout"])
             .arg("--ro-bind")
             .arg(printer.path())
