@@ -1,9 +1,10 @@
 //! The WIT boundary: the `raw-output` guest (tests/guests/raw-output), whose
 //! answer to a call is laid out byte for byte by the fuzzer, loaded by a
-//! real [`Runtime`] and called through the host's whole tool path.
+//! real [`Runtime`] and called through the host's whole tool path; and
+//! component files of the fuzzer's making, loaded beside it.
 
 use reson::config::Config;
-use reson::plugin::{CallContext, CallError, Options, Runtime, ToolOutput};
+use reson::plugin::{CallContext, CallError, Options, PluginStatus, Runtime, ToolOutput};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,8 +18,16 @@ fn root() -> PathBuf {
 pub struct Guest {
     runtime: Runtime,
     tokio: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    /// The compiled-code cache as the guest left it: what a fuzzed
+    /// component adds is cleared now and then.
+    cached: Vec<PathBuf>,
+    loads: std::sync::atomic::AtomicU64,
 }
+
+/// The name the fuzzed component is loaded under, with a manifest of its
+/// own.
+const FUZZED: &str = "fuzzed";
 
 impl Guest {
     /// Builds the test guests (once; later builds find them up to date) and
@@ -45,8 +54,13 @@ impl Guest {
         )
         .expect("the config parses");
         let mut options = Options::from_config(config);
-        options.plugins_dir = plugins;
-        options.cache_dir = root.join("target/fuzz/cache");
+        options.plugins_dir = plugins.clone();
+        std::fs::write(
+            plugins.join(format!("{FUZZED}.toml")),
+            format!("name = \"{FUZZED}\"\nversion = \"0.1.0\"\n"),
+        )
+        .expect("a manifest");
+        options.cache_dir = dir.path().join("cache");
         options.lock_file = dir.path().join("reson.lock");
         let tokio = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -54,7 +68,32 @@ impl Guest {
             .build()
             .expect("a tokio runtime");
         let runtime = tokio.block_on(Runtime::open(options)).expect("the runtime opens");
-        Self { runtime, tokio, _dir: dir }
+        let cached = cache_entries(&dir.path().join("cache"));
+        Self { runtime, tokio, dir, cached, loads: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// Loads `bytes` as the component of plugin `fuzzed` (the previous one
+    /// keeps serving when it fails), and says how that went: `Ok` with the
+    /// tools it serves, or the error the host gives the user.
+    pub fn load(&self, bytes: &[u8]) -> Result<Vec<String>, String> {
+        std::fs::write(self.dir.path().join("plugins").join(format!("{FUZZED}.wasm")), bytes)
+            .expect("write the component");
+        self.tokio.block_on(self.runtime.reload(&[FUZZED.to_owned()]));
+        let loads = self.loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if loads % 100 == 0 {
+            for entry in cache_entries(&self.dir.path().join("cache")) {
+                if !self.cached.contains(&entry) {
+                    let _ = std::fs::remove_file(&entry).or_else(|_| std::fs::remove_dir_all(&entry));
+                }
+            }
+        }
+        let info = self.runtime.plugins().into_iter().find(|p| p.name == FUZZED);
+        let info = info.expect("a plugin with a file is listed");
+        match info.status {
+            PluginStatus::Ready => Ok(info.tools),
+            PluginStatus::Failed(e) | PluginStatus::Stale(e) => Err(e),
+            PluginStatus::Disabled => unreachable!("nothing disables it"),
+        }
     }
 
     /// Calls `output` with `payload` (see the guest's documentation).
@@ -63,6 +102,12 @@ impl Guest {
         let args = format!(r#"{{"p":"{hex}"}}"#);
         self.tokio.block_on(self.runtime.call_tool("output", &args, &CallContext::default()))
     }
+}
+
+fn cache_entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
 }
 
 /// A payload the guest answers `text` to, well formed in every byte.

@@ -48,4 +48,5 @@ targets!(
     server_request,
     mcp_server,
     guest_output,
+    component,
 );
