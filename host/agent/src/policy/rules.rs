@@ -5,7 +5,7 @@
 use globset::{GlobBuilder, GlobMatcher};
 use reqwest::Url;
 use reson_sandbox::policy::{
-    CommandPattern, PatternError, SearchPath, exec_vector, resolve, split,
+    CommandPattern, PatternError, SearchPath, exec_vector, join, resolve, split,
 };
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -105,7 +105,7 @@ fn command_subject(raw: &str, path: &SearchPath) -> Subject {
     let resolved = words.as_ref().and_then(|w| resolve(&w[0], &w[1..], path, &[]).ok());
     let text = match (&resolved, &words) {
         (Some(resolved), _) => resolved.line(),
-        (None, Some(words)) => shell_words::join(words),
+        (None, Some(words)) => join(words),
         (None, None) => {
             raw.split([' ', '\t']).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
         }
@@ -711,6 +711,21 @@ mod tests {
             pattern: pattern.map(str::to_owned),
             examples: Vec::new(),
             counter_examples: Vec::new(),
+        }
+    }
+
+    /// Found by the fuzz target `command_policy`: the canonical quoting left
+    /// a carriage return bare, and a bare one makes a line need a shell, so
+    /// a line an allow rule let through was refused in its canonical form.
+    #[test]
+    fn a_line_and_its_canonical_quoting_are_decided_alike() {
+        let rules = RuleSet::compile(&[rule(Allow, "shell", Some("ls *"))]).unwrap();
+        let rules = rules.with_default(Deny);
+        let line = "ls ab \\\r x";
+        let canonical = subject_of("shell", &json!({ "command": line })).unwrap();
+        assert_eq!(canonical, "ls ab '\r' x");
+        for command in [line, canonical.as_str()] {
+            assert_eq!(rules.decide("shell", &json!({ "command": command })).decision, Allow);
         }
     }
 

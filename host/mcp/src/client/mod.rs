@@ -113,7 +113,7 @@ struct Server {
 impl Server {
     fn endpoint(&self) -> String {
         match (&self.config.command, &self.config.url) {
-            (Some(argv), _) => shell_words::join(argv),
+            (Some(argv), _) => reson_sandbox::policy::join(argv),
             (None, Some(url)) => url.clone(),
             (None, None) => String::new(),
         }

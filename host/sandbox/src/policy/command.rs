@@ -95,13 +95,28 @@ impl ResolvedCommand {
     /// with shell quoting, so that no quoting of the original line can
     /// change what matches.
     pub fn line(&self) -> String {
-        shell_words::join(&self.argv)
+        join(&self.argv)
     }
 
     /// The arguments after the program.
     pub fn args(&self) -> &[String] {
         &self.argv[1..]
     }
+}
+
+/// Joins words into one line with canonical quoting: a word holding a
+/// control character (a carriage return, a tab, a newline) is always put in
+/// single quotes, so that the line holds no bare control character, which
+/// a terminal would act on and the rules read as the end of a command.
+pub fn join(words: &[String]) -> String {
+    let quoted = words.iter().map(|word| {
+        if word.contains(char::is_control) {
+            format!("'{}'", word.replace('\'', r"'\''"))
+        } else {
+            shell_words::quote(word).into_owned()
+        }
+    });
+    quoted.collect::<Vec<_>>().join(" ")
 }
 
 /// Splits a command line into words exactly as the `shell` plugin does.
@@ -160,7 +175,7 @@ pub fn canonical_line(line: &str, path: &SearchPath) -> Result<String, CommandEr
     let words = split(line)?;
     Ok(match resolve(&words[0], &words[1..], path, &[]) {
         Ok(resolved) => resolved.line(),
-        Err(_) => shell_words::join(&words),
+        Err(_) => join(&words),
     })
 }
 
@@ -987,6 +1002,15 @@ pub fn pinned_env(named: &[(String, String)]) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_quoting_leaves_no_bare_control_character() {
+        let words: Vec<String> =
+            ["ls", "\r", "a b", "it's\n", "plain"].iter().map(|w| (*w).to_owned()).collect();
+        let line = join(&words);
+        assert_eq!(line, "ls '\r' 'a b' 'it'\\''s\n' plain");
+        assert_eq!(split(&line).unwrap(), words);
+    }
 
     fn argv(line: &str) -> Vec<String> {
         split(line).unwrap()

@@ -7,7 +7,7 @@ mod patterns;
 
 pub use command::{
     CommandError, DEFAULT_COMMAND_PATH, ExecVector, GitRepositoryConfig, ResolvedCommand,
-    SearchPath, canonical_line, env_allowed, exec_vector, git_probe, git_repository_config,
+    SearchPath, canonical_line, env_allowed, exec_vector, git_probe, git_repository_config, join,
     pinned_env, resolve, split,
 };
 pub use grants::{CommandDenial, EffectiveLimits, Grants, MountedDir, guest_path};
