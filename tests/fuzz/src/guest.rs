@@ -83,7 +83,8 @@ impl Guest {
         if loads % 100 == 0 {
             for entry in cache_entries(&self.dir.path().join("cache")) {
                 if !self.cached.contains(&entry) {
-                    let _ = std::fs::remove_file(&entry).or_else(|_| std::fs::remove_dir_all(&entry));
+                    let _ =
+                        std::fs::remove_file(&entry).or_else(|_| std::fs::remove_dir_all(&entry));
                 }
             }
         }
