@@ -20,7 +20,7 @@ fn count(compared: bool) {
     let mut counts = COUNTS.lock().unwrap();
     counts.0 += 1;
     counts.1 += u64::from(compared);
-    if counts.0 % 100_000 == 0 {
+    if counts.0.is_multiple_of(100_000) {
         eprintln!(
             "differential: {} lines, {} run by Reson and compared with bash",
             counts.0, counts.1
@@ -61,7 +61,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let ran = BASH.lock().unwrap().run(&line);
     assert_eq!(
         ran,
-        [words.clone()],
+        std::slice::from_ref(&words),
         "bash runs something else than Reson for {line:?} (allowed by {:?})",
         RULES[usize::from(pick) % RULES.len()]
     );

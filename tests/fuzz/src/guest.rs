@@ -80,7 +80,7 @@ impl Guest {
             .expect("write the component");
         self.tokio.block_on(self.runtime.reload(&[FUZZED.to_owned()]));
         let loads = self.loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if loads % 100 == 0 {
+        if loads.is_multiple_of(100) {
             for entry in cache_entries(&self.dir.path().join("cache")) {
                 if !self.cached.contains(&entry) {
                     let _ =
