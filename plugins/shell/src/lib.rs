@@ -105,7 +105,9 @@ fn run_error(err: ProcessError, timeout_ms: u32, cwd: Option<&Path>) -> ToolErro
 fn tools() -> Toolbox {
     Toolbox::new().tool(
         "shell",
-        "Runs one program with its arguments, without a shell, and returns `exit code N`, then \
+        "Runs one program with its arguments, without a shell (so no pipes, redirections, \
+         `$VARIABLES`, globs or `~`: put such characters in single quotes to pass them as they \
+         stand), and returns `exit code N`, then \
          its stdout, then its stderr after a `--- stderr ---` line. A non-zero exit code is \
          reported, not an error. Only the command lines the user granted can run. Long output \
          keeps its beginning and end.",
