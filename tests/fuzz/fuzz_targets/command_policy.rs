@@ -6,7 +6,7 @@
 //! the same words, and a matching deny rule always wins over an allow.
 #![no_main]
 
-use reson_agent::policy::{Decision, Rule, RuleSet, canonical_line, split};
+use reson_agent::policy::{Decision, Rule, RuleSet, canonical_line, join, split};
 use reson_fuzz::lines::line;
 use reson_sandbox::policy::SearchPath;
 
@@ -44,7 +44,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     };
     let decision = decide(&allow, &line);
     if let Ok(words) = &host_words {
-        let canonical = shell_words::join(words);
+        let canonical = join(words);
         // The canonical quoting is a simple command whatever the original
         // was, so only an allowed original must stay allowed; a denied one
         // must never become allowed by quoting unless the original needed

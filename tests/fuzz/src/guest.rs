@@ -35,7 +35,12 @@ impl Guest {
     pub fn start() -> Self {
         let root = root();
         let built = root.join("target/test-plugins");
+        // Under `cargo fuzz run` the environment carries the fuzz build's
+        // flags (coverage passes, opt-level), which are not for guests.
         let status = Command::new("bash")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_PROFILE_RELEASE_OPT_LEVEL")
             .arg(root.join("plugins/build.sh"))
             .args(["--workspace", &root.join("tests/guests").to_string_lossy()])
             .arg(&built)
