@@ -298,6 +298,15 @@ fn parse(line: &[u8]) -> Option<Value> {
     serde_json::Deserializer::from_slice(line).into_iter().next()?.ok()
 }
 
+/// An id as the server reads it: a number without a fraction (`0.0`) is
+/// the integer it equals, and is answered as one.
+fn id_key(id: &Value) -> String {
+    match id.as_f64() {
+        Some(n) if n.fract() == 0.0 && n.abs() < 9e15 => format!("{}", n as i64),
+        _ => id.to_string(),
+    }
+}
+
 /// Every id a line carries, for the check that no answer names another.
 fn ids_in(line: &[u8]) -> Vec<Value> {
     match parse(line) {
@@ -378,9 +387,9 @@ pub fn run(session: &Session) {
         let mut tracked = Vec::new();
         for line in &session.lines {
             for id in ids_in(line) {
-                *sent.entry(id.to_string()).or_default() += 1;
+                *sent.entry(id_key(&id)).or_default() += 1;
             }
-            tracked.extend(request_id(line).map(|id| id.to_string()));
+            tracked.extend(request_id(line).map(|id| id_key(&id)));
             let mut line = line.clone();
             line.push(b'\n');
             let _ = writes.send(line);
@@ -392,7 +401,7 @@ pub fn run(session: &Session) {
         tracked.retain(|id| sent.get(id) == Some(&1));
         let mut counts: HashMap<String, usize> = HashMap::new();
         let count = |answer: &Value, counts: &mut HashMap<String, usize>| {
-            *counts.entry(answer["id"].to_string()).or_default() += 1;
+            *counts.entry(id_key(&answer["id"])).or_default() += 1;
         };
         let deadline = tokio::time::Instant::now() + DEADLINE;
         while !tracked.iter().all(|id| counts.contains_key(id)) {
