@@ -64,6 +64,8 @@
 #[doc(hidden)]
 pub mod bindings;
 pub mod browser;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod host;
 pub mod plan;
 pub mod provider;
