@@ -3,7 +3,7 @@
 //! may be checked against. The bundled providers' fuzz targets
 //! (tests/fuzz) use them.
 
-use crate::provider::Delta;
+use crate::provider::{ChatResponse, ContentPart, Delta};
 
 /// `text` as a number of at most six digits.
 pub fn small_number(text: &str) -> Option<u64> {
@@ -104,4 +104,37 @@ pub fn pieced_from(made: &[u8], input: &[u8]) -> bool {
 /// The sizes of `reads`, to say how a failing input was read.
 pub fn sizes(reads: &[&[u8]]) -> Vec<usize> {
     reads.iter().map(|read| read.len()).collect()
+}
+
+/// What any successful parse must satisfy: the deltas add up to the
+/// message, the cost (prices set) is a real amount, and, when the body has
+/// no escapes that could spell other characters, the text and reasoning
+/// are made of pieces of it.
+pub fn check_response(response: &ChatResponse, deltas: &[Delta], payload: &[u8]) {
+    let message = &response.message;
+    let text: String = message
+        .content
+        .iter()
+        .map(|part| match part {
+            ContentPart::Text(text) => text.as_str(),
+            ContentPart::Image(_) => panic!("an answer with an image: {response:?}"),
+        })
+        .collect();
+    let reasoning = message.reasoning.as_deref().unwrap_or_default();
+    let (delta_text, delta_reasoning, calls) = assemble(deltas);
+    assert_eq!(delta_text, text, "the text deltas");
+    assert_eq!(delta_reasoning, reasoning, "the reasoning deltas");
+    let expected: Vec<_> = message
+        .tool_calls
+        .iter()
+        .map(|call| (call.id.clone(), call.name.clone(), call.arguments.clone()))
+        .collect();
+    assert_eq!(calls, expected, "the tool-call deltas");
+    let cost = response.cost.expect("prices are set");
+    assert!(cost.is_finite() && cost >= 0.0, "cost {cost}");
+    if !payload.contains(&b'\\') {
+        for made in [&text, reasoning] {
+            assert!(pieced_from(made.as_bytes(), payload), "{made:?} is not from the input");
+        }
+    }
 }
