@@ -101,6 +101,19 @@ pub fn pieced_from(made: &[u8], input: &[u8]) -> bool {
     true
 }
 
+/// Asserts that each way of reading in `ways` gives `expected` through
+/// `outcome` (the result and deltas of reading that way, as one string),
+/// saying how a failing way cut the body.
+pub fn assert_reads_agree<'a>(
+    ways: impl IntoIterator<Item = Vec<&'a [u8]>>,
+    expected: &str,
+    mut outcome: impl FnMut(&[&'a [u8]]) -> String,
+) {
+    for reads in ways {
+        assert_eq!(outcome(&reads), expected, "read in pieces of {:?} bytes", sizes(&reads));
+    }
+}
+
 /// The sizes of `reads`, to say how a failing input was read.
 pub fn sizes(reads: &[&[u8]]) -> Vec<usize> {
     reads.iter().map(|read| read.len()).collect()

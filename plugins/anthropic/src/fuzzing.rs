@@ -18,7 +18,9 @@ use crate::response::{self, Block, Reply};
 use crate::settings::Prices;
 use crate::stream;
 use crate::thinking::{self, Thinking};
-use reson_sdk::fuzzing::{assemble, headers_and_body, pieced_from, sizes, small_number, splits};
+use reson_sdk::fuzzing::{
+    assemble, assert_reads_agree, headers_and_body, pieced_from, small_number, splits,
+};
 use reson_sdk::provider::{ChatResponse, ContentPart, Delta, ProviderError};
 
 /// The model the request asked for.
@@ -41,15 +43,10 @@ pub fn run(data: &[u8]) {
 fn streamed(seed: u8, payload: &[u8]) {
     let (result, deltas) = read(&[payload]);
     let outcome = format!("{result:?} {deltas:?}");
-    for reads in splits(seed, payload) {
-        let (again, again_deltas) = read(&reads);
-        assert_eq!(
-            format!("{again:?} {again_deltas:?}"),
-            outcome,
-            "read in pieces of {:?} bytes",
-            sizes(&reads)
-        );
-    }
+    assert_reads_agree(splits(seed, payload), &outcome, |reads| {
+        let (again, again_deltas) = read(reads);
+        format!("{again:?} {again_deltas:?}")
+    });
     let Ok(reply) = result else { return };
     if !payload.contains(&b'\\') {
         // Without it the stream may have been cut in transit.

@@ -20,7 +20,7 @@ use crate::response;
 use crate::settings::Settings;
 use crate::signatures::Signatures;
 use crate::sse::SseParser;
-use reson_sdk::fuzzing::{self, headers_and_body, sizes, small_number, splits};
+use reson_sdk::fuzzing::{self, assert_reads_agree, headers_and_body, small_number, splits};
 use reson_sdk::provider::{ChatResponse, Delta, ProviderError};
 
 /// The model the request asked for.
@@ -50,15 +50,10 @@ pub fn run(data: &[u8]) {
 fn streamed(seed: u8, payload: &[u8], settings: &Settings) {
     let (result, deltas) = receive(200, &[], &[payload], settings);
     let outcome = format!("{result:?} {deltas:?}");
-    for reads in splits(seed, payload) {
-        let (again, again_deltas) = receive(200, &[], &reads, settings);
-        assert_eq!(
-            format!("{again:?} {again_deltas:?}"),
-            outcome,
-            "read in pieces of {:?} bytes",
-            sizes(&reads)
-        );
-    }
+    assert_reads_agree(splits(seed, payload), &outcome, |reads| {
+        let (again, again_deltas) = receive(200, &[], reads, settings);
+        format!("{again:?} {again_deltas:?}")
+    });
     let Ok(response) = result else { return };
     if !payload.contains(&b'\\') {
         // Without it the stream may have been cut in transit.
@@ -88,15 +83,10 @@ fn whole(seed: u8, payload: &[u8], settings: &Settings) {
     let json = [("Content-Type".to_owned(), "application/json; charset=UTF-8".to_owned())];
     let (streamed, deltas) = receive(200, &json, &[payload], settings);
     let outcome = format!("{streamed:?} {deltas:?}");
-    for reads in splits(seed, payload) {
-        let (again, again_deltas) = receive(200, &json, &reads, settings);
-        assert_eq!(
-            format!("{again:?} {again_deltas:?}"),
-            outcome,
-            "read in pieces of {:?} bytes",
-            sizes(&reads)
-        );
-    }
+    assert_reads_agree(splits(seed, payload), &outcome, |reads| {
+        let (again, again_deltas) = receive(200, &json, reads, settings);
+        format!("{again:?} {again_deltas:?}")
+    });
     if let Ok(response) = &streamed {
         check_response(response, &deltas, payload);
     }
@@ -148,15 +138,10 @@ fn status(seed: u8, payload: &[u8], settings: &Settings) {
     let expected = format!("{:?} []", Err::<ChatResponse, _>(err));
     let whole = call::whole(status, &headers, body, MODEL, settings);
     assert_eq!(format!("{whole:?} []"), expected);
-    for reads in std::iter::once(vec![body]).chain(splits(seed, body)) {
-        let (result, deltas) = receive(status, &headers, &reads, settings);
-        assert_eq!(
-            format!("{result:?} {deltas:?}"),
-            expected,
-            "read in pieces of {:?} bytes",
-            sizes(&reads)
-        );
-    }
+    assert_reads_agree(std::iter::once(vec![body]).chain(splits(seed, body)), &expected, |reads| {
+        let (result, deltas) = receive(status, &headers, reads, settings);
+        format!("{result:?} {deltas:?}")
+    });
 }
 /// What a successful parse must satisfy: the SDK's checks, and the thought
 /// signatures survive a round trip through provider data.

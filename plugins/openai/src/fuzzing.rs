@@ -18,7 +18,7 @@ use crate::errors;
 use crate::response;
 use crate::settings::Settings;
 use crate::stream;
-use reson_sdk::fuzzing::{self, headers_and_body, sizes, small_number, splits};
+use reson_sdk::fuzzing::{self, assert_reads_agree, headers_and_body, sizes, small_number, splits};
 use reson_sdk::provider::{ChatResponse, Delta, ProviderError};
 
 /// The model the request asked for.
@@ -51,15 +51,10 @@ fn streamed(seed: u8, payload: &[u8], settings: &Settings) {
     let headers = [("content-type".to_owned(), "text/event-stream".to_owned())];
     let (result, deltas) = receive(200, &headers, &[payload], settings);
     let outcome = format!("{result:?} {deltas:?}");
-    for reads in splits(seed, payload) {
-        let (again, again_deltas) = receive(200, &headers, &reads, settings);
-        assert_eq!(
-            format!("{again:?} {again_deltas:?}"),
-            outcome,
-            "read in pieces of {:?} bytes",
-            sizes(&reads)
-        );
-    }
+    assert_reads_agree(splits(seed, payload), &outcome, |reads| {
+        let (again, again_deltas) = receive(200, &headers, reads, settings);
+        format!("{again:?} {again_deltas:?}")
+    });
     if let Ok(response) = result {
         // Without it the stream may have been cut in transit.
         assert!(payload.windows(6).any(|w| w == b"[DONE]"), "accepted without [DONE]");
@@ -131,15 +126,10 @@ fn error(seed: u8, payload: &[u8], settings: &Settings) {
         return;
     }
     let expected = format!("{:?} []", Err::<ChatResponse, _>(err));
-    for reads in std::iter::once(vec![body]).chain(splits(seed, body)) {
-        let (result, deltas) = receive(status, &headers, &reads, settings);
-        assert_eq!(
-            format!("{result:?} {deltas:?}"),
-            expected,
-            "read in pieces of {:?} bytes",
-            sizes(&reads)
-        );
-    }
+    assert_reads_agree(std::iter::once(vec![body]).chain(splits(seed, body)), &expected, |reads| {
+        let (result, deltas) = receive(status, &headers, reads, settings);
+        format!("{result:?} {deltas:?}")
+    });
 }
 /// What a successful parse must satisfy: the SDK's checks, and every
 /// tool call has an id and a name.
