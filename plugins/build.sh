@@ -41,7 +41,8 @@ for manifest in "$workspace"/*/reson-plugin.toml; do
   for pair in "$wasm:$out/$name.wasm" "$manifest:$out/$name.toml"; do
     src=${pair%%:*} dst=${pair#*:}
     if ! cmp -s "$src" "$dst"; then
-      cp "$src" "$dst.tmp" && mv "$dst.tmp" "$dst"
+      # A temporary of its own: the tests may run this script side by side.
+      cp "$src" "$dst.tmp.$$" && mv "$dst.tmp.$$" "$dst"
     fi
   done
 done
