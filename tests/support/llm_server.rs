@@ -177,3 +177,39 @@ fn write_reply(mut stream: TcpStream, reply: &Reply) {
         }
     }
 }
+
+/// Replies in the shape of OpenAI's chat completions API.
+pub mod openai {
+    use super::Reply;
+    use serde_json::{Value, json};
+
+    /// A whole text answer with its token counts.
+    pub fn text(text: &str, prompt: u64, completion: u64) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
+                "choices": [{ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": "stop" }],
+                "usage": { "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion }
+            }),
+        )
+    }
+
+    /// An answer calling one tool.
+    pub fn tool_call(id: &str, name: &str, args: Value) -> Reply {
+        Reply::json(
+            200,
+            &json!({
+                "id": "chatcmpl-2", "object": "chat.completion", "model": "gpt-test",
+                "choices": [{ "index": 0, "finish_reason": "tool_calls", "message": { "role": "assistant", "content": null,
+                    "tool_calls": [{ "id": id, "type": "function", "function": { "name": name, "arguments": args.to_string() } }] } }],
+                "usage": { "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15 }
+            }),
+        )
+    }
+
+    /// An error answer.
+    pub fn error(status: u16, message: &str) -> Reply {
+        Reply::json(status, &json!({ "error": { "message": message, "type": "test_error" } }))
+    }
+}

@@ -11,13 +11,13 @@ use reson::agent::{
 use reson::plugin::Runtime;
 use reson::provider::{LlmParams, PluginProvider, ProviderError};
 use reson::tools::ToolRegistry;
-use reson::trace::{FileTraceStore, Message, Role, TraceStore};
+use reson::trace::{EventKind, FileTraceStore, Message, Role, TraceStore};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use support::TestDir;
-use support::llm_server::{LlmServer, Recorded, Reply};
+use support::llm_server::{self, LlmServer, Recorded, Reply};
 
 const SECRET: &str = "sk-test-9f8e7d6c5b4a";
 
@@ -59,25 +59,10 @@ impl Protocol for OpenAi {
         format!("{url}/v1")
     }
     fn text(text: &str, prompt: u64, completion: u64) -> Reply {
-        Reply::json(
-            200,
-            &json!({
-                "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
-                "choices": [{ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": "stop" }],
-                "usage": { "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion }
-            }),
-        )
+        llm_server::openai::text(text, prompt, completion)
     }
     fn tool_call(id: &str, name: &str, args: Value) -> Reply {
-        Reply::json(
-            200,
-            &json!({
-                "id": "chatcmpl-2", "object": "chat.completion", "model": "gpt-test",
-                "choices": [{ "index": 0, "finish_reason": "tool_calls", "message": { "role": "assistant", "content": null,
-                    "tool_calls": [{ "id": id, "type": "function", "function": { "name": name, "arguments": args.to_string() } }] } }],
-                "usage": { "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15 }
-            }),
-        )
+        llm_server::openai::tool_call(id, name, args)
     }
     fn streamed_tool_call(id: &str, name: &str, args: Value) -> Reply {
         let args = args.to_string();
@@ -147,7 +132,7 @@ impl Protocol for OpenAi {
         )
     }
     fn error(status: u16, message: &str) -> Reply {
-        Reply::json(status, &json!({ "error": { "message": message, "type": "test_error" } }))
+        llm_server::openai::error(status, message)
     }
     fn sent_key(request: &Recorded) -> Option<String> {
         request.header("authorization").and_then(|v| v.strip_prefix("Bearer ")).map(str::to_owned)
@@ -556,6 +541,27 @@ async fn retries_then_succeeds<P: Protocol>() {
     assert_eq!(outcome.final_text.as_deref(), Some("finally"));
     assert_eq!(server.requests().len(), 3);
     assert_eq!(retries.load(Ordering::SeqCst), 2);
+    // Each failed attempt is kept in the trace, with its error.
+    let failed = failed_attempts(&s, &outcome.trace_id).await;
+    assert_eq!(failed.iter().map(|f| (f.0, f.2)).collect::<Vec<_>>(), [(1, true), (2, true)]);
+    assert!(failed[1].1.contains("boom"), "{failed:?}");
+}
+
+/// The failed model attempts stored in trace `id`: (attempt, error,
+/// retrying).
+async fn failed_attempts(s: &Setup, id: &str) -> Vec<(u32, String, bool)> {
+    s.store
+        .events_after(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::ModelFailed { attempt, error, retrying, .. } => {
+                Some((attempt, error, retrying))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 async fn failure<P: Protocol>(replies: Vec<Reply>, stream: bool) -> (AgentError, usize, Setup) {
@@ -633,6 +639,9 @@ async fn cut_streams_are_retried<P: Protocol>() {
     assert!(err.is_recoverable());
     assert_eq!(server.requests().len(), 3);
     assert_eq!(s.store.get_trace(&trace_id).await.unwrap().unwrap().totals.requests, 3);
+    let failed = failed_attempts(&s, &trace_id).await;
+    let retried: Vec<(u32, bool)> = failed.iter().map(|f| (f.0, f.2)).collect();
+    assert_eq!(retried, [(1, true), (2, true), (3, false)], "the last is not retried");
 }
 
 /// A server that ignores the request to stream answers with one JSON body:

@@ -17,6 +17,8 @@ use std::time::Duration;
 use support::TestDir;
 use tokio_tungstenite::tungstenite::Message as Frame;
 
+mod views;
+
 const WAIT: Duration = Duration::from_secs(60);
 
 /// `reson serve` in this process over a throwaway directory: `echo` runs
@@ -58,7 +60,12 @@ impl Served {
                 "#,
             dir.path().join("script.json").display()
         );
-        let runtime = dir.open(&toml).await;
+        Self::serve_config(dir, addr, token, &toml).await
+    }
+
+    /// Serves `dir` with `toml` as its config.
+    async fn serve_config(dir: TestDir, addr: SocketAddr, token: Option<&str>, toml: &str) -> Self {
+        let runtime = dir.open(toml).await;
         let store: Arc<dyn TraceStore> =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
         // The file's rules and presets reach the server's runs through its
@@ -66,7 +73,7 @@ impl Served {
         let config = ServerConfig {
             addr,
             token: token.map(str::to_owned),
-            ..ServerConfig::from_config(&dir.config(&toml))
+            ..ServerConfig::from_config(&dir.config(toml))
         };
         let server = Server::bind(runtime, store, config).await.expect("the server binds");
         let base = format!("http://{}", server.local_addr());
@@ -610,7 +617,7 @@ async fn a_tool_image_is_shown_as_an_image() {
         .eval(&format!(
             "{img}.decode().then(() => ({{ size: [{img}.naturalWidth, {img}.naturalHeight],
                 alt: {img}.alt,
-                caption: {img}.parentElement.querySelector('figcaption').textContent }}))"
+                caption: {img}.closest('figure').querySelector('figcaption').textContent }}))"
         ))
         .await;
     assert_eq!(

@@ -126,6 +126,15 @@ impl Visible {
         Ok(self.store.events_after(self.id(), last).await?)
     }
 
+    /// Every checkpoint of its workspace, with what each changed.
+    pub(crate) async fn checkpoints(
+        &self,
+    ) -> Result<Vec<reson_workspace::CheckpointChanges>, ApiError> {
+        reson_workspace::changes(&*self.store, self.id())
+            .await
+            .map_err(|e| ApiError::Internal(format!("the checkpoints of {}: {e}", self.id())))
+    }
+
     /// Its sub-agents' traces that `caller` may see, newest first.
     pub(crate) async fn sub_traces(&self, caller: &Caller) -> Result<Vec<Trace>, ApiError> {
         let filter =

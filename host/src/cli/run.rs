@@ -400,6 +400,10 @@ impl Approver for UnattendedApprover {
     fn unattended(&self) -> bool {
         true
     }
+
+    fn answerer(&self) -> &str {
+        "the unattended policy"
+    }
 }
 
 /// `text` on one line, cut to about `max` characters.
@@ -643,6 +647,10 @@ impl Approver for TerminalApprover {
         // The key was not echoed: the answer stands on the question's line.
         eprintln!("{}", paint(Stream::Err, style, word));
         Some(answer)
+    }
+
+    fn answerer(&self) -> &str {
+        "the terminal"
     }
 }
 

@@ -72,6 +72,30 @@ pub enum EventKind {
         decision: String,
         /// The rule that decided, rendered; none for the default.
         rule: Option<String>,
+        /// How long the call waited for an answer, in milliseconds (asks
+        /// only; 0 when nobody was asked).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        waited_ms: u64,
+        /// Who answered an ask: `user alice`, `the terminal`, `the MCP
+        /// client`, ...; none when a rule decided alone.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered_by: Option<String>,
+    },
+    /// A model request failed: retried when the error allows, otherwise
+    /// the run ends with it. Kept so that a trace shows the attempts an
+    /// answer's `attempts` counts, each with its time and error.
+    ModelFailed {
+        /// From 1 for the answer being asked for.
+        attempt: u32,
+        /// The provider's error.
+        error: String,
+        /// How long the attempt took, in milliseconds.
+        duration_ms: u64,
+        /// Whether another attempt follows.
+        retrying: bool,
+        /// How long the run waits before the next attempt, in milliseconds.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        retry_in_ms: u64,
     },
     /// The history was compacted before a model call: at level 1 the
     /// messages of closed goals were left out of the requests from here
@@ -100,6 +124,41 @@ pub enum EventKind {
     },
 }
 
+impl EventKind {
+    /// Every kind's name, as its JSON's `kind` gives it.
+    pub const NAMES: [&'static str; 9] = [
+        "trace_started",
+        "message_added",
+        "tool_started",
+        "tool_finished",
+        "goal_changed",
+        "permission_decided",
+        "model_failed",
+        "compacted",
+        "trace_finished",
+    ];
+
+    /// Its name, as its JSON's `kind` gives it.
+    pub fn name(&self) -> &'static str {
+        let i = match self {
+            Self::TraceStarted => 0,
+            Self::MessageAdded { .. } => 1,
+            Self::ToolStarted { .. } => 2,
+            Self::ToolFinished { .. } => 3,
+            Self::GoalChanged { .. } => 4,
+            Self::PermissionDecided { .. } => 5,
+            Self::ModelFailed { .. } => 6,
+            Self::Compacted { .. } => 7,
+            Self::TraceFinished { .. } => 8,
+        };
+        Self::NAMES[i]
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +185,55 @@ mod tests {
         let line = serde_json::to_string(&started).unwrap();
         assert_eq!(line, r#"{"id":1,"at_ms":0,"kind":"trace_started"}"#);
         assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), started);
+    }
+
+    #[test]
+    fn each_kind_is_named_as_its_json_tags_it() {
+        let kinds = [
+            EventKind::TraceStarted,
+            EventKind::MessageAdded { message: Message::new(crate::Role::User, "hi") },
+            EventKind::ToolStarted {
+                call_id: "c".into(),
+                name: "t".into(),
+                arguments: "{}".into(),
+            },
+            EventKind::ToolFinished {
+                call_id: "c".into(),
+                name: "t".into(),
+                ok: true,
+                summary: String::new(),
+            },
+            EventKind::GoalChanged { tree: GoalTree::default() },
+            EventKind::PermissionDecided {
+                call_id: "c".into(),
+                tool: "t".into(),
+                decision: "ask-once".into(),
+                rule: None,
+                waited_ms: 1200,
+                answered_by: Some("user alice".into()),
+            },
+            EventKind::ModelFailed {
+                attempt: 1,
+                error: "503".into(),
+                duration_ms: 4,
+                retrying: true,
+                retry_in_ms: 500,
+            },
+            EventKind::Compacted {
+                level: 1,
+                goals: Vec::new(),
+                sequences: Vec::new(),
+                summary_sequence: None,
+                tokens_before: 0,
+                tokens_after: 0,
+            },
+            EventKind::TraceFinished { status: TraceStatus::Completed, error: None },
+        ];
+        assert_eq!(kinds.len(), EventKind::NAMES.len());
+        for kind in kinds {
+            let json = serde_json::to_value(Event { id: 1, at_ms: 0, kind: kind.clone() }).unwrap();
+            assert_eq!(json["kind"], kind.name());
+            assert_eq!(serde_json::from_value::<Event>(json).unwrap().kind, kind);
+        }
     }
 }

@@ -2,12 +2,12 @@
 
 use crate::WorkspaceError;
 use crate::entry::{Entry, Manifest, same};
-use crate::record::History;
+use crate::record::{Cause, History, State, apply};
 use crate::restore::tree_at;
 use reson_trace::TraceStore;
 use serde::Serialize;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How a path changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -59,31 +59,112 @@ pub async fn diff(
             if same(x, y) {
                 continue;
             }
-            let change = match (x, y) {
-                (None, _) => Change::Added,
-                (_, None) => Change::Removed,
-                _ => Change::Modified,
-            };
-            let patch = match (text(store, trace_id, x).await?, text(store, trace_id, y).await?) {
-                (Some(old), Some(new)) if old != new => Some(
-                    similar::TextDiff::from_lines(&old, &new)
-                        .unified_diff()
-                        .header(&format!("a/{path}"), &format!("b/{path}"))
-                        .to_string(),
-                ),
-                _ => None,
-            };
-            files.push(FileDiff {
-                root: root.clone(),
-                path: path.clone(),
-                change,
-                old_size: x.map(|e| e.size),
-                new_size: y.map(|e| e.size),
-                patch,
-            });
+            files.push(file_diff(store, trace_id, root, path, x, y).await?);
         }
     }
     Ok(files)
+}
+
+/// One checkpoint and what it changed: each path against the state just
+/// before it on its branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckpointChanges {
+    /// Its record key.
+    pub key: String,
+    /// The message after which its state holds.
+    pub sequence: u64,
+    /// Why it was taken: what the calls of a message wrote, changes made
+    /// outside Reson, a restore, or the first look at a root.
+    pub cause: Cause,
+    /// When it was written, in milliseconds since the epoch.
+    pub at_ms: u64,
+    /// How many paths it recorded.
+    pub paths: usize,
+    /// What changed, by root then path; empty for the first look at a
+    /// root (a listing of everything, which is no change).
+    pub files: Vec<FileDiff>,
+}
+
+/// Every checkpoint of a trace, in order, with what it changed.
+pub async fn changes(
+    store: &dyn TraceStore,
+    trace_id: &str,
+) -> Result<Vec<CheckpointChanges>, WorkspaceError> {
+    let history = History::load(store, trace_id).await?;
+    if history.checkpoints.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tree = tree_at(store, trace_id, 0).await?;
+    let mut all = Vec::with_capacity(history.checkpoints.len());
+    for (i, (key, checkpoint)) in history.checkpoints.iter().enumerate() {
+        let mut files = Vec::new();
+        if checkpoint.cause != Cause::Base {
+            // The state before it: the checkpoints written earlier on its
+            // message's path.
+            let path: BTreeSet<u64> =
+                tree.main_path(checkpoint.sequence).into_iter().chain([0]).collect();
+            let mut before = State::new();
+            for (_, earlier) in history.checkpoints[..i].iter() {
+                if path.contains(&earlier.sequence) {
+                    apply(&mut before, &earlier.roots);
+                }
+            }
+            let empty = Manifest::new();
+            for (root, paths) in &checkpoint.roots {
+                let old = before.get(root).unwrap_or(&empty);
+                for (path, entry) in paths {
+                    let x = old.get(path);
+                    if same(x, entry.as_ref()) {
+                        continue;
+                    }
+                    files.push(file_diff(store, trace_id, root, path, x, entry.as_ref()).await?);
+                }
+            }
+        }
+        all.push(CheckpointChanges {
+            key: key.clone(),
+            sequence: checkpoint.sequence,
+            cause: checkpoint.cause.clone(),
+            at_ms: checkpoint.at_ms,
+            paths: checkpoint.paths(),
+            files,
+        });
+    }
+    Ok(all)
+}
+
+/// How one path differs between two entries, with a unified diff when
+/// both sides are text the trace keeps.
+async fn file_diff(
+    store: &dyn TraceStore,
+    trace_id: &str,
+    root: &Path,
+    path: &str,
+    x: Option<&Entry>,
+    y: Option<&Entry>,
+) -> Result<FileDiff, WorkspaceError> {
+    let change = match (x, y) {
+        (None, _) => Change::Added,
+        (_, None) => Change::Removed,
+        _ => Change::Modified,
+    };
+    let patch = match (text(store, trace_id, x).await?, text(store, trace_id, y).await?) {
+        (Some(old), Some(new)) if old != new => Some(
+            similar::TextDiff::from_lines(&old, &new)
+                .unified_diff()
+                .header(&format!("a/{path}"), &format!("b/{path}"))
+                .to_string(),
+        ),
+        _ => None,
+    };
+    Ok(FileDiff {
+        root: root.to_owned(),
+        path: path.to_owned(),
+        change,
+        old_size: x.map(|e| e.size),
+        new_size: y.map(|e| e.size),
+        patch,
+    })
 }
 
 /// The text of a file entry: "" for none, `None` for a link, a file whose

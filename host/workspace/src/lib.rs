@@ -29,7 +29,7 @@ mod restore;
 mod watch;
 mod workspace;
 
-pub use diff::{Change, FileDiff, diff};
+pub use diff::{Change, CheckpointChanges, FileDiff, changes, diff};
 pub use entry::{Entry, Manifest};
 pub use record::{Cause, Checkpoint, Delta, KIND, checkpoints};
 pub use restore::{Restored, compare, materialize, restore};

@@ -70,6 +70,25 @@ pub trait Approver: Send + Sync {
     /// approver must not rely on running to its end.
     async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer>;
 
+    /// As [`approve`](Self::approve), with who gave the answer, for the
+    /// trace's record of the decision. By default that is
+    /// [`answerer`](Self::answerer); an approver that many people answer
+    /// names the one who did.
+    async fn approve_by(
+        &self,
+        request: &ApprovalRequest,
+        announce: &Announce,
+    ) -> Option<(Answer, String)> {
+        let answer = self.approve(request, announce).await?;
+        Some((answer, self.answerer().to_owned()))
+    }
+
+    /// Who answers through this approver, as the trace records it:
+    /// `the terminal`, `the MCP client`, ...
+    fn answerer(&self) -> &str {
+        "the approver"
+    }
+
     /// Whether no one is there to ask (see [`Unattended`]): no answer from
     /// it is then recorded as `ask-unattended`, not `ask-timeout`.
     fn unattended(&self) -> bool {
@@ -78,8 +97,8 @@ pub trait Approver: Send + Sync {
 }
 
 /// A request waiting for its answer: the request, its place in arrival
-/// order, and its reply.
-type Queued = (ApprovalRequest, u64, oneshot::Sender<Answer>);
+/// order, and its reply (the answer and who gave it).
+type Queued = (ApprovalRequest, u64, oneshot::Sender<(Answer, String)>);
 
 /// Approvals answered through a library call: each request waits, up to a
 /// timeout, for [`PendingApprovals::answer`]. One set may serve many runs
@@ -100,8 +119,14 @@ impl PendingApprovals {
     /// Answers request `id`; false when it is not waiting (answered, timed
     /// out, or unknown).
     pub fn answer(&self, id: &str, answer: Answer) -> bool {
+        self.answer_by(id, answer, self.answerer())
+    }
+
+    /// Answers request `id` as `by` (`user alice`, say), which the trace
+    /// records; false when it is not waiting.
+    pub fn answer_by(&self, id: &str, answer: Answer, by: &str) -> bool {
         match self.waiting.lock().expect("approvals").remove(id) {
-            Some((_, _, reply)) => reply.send(answer).is_ok(),
+            Some((_, _, reply)) => reply.send((answer, by.to_owned())).is_ok(),
             None => false,
         }
     }
@@ -136,6 +161,14 @@ impl Drop for Waiting<'_> {
 #[async_trait]
 impl Approver for PendingApprovals {
     async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
+        Some(self.approve_by(request, announce).await?.0)
+    }
+
+    async fn approve_by(
+        &self,
+        request: &ApprovalRequest,
+        announce: &Announce,
+    ) -> Option<(Answer, String)> {
         let (reply, answer) = oneshot::channel();
         let arrival = self.arrivals.fetch_add(1, Ordering::Relaxed);
         let waiting = (request.clone(), arrival, reply);
@@ -143,6 +176,10 @@ impl Approver for PendingApprovals {
         let _waiting = Waiting { approvals: self, id: &request.id };
         announce(request);
         tokio::time::timeout(self.timeout, answer).await.ok()?.ok()
+    }
+
+    fn answerer(&self) -> &str {
+        "the API"
     }
 }
 
@@ -157,6 +194,8 @@ pub struct Ruling {
     pub decision: &'static str,
     /// The rule that decided, when one did.
     pub rule: Option<String>,
+    /// Who answered, when someone was asked.
+    pub answered_by: Option<String>,
 }
 
 /// A fresh approval request id: `ap_` and 16 bytes of the OS's randomness
@@ -234,7 +273,8 @@ impl Permissions {
             .reduce(|a, b| if strictness(b.decision) > strictness(a.decision) { b } else { a })
             .expect("at least one rule set");
         let rule = verdict.rule.clone();
-        let ruling = |run, decision| Ruling { run, decision, rule: rule.clone() };
+        let ruling =
+            |run, decision| Ruling { run, decision, rule: rule.clone(), answered_by: None };
         match verdict.decision {
             Decision::Allow => ruling(true, "allow"),
             Decision::Deny => ruling(false, "deny"),
@@ -253,16 +293,20 @@ impl Permissions {
                     arguments: call.arguments.clone(),
                     rule: verdict.rule.clone(),
                 };
-                match self.approver.approve(&request, announce).await {
-                    Some(Answer::Once) => ruling(true, "ask-once"),
-                    Some(Answer::Always) => {
+                let Some((answer, by)) = self.approver.approve_by(&request, announce).await else {
+                    let why =
+                        if self.approver.unattended() { "ask-unattended" } else { "ask-timeout" };
+                    return ruling(false, why);
+                };
+                let decided = match answer {
+                    Answer::Once => ruling(true, "ask-once"),
+                    Answer::Always => {
                         self.always.lock().expect("always").insert(key);
                         ruling(true, "ask-always")
                     }
-                    Some(Answer::Deny) => ruling(false, "ask-denied"),
-                    None if self.approver.unattended() => ruling(false, "ask-unattended"),
-                    None => ruling(false, "ask-timeout"),
-                }
+                    Answer::Deny => ruling(false, "ask-denied"),
+                };
+                Ruling { answered_by: Some(by), ..decided }
             }
         }
     }

@@ -92,6 +92,11 @@ impl Meter {
         Arc::new(Self { limits, started: Instant::now(), spent: Mutex::default(), parent: None })
     }
 
+    /// The limits this meter holds its run to.
+    pub(crate) fn limits(&self) -> Budget {
+        self.limits
+    }
+
     /// A sub-agent's meter: what this meter and its ancestors have left,
     /// capped by `cap`. Fails when any limit has nothing left.
     pub(crate) fn carve(self: &Arc<Self>, cap: Budget) -> Result<Arc<Meter>, BudgetError> {

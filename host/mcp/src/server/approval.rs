@@ -68,6 +68,10 @@ impl Approver for ClientApprover {
             Err(_) => None,
         }
     }
+
+    fn answerer(&self) -> &str {
+        "the MCP client"
+    }
 }
 
 /// The question put to the person at the client.
@@ -146,6 +150,10 @@ impl Approver for InlineApprover {
             *self.asked.lock().expect("approval question") = Some(question(request));
         }
         self.answer
+    }
+
+    fn answerer(&self) -> &str {
+        "the MCP client"
     }
 }
 

@@ -76,7 +76,13 @@ pub(crate) async fn answer(
     let Some(approval) = state.approvals.pending().into_iter().find(|a| a.id == id) else {
         return Err(not_pending());
     };
-    if !visible(&state, &caller, &approval).await? || !state.approvals.answer(&id, body.answer) {
+    // The trace records who answered: the user, or for the one server
+    // token, the API.
+    let by =
+        caller.uid.as_deref().map_or_else(|| "the API".to_owned(), |uid| format!("user {uid}"));
+    if !visible(&state, &caller, &approval).await?
+        || !state.approvals.answer_by(&id, body.answer, &by)
+    {
         return Err(not_pending());
     }
     Ok(Json(Answered { id, answer: body.answer }))

@@ -44,6 +44,8 @@ pub(crate) fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(traces::running))
         .routes(routes!(traces::get))
         .routes(routes!(traces::messages))
+        .routes(routes!(traces::events))
+        .routes(routes!(traces::checkpoints))
         .routes(routes!(traces::image))
         .routes(routes!(runs::run))
         .routes(routes!(runs::stop))

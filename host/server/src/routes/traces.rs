@@ -1,5 +1,6 @@
 //! Reading traces: the list, the running ones, one with its goal tree and
-//! sub-traces, its messages, and the images kept beside them.
+//! sub-traces, its messages, its events, its workspace checkpoints, and
+//! the images kept beside them.
 
 use crate::caller::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -7,7 +8,7 @@ use crate::extract::Params;
 use crate::response::Json;
 use crate::state::AppState;
 use axum::extract::{Path, State};
-use reson_trace::{GoalTree, Message, Trace, TraceFilter, TraceStatus};
+use reson_trace::{Event, EventKind, GoalTree, Message, Trace, TraceFilter, TraceStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -23,10 +24,66 @@ pub(crate) struct ListQuery {
     status: Option<TraceStatus>,
     /// Only traces that are not sub-agents.
     root_only: Option<bool>,
+    /// Only the sub-agents of this trace.
+    parent: Option<String>,
+    /// Only this user's traces (an admin's filter; a user sees only their
+    /// own anyway).
+    user: Option<String>,
+    /// Only traces whose model contains this text.
+    model: Option<String>,
+    /// Only traces created at or after this time, in milliseconds since
+    /// the epoch.
+    since_ms: Option<u64>,
+    /// Only traces created before this time, in milliseconds since the
+    /// epoch.
+    until_ms: Option<u64>,
+    /// Only traces that cost at least this many dollars.
+    min_cost: Option<f64>,
+    /// `updated` (newest first, the default), `cost` (dearest first) or
+    /// `duration` (longest first).
+    sort: Option<SortBy>,
     /// Traces per page, 1 to 1000 [default: 50].
     limit: Option<usize>,
     /// Traces to skip [default: 0].
     offset: Option<usize>,
+}
+
+/// How `GET /api/traces` orders its page.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum SortBy {
+    /// Newest first.
+    #[default]
+    Updated,
+    /// Dearest first.
+    Cost,
+    /// Longest first (from creation to the end of the last run, or to now
+    /// for one still going).
+    Duration,
+}
+
+impl ListQuery {
+    /// Whether `trace` passes the filters the store does not apply.
+    fn keeps(&self, trace: &Trace) -> bool {
+        (self.root_only != Some(true) || trace.parent_trace_id.is_none())
+            && self.user.as_ref().is_none_or(|u| trace.uid.as_ref() == Some(u))
+            && self.model.as_ref().is_none_or(|m| {
+                trace.model.as_deref().is_some_and(|model| model.contains(m.as_str()))
+            })
+            && self.since_ms.is_none_or(|t| trace.created_at_ms >= t)
+            && self.until_ms.is_none_or(|t| trace.created_at_ms < t)
+            && self.min_cost.is_none_or(|c| trace.totals.cost >= c)
+    }
+}
+
+/// How long a trace has run: from its creation to the end of its last
+/// run, or to now while it runs.
+fn duration_ms(trace: &Trace, now_ms: u64) -> u64 {
+    let end = match trace.status {
+        TraceStatus::Running => now_ms,
+        _ => trace.finished_at_ms.unwrap_or(trace.updated_at_ms),
+    };
+    end.saturating_sub(trace.created_at_ms)
 }
 
 /// The page's range: `limit` from `offset`, checked.
@@ -46,6 +103,10 @@ pub(crate) struct TraceList {
     traces: Vec<Trace>,
     /// How many traces match, over all pages.
     total: usize,
+    /// With `root_only`: how many sub-agents each trace of the page has
+    /// (those with none are left out), to list with `parent`.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    sub_trace_counts: std::collections::BTreeMap<String, usize>,
 }
 
 /// The caller's traces (an admin's: everyone's), newest first.
@@ -59,14 +120,38 @@ pub(crate) async fn list(
     Params(query): Params<ListQuery>,
 ) -> Result<Json<TraceList>, ApiError> {
     let (limit, offset) = page(&query)?;
-    let filter = TraceFilter { status: query.status, ..TraceFilter::default() };
+    if query.min_cost.is_some_and(|c| !c.is_finite()) {
+        return Err(ApiError::BadRequest("min_cost must be a number of dollars".into()));
+    }
+    let filter = TraceFilter {
+        status: query.status,
+        parent_trace_id: query.parent.clone(),
+        ..TraceFilter::default()
+    };
     let mut traces = state.traces.list(&caller, filter).await?;
-    if query.root_only == Some(true) {
-        traces.retain(|t| t.parent_trace_id.is_none());
+    traces.retain(|t| query.keeps(t));
+    match query.sort.unwrap_or_default() {
+        SortBy::Updated => {}
+        SortBy::Cost => traces.sort_by(|a, b| b.totals.cost.total_cmp(&a.totals.cost)),
+        SortBy::Duration => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            traces.sort_by_key(|t| std::cmp::Reverse(duration_ms(t, now)));
+        }
     }
     let total = traces.len();
-    let traces = traces.into_iter().skip(offset).take(limit).collect();
-    Ok(Json(TraceList { traces, total }))
+    let traces: Vec<Trace> = traces.into_iter().skip(offset).take(limit).collect();
+    let mut sub_trace_counts = std::collections::BTreeMap::new();
+    if query.root_only == Some(true) && !traces.is_empty() {
+        let shown: std::collections::HashSet<&str> = traces.iter().map(|t| t.id.as_str()).collect();
+        for sub in state.traces.list(&caller, TraceFilter::default()).await? {
+            if let Some(parent) = sub.parent_trace_id.filter(|p| shown.contains(p.as_str())) {
+                *sub_trace_counts.entry(parent).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(Json(TraceList { traces, total, sub_trace_counts }))
 }
 
 /// The traces running on any host.
@@ -170,6 +255,77 @@ pub(crate) async fn messages(
     Ok(Json(Messages { messages, head_sequence: visible.trace.head_sequence }))
 }
 
+/// `GET /api/traces/{id}/events` parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    /// Only events after this id [default: 0, all].
+    after: Option<u64>,
+    /// Only these kinds, comma-separated (`tool_started,tool_finished`,
+    /// say); all when unset. The messages endpoint serves the messages, so
+    /// a client drawing a timeline can leave `message_added` out.
+    kinds: Option<String>,
+}
+
+/// A trace's stored events.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Events {
+    /// Oldest first.
+    #[schema(value_type = Vec<Object>)]
+    events: Vec<Event>,
+}
+
+/// A trace's stored events, as the watch socket replays them: runs
+/// started and finished, tool calls, permission decisions (who answered,
+/// how long the call waited), failed model attempts, goal changes,
+/// compactions.
+#[utoipa::path(get, path = "/api/traces/{id}/events",
+    params(("id" = String, Path, description = "Trace id"), EventsQuery),
+    responses((status = 200, body = Events), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Params(query): Params<EventsQuery>,
+) -> Result<Json<Events>, ApiError> {
+    let visible = state.traces.get(&caller, &id).await?;
+    let mut events = visible.events_after(query.after.unwrap_or(0)).await?;
+    if let Some(kinds) = &query.kinds {
+        let kinds: Vec<&str> = kinds.split(',').map(str::trim).collect();
+        if let Some(unknown) = kinds.iter().find(|k| !EventKind::NAMES.contains(k)) {
+            return Err(ApiError::BadRequest(format!(
+                "no event kind {unknown:?}: kinds are {}",
+                EventKind::NAMES.join(", ")
+            )));
+        }
+        events.retain(|e| kinds.contains(&e.kind.name()));
+    }
+    Ok(Json(Events { events }))
+}
+
+/// A trace's workspace checkpoints.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Checkpoints {
+    /// In order, each with the files it changed and their unified diffs.
+    #[schema(value_type = Vec<Object>)]
+    checkpoints: Vec<reson_workspace::CheckpointChanges>,
+}
+
+/// A trace's workspace checkpoints: per message, what its tool calls
+/// wrote and what changed outside Reson before it, with unified diffs of
+/// text files; restores too.
+#[utoipa::path(get, path = "/api/traces/{id}/checkpoints",
+    params(("id" = String, Path, description = "Trace id")),
+    responses((status = 200, body = Checkpoints), (status = 404, body = ErrorBody)))]
+pub(crate) async fn checkpoints(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Checkpoints>, ApiError> {
+    let visible = state.traces.get(&caller, &id).await?;
+    Ok(Json(Checkpoints { checkpoints: visible.checkpoints().await? }))
+}
+
 /// The bytes of an image kept beside a message of the trace (a
 /// message's `{"type": "image", "name": ...}` part), with its image type.
 /// Only PNG, JPEG, GIF and WebP are served, never sniffed: any other name
@@ -229,5 +385,33 @@ mod tests {
             let err = page(&query(&format!("limit={limit}")).unwrap()).unwrap_err();
             assert_eq!(err.status().as_u16(), 400, "{err}");
         }
+        for bad in ["sort=random", "min_cost=cheap", "since_ms=-5"] {
+            assert!(query(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_filters_keep_what_they_name() {
+        let mut trace = Trace::new(reson_trace::TraceMode::Task, "t", "default");
+        trace.model = Some("gpt-5-mini".into());
+        trace.uid = Some("alice".into());
+        trace.created_at_ms = 1_000;
+        trace.totals.cost = 0.25;
+        let keeps = |q: &str| query(q).unwrap().keeps(&trace);
+        for yes in
+            ["", "model=gpt-5", "user=alice", "since_ms=1000", "until_ms=1001", "min_cost=0.25"]
+        {
+            assert!(keeps(yes), "{yes}");
+        }
+        for no in ["model=claude", "user=bob", "since_ms=1001", "until_ms=1000", "min_cost=0.3"] {
+            assert!(!keeps(no), "{no}");
+        }
+        trace.parent_trace_id = Some("tr_parent".into());
+        assert!(!keeps("root_only=true"));
+        trace.status = TraceStatus::Completed;
+        trace.finished_at_ms = Some(4_000);
+        assert_eq!(duration_ms(&trace, 9_000), 3_000);
+        trace.status = TraceStatus::Running;
+        assert_eq!(duration_ms(&trace, 9_000), 8_000);
     }
 }

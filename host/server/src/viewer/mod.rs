@@ -14,13 +14,26 @@ struct Asset {
     body: &'static str,
 }
 
-static ASSETS: [Asset; 4] = [
+/// A script of the page, an ES module under `/assets/`.
+macro_rules! script {
+    ($name:literal) => {
+        Asset {
+            path: concat!("/assets/", $name),
+            content_type: "text/javascript; charset=utf-8",
+            body: include_str!($name),
+        }
+    };
+}
+
+static ASSETS: [Asset; 10] = [
     Asset { path: "/", content_type: "text/html; charset=utf-8", body: include_str!("index.html") },
-    Asset {
-        path: "/assets/app.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("app.js"),
-    },
+    script!("app.js"),
+    script!("dom.js"),
+    script!("timeline.js"),
+    script!("costs.js"),
+    script!("graph.js"),
+    script!("files.js"),
+    script!("decisions.js"),
     Asset {
         path: "/assets/style.css",
         content_type: "text/css; charset=utf-8",

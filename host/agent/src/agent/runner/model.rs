@@ -77,6 +77,7 @@ impl Run {
             };
             self.requests += 1;
             let span = self.span.chat(provider.name(), &request);
+            let started = std::time::Instant::now();
             let call = provider::complete(&*provider, request.clone(), cancel.clone(), on_delta);
             // A stop cuts the call in flight at once, even on a provider
             // slow to see its token, and wins over an answer racing it.
@@ -110,6 +111,7 @@ impl Run {
                     let backoff = self.config.retry_base_delay * 2u32.saturating_pow(attempt - 1);
                     let jitter = backoff.mul_f64(fastrand::f64() * 0.25);
                     let delay = e.retry_after().unwrap_or(backoff + jitter);
+                    self.attempt_failed(attempt, &e, started, Some(delay)).await?;
                     attempt += 1;
                     let mut event = self.hook(HookPoint::OnRetry, iteration);
                     event.attempt = Some(attempt);
@@ -133,6 +135,7 @@ impl Run {
                     }
                 }
                 Some(Err(e)) => {
+                    self.attempt_failed(attempt, &e, started, None).await?;
                     self.unanswered(attempt);
                     return Err(AgentError::Llm(e));
                 }
@@ -167,6 +170,27 @@ impl Run {
     }
 
     /// Counts requests that produced no answer in the trace's totals.
+    /// Records a failed model request in the trace's events, so that the
+    /// trace shows each attempt with its time and error; `retry_in` is the
+    /// wait before the next attempt, when there is one.
+    async fn attempt_failed(
+        &mut self,
+        attempt: u32,
+        error: &impl std::fmt::Display,
+        started: std::time::Instant,
+        retry_in: Option<std::time::Duration>,
+    ) -> Result<(), AgentError> {
+        let kind = reson_trace::EventKind::ModelFailed {
+            attempt,
+            error: error.to_string(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            retrying: retry_in.is_some(),
+            retry_in_ms: retry_in.map_or(0, |d| d.as_millis() as u64),
+        };
+        self.inner.store.append_event(&mut self.trace, kind).await?;
+        Ok(())
+    }
+
     pub(super) fn unanswered(&mut self, requests: u32) {
         self.trace.totals.requests += u64::from(requests);
     }

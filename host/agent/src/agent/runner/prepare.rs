@@ -7,6 +7,7 @@ use crate::agent::error::AgentError;
 use crate::agent::runner::{
     AgentEvent, INTERRUPTED, Inner, Link, Run, RunConfig, RunMode, compact,
 };
+use crate::policy::{Budget, Meter};
 use crate::telemetry::Span;
 use crate::tools::goal;
 use reson_trace::{EventKind, Message, MessageTree, Role, Trace, TraceStatus, Usage};
@@ -17,6 +18,10 @@ use tokio::sync::mpsc;
 /// Key in `Trace::context.extra` under which the system prompt is kept,
 /// so a continue without one reuses it.
 const SYSTEM_PROMPT_KEY: &str = "system_prompt";
+
+/// Key in `Trace::context.extra` under which the budget of the trace's
+/// latest run is kept, for readers such as the viewer's budget bar.
+const BUDGET_KEY: &str = "budget";
 
 impl Run {
     /// Prepares the trace for a run: new, continue, rewind or regenerate
@@ -58,17 +63,20 @@ impl Run {
                     trace.parent_goal_id = Some(parent_goal.clone());
                 }
                 trace.context.extra.extend(extra);
+                record_budget(&mut trace, &meter);
                 store.create_trace(&trace).await?;
                 (trace, RunMode::New)
             }
             Some(id) => {
                 // Another user's trace is not there for this run: the same
                 // error as a missing one, so that its existence stays hidden.
-                let trace = store
+                let mut trace = store
                     .get_trace(id)
                     .await?
                     .filter(|t| config.uid.is_none() || t.uid == config.uid)
                     .ok_or_else(|| AgentError::NoSuchTrace(id.clone()))?;
+                // Stored with the run's first write to the trace.
+                record_budget(&mut trace, &meter);
                 // A run of a trace is its owner's, whoever started it.
                 config.uid.clone_from(&trace.uid);
                 let mode = match (config.after_sequence, messages.is_empty()) {
@@ -226,5 +234,15 @@ impl Run {
             self.persist(result).await?;
         }
         Ok(())
+    }
+}
+/// Keeps the limits the run is held to in the trace; none when nothing is
+/// limited.
+fn record_budget(trace: &mut Trace, meter: &Meter) {
+    let limits = meter.limits();
+    if limits == Budget::default() {
+        trace.context.extra.remove(BUDGET_KEY);
+    } else if let Ok(value) = serde_json::to_value(limits) {
+        trace.context.extra.insert(BUDGET_KEY.to_owned(), value);
     }
 }

@@ -320,11 +320,13 @@ impl Run {
             let _ = events.send(AgentEvent::ApprovalNeeded { request: request.clone() });
         };
         let cancel = self.cancel.clone();
+        let asked = std::time::Instant::now();
         let ruling = tokio::select! {
             biased;
             () = cancel.cancelled() => None,
             ruling = permissions.check(&self.trace.id, call, &announce) => Some(ruling),
         };
+        let waited = asked.elapsed();
         // A stop ends an approval wait at once; nothing was decided, and
         // the call does not run.
         let Some(ruling) = ruling else {
@@ -340,6 +342,14 @@ impl Run {
                     tool: call.name.clone(),
                     decision: ruling.decision.to_owned(),
                     rule: ruling.rule.clone(),
+                    // Only an ask waits: a rule's decision takes no time
+                    // worth showing.
+                    waited_ms: if ruling.decision.starts_with("ask-") {
+                        waited.as_millis() as u64
+                    } else {
+                        0
+                    },
+                    answered_by: ruling.answered_by.clone(),
                 },
             )
             .await?;
