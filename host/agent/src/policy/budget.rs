@@ -92,7 +92,7 @@ impl Meter {
         Arc::new(Self { limits, started: Instant::now(), spent: Mutex::default(), parent: None })
     }
 
-    /// The limits this meter holds its run to.
+    /// The limits this meter holds its run to (ancestors' apart).
     pub(crate) fn limits(&self) -> Budget {
         self.limits
     }
@@ -149,12 +149,6 @@ impl Meter {
             left.max_duration_ms = Some(max - elapsed);
         }
         Ok(left)
-    }
-
-    /// The limits this meter holds its run to (ancestors' apart).
-    #[cfg(test)]
-    fn limits(&self) -> Budget {
-        self.limits
     }
 
     /// Counts `tokens` and `cost` here and in every ancestor.

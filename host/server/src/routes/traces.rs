@@ -397,17 +397,17 @@ mod tests {
         trace.uid = Some("alice".into());
         trace.created_at_ms = 1_000;
         trace.totals.cost = 0.25;
-        let keeps = |q: &str| query(q).unwrap().keeps(&trace);
+        let keeps = |q: &str, trace: &Trace| query(q).unwrap().keeps(trace);
         for yes in
             ["", "model=gpt-5", "user=alice", "since_ms=1000", "until_ms=1001", "min_cost=0.25"]
         {
-            assert!(keeps(yes), "{yes}");
+            assert!(keeps(yes, &trace), "{yes}");
         }
         for no in ["model=claude", "user=bob", "since_ms=1001", "until_ms=1000", "min_cost=0.3"] {
-            assert!(!keeps(no), "{no}");
+            assert!(!keeps(no, &trace), "{no}");
         }
         trace.parent_trace_id = Some("tr_parent".into());
-        assert!(!keeps("root_only=true"));
+        assert!(!keeps("root_only=true", &trace));
         trace.status = TraceStatus::Completed;
         trace.finished_at_ms = Some(4_000);
         assert_eq!(duration_ms(&trace, 9_000), 3_000);
