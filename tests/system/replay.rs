@@ -162,6 +162,11 @@ fn the_demo_replays_identically_and_a_changed_edit_is_caught_at_its_call() {
     let out = reson(d, &["traces", "replay", &id]);
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(stdout(&out).trim(), "identical (5 calls, 5 skipped)");
+    // The report is kept in the trace, for the viewer.
+    let kept = rt.block_on(store.list_records(&id, Some(reson::replay::REPORT_KIND))).unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].body["summary"], "identical (5 calls, 5 skipped)");
+    assert_eq!(kept[0].body["report"]["replayed"], 5);
     let now = std::fs::read_to_string(&main_rs).unwrap();
     assert!(
         now.contains("bonjour") && !now.contains("\"hello\""),

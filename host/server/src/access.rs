@@ -135,6 +135,13 @@ impl Visible {
             .map_err(|e| ApiError::Internal(format!("the checkpoints of {}: {e}", self.id())))
     }
 
+    /// The reports of its replays, oldest first.
+    pub(crate) async fn replays(&self) -> Result<Vec<serde_json::Value>, ApiError> {
+        let kind = reson_agent::replay::REPORT_KIND;
+        let records = self.store.list_records(self.id(), Some(kind)).await?;
+        Ok(records.into_iter().map(|r| r.body).collect())
+    }
+
     /// Its sub-agents' traces that `caller` may see, newest first.
     pub(crate) async fn sub_traces(&self, caller: &Caller) -> Result<Vec<Trace>, ApiError> {
         let filter =

@@ -437,6 +437,8 @@ async fn the_list_filters_sorts_and_folds_sub_traces() {
     for t in [&cheap, &dear, &child] {
         store.create_trace(t).await.unwrap();
     }
+    let report = json!({ "at_ms": 1, "summary": "identical (2 calls, 0 skipped)", "report": { "replayed": 2 } });
+    store.put_record(&dear.id, reson::replay::REPORT_KIND, "0000000000001", &report).await.unwrap();
     let browser = Chromium::launch().await;
     let page = browser.page().await;
     page.open(&format!("{}/", served.base)).await;
@@ -482,6 +484,15 @@ async fn the_list_filters_sorts_and_folds_sub_traces() {
     let count: usize =
         page.eval("document.querySelectorAll('#traces tbody tr[data-depth=\"0\"]').length").await;
     assert_eq!(count, 1);
+    // A kept replay report shows with the trace's files.
+    page.click(&format!("#traces tr[data-trace-id='{}'] td a", dear.id)).await;
+    page.wait_for("document.getElementById('trace-view').dataset.loaded === 'true'", "the trace")
+        .await;
+    show_tab(&page, "files").await;
+    let replays: Vec<String> = page
+        .eval("[...document.querySelectorAll('#replays li.replay pre')].map(p => p.textContent)")
+        .await;
+    assert_eq!(replays, ["identical (2 calls, 0 skipped)"]);
     assert_no_problems(&page);
     browser.close().await;
     served.stop().await;

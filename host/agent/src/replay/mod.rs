@@ -165,13 +165,49 @@ impl fmt::Display for ReplayReport {
     }
 }
 
+/// The kind of the trace records that keep replay reports, one per
+/// replay, keyed by when it ran.
+pub const REPORT_KIND: &str = "replay";
+
+/// A kept replay report: when the replay ran, the report as `reson traces
+/// replay` words it, and the report itself.
+#[derive(Serialize)]
+struct KeptReport<'a> {
+    /// Milliseconds since the epoch.
+    at_ms: u64,
+    /// The report in words.
+    summary: String,
+    report: &'a ReplayReport,
+}
+
 /// Replays trace `trace_id` of `store` from message `from` on: every
 /// plugin tool call of its main path that has a recording runs in
 /// `runtime` with [`Effects::replay`], in call order, until one diverges.
 /// `runtime` should serve `workspace` (made by [`scratch`] from its
 /// config): before the first call, it is filled with the directories as
 /// they were at that call's message, and the calls write into it.
+///
+/// The report is kept in the trace (a [`REPORT_KIND`] record), for the
+/// viewer and anyone reading the trace later.
 pub async fn replay(
+    store: &dyn TraceStore,
+    trace_id: &str,
+    runtime: &Runtime,
+    workspace: Option<&Scratch>,
+    from: u64,
+) -> Result<ReplayReport, ReplayError> {
+    let report = run_again(store, trace_id, runtime, workspace, from).await?;
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let kept = KeptReport { at_ms, summary: report.to_string(), report: &report };
+    let body = serde_json::to_value(&kept).expect("a report serializes");
+    store.put_record(trace_id, REPORT_KIND, &format!("{at_ms:013}"), &body).await?;
+    Ok(report)
+}
+
+/// [`replay`], without keeping the report.
+async fn run_again(
     store: &dyn TraceStore,
     trace_id: &str,
     runtime: &Runtime,

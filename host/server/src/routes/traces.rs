@@ -189,12 +189,16 @@ pub(crate) struct TraceDetail {
     /// Sub-agents' traces, newest first.
     #[schema(value_type = Vec<Object>)]
     sub_traces: Vec<Trace>,
+    /// The reports of its replays (`reson traces replay`), oldest first:
+    /// `{"at_ms", "summary", "report"}`.
+    #[schema(value_type = Vec<Object>)]
+    replays: Vec<serde_json::Value>,
     /// Whether a run of it is going in this server, or in another server
     /// on the same database.
     running: bool,
 }
 
-/// One trace, its goal tree and its sub-traces.
+/// One trace, its goal tree, its sub-traces and its replays' reports.
 #[utoipa::path(get, path = "/api/traces/{id}", params(("id" = String, Path, description = "Trace id")),
     responses((status = 200, body = TraceDetail), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
@@ -205,8 +209,9 @@ pub(crate) async fn get(
     let visible = state.traces.get(&caller, &id).await?;
     let goal_tree = visible.goals().await?;
     let sub_traces = visible.sub_traces(&caller).await?;
+    let replays = visible.replays().await?;
     let running = state.runs.is_running_anywhere(&id).await?;
-    Ok(Json(TraceDetail { trace: visible.trace, goal_tree, sub_traces, running }))
+    Ok(Json(TraceDetail { trace: visible.trace, goal_tree, sub_traces, replays, running }))
 }
 
 /// Which messages.

@@ -299,7 +299,7 @@ async function showTrace(id) {
   const v = {
     id, trace: null, running: false, messages: new Map(), head: null, lastEventId: 0,
     ws: null, timer: null, retryMs: 500, closed: false, open: new Set(), deltas: 0,
-    events: [], subTraces: [], sub: new Map(), goalTree: null, checkpoints: [],
+    events: [], subTraces: [], sub: new Map(), goalTree: null, checkpoints: [], replays: [],
     selected: null, dirty: new Set(TABS), redraw: null, refresh: null,
   };
   view = v;
@@ -471,13 +471,14 @@ function renderDetail(v, detail) {
   v.running = !!detail.running;
   v.goalTree = detail.goal_tree;
   v.subTraces = detail.sub_traces || [];
+  v.replays = detail.replays || [];
   renderMeta(v);
   renderGoals(detail.goal_tree, v.running || v.trace.status === 'running');
   const subs = v.subTraces;
   $('subtraces').replaceChildren(...(subs.length
     ? subs.map((t) => el('li', { 'data-trace-id': t.id }, statusBadge(t.status), ' ', traceLink(t)))
     : [el('li', { class: 'muted', text: 'None.' })]));
-  changed(v, ['timeline', 'costs']);
+  changed(v, ['timeline', 'costs', 'files']);
 }
 
 function renderMeta(v) {

@@ -31,14 +31,32 @@ function sizeText(f) {
   return `${sizes[0]} → ${sizes[1]}`;
 }
 
-/** Draws trace view `v`'s checkpoints into `box`. */
+/** The reports of the trace's replays, in the words of `reson traces replay`. */
+function replaysOf(v, jump) {
+  if (!v.replays.length) return null;
+  return el('section', { id: 'replays' }, el('h3', { text: 'Replays' }),
+    el('ul', {}, v.replays.map((r) => {
+      const report = r.report || {};
+      const identical = !report.divergence;
+      return el('li', { class: `replay ${identical ? 'identical' : 'diverged'}`, 'data-replayed': report.replayed },
+        el('span', { class: 'muted', text: `${when(r.at_ms)}: ` }),
+        report.divergence && report.divergence.sequence
+          ? el('button', { type: 'button', class: 'link', text: `#${report.divergence.sequence}`, onclick: () => jump(report.divergence.sequence) })
+          : null,
+        el('pre', { text: r.summary || '' }));
+    })));
+}
+
+/** Draws trace view `v`'s checkpoints and replay reports into `box`. */
 export function renderFiles(box, v, jump) {
   const shown = v.checkpoints.filter((c) => c.cause.kind !== 'base' || c.paths);
+  const replays = replaysOf(v, jump);
+  const head = replays ? [replays] : [];
   if (!shown.length) {
-    box.replaceChildren(el('p', { class: 'muted', text: 'No workspace checkpoints: no tool call of this trace wrote a recorded file.' }));
+    box.replaceChildren(...head, el('p', { class: 'muted', text: 'No workspace checkpoints: no tool call of this trace wrote a recorded file.' }));
     return;
   }
-  box.replaceChildren(...shown.map((c) => el('section', {
+  box.replaceChildren(...head, ...shown.map((c) => el('section', {
     class: `checkpoint cause-${c.cause.kind}`, 'data-key': c.key, 'data-sequence': c.sequence, 'data-cause': c.cause.kind,
   },
   el('h3', {},
