@@ -455,6 +455,22 @@ async fn markup_from_the_model_a_tool_or_a_user_is_shown_as_text() {
         )
         .await;
     assert_eq!(injected, json!({ "pwned": null, "elements": 0, "visible": "block" }));
+    // Every other view of the trace draws the same text as text.
+    for tab in ["timeline", "costs", "graph", "files", "decisions"] {
+        page.click(&format!("#tab-button-{tab}")).await;
+        page.wait_for(&format!("document.getElementById('tab-{tab}').dataset.drawn"), tab).await;
+        let injected: Value = page
+            .eval(
+                "({ pwned: window.pwned ?? null,
+                    elements: document.querySelectorAll('main img, main script, main b, main style').length })",
+            )
+            .await;
+        assert_eq!(injected, json!({ "pwned": null, "elements": 0 }), "{tab}");
+    }
+    let details: Vec<String> = page
+        .eval("[...document.querySelectorAll('.tl-row .tl-detail')].map(d => d.textContent)")
+        .await;
+    assert!(details.iter().any(|d| d.contains(arguments)), "the echo's summary: {details:?}");
 
     page.screenshot("markup-as-text").await;
     assert_no_problems(&page);

@@ -143,6 +143,40 @@ async fn diff_shows_text_changes_and_additions() {
 }
 
 #[tokio::test]
+async fn each_checkpoint_lists_what_it_changed_against_the_state_before_it() {
+    let store = MemoryTraceStore::new();
+    let (mut trace, _dir, root) = edited(&store).await;
+    fs::write(root.join("README"), "changed outside").unwrap();
+    let mut assistant = Message::new(Role::Assistant, "");
+    assistant.tool_calls =
+        vec![ToolCall { id: "b".into(), name: "write".into(), arguments: "{}".into() }];
+    store.add_message(&mut trace, assistant, None).await.unwrap();
+    let tree = MessageTree::from_messages(&store.get_messages(&trace.id).await.unwrap());
+    let mut ws = Workspace::new(&trace.id, Options::default());
+    ws.before(&store, &tree, 4, std::slice::from_ref(&root)).await.unwrap();
+
+    let all = changes(&store, &trace.id).await.unwrap();
+    let causes: Vec<(&str, u64, &Cause)> =
+        all.iter().map(|c| (c.key.as_str(), c.sequence, &c.cause)).collect();
+    let calls = Cause::Calls { calls: vec!["a".into()] };
+    assert_eq!(
+        causes,
+        [("000000", 0, &Cause::Base), ("000003", 3, &calls), ("000004", 4, &Cause::Outside)]
+    );
+    // The first look lists nothing as changed; it counts what it recorded.
+    assert!(all[0].files.is_empty() && all[0].paths == 2, "{:?}", all[0]);
+    let edit: Vec<(&str, Change)> =
+        all[1].files.iter().map(|f| (f.path.as_str(), f.change)).collect();
+    assert_eq!(edit, [("notes/done.txt", Change::Added), ("src/main.rs", Change::Modified)]);
+    assert!(all[1].files[1].patch.as_deref().unwrap().contains("-hello\n+bonjour\n"));
+    let outside = &all[2].files;
+    assert_eq!(outside.len(), 1);
+    assert_eq!((outside[0].path.as_str(), outside[0].change), ("README", Change::Modified));
+    assert!(outside[0].patch.as_deref().unwrap().contains("-readme"), "{:?}", outside[0]);
+    assert!(matches!(changes(&store, "tr_none").await, Err(WorkspaceError::Store(_))));
+}
+
+#[tokio::test]
 async fn materialize_copies_a_state_elsewhere() {
     let store = MemoryTraceStore::new();
     let (trace, _dir, root) = edited(&store).await;

@@ -55,6 +55,7 @@ async fn first_run(served: &Served) -> String {
             "messages": [{ "role": "user", "content": "tidy the notes" }],
             "provider": "openai",
             "model": "gpt-test",
+            "budget": { "max_tokens": 100000, "max_cost_usd": 5.0 },
         }))
         .await;
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -198,6 +199,23 @@ async fn the_views_show_timeline_costs_branches_files_and_decisions_and_the_acti
                 "added": ["+bonjour\n"], "removed": ["-hello\n"] })
     );
     page.screenshot("view-files").await;
+
+    // The run's budget, against what it spent.
+    show_tab(&page, "costs").await;
+    let totals = &served.get(&format!("/api/traces/{id}")).await["trace"]["totals"];
+    let spent = totals["usage"]["prompt_tokens"].as_f64().unwrap()
+        + totals["usage"]["completion_tokens"].as_f64().unwrap();
+    let budget: Vec<(String, f64, f64)> = page
+        .eval("[...document.querySelectorAll('#budget [data-limit]')].map(l => [l.dataset.limit, l.querySelector('meter').value, l.querySelector('meter').max])")
+        .await;
+    assert_eq!(
+        budget,
+        vec![
+            ("tokens".to_owned(), spent, 100000.0),
+            ("cost".to_owned(), totals["cost"].as_f64().unwrap(), 5.0)
+        ]
+    );
+    page.screenshot("view-budget").await;
 
     // The rewind, restoring the files: asked first, then the API's run.
     show_tab(&page, "messages").await;
