@@ -10,8 +10,8 @@
 //! `AsRef`, and never sees the others.
 
 pub use reson_agent::config::{
-    AgentConfig, CheckpointsConfig, ExperiencesConfig, KnowledgeConfig, PermissionsConfig,
-    SkillsConfig, SubAgentsConfig, TelemetryConfig,
+    AgentConfig, CheckpointsConfig, ExperiencesConfig, HumanConfig, KnowledgeConfig,
+    PermissionsConfig, SkillsConfig, SubAgentsConfig, TelemetryConfig,
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{
@@ -89,6 +89,8 @@ struct Document {
     budget: Budget,
     #[serde(default)]
     sub_agents: SubAgentsConfig,
+    #[serde(default)]
+    human: HumanConfig,
     #[serde(default, skip_serializing)]
     secrets: BTreeMap<String, SecretConfig>,
     #[serde(default)]
@@ -194,6 +196,7 @@ impl From<Document> for Config {
                 presets: d.presets,
                 budget: d.budget,
                 sub_agents: d.sub_agents,
+                human: d.human,
                 skills: d.skills,
                 experiences: d.experiences,
                 knowledge: d.knowledge,
@@ -224,6 +227,7 @@ impl Serialize for Config {
             presets: c.agent.presets,
             budget: c.agent.budget,
             sub_agents: c.agent.sub_agents,
+            human: c.agent.human,
             secrets: BTreeMap::new(),
             server: c.server,
             skills: c.agent.skills,

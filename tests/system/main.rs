@@ -24,6 +24,7 @@ mod examples;
 mod hardening;
 mod hosts;
 mod hot_reload;
+mod human;
 mod init;
 mod jail;
 mod knowledge;

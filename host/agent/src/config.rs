@@ -21,6 +21,8 @@ pub struct AgentConfig {
     pub budget: Budget,
     /// Limits on sub-agents (the `agent` and `evaluate` tools).
     pub sub_agents: SubAgentsConfig,
+    /// Questions to people (the `ask_human` tool).
+    pub human: HumanConfig,
     /// Where project skills live.
     pub skills: SkillsConfig,
     /// The experiences file and how runs use it.
@@ -86,6 +88,29 @@ impl AgentConfig {
 impl AsRef<AgentConfig> for AgentConfig {
     fn as_ref(&self) -> &AgentConfig {
         self
+    }
+}
+
+/// `[human]`: questions the model puts to a person (`ask_human`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HumanConfig {
+    /// How long a run waits for an answer; after it the run goes on and
+    /// the question stays open, an answer given later continuing the
+    /// trace [default: 600000, ten minutes].
+    pub timeout_ms: u64,
+}
+
+impl Default for HumanConfig {
+    fn default() -> Self {
+        Self { timeout_ms: 600_000 }
+    }
+}
+
+impl HumanConfig {
+    /// The timeout as a duration.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.timeout_ms)
     }
 }
 

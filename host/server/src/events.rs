@@ -348,6 +348,7 @@ enum LiveFrameBody<'a> {
     TextDelta { text: &'a str },
     ReasoningDelta { text: &'a str },
     ApprovalNeeded { request: &'a ApprovalRequest },
+    QuestionAsked { question: &'a reson_agent::agent::human::Question },
 }
 
 /// The most events forwarded in one poll, so a run streaming without pause
@@ -481,6 +482,9 @@ impl<F: Fn(&LiveFrameBody)> Frames<F> {
                 self.flush();
                 if let Some(request) = event.approval_request() {
                     (self.send)(&LiveFrameBody::ApprovalNeeded { request });
+                }
+                if let Some(question) = event.question() {
+                    (self.send)(&LiveFrameBody::QuestionAsked { question });
                 }
             }
         }

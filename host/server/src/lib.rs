@@ -165,6 +165,9 @@ impl Server {
                 runs.clone(),
             ))),
             approvals: PendingApprovals::new(config.approval_timeout),
+            questions: reson_agent::agent::human::PendingQuestions::new(
+                config.agent.human.timeout(),
+            ),
             runs,
             channels,
             closing: CancellationToken::new(),

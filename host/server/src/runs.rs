@@ -126,6 +126,7 @@ pub(crate) async fn start(
     )
     .with_permissions(Permissions::new(rules, state.approvals.clone()))
     .with_sub_agents(state.sub_agents.clone())
+    .with_asker(state.questions.clone())
     .with_telemetry(state.telemetry.clone());
     // In place before the run writes its first event, which sets the
     // source's last event id.

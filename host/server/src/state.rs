@@ -32,6 +32,8 @@ pub(crate) struct AppState {
     pub(crate) users: Arc<super::users::Users>,
     /// Every run's approval requests, answered over HTTP.
     pub(crate) approvals: Arc<PendingApprovals>,
+    /// Every run's questions to people, answered over HTTP.
+    pub(crate) questions: Arc<reson_agent::agent::human::PendingQuestions>,
     pub(crate) runs: Arc<Runs>,
     pub(crate) channels: Arc<Channels>,
     /// Cancelled when the server shuts down: watchers close their sockets.

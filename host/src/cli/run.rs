@@ -7,6 +7,7 @@ use super::term::{
 use super::{Host, exit};
 use anyhow::Context as _;
 use clap::Args;
+use reson::agent::human::{AnnounceQuestion, Asker, NoOneToAsk, Question};
 use reson::agent::{
     AgentError, AgentEvent, Announce, Answer, ApprovalRequest, Approver, Hooks, Permissions,
     RunConfig, Runner, SubAgentSettings, Unattended,
@@ -338,8 +339,7 @@ pub(crate) fn permissions(
     let config = &host.config.agent;
     let (preset, rules) = config.preset(name).map_err(anyhow::Error::msg)?;
     if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-        let approver = Arc::new(TerminalApprover::new()?);
-        return Ok((preset, Permissions::new(rules, approver), None));
+        return Ok((preset, Permissions::new(rules, terminal()?), None));
     }
     let policy = approve.unwrap_or(config.permissions.unattended);
     let approver = Arc::new(UnattendedApprover::new(policy));
@@ -437,6 +437,7 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
     let runner = Runner::new(stores.traces, provider, tools, Hooks::none())
         .with_permissions(permissions)
         .with_sub_agents(sub_agents)
+        .with_asker(asker(runtime)?)
         .with_telemetry(telemetry.clone());
 
     let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
@@ -551,39 +552,105 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
 /// One key read from the terminal (none at the end of input), or why not.
 type Key = std::io::Result<Option<char>>;
 
-/// Asks the person at the terminal: one key, `y`, `a` or `n`.
-pub(crate) struct TerminalApprover {
-    /// Asks the terminal thread for the next key.
-    reads: mpsc::Sender<oneshot::Sender<Key>>,
+/// One line read from the terminal (none at the end of input), or why not.
+type Line = std::io::Result<Option<String>>;
+
+/// What the terminal thread is asked to read.
+enum Read {
+    /// The next key: an approval's `y`, `a` or `n`.
+    Key(oneshot::Sender<Key>),
+    /// The next line: an answer to a question.
+    Line(oneshot::Sender<Line>),
 }
 
-impl TerminalApprover {
-    pub(crate) fn new() -> anyhow::Result<Self> {
-        Self::reading(BufReader::new(std::io::stdin()))
-    }
+/// The person at the terminal: approvals take one key, `y`, `a` or `n`;
+/// questions (`ask_human`) a line.
+pub(crate) struct Terminal {
+    /// Asks the terminal thread for the next key or line.
+    reads: mpsc::Sender<Read>,
+}
 
+/// The process's terminal, one reader for approvals and questions alike,
+/// so that two asks at once never read stdin side by side.
+pub(crate) fn terminal() -> anyhow::Result<Arc<Terminal>> {
+    static TERMINAL: std::sync::OnceLock<Arc<Terminal>> = std::sync::OnceLock::new();
+    if let Some(terminal) = TERMINAL.get() {
+        return Ok(terminal.clone());
+    }
+    let terminal = Arc::new(Terminal::reading(BufReader::new(std::io::stdin()))?);
+    Ok(TERMINAL.get_or_init(|| terminal).clone())
+}
+
+impl Terminal {
     /// Starts the thread that reads `input`. A plain thread, not
     /// `spawn_blocking` or `tokio::io::stdin`: a read cannot be cancelled,
     /// and one left waiting by a run stopped mid-question would keep the
     /// runtime from shutting down until someone pressed a key. It reads only
     /// when asked, so the terminal's input is not taken ahead of a question.
     fn reading(mut input: impl BufRead + Send + 'static) -> anyhow::Result<Self> {
-        let (reads, asked) = mpsc::channel::<oneshot::Sender<Key>>();
+        let (reads, asked) = mpsc::channel::<Read>();
         std::thread::Builder::new()
             .name("reson-terminal".into())
             .spawn(move || {
-                for reply in asked {
-                    let read = {
-                        let _keys = super::term::KeyMode::on();
-                        next_key(&mut input)
-                    };
-                    // The question may have been dropped (the run stopped).
-                    let _ = reply.send(read);
+                // A question may have been dropped (the run stopped): its
+                // reply goes nowhere.
+                for read in asked {
+                    match read {
+                        Read::Key(reply) => {
+                            let key = {
+                                let _keys = super::term::KeyMode::on();
+                                next_key(&mut input)
+                            };
+                            let _ = reply.send(key);
+                        }
+                        Read::Line(reply) => {
+                            let _ = reply.send(next_line(&mut input));
+                        }
+                    }
                 }
             })
             .context("starting the terminal reader")?;
         Ok(Self { reads })
     }
+}
+
+/// Questions (`ask_human`) put to the person at the terminal, each
+/// waiting up to `timeout` for a line.
+pub(crate) struct AtTerminal {
+    terminal: Arc<Terminal>,
+    timeout: Duration,
+}
+
+#[async_trait::async_trait]
+impl Asker for AtTerminal {
+    async fn ask(
+        &self,
+        question: &Question,
+        announce: &AnnounceQuestion,
+    ) -> Option<(String, String)> {
+        announce(question);
+        let mut text = format!("\n? the agent asks: {}", question.question.trim());
+        for (i, choice) in question.choices.iter().enumerate() {
+            text.push_str(&format!("\n  {}. {}", i + 1, choice.trim()));
+        }
+        let hint = if question.choices.is_empty() { "" } else { " (a number picks a choice)" };
+        eprint!("{}\n  answer{hint}: ", clean(&text));
+        let (reply, read) = oneshot::channel();
+        self.terminal.reads.send(Read::Line(reply)).ok()?;
+        let line = tokio::time::timeout(self.timeout, read).await.ok()?.ok()?.ok()??;
+        Some((line.trim_end_matches(['\r', '\n']).to_owned(), "the terminal".to_owned()))
+    }
+}
+
+/// Who answers `ask_human` in `reson run` and `reson task`: the person at
+/// the terminal (question on stderr, answer on stdin); with no terminal,
+/// no one, and the tool says so at once.
+pub(crate) fn asker(host: &Host) -> anyhow::Result<Arc<dyn Asker>> {
+    if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        let timeout = host.config.agent.human.timeout();
+        return Ok(Arc::new(AtTerminal { terminal: terminal()?, timeout }));
+    }
+    Ok(Arc::new(NoOneToAsk))
 }
 
 /// The next key that is not white space (an Enter after a key, typed out
@@ -596,6 +663,20 @@ fn next_key(input: &mut impl BufRead) -> Key {
         }
         if !byte[0].is_ascii_whitespace() {
             return Ok(Some(char::from(byte[0])));
+        }
+    }
+}
+
+/// The next line with some text: an Enter left over from a key answer,
+/// or pressed alone, is no answer.
+fn next_line(input: &mut impl BufRead) -> Line {
+    loop {
+        let mut line = String::new();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        if !line.trim().is_empty() {
+            return Ok(Some(line));
         }
     }
 }
@@ -625,7 +706,7 @@ fn call_for_people(tool: &str, arguments: &str) -> String {
 }
 
 #[async_trait::async_trait]
-impl Approver for TerminalApprover {
+impl Approver for Terminal {
     async fn approve(&self, request: &ApprovalRequest, announce: &Announce) -> Option<Answer> {
         announce(request);
         let rule = request.rule.as_ref().map(|r| format!(" (rule: {r})")).unwrap_or_default();
@@ -637,7 +718,7 @@ impl Approver for TerminalApprover {
             ))
         );
         let (reply, read) = oneshot::channel();
-        self.reads.send(reply).ok()?;
+        self.reads.send(Read::Key(reply)).ok()?;
         let key = read.await.ok()?.ok()?;
         let (answer, word, style) = match key {
             Some('y' | 'Y') => (Answer::Once, "allowed once", style::GOOD),
@@ -660,6 +741,7 @@ pub(crate) fn status_word(status: TraceStatus) -> &'static str {
         TraceStatus::Completed => "completed",
         TraceStatus::Failed => "failed",
         TraceStatus::Stopped => "stopped",
+        TraceStatus::Waiting => "waiting",
     }
 }
 
@@ -890,7 +972,7 @@ impl Printer {
 
 #[cfg(test)]
 mod tests {
-    use super::{TerminalApprover, call_for_people};
+    use super::{Terminal, call_for_people};
     use reson::agent::{Answer, ApprovalRequest, Approver};
     use std::io::{BufReader, Read};
     use std::sync::{Arc, Mutex, mpsc};
@@ -911,7 +993,7 @@ mod tests {
     async fn each_question_takes_the_next_key_and_announces_first() {
         // An Enter after a key is not the next answer.
         let input = BufReader::new("y\na\nnx".as_bytes());
-        let approver = TerminalApprover::reading(input).unwrap();
+        let approver = Terminal::reading(input).unwrap();
         let announced = Arc::new(Mutex::new(Vec::new()));
         let seen = announced.clone();
         let announce = move |r: &ApprovalRequest| seen.lock().unwrap().push(r.id.clone());
@@ -923,6 +1005,31 @@ mod tests {
         let expected = [Answer::Once, Answer::Always, Answer::Deny, Answer::Deny, Answer::Deny];
         assert_eq!(answers, expected.map(Some));
         assert_eq!(*announced.lock().unwrap(), ["ap_1", "ap_2", "ap_3", "ap_4", "ap_5"]);
+    }
+
+    #[tokio::test]
+    async fn a_question_to_the_terminal_takes_a_line_and_the_end_of_input_is_no_answer() {
+        use reson::agent::human::{Asker, Question};
+        let terminal =
+            Arc::new(Terminal::reading(BufReader::new("y\n  blue, please \n".as_bytes())).unwrap());
+        let approver = terminal.clone();
+        let asker = super::AtTerminal { terminal, timeout: Duration::from_secs(30) };
+        let question = Question {
+            id: "tr_q".into(),
+            trace_id: "tr_a".into(),
+            call_id: "c".into(),
+            question: "Which colour?".into(),
+            choices: vec!["red".into(), "blue".into()],
+            asked_at_ms: 0,
+        };
+        // An approval and a question share the one reader, in turn.
+        assert_eq!(approver.approve(&request(1), &|_| {}).await, Some(Answer::Once));
+        let announced = Arc::new(Mutex::new(0));
+        let seen = announced.clone();
+        let answer = asker.ask(&question, &move |_| *seen.lock().unwrap() += 1).await;
+        assert_eq!(answer, Some(("  blue, please ".into(), "the terminal".into())));
+        assert_eq!(*announced.lock().unwrap(), 1);
+        assert_eq!(asker.ask(&question, &|_| {}).await, None, "no more input: no answer");
     }
 
     #[test]
@@ -948,7 +1055,7 @@ mod tests {
     #[tokio::test]
     async fn waiting_for_the_terminal_leaves_the_runtime_free() {
         let (release, stuck) = mpsc::channel();
-        let approver = TerminalApprover::reading(BufReader::new(Stuck(stuck))).unwrap();
+        let approver = Terminal::reading(BufReader::new(Stuck(stuck))).unwrap();
         // On this single-threaded runtime the timer only fires if the
         // question waits without holding the thread.
         let asked = request(1);

@@ -95,7 +95,7 @@ pub(crate) fn status_style(status: reson::trace::TraceStatus) -> Style {
     match status {
         TraceStatus::Completed => style::GOOD,
         TraceStatus::Failed => style::BAD,
-        TraceStatus::Running | TraceStatus::Stopped => style::PENDING,
+        TraceStatus::Running | TraceStatus::Stopped | TraceStatus::Waiting => style::PENDING,
     }
 }
 

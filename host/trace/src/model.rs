@@ -27,6 +27,8 @@ pub enum TraceStatus {
     Failed,
     /// The last run was stopped on request.
     Stopped,
+    /// A question to a person (an `ask_human` trace) waits for its answer.
+    Waiting,
 }
 
 /// What kind of collaborator.

@@ -1017,6 +1017,7 @@ fn status_name(status: TraceStatus) -> &'static str {
         TraceStatus::Completed => "completed",
         TraceStatus::Failed => "failed",
         TraceStatus::Stopped => "stopped",
+        TraceStatus::Waiting => "waiting",
     }
 }
 

@@ -49,6 +49,7 @@ pub mod compaction;
 mod doom;
 mod error;
 mod hooks;
+pub mod human;
 pub mod memory;
 mod runner;
 mod session;

@@ -75,8 +75,9 @@ impl Preset {
                 vec![
                     rule(Decision::Allow, &read_only),
                     // A sub-agent is held to the caller's tools and rules
-                    // as well as its own, so starting one needs no approval.
-                    rule(Decision::Allow, "{agent,evaluate}"),
+                    // as well as its own, so starting one needs no approval;
+                    // a question to a person is its own approval.
+                    rule(Decision::Allow, "{agent,evaluate,ask_human}"),
                     rule(Decision::Ask, "{write,edit,shell,webfetch}"),
                 ],
             )),
@@ -94,7 +95,10 @@ impl Preset {
                 ..preset(
                     "Reads files and fetches web pages freely, never runs commands; focused \
                      sampling.",
-                    vec![rule(Decision::Allow, &read_only), rule(Decision::Allow, "webfetch")],
+                    vec![
+                        rule(Decision::Allow, &read_only),
+                        rule(Decision::Allow, "{webfetch,ask_human}"),
+                    ],
                 )
             }),
             "browser" => Some(Preset {
@@ -242,6 +246,9 @@ mod tests {
         let set = preset.rule_set(&RuleSet::compile(&global).unwrap()).unwrap();
         assert!(!set.offered("write") && !set.offered("shell") && set.offered("read"));
         assert!(!preset.offers("write") && preset.offers("list"));
+        assert!(!set.offered("ask_human"), "explore runs without asking anyone");
+        let default = Preset::builtin("default").unwrap();
+        assert_eq!(decide(&default, &[], "ask_human", json!({ "question": "?" })), Decision::Allow);
         let verdict = set.decide("shell", &json!({ "command": "ls" }));
         assert_eq!(
             verdict.rule.as_deref(),

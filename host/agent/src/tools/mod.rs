@@ -6,6 +6,7 @@
 //! [`ToolSource`] (the tools of MCP servers, `SERVER__tool`).
 
 pub mod agent;
+pub mod ask_human;
 pub mod evaluate;
 pub mod experience;
 pub mod goal;
@@ -368,6 +369,7 @@ mod tests {
             experience::NAME,
             knowledge::SAVE,
             knowledge::SEARCH,
+            ask_human::NAME,
         ] {
             assert!(reson_sandbox::plugin::RESERVED_TOOL_NAMES.contains(&name), "{name}");
         }

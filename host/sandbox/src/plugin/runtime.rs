@@ -176,6 +176,7 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
     "get_experience",
     "knowledge_save",
     "knowledge_search",
+    "ask_human",
 ];
 
 /// A tool a plugin lists but does not serve, and why.

@@ -3,6 +3,7 @@
 mod approvals;
 mod knowledge;
 mod plugins;
+mod questions;
 mod runs;
 pub(crate) mod traces;
 mod watch;
@@ -56,6 +57,8 @@ pub(crate) fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(routes!(knowledge::remove))
         .routes(routes!(approvals::list))
         .routes(routes!(approvals::answer))
+        .routes(routes!(questions::list))
+        .routes(routes!(questions::answer))
         .route_layer(from_fn_with_state(state.clone(), auth::require_header));
     let watch = OpenApiRouter::new()
         .routes(routes!(watch::watch))

@@ -212,6 +212,12 @@ pub enum AgentEvent {
         /// The request.
         request: ApprovalRequest,
     },
+    /// An `ask_human` call waits for a person: answer it through the run's
+    /// asker (for example [`PendingQuestions::answer`](super::PendingQuestions::answer)).
+    QuestionAsked {
+        /// The question.
+        question: super::human::Question,
+    },
     /// A tool call starts.
     ToolStarted {
         /// The call id.
@@ -289,6 +295,15 @@ impl AgentEvent {
         match self {
             Self::ApprovalNeeded { request } => Some(request),
             Self::SubAgent { event, .. } => event.approval_request(),
+            _ => None,
+        }
+    }
+
+    /// The question this event carries, its own or a sub-agent's.
+    pub fn question(&self) -> Option<&super::human::Question> {
+        match self {
+            Self::QuestionAsked { question } => Some(question),
+            Self::SubAgent { event, .. } => event.question(),
             _ => None,
         }
     }

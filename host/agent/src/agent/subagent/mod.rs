@@ -551,6 +551,7 @@ fn status_word(status: TraceStatus) -> &'static str {
         TraceStatus::Completed => "completed",
         TraceStatus::Failed => "failed",
         TraceStatus::Stopped => "stopped",
+        TraceStatus::Waiting => "waiting",
         // Still marked running, yet no run has it: its host died.
         TraceStatus::Running => "interrupted",
     }

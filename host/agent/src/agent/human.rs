@@ -1,0 +1,425 @@
+//! People in the loop: the `ask_human` tool at run time. A question is a
+//! trace of its own (agent type `human`, status `waiting` until answered)
+//! under the asking trace and goal; the asking run shows the person as a
+//! collaborator, `waiting` then `completed` with the answer's first line,
+//! and blocks on an [`Asker`]: a person at a terminal, the API and viewer
+//! of `reson serve` ([`PendingQuestions`]), an MCP client. With no one
+//! there the tool says so at once. A question whose run stopped, timed out
+//! or died stays `waiting`; [`answer_later`] records an answer given
+//! after, for the host to continue the asking trace with.
+
+use crate::agent::runner::{AgentEvent, Caller, Runner};
+use crate::tools::ask_human::{self, AskArgs};
+use crate::tools::{ToolContext, ToolResult, ToolSource};
+use async_trait::async_trait;
+use reson_sandbox::plugin::ToolSpec;
+use reson_trace::{
+    Collaborator, CollaboratorKind, CollaboratorStatus, Message, Role, ToolCall, Trace, TraceError,
+    TraceMode, TraceStatus, TraceStore,
+};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The agent type of a question's trace.
+pub const HUMAN: &str = "human";
+
+/// Key in a question trace's `context.extra`: the `ask_human` call.
+const CALL_KEY: &str = "call_id";
+/// Key in a question trace's `context.extra`: the choices offered.
+const CHOICES_KEY: &str = "choices";
+
+/// A question waiting for a person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Question {
+    /// The question's own trace; answer with this id.
+    pub id: String,
+    /// The trace that asked.
+    pub trace_id: String,
+    /// The `ask_human` call that asked.
+    pub call_id: String,
+    /// The question.
+    pub question: String,
+    /// Answers offered; any answer is taken, and a choice's number stands
+    /// for the choice.
+    pub choices: Vec<String>,
+    /// When it was asked, in milliseconds since the epoch.
+    pub asked_at_ms: u64,
+}
+
+impl Question {
+    /// The question a `waiting` question trace holds; `None` for any other
+    /// trace.
+    pub fn of(trace: &Trace) -> Option<Self> {
+        if trace.agent_type != HUMAN || trace.status != TraceStatus::Waiting {
+            return None;
+        }
+        let extra = &trace.context.extra;
+        let choices = extra
+            .get(CHOICES_KEY)
+            .and_then(|c| serde_json::from_value(c.clone()).ok())
+            .unwrap_or_default();
+        Some(Self {
+            id: trace.id.clone(),
+            trace_id: trace.parent_trace_id.clone()?,
+            call_id: extra.get(CALL_KEY)?.as_str()?.to_owned(),
+            question: trace.task.clone(),
+            choices,
+            asked_at_ms: trace.created_at_ms,
+        })
+    }
+
+    fn args(&self) -> AskArgs {
+        AskArgs { question: self.question.clone(), choices: self.choices.clone() }
+    }
+}
+
+/// Puts a question on the run's event stream.
+pub type AnnounceQuestion = dyn Fn(&Question) + Send + Sync;
+
+/// Someone who answers questions.
+#[async_trait]
+pub trait Asker: Send + Sync {
+    /// Puts `question` to a person: the answer and who gave it (`user
+    /// alice`, `the terminal`), or `None` when none came in time. Call
+    /// `announce` once an answer can be taken. A stop of the run drops
+    /// this future.
+    async fn ask(
+        &self,
+        question: &Question,
+        announce: &AnnounceQuestion,
+    ) -> Option<(String, String)>;
+
+    /// Whether anyone is there to ask; when not, the tool says so at once.
+    fn present(&self) -> bool {
+        true
+    }
+}
+
+/// No one to ask: a run with no terminal, client or server.
+pub struct NoOneToAsk;
+
+#[async_trait]
+impl Asker for NoOneToAsk {
+    async fn ask(&self, _: &Question, _: &AnnounceQuestion) -> Option<(String, String)> {
+        None
+    }
+
+    fn present(&self) -> bool {
+        false
+    }
+}
+
+/// Questions answered through a library call (the API of `reson serve`):
+/// each waits, up to a timeout, for [`PendingQuestions::answer`].
+pub struct PendingQuestions {
+    timeout: Duration,
+    waiting: Mutex<HashMap<String, (Question, oneshot::Sender<(String, String)>)>>,
+}
+
+impl PendingQuestions {
+    /// Questions wait `timeout` for an answer; after it the asking run goes
+    /// on, and the question stays open.
+    pub fn new(timeout: Duration) -> Arc<Self> {
+        Arc::new(Self { timeout, waiting: Mutex::default() })
+    }
+
+    /// Answers question `id` as `by`; false when no run waits on it here.
+    pub fn answer(&self, id: &str, answer: &str, by: &str) -> bool {
+        match self.waiting.lock().expect("questions").remove(id) {
+            Some((_, reply)) => reply.send((answer.to_owned(), by.to_owned())).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The questions runs wait on here, oldest first.
+    pub fn pending(&self) -> Vec<Question> {
+        let mut all: Vec<Question> =
+            self.waiting.lock().expect("questions").values().map(|(q, _)| q.clone()).collect();
+        all.sort_by_key(|q| q.asked_at_ms);
+        all
+    }
+}
+
+/// Takes a question off the list however its wait ends.
+struct Waiting<'a> {
+    questions: &'a PendingQuestions,
+    id: &'a str,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.questions.waiting.lock().expect("questions").remove(self.id);
+    }
+}
+
+#[async_trait]
+impl Asker for PendingQuestions {
+    async fn ask(
+        &self,
+        question: &Question,
+        announce: &AnnounceQuestion,
+    ) -> Option<(String, String)> {
+        let (reply, answer) = oneshot::channel();
+        self.waiting
+            .lock()
+            .expect("questions")
+            .insert(question.id.clone(), (question.clone(), reply));
+        let _waiting = Waiting { questions: self, id: &question.id };
+        announce(question);
+        tokio::time::timeout(self.timeout, answer).await.ok()?.ok()
+    }
+}
+
+impl Runner {
+    /// The same runner offering `ask_human`, whose questions go to `asker`.
+    pub fn with_asker(self, asker: Arc<dyn Asker>) -> Self {
+        let tools = self.tools().clone().with_builtin(Arc::new(Humans { asker }));
+        self.with_tools(tools)
+    }
+}
+
+/// The `ask_human` tool.
+struct Humans {
+    asker: Arc<dyn Asker>,
+}
+
+#[async_trait]
+impl ToolSource for Humans {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![ask_human::spec()]
+    }
+
+    async fn call(&self, call: &ToolCall, context: &mut ToolContext<'_>) -> ToolResult {
+        let Some(caller) = context.extensions.get::<Caller>() else {
+            return ToolResult::error(format!("Error: `{}` works only inside a run", call.name));
+        };
+        let args = match AskArgs::parse(&call.arguments) {
+            Ok(args) => args,
+            Err(e) => return ToolResult::error(e),
+        };
+        if !self.asker.present() {
+            return ToolResult::text(ask_human::NO_ONE.to_owned());
+        }
+        match self.ask(&caller, call, &args).await {
+            Ok(result) => result,
+            Err(e) => ToolResult::error(format!("Error: the question could not be kept: {e}")),
+        }
+    }
+
+    fn needs_run(&self) -> bool {
+        true
+    }
+}
+
+impl Humans {
+    async fn ask(
+        &self,
+        caller: &Caller,
+        call: &ToolCall,
+        args: &AskArgs,
+    ) -> Result<ToolResult, TraceError> {
+        let store = caller.runner.store().clone();
+        let mut trace = Trace::new(TraceMode::Task, args.question.trim(), HUMAN);
+        trace.uid.clone_from(&caller.config.uid);
+        trace.parent_trace_id = Some(caller.trace_id.clone());
+        trace.parent_goal_id.clone_from(&caller.goal_id);
+        trace.status = TraceStatus::Waiting;
+        trace.context.extra.insert(CALL_KEY.into(), call.id.clone().into());
+        trace.context.extra.insert(CHOICES_KEY.into(), args.choices.clone().into());
+        store.create_trace(&trace).await?;
+        store.add_message(&mut trace, Message::new(Role::User, args.text()), None).await?;
+        let question = Question::of(&trace).expect("a waiting question trace");
+        collaborator(caller, &trace.id, &args.question, CollaboratorStatus::Waiting, None);
+
+        let events = caller.events.clone();
+        let announce = move |q: &Question| {
+            let _ = events.send(AgentEvent::QuestionAsked { question: q.clone() });
+        };
+        let cancel = caller.cancel.clone();
+        let answered = tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                return Ok(ToolResult::error(format!(
+                    "Stopped: the run was stopped while the question waited. It stays open \
+                     (trace {}): an answer given later continues this trace.",
+                    trace.id
+                )));
+            }
+            answered = self.asker.ask(&question, &announce) => answered,
+        };
+        let Some((answer, by)) = answered else {
+            return Ok(ToolResult::text(format!(
+                "No answer came in time. The question stays open (trace {}): an answer given \
+                 later continues this trace. Go on with your best judgement meanwhile and say \
+                 what you assumed.",
+                trace.id
+            )));
+        };
+        let answer = record_answer(&*store, &mut trace, &question, &answer, &by).await?;
+        collaborator(
+            caller,
+            &trace.id,
+            &args.question,
+            CollaboratorStatus::Completed,
+            Some(first_line(&answer)),
+        );
+        Ok(ToolResult::text(format!("Answer from {by}:\n{answer}")))
+    }
+}
+
+/// Shows the person in the asking run's collaborators (one entry per
+/// question), the change stored with the run's next goal change.
+fn collaborator(
+    caller: &Caller,
+    trace_id: &str,
+    question: &str,
+    status: CollaboratorStatus,
+    summary: Option<String>,
+) {
+    let entry = Collaborator {
+        name: HUMAN.to_owned(),
+        kind: CollaboratorKind::Human,
+        description: first_line(question),
+        trace_id: Some(trace_id.to_owned()),
+        status,
+        summary,
+    };
+    let _ = caller.updates.send(Box::new(move |trace, _| upsert(trace, entry)));
+}
+
+fn upsert(trace: &mut Trace, entry: Collaborator) {
+    let all = &mut trace.context.collaborators;
+    match all.iter_mut().find(|c| c.trace_id == entry.trace_id) {
+        Some(found) => *found = entry,
+        None => all.push(entry),
+    }
+}
+
+/// The first line of `text`, at most 120 characters.
+fn first_line(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or_default();
+    match line.char_indices().nth(120) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    }
+}
+
+/// Stores `answer` (a choice's number resolved) in the question's trace,
+/// which ends completed; the answer as stored.
+async fn record_answer(
+    store: &dyn TraceStore,
+    trace: &mut Trace,
+    question: &Question,
+    answer: &str,
+    by: &str,
+) -> Result<String, TraceError> {
+    let answer = question.args().resolve(answer);
+    store.add_message(trace, Message::new(Role::Assistant, answer.clone()), None).await?;
+    trace.status = TraceStatus::Completed;
+    trace.result_summary = Some(format!("{by}: {}", first_line(&answer)));
+    trace.finished_at_ms = Some(trace.updated_at_ms);
+    store.update_trace(trace).await?;
+    Ok(answer)
+}
+
+/// A question answered after the run that asked stopped waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnsweredLater {
+    /// The question.
+    pub question: Question,
+    /// The answer as stored (a choice's number resolved).
+    pub answer: String,
+    /// The message to continue the asking trace with.
+    pub message: String,
+}
+
+/// Why a question cannot be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// No waiting question has that id.
+    #[error("no open question {0}")]
+    NotOpen(String),
+    /// An empty answer.
+    #[error("an answer needs some text")]
+    Empty,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] TraceError),
+}
+
+/// Records `answer` (by `by`) to question `id` whose run no longer waits
+/// on it, and marks the person as answered in the asking trace; the
+/// message to continue that trace with. The caller makes sure no run of
+/// the asking trace is going.
+pub async fn answer_later(
+    store: &dyn TraceStore,
+    id: &str,
+    answer: &str,
+    by: &str,
+) -> Result<AnsweredLater, AnswerError> {
+    if answer.trim().is_empty() {
+        return Err(AnswerError::Empty);
+    }
+    let mut trace = store.get_trace(id).await?.ok_or_else(|| AnswerError::NotOpen(id.into()))?;
+    let question = Question::of(&trace).ok_or_else(|| AnswerError::NotOpen(id.into()))?;
+    let answer = record_answer(store, &mut trace, &question, answer, by).await?;
+    if let Some(mut asking) = store.get_trace(&question.trace_id).await? {
+        let entry = Collaborator {
+            name: HUMAN.to_owned(),
+            kind: CollaboratorKind::Human,
+            description: first_line(&question.question),
+            trace_id: Some(id.to_owned()),
+            status: CollaboratorStatus::Completed,
+            summary: Some(first_line(&answer)),
+        };
+        upsert(&mut asking, entry);
+        store.update_trace(&asking).await?;
+    }
+    let message = format!(
+        "Answer from {by} to your question \"{}\" (the ask_human call {} ended before it \
+         came):\n{answer}",
+        first_line(&question.question),
+        question.call_id
+    );
+    Ok(AnsweredLater { question, answer, message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_reaches_the_waiting_question_once_and_a_silent_one_times_out() {
+        let questions = PendingQuestions::new(Duration::from_secs(30));
+        let answering = questions.clone();
+        let question = Question {
+            id: "tr_q".into(),
+            trace_id: "tr_a".into(),
+            call_id: "c".into(),
+            question: "Which?".into(),
+            choices: Vec::new(),
+            asked_at_ms: 1,
+        };
+        let announce = move |q: &Question| {
+            assert_eq!(answering.pending(), [q.clone()], "announced once it can be answered");
+            assert!(answering.answer(&q.id, "this one", "user alice"));
+        };
+        let answered = questions.ask(&question, &announce).await;
+        assert_eq!(answered, Some(("this one".into(), "user alice".into())));
+        assert!(questions.pending().is_empty());
+        assert!(!questions.answer("tr_q", "again", "user bob"), "answered once");
+
+        let quiet = PendingQuestions::new(Duration::from_millis(20));
+        assert_eq!(quiet.ask(&question, &|_: &Question| {}).await, None);
+        assert!(quiet.pending().is_empty(), "a timed-out question leaves the list");
+    }
+
+    #[test]
+    fn first_lines_are_short() {
+        assert_eq!(first_line("  yes\nand more"), "yes");
+        assert_eq!(first_line(&"x".repeat(200)).chars().count(), 121);
+    }
+}
