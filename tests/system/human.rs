@@ -78,7 +78,11 @@ async fn a_question_waits_for_its_answer_and_the_person_shows_as_a_collaborator(
         }
     };
     assert_eq!((question.trace_id.as_str(), question.choices.len()), (id.as_str(), 2));
-    assert_eq!(questions.pending(), [question.clone()], "the question waits to be answered");
+    assert_eq!(
+        questions.pending(),
+        std::slice::from_ref(&question),
+        "the question waits to be answered"
+    );
 
     // The question's own trace, waiting, under the asking trace.
     let asked = s.store.get_trace(&question.id).await.unwrap().unwrap();

@@ -112,11 +112,14 @@ impl Asker for NoOneToAsk {
     }
 }
 
+/// A question waiting here, and where its answer (and who gave it) goes.
+type Waiter = (Question, oneshot::Sender<(String, String)>);
+
 /// Questions answered through a library call (the API of `reson serve`):
 /// each waits, up to a timeout, for [`PendingQuestions::answer`].
 pub struct PendingQuestions {
     timeout: Duration,
-    waiting: Mutex<HashMap<String, (Question, oneshot::Sender<(String, String)>)>>,
+    waiting: Mutex<HashMap<String, Waiter>>,
 }
 
 impl PendingQuestions {
@@ -404,7 +407,11 @@ mod tests {
             asked_at_ms: 1,
         };
         let announce = move |q: &Question| {
-            assert_eq!(answering.pending(), [q.clone()], "announced once it can be answered");
+            assert_eq!(
+                answering.pending(),
+                std::slice::from_ref(q),
+                "announced once it can be answered"
+            );
             assert!(answering.answer(&q.id, "this one", "user alice"));
         };
         let answered = questions.ask(&question, &announce).await;
