@@ -572,3 +572,45 @@ async fn a_trace_of_ten_thousand_messages_opens_and_its_time_is_printed() {
     browser.close().await;
     served.stop().await;
 }
+
+/// A question the model asks (`ask_human`) shows at the top of the page;
+/// a click on a choice, or a typed answer, answers it and the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_from_the_model_is_answered_in_the_page() {
+    let ask = json!({ "tool_calls": [{ "name": "ask_human", "arguments": {
+        "question": "Which colour <b>for</b> the logo?", "choices": ["red", "blue"] } }] });
+    let served = Served::start(json!([ask, { "text": "done" }])).await;
+    let browser = Chromium::launch().await;
+    let page = browser.page().await;
+    page.open(&format!("{}/", served.base)).await;
+    for (how, answer) in [("choice", "blue"), ("typed", "green, really")] {
+        let id = served
+            .start_run(
+                json!({ "messages": [{ "role": "user", "content": format!("a logo, {how}") }] }),
+            )
+            .await;
+        let item = format!("#questions li[data-trace-id='{id}']");
+        page.wait_for(&format!("document.querySelector(\"{item}\")"), "the question").await;
+        let text: String = page
+            .eval(&format!("document.querySelector(\"{item} .question-text\").textContent"))
+            .await;
+        assert_eq!(text, "Which colour <b>for</b> the logo?", "shown as text");
+        if how == "choice" {
+            page.screenshot("question").await;
+            page.click(&format!("{item} button[data-choice='2']")).await;
+        } else {
+            let textarea = page.page.find_element(&format!("{item} textarea")).await.unwrap();
+            textarea.click().await.unwrap();
+            textarea.type_str(answer).await.unwrap();
+            page.click(&format!("{item} .send-answer")).await;
+        }
+        assert_eq!(served.finished(&id, 0).await, "completed");
+        let messages = served.messages(&id).await;
+        let result = messages.iter().find(|m| m["role"] == "tool").unwrap();
+        assert_eq!(result["content"][0]["text"], format!("Answer from the API:\n{answer}"));
+        page.wait_for(&format!("!document.querySelector(\"{item}\")"), "the question gone").await;
+    }
+    assert_no_problems(&page);
+    browser.close().await;
+    served.stop().await;
+}

@@ -425,6 +425,31 @@ mod tests {
     }
 
     #[test]
+    fn the_person_shows_in_the_goal_reminder_waiting_then_answered() {
+        use crate::agent::runner::collaborators_section;
+        let mut trace = Trace::new(TraceMode::Agent, "task", "default");
+        let person = |status, summary: Option<&str>| Collaborator {
+            name: HUMAN.to_owned(),
+            kind: CollaboratorKind::Human,
+            description: "Which colour?".into(),
+            trace_id: Some("tr_q".into()),
+            status,
+            summary: summary.map(str::to_owned),
+        };
+        upsert(&mut trace, person(CollaboratorStatus::Waiting, None));
+        assert_eq!(
+            collaborators_section(&trace),
+            "\n## Active Collaborators\n- human (human, waiting, trace tr_q): Which colour?\n"
+        );
+        upsert(&mut trace, person(CollaboratorStatus::Completed, Some("blue")));
+        assert_eq!(trace.context.collaborators.len(), 1, "one entry per question");
+        assert_eq!(
+            collaborators_section(&trace),
+            "\n## Active Collaborators\n- human (human, answered, trace tr_q): Which colour? — blue\n"
+        );
+    }
+
+    #[test]
     fn first_lines_are_short() {
         assert_eq!(first_line("  yes\nand more"), "yes");
         assert_eq!(first_line(&"x".repeat(200)).chars().count(), 121);

@@ -843,6 +843,9 @@ function onFrame(v, data) {
     case 'approval_needed':
       addApproval(frame.request);
       break;
+    case 'question_asked':
+      addQuestion(frame.question);
+      break;
     case 'plugins_changed':
       logNotice('plugins changed', (frame.plugins || []).map(pluginChange).join('; '));
       break;
@@ -991,6 +994,88 @@ function renderApprovals() {
   }));
 }
 
+// ---- questions (ask_human) ----------------------------------------------
+
+// Open questions of every trace the caller sees, by id; typed answers are
+// kept across redraws.
+const questions = { items: new Map(), drafts: new Map(), sending: new Set(), shown: '', polling: false };
+
+async function pollQuestions() {
+  if (questions.polling) return;
+  questions.polling = true;
+  try {
+    const data = await api('/api/questions');
+    const open = new Set(data.questions.map((q) => q.id));
+    for (const q of data.questions) questions.items.set(q.id, q);
+    for (const id of [...questions.items.keys()]) {
+      if (!open.has(id) && !questions.sending.has(id)) questions.items.delete(id);
+    }
+    renderQuestions();
+  } catch (e) {
+    showError(`Could not load the open questions: ${e.message}`);
+  } finally {
+    questions.polling = false;
+  }
+}
+
+function addQuestion(question) {
+  if (questions.items.has(question.id)) return;
+  questions.items.set(question.id, { ...question, run_waiting: true });
+  renderQuestions();
+}
+
+async function answerQuestion(id, answer, item) {
+  if (!answer.trim()) return;
+  questions.sending.add(id);
+  for (const control of item.querySelectorAll('button, textarea')) control.disabled = true;
+  try {
+    const reply = await api(`/api/questions/${enc(id)}`, { method: 'POST', body: { answer } });
+    questions.items.delete(id);
+    questions.drafts.delete(id);
+    $('restore-state').textContent = reply.resumed
+      ? `answered; trace ${reply.trace_id} continues with the answer`
+      : 'answered; the run goes on';
+    clearError();
+  } catch (e) {
+    if (e.status === 404) questions.items.delete(id);
+    showError(`Could not answer the question: ${e.message}`);
+    for (const control of item.querySelectorAll('button, textarea')) control.disabled = false;
+  } finally {
+    questions.sending.delete(id);
+    questions.shown = '';
+    renderQuestions();
+  }
+}
+
+function renderQuestions() {
+  const open = [...questions.items.values()].sort((a, b) => a.asked_at_ms - b.asked_at_ms);
+  $('questions').hidden = open.length === 0;
+  const shown = JSON.stringify(open);
+  if (shown === questions.shown) return;
+  questions.shown = shown;
+  $('question-list').replaceChildren(...open.map((q) => {
+    const item = el('li', { class: 'approval question', 'data-question-id': q.id, 'data-trace-id': q.trace_id });
+    const box = el('textarea', {
+      rows: 2, class: 'answer', 'aria-label': `Your answer to: ${q.question}`,
+      oninput: (e) => questions.drafts.set(q.id, e.target.value),
+    });
+    box.value = questions.drafts.get(q.id) || '';
+    item.append(
+      el('div', {}, el('strong', { text: 'The agent asks' }), ' in trace ',
+        el('a', { href: `#/traces/${enc(q.trace_id)}`, text: q.trace_id }),
+        el('span', { class: 'muted', text: q.run_waiting ? ' (the run waits)' : ' (the run stopped waiting: an answer continues the trace)' })),
+      el('p', { class: 'pre-line question-text', text: q.question }),
+      q.choices.length ? el('div', { class: 'buttons' }, q.choices.map((choice, i) => el('button', {
+        type: 'button', 'data-choice': i + 1, text: choice, onclick: () => answerQuestion(q.id, choice, item),
+      }))) : null,
+      box,
+      el('div', { class: 'buttons' }, el('button', {
+        type: 'button', class: 'send-answer', text: 'Send answer', onclick: () => answerQuestion(q.id, box.value, item),
+      })));
+    return item;
+  }));
+}
+
 // ---- wiring -----------------------------------------------------------
 
 function route() {
@@ -1036,9 +1121,11 @@ function init() {
   window.addEventListener('hashchange', route);
   setInterval(loadList, LIST_REFRESH_MS);
   setInterval(pollApprovals, APPROVALS_REFRESH_MS);
+  setInterval(pollQuestions, APPROVALS_REFRESH_MS);
   showTab(tab);
   route();
   pollApprovals();
+  pollQuestions();
 }
 
 init();

@@ -6,7 +6,7 @@ use crate::agent::error::AgentError;
 use crate::agent::hooks::HookPoint;
 use crate::agent::runner::{AgentEvent, Run};
 use crate::provider::{self, ChatRequest, ChatResponse, Delta};
-use reson_trace::{ContentPart, Message, Role, Trace};
+use reson_trace::{CollaboratorKind, CollaboratorStatus, ContentPart, Message, Role, Trace};
 
 impl Run {
     /// Every `goal_reminder_every` iterations, appends the goal tree (and
@@ -216,7 +216,11 @@ pub(crate) fn collaborators_section(trace: &Trace) -> String {
     for c in collaborators {
         let json = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
         let kind = json(serde_json::to_value(c.kind).unwrap_or_default());
-        let status = json(serde_json::to_value(c.status).unwrap_or_default());
+        // A person who answered has "answered", as people say it.
+        let status = match (c.kind, c.status) {
+            (CollaboratorKind::Human, CollaboratorStatus::Completed) => "answered".to_owned(),
+            _ => json(serde_json::to_value(c.status).unwrap_or_default()),
+        };
         let _ = write!(out, "- {} ({kind}, {status}", c.name);
         if let Some(id) = &c.trace_id {
             let _ = write!(out, ", trace {id}");
