@@ -265,3 +265,50 @@ async fn open_question(api: &api::Api, id: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A `reson serve` killed while a run waits on a question: the next server
+/// still lists the question, and its answer continues the trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_survives_its_host_dying_and_the_answer_resumes_the_trace() {
+    let dir = api::dir_with(&["scripted"]);
+    let script =
+        api::set_script(dir.path(), json!([ask("Deploy now?", &[]), { "text": "deploying" }]));
+    dir.config(&api::config(&format!(
+        "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n",
+        script.display()
+    )));
+    let mut first = api::ServerProcess::start(dir.path(), &[]).await;
+    let id = first.api.start("release", json!({})).await;
+    let qid = open_question(&first.api, &id).await["id"].as_str().unwrap().to_owned();
+    first.signal("KILL");
+    first.exit_code().await;
+
+    let second = api::ServerProcess::start(dir.path(), &[]).await;
+    let api = &second.api;
+    let open = api.get("/api/questions").await.expect(200);
+    let listed: Vec<(&str, bool)> = open["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["id"].as_str().unwrap(), q["run_waiting"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(listed, [(qid.as_str(), false)], "{open}");
+    let since = api.last_event(&id).await;
+    let reply =
+        api.post(&format!("/api/questions/{qid}"), json!({ "answer": "yes" })).await.expect(200);
+    assert_eq!(reply["resumed"], true);
+    api.finish(&id, since).await;
+    let trace = api.trace(&id).await;
+    assert_eq!(trace["trace"]["status"], "completed", "{trace}");
+    let messages = api.messages(&id, "main_path").await;
+    let texts: Vec<&str> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"][0]["text"].as_str())
+        .collect();
+    // The cut call was healed, then the answer and the model's next turn.
+    assert!(texts.iter().any(|t| t.starts_with("Interrupted")), "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("Deploy now?") && t.ends_with("\nyes")), "{texts:?}");
+    assert_eq!(texts.last(), Some(&"deploying"));
+}
