@@ -69,6 +69,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod plan;
 pub mod provider;
+pub mod text;
 mod tool;
 
 pub use tool::{Context, Output, ToolError, Toolbox};

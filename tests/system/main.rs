@@ -48,3 +48,4 @@ mod telemetry;
 mod terminal;
 mod users;
 mod viewer;
+mod web_search;

@@ -22,7 +22,8 @@ const BROWSER_TOOLS: [&str; 7] = [
 
 /// Tools that only read, plus the goal tool, which only plans, and the
 /// skill and experience look-ups.
-const READ_ONLY: [&str; 7] = ["read", "glob", "grep", "list", "goal", "skill", "get_experience"];
+const READ_ONLY: [&str; 8] =
+    ["read", "glob", "grep", "list", "goal", "skill", "get_experience", "search"];
 
 /// A named way to run an agent.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -247,13 +248,15 @@ mod tests {
         assert!(!set.offered("write") && !set.offered("shell") && set.offered("read"));
         assert!(!preset.offers("write") && preset.offers("list"));
         assert!(!set.offered("ask_human"), "explore runs without asking anyone");
+        assert!(set.offered("search"), "explore searches the web");
+        assert_eq!(decide(&preset, &[], "search", json!({ "query": "x" })), Decision::Allow);
         let default = Preset::builtin("default").unwrap();
         assert_eq!(decide(&default, &[], "ask_human", json!({ "question": "?" })), Decision::Allow);
         let verdict = set.decide("shell", &json!({ "command": "ls" }));
         assert_eq!(
             verdict.rule.as_deref(),
             Some(concat!(
-                "deny every tool but read, glob, grep, list, goal, skill, get_experience ",
+                "deny every tool but read, glob, grep, list, goal, skill, get_experience, search ",
                 "(allowed_tools of preset `explore`)"
             ))
         );
