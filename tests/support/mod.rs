@@ -14,6 +14,7 @@ pub mod js;
 pub mod llm_server;
 mod margin;
 pub mod mcp;
+pub mod pdf;
 pub mod postgres;
 pub mod python;
 pub mod registry;

@@ -20,6 +20,7 @@ mod authoring_python;
 mod branches;
 mod browser;
 mod checkpoints;
+mod documents;
 mod examples;
 mod hardening;
 mod hosts;

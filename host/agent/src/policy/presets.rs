@@ -22,8 +22,8 @@ const BROWSER_TOOLS: [&str; 7] = [
 
 /// Tools that only read, plus the goal tool, which only plans, and the
 /// skill and experience look-ups.
-const READ_ONLY: [&str; 8] =
-    ["read", "glob", "grep", "list", "goal", "skill", "get_experience", "search"];
+const READ_ONLY: [&str; 9] =
+    ["read", "glob", "grep", "list", "goal", "skill", "get_experience", "search", "read_pdf"];
 
 /// A named way to run an agent.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -256,7 +256,8 @@ mod tests {
         assert_eq!(
             verdict.rule.as_deref(),
             Some(concat!(
-                "deny every tool but read, glob, grep, list, goal, skill, get_experience, search ",
+                "deny every tool but read, glob, grep, list, goal, skill, get_experience, search, \
+                 read_pdf ",
                 "(allowed_tools of preset `explore`)"
             ))
         );
