@@ -165,3 +165,62 @@ async fn hostile_files_end_in_clear_errors_and_the_next_call_is_served() {
     );
     assert!(texts[6].contains("not within the document's pages 1-1"), "{}", texts[6]);
 }
+
+/// `reson run --attach`: an image and a PDF join the user's message, the
+/// PDF read by the plugin (its text and image); a file of another kind is
+/// refused with the kinds that can be attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reson_run_attaches_images_and_pdfs_to_the_message() {
+    use crate::support::api;
+    let dir = api::dir_with(&["scripted", "pdf"]);
+    let script = api::set_script(dir.path(), json!([{ "text": "I see them" }]));
+    dir.config("[permissions]\ndefault = \"allow\"\n");
+    let files = tempfile::tempdir().unwrap();
+    let png = std::fs::read(support::root().join("tests/guests/picture/src/red.png")).unwrap();
+    std::fs::write(files.path().join("red.png"), &png).unwrap();
+    let picture = Image { width: 2, height: 2, rgb: vec![200; 12] };
+    let doc = pdf::document(&["Invoice 2026-118: 40 hours"], Some(&picture), None);
+    std::fs::write(files.path().join("invoice.pdf"), doc).unwrap();
+    std::fs::write(files.path().join("notes.txt"), "plain text").unwrap();
+    let run = |extra: &[&str]| {
+        let mut command = api::reson(dir.path());
+        command.args(["run", "--script", &script.to_string_lossy(), "what is attached?"]);
+        for file in extra {
+            command.args(["--attach", &files.path().join(file).to_string_lossy()]);
+        }
+        command.output()
+    };
+    let out = run(&["red.png", "invoice.pdf"]).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let store = FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap();
+    let trace = store.list_traces(&Default::default()).await.unwrap().remove(0);
+    let first = store.get_messages(&trace.id).await.unwrap().remove(0);
+    let parts: Vec<String> = first
+        .content
+        .iter()
+        .map(|p| match p {
+            ContentPart::Text { text } => {
+                format!("text {}", text.lines().next().unwrap_or_default())
+            }
+            ContentPart::Image(image) => format!("image {}x{}", image.width, image.height),
+            ContentPart::ImageUrl { .. } => "an image not stored".to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        parts,
+        ["text what is attached?", "text ", "image 2x2", "text ", "image 2x2"],
+        "{:?}",
+        first.content
+    );
+    let text = first.text();
+    assert!(
+        text.contains("[attached image red.png]") && text.contains("[attached PDF invoice.pdf]"),
+        "{text}"
+    );
+    assert!(text.contains("Invoice 2026-118: 40 hours"), "the PDF's text: {text}");
+
+    let out = run(&["notes.txt"]).await.unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("only images (PNG, JPEG, GIF, WebP) and PDFs can be attached"), "{err}");
+}

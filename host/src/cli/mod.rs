@@ -1,6 +1,7 @@
 //! Argument parsing and the commands. Errors become messages and exit
 //! codes here, at the edge.
 
+mod attach;
 mod author;
 mod checks;
 mod init;

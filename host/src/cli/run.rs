@@ -195,6 +195,11 @@ pub(crate) struct RunArgs {
     /// With --restore-files: overwrite files changed outside Reson too.
     #[arg(long, requires = "restore_files")]
     force: bool,
+    /// Attach an image (PNG, JPEG, GIF, WebP) or a PDF to the message;
+    /// repeat for several. A PDF is read inside the sandbox by the `pdf`
+    /// plugin: its text and images join the message.
+    #[arg(long, value_name = "FILE")]
+    attach: Vec<PathBuf>,
     /// System prompt.
     #[arg(long)]
     system: Option<String>,
@@ -253,6 +258,7 @@ pub(crate) const TELEMETRY_WAIT: Duration = Duration::from_secs(5);
 /// What the command line grants, applied before the runtime loads plugins.
 pub(crate) fn prepare_options(options: &mut Options, args: &RunArgs) -> anyhow::Result<()> {
     args.model.grant_vendor(options)?;
+    super::attach::grant(options, &args.attach)?;
     grant_script(options, args.model.script.as_deref())
 }
 
@@ -440,7 +446,15 @@ pub(crate) async fn run(runtime: &Host, args: &RunArgs) -> anyhow::Result<ExitCo
         .with_asker(asker(runtime)?)
         .with_telemetry(telemetry.clone());
 
-    let messages = args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
+    let mut messages: Vec<Message> =
+        args.message.iter().map(|m| Message::new(Role::User, m.clone())).collect();
+    if !args.attach.is_empty() {
+        let parts = super::attach::parts(&args.attach, runner.tools()).await?;
+        match messages.last_mut() {
+            Some(message) => message.content.extend(parts),
+            None => anyhow::bail!("--attach needs a message to attach the files to"),
+        }
+    }
     let config = RunConfig {
         trace_id: args.trace.clone(),
         after_sequence: args.after,

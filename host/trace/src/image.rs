@@ -68,6 +68,18 @@ pub enum ImageError {
     },
 }
 
+/// The media type of the image `data` is, by its first bytes: PNG, JPEG,
+/// GIF or WebP; `None` for anything else.
+pub fn sniff_image_type(data: &[u8]) -> Option<&'static str> {
+    match imagesize::image_type(data).ok()? {
+        imagesize::ImageType::Png => Some("image/png"),
+        imagesize::ImageType::Jpeg => Some("image/jpeg"),
+        imagesize::ImageType::Gif => Some("image/gif"),
+        imagesize::ImageType::Webp => Some("image/webp"),
+        _ => None,
+    }
+}
+
 /// Checks that `data` is a `media_type` image of at most `limit` bytes
 /// whose header can be read, and returns its width and height.
 pub fn check_image(media_type: &str, data: &[u8], limit: u64) -> Result<(u32, u32), ImageError> {

@@ -190,7 +190,7 @@ pub use file::FileTraceStore;
 pub use goal::{
     AgentMode, Goal, GoalError, GoalKind, GoalKnowledge, GoalStats, GoalStatus, GoalTree,
 };
-pub use image::{ImageData, ImageError, ImageRef, check_image, image_media_type};
+pub use image::{ImageData, ImageError, ImageRef, check_image, image_media_type, sniff_image_type};
 pub use memory::MemoryTraceStore;
 pub use message::{ContentPart, INTERRUPTED, Message, Role, ToolCall, Usage};
 pub use migrate::{Migration, copy_traces};

@@ -133,6 +133,14 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+impl ContentPart {
+    /// An image given as bytes, as a `data:` URL part (which a store keeps
+    /// beside the message).
+    pub fn image_data(media_type: &str, data: &[u8]) -> Self {
+        Self::ImageUrl { url: format!("data:{media_type};base64,{}", BASE64.encode(data)) }
+    }
+}
+
 impl Message {
     /// A message of `role` with one text part; the store fills in id,
     /// trace, sequence, parent and time when it is added.
@@ -253,7 +261,7 @@ mod tests {
     use crate::image::tests::PNG;
 
     fn data_url(media_type: &str, data: &[u8]) -> ContentPart {
-        ContentPart::ImageUrl { url: format!("data:{media_type};base64,{}", BASE64.encode(data)) }
+        ContentPart::image_data(media_type, data)
     }
 
     #[test]
