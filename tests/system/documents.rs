@@ -224,3 +224,66 @@ async fn reson_run_attaches_images_and_pdfs_to_the_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("only images (PNG, JPEG, GIF, WebP) and PDFs can be attached"), "{err}");
 }
+
+/// The API's run request takes images and PDFs with a message: `reson
+/// serve` passes a PDF to the plugin through its uploads directory, and
+/// removes it once read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_takes_images_and_pdfs_with_a_message() {
+    use crate::support::api;
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let dir = api::dir_with(&["scripted", "pdf"]);
+    let script = api::set_script(dir.path(), json!([{ "text": "read" }, { "text": "read again" }]));
+    dir.config(&api::config(&format!(
+        "[plugins.scripted]\ndirs = [{{ path = \".\", access = \"read\" }}]\nconfig = {{ script = \"{}\" }}\n",
+        script.display()
+    )));
+    let server = api::ServerProcess::start(dir.path(), &[]).await;
+    let api = &server.api;
+    let png = std::fs::read(support::root().join("tests/guests/picture/src/blue.png")).unwrap();
+    let doc = pdf::document(&["Contract, page one", "Signatures"], None, None);
+    let reply = api
+        .post(
+            "/api/traces",
+            json!({ "messages": [{ "role": "user", "content": "summarise these", "attachments": [
+                { "name": "blue.png", "data": b64(&png) },
+                { "name": "contract.pdf", "data": b64(&doc) }
+            ] }] }),
+        )
+        .await
+        .expect(201);
+    let id = reply["trace_id"].as_str().unwrap().to_owned();
+    api.finish(&id, 0).await;
+    let messages = api.messages(&id, "main_path").await;
+    let first = &messages["messages"][0]["content"];
+    let kinds: Vec<&str> =
+        first.as_array().unwrap().iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["text", "text", "image", "text"], "{first}");
+    assert_eq!((first[2]["width"].as_u64(), first[2]["height"].as_u64()), (Some(3), Some(1)));
+    let pdf_text = first[3]["text"].as_str().unwrap();
+    assert!(
+        pdf_text.starts_with("\n[attached PDF contract.pdf]\ncontract.pdf: 2 pages"),
+        "{pdf_text}"
+    );
+    assert!(pdf_text.contains("--- page 2 ---\nSignatures"), "{pdf_text}");
+    let uploads = support::cache_dir().join("uploads");
+    let left: Vec<_> =
+        std::fs::read_dir(&uploads).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(
+        left.iter()
+            .all(|n| !n.to_string_lossy().starts_with(&server.child.id().unwrap().to_string())),
+        "{left:?}"
+    );
+
+    // What is not an image or a PDF, or not base64, is refused naming it.
+    for (data, says) in [
+        (b64(b"just text"), "only images (PNG, JPEG, GIF, WebP) and PDFs can be attached"),
+        ("@@@".to_owned(), "`data` is not base64"),
+    ] {
+        let body = json!({ "messages": [{ "role": "user", "content": "x", "attachments": [{ "name": "notes.txt", "data": data }] }] });
+        let message =
+            api.post(&format!("/api/traces/{id}/run"), body).await.expect_error(400, "bad_request");
+        assert!(message.contains("attachment notes.txt") && message.contains(says), "{message}");
+    }
+}

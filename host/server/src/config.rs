@@ -145,6 +145,10 @@ pub struct ServerConfig {
     pub agent: AgentConfig,
     /// The MCP servers whose tools runs may call; none by default.
     pub mcp: McpConfig,
+    /// Where the PDFs sent with run requests are put, each for the moment
+    /// the `pdf` plugin reads it; the plugin must be granted it (`reson
+    /// serve` does both). `None`: PDF attachments are refused.
+    pub uploads_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -194,6 +198,7 @@ impl ServerConfig {
             lease: Duration::from_millis(lease_ms),
             agent: AgentConfig::default(),
             mcp: McpConfig::default(),
+            uploads_dir: None,
         }
     }
 

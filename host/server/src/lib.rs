@@ -44,6 +44,7 @@
 //! passed, nor send a byte that has not passed the redaction point.
 
 mod access;
+mod attachments;
 mod auth;
 mod caller;
 mod cluster;

@@ -32,7 +32,34 @@ pub(crate) fn prepare_options(
 ) -> anyhow::Result<()> {
     server_config(config, args).validate()?;
     args.model.grant_vendor(options)?;
+    grant_uploads(options)?;
     run::grant_script(options, args.model.script.as_deref())
+}
+
+/// The directory PDFs sent with run requests pass through, each for the
+/// moment the `pdf` plugin reads it.
+fn uploads_dir(options: &Options) -> std::path::PathBuf {
+    options.cache_dir.join("uploads")
+}
+
+/// Grants the `pdf` plugin read access to the uploads directory, and
+/// makes it.
+fn grant_uploads(options: &mut Options) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use reson::config::{Access, DirGrant};
+    let dir = uploads_dir(options);
+    std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
+    let dir = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
+    let grant = options.config.plugins.entry("pdf".into()).or_default();
+    if !grant.dirs.iter().any(|d| d.path == dir) {
+        grant.dirs.push(DirGrant {
+            path: dir,
+            access: Access::Read,
+            mount: None,
+            metadata: Access::Read,
+        });
+    }
+    Ok(())
 }
 
 /// `[server]`, with the command line's address and token over it.
@@ -49,6 +76,7 @@ fn server_config(config: &Config, args: &ServeArgs) -> ServerConfig {
 
 pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let mut config = server_config(&runtime.config, args);
+    config.uploads_dir = uploads_dir(runtime.runtime.options()).canonicalize().ok();
     config.defaults = RunDefaults {
         provider: args.model.provider_name().to_owned(),
         model: args.model.model_name(runtime),

@@ -2,6 +2,7 @@
 //! regenerate of one, a stop; reflecting on one into experiences, and
 //! listing them.
 
+use crate::attachments;
 use crate::caller::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::JsonBody;
@@ -35,19 +36,26 @@ pub(crate) enum InRole {
 pub(crate) struct InMessage {
     role: InRole,
     content: String,
+    /// Images and PDFs that join the message: `[{"name", "data"}]`, the
+    /// bytes base64. A PDF is read by the `pdf` plugin: its text and
+    /// images.
+    #[serde(default)]
+    attachments: Vec<attachments::Attachment>,
 }
 
-fn messages(sent: Vec<InMessage>) -> Vec<Message> {
-    sent.into_iter()
-        .map(|m| {
-            let role = match m.role {
-                InRole::User => Role::User,
-                InRole::Assistant => Role::Assistant,
-                InRole::System => Role::System,
-            };
-            Message::new(role, m.content)
-        })
-        .collect()
+async fn messages(state: &AppState, sent: Vec<InMessage>) -> Result<Vec<Message>, ApiError> {
+    let mut messages = Vec::with_capacity(sent.len());
+    for m in sent {
+        let role = match m.role {
+            InRole::User => Role::User,
+            InRole::Assistant => Role::Assistant,
+            InRole::System => Role::System,
+        };
+        let mut message = Message::new(role, m.content);
+        message.content.extend(attachments::parts(state, m.attachments).await?);
+        messages.push(message);
+    }
+    Ok(messages)
 }
 
 /// A new trace and its first run.
@@ -108,7 +116,7 @@ pub(crate) async fn create(
         _ => caller.uid.clone(),
     };
     let request = RunRequest {
-        messages: messages(body.messages),
+        messages: messages(&state, body.messages).await?,
         task: body.task,
         system_prompt: body.system_prompt,
         provider: body.provider,
@@ -174,7 +182,7 @@ pub(crate) async fn run(
     let request = RunRequest {
         trace_id: Some(id),
         after_sequence: body.after_sequence,
-        messages: messages(body.messages),
+        messages: messages(&state, body.messages).await?,
         restore_files: body.restore_files,
         force: body.force,
         ..RunRequest::default()
