@@ -11,7 +11,7 @@
 
 pub use reson_agent::config::{
     AgentConfig, CheckpointsConfig, ExperiencesConfig, HumanConfig, KnowledgeConfig,
-    PermissionsConfig, SkillsConfig, SubAgentsConfig, TelemetryConfig,
+    LspServerConfig, PermissionsConfig, SkillsConfig, SubAgentsConfig, TelemetryConfig,
 };
 pub use reson_mcp::client::config::McpConfig;
 pub use reson_sandbox::config::{
@@ -91,6 +91,8 @@ struct Document {
     sub_agents: SubAgentsConfig,
     #[serde(default)]
     human: HumanConfig,
+    #[serde(default)]
+    lsp: BTreeMap<String, LspServerConfig>,
     #[serde(default, skip_serializing)]
     secrets: BTreeMap<String, SecretConfig>,
     #[serde(default)]
@@ -197,6 +199,7 @@ impl From<Document> for Config {
                 budget: d.budget,
                 sub_agents: d.sub_agents,
                 human: d.human,
+                lsp: d.lsp,
                 skills: d.skills,
                 experiences: d.experiences,
                 knowledge: d.knowledge,
@@ -228,6 +231,7 @@ impl Serialize for Config {
             budget: c.agent.budget,
             sub_agents: c.agent.sub_agents,
             human: c.agent.human,
+            lsp: c.agent.lsp,
             secrets: BTreeMap::new(),
             server: c.server,
             skills: c.agent.skills,

@@ -64,5 +64,43 @@ fn install() -> PathBuf {
 
 fn run(command: &mut Command) {
     let status = command.status().unwrap_or_else(|e| panic!("running {command:?}: {e}"));
-    assert!(status.success(), "{command:?} failed ({status}) while installing componentize-py");
+    assert!(status.success(), "{command:?} failed ({status}) while installing a Python toolchain");
+}
+
+/// The python-lsp-server release the `lsp_diagnostics` tests run.
+pub const PYLSP: &str = "1.13.1";
+/// The pyflakes release it reports with.
+pub const PYFLAKES: &str = "3.4.0";
+
+/// A venv under `target/toolchains/pylsp` holding python-lsp-server and
+/// pyflakes from PyPI, installed once; its directory.
+pub fn pylsp_venv() -> &'static Path {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    VENV.get_or_init(|| {
+        let toolchains = super::root().join("target/toolchains");
+        std::fs::create_dir_all(&toolchains).expect("creating target/toolchains");
+        let venv = toolchains.join("pylsp");
+        let marker = venv.join(format!(".pylsp-{PYLSP}-pyflakes-{PYFLAKES}"));
+        let lock = File::create(toolchains.join("pylsp.lock")).expect("creating the install lock");
+        lock.lock().expect("taking the install lock");
+        if marker.is_file() {
+            return venv;
+        }
+        if venv.exists() {
+            std::fs::remove_dir_all(&venv).expect("removing a half-made venv");
+        }
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+        run(Command::new(&python).arg("-m").arg("venv").arg(&venv));
+        run(Command::new(venv.join("bin/python")).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            &format!("python-lsp-server=={PYLSP}"),
+            &format!("pyflakes=={PYFLAKES}"),
+        ]));
+        std::fs::write(&marker, "").expect("writing the install marker");
+        venv
+    })
 }

@@ -31,6 +31,7 @@ mod jail;
 mod knowledge;
 mod layering;
 mod learning;
+mod lsp;
 mod mcp;
 mod permissions;
 mod pg_failure;

@@ -23,6 +23,8 @@ pub struct AgentConfig {
     pub sub_agents: SubAgentsConfig,
     /// Questions to people (the `ask_human` tool).
     pub human: HumanConfig,
+    /// Language servers for `lsp_diagnostics`, by name (`[lsp.python]`).
+    pub lsp: BTreeMap<String, LspServerConfig>,
     /// Where project skills live.
     pub skills: SkillsConfig,
     /// The experiences file and how runs use it.
@@ -89,6 +91,29 @@ impl AsRef<AgentConfig> for AgentConfig {
     fn as_ref(&self) -> &AgentConfig {
         self
     }
+}
+
+/// `[lsp.NAME]`: a language server `lsp_diagnostics` starts, in the
+/// command jail, for files of its extensions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LspServerConfig {
+    /// Program and arguments; a bare name is looked up on `[sandbox]
+    /// command_path`, never on `PATH`.
+    pub command: Vec<String>,
+    /// The file extensions it serves, without the dot (`["py"]`).
+    pub extensions: Vec<String>,
+    /// The directories it reads, read-only (relative to the config): the
+    /// first is the workspace it starts in, and the files the model names
+    /// must be in one of them [default: the config's directory].
+    #[serde(default)]
+    pub dirs: Vec<PathBuf>,
+    /// Names of environment variables it gets from Reson's; no others.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// How long to wait for a file's diagnostics, in milliseconds
+    /// [default: 20000].
+    pub timeout_ms: Option<u64>,
 }
 
 /// `[human]`: questions the model puts to a person (`ask_human`).

@@ -22,8 +22,18 @@ const BROWSER_TOOLS: [&str; 7] = [
 
 /// Tools that only read, plus the goal tool, which only plans, and the
 /// skill and experience look-ups.
-const READ_ONLY: [&str; 9] =
-    ["read", "glob", "grep", "list", "goal", "skill", "get_experience", "search", "read_pdf"];
+const READ_ONLY: [&str; 10] = [
+    "read",
+    "glob",
+    "grep",
+    "list",
+    "goal",
+    "skill",
+    "get_experience",
+    "search",
+    "read_pdf",
+    "lsp_diagnostics",
+];
 
 /// A named way to run an agent.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -257,7 +267,7 @@ mod tests {
             verdict.rule.as_deref(),
             Some(concat!(
                 "deny every tool but read, glob, grep, list, goal, skill, get_experience, search, \
-                 read_pdf ",
+                 read_pdf, lsp_diagnostics ",
                 "(allowed_tools of preset `explore`)"
             ))
         );

@@ -11,6 +11,7 @@ pub mod evaluate;
 pub mod experience;
 pub mod goal;
 pub mod knowledge;
+pub mod lsp;
 mod plugin;
 pub mod skill;
 mod source;
@@ -91,9 +92,20 @@ impl ToolRegistry {
         config: &impl AsRef<crate::config::AgentConfig>,
         experiences: Arc<dyn crate::experience::ExperienceStore>,
     ) -> Result<Self, crate::skills::SkillError> {
-        Ok(Self::new(runtime.clone())
+        let agent = config.as_ref();
+        let registry = Self::new(runtime.clone())
             .with_skills(Arc::new(Skills::from_config(config)?))
-            .with_experiences(Arc::new(Experiences::configured(runtime, experiences, config))))
+            .with_experiences(Arc::new(Experiences::configured(runtime, experiences, config)));
+        let servers = lsp::LanguageServers::configured(
+            runtime,
+            &agent.lsp,
+            &agent.base_dir,
+            agent.search_path.as_ref(),
+        );
+        Ok(match servers {
+            Some(servers) => registry.with_builtin(Arc::new(servers)),
+            None => registry,
+        })
     }
 
     /// Adds the tools of `source`, after every source already here. A name
@@ -370,6 +382,7 @@ mod tests {
             knowledge::SAVE,
             knowledge::SEARCH,
             ask_human::NAME,
+            lsp::NAME,
         ] {
             assert!(reson_sandbox::plugin::RESERVED_TOOL_NAMES.contains(&name), "{name}");
         }

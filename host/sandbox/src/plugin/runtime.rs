@@ -177,6 +177,7 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
     "knowledge_save",
     "knowledge_search",
     "ask_human",
+    "lsp_diagnostics",
 ];
 
 /// A tool a plugin lists but does not serve, and why.
