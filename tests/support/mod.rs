@@ -147,6 +147,27 @@ impl TestDir {
         Runtime::open(self.options(toml)).await.expect("runtime opens")
     }
 
+    /// The trace store in `traces/`.
+    pub fn store(&self) -> std::sync::Arc<reson::trace::FileTraceStore> {
+        let traces = self.path().join("traces");
+        let store = reson::trace::FileTraceStore::open(traces, reson::trace::Durability::Batched);
+        std::sync::Arc::new(store.expect("the trace store opens"))
+    }
+
+    /// A runner on `runtime`'s `scripted` provider and plugin tools, writing
+    /// to `store`.
+    pub fn scripted_runner(
+        runtime: &Runtime,
+        store: std::sync::Arc<reson::trace::FileTraceStore>,
+    ) -> reson::agent::Runner {
+        reson::agent::Runner::new(
+            store,
+            std::sync::Arc::new(reson::provider::PluginProvider::new(runtime.clone(), "scripted")),
+            reson::tools::ToolRegistry::new(runtime.clone()),
+            reson::agent::Hooks::none(),
+        )
+    }
+
     /// A runtime whose `scripted` provider (installed by the caller)
     /// replays `script`, written to `script.json` here; every tool call is
     /// allowed (these tests are about the loop), then `extra` config.

@@ -9,13 +9,10 @@ use crate::support;
 use crate::support::pdf::{self, Image};
 use flate2::Compression;
 use flate2::write::ZlibEncoder;
-use reson::agent::{Hooks, RunConfig, Runner};
-use reson::provider::PluginProvider;
-use reson::tools::ToolRegistry;
+use reson::agent::RunConfig;
 use reson::trace::{ContentPart, Durability, FileTraceStore, Message, Role, TraceStore};
 use serde_json::{Value, json};
 use std::io::Write;
-use std::sync::Arc;
 use support::TestDir;
 
 /// Runs one `read_pdf` call per `(file, bytes, arguments)` in order, in
@@ -38,14 +35,8 @@ async fn read_each(files: &[(&str, Vec<u8>, Value)]) -> Vec<Message> {
     turns.push(json!({ "text": "read them" }));
     let extra = "[plugins.pdf]\ndirs = [{ path = \"workspace\", access = \"read\" }]\n";
     let runtime = dir.open_scripted(&json!({ "turns": turns }), extra).await;
-    let store =
-        Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
-    let runner = Runner::new(
-        store.clone(),
-        Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
-        ToolRegistry::new(runtime),
-        Hooks::none(),
-    );
+    let store = dir.store();
+    let runner = TestDir::scripted_runner(&runtime, store.clone());
     let handle = runner
         .run(vec![Message::new(Role::User, "read the files")], RunConfig::default())
         .await

@@ -6,12 +6,10 @@
 use crate::support;
 use crate::support::api::{self, InProcess};
 use reson::agent::human::{NoOneToAsk, PendingQuestions};
-use reson::agent::{AgentEvent, Hooks, RunConfig, Runner};
-use reson::provider::PluginProvider;
-use reson::tools::ToolRegistry;
+use reson::agent::{AgentEvent, RunConfig, Runner};
 use reson::trace::{
-    CollaboratorKind, CollaboratorStatus, Durability, FileTraceStore, Message, Role, Trace,
-    TraceFilter, TraceStatus, TraceStore,
+    CollaboratorKind, CollaboratorStatus, FileTraceStore, Message, Role, Trace, TraceFilter,
+    TraceStatus, TraceStore,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -32,15 +30,8 @@ async fn setup(turns: Value, asker: Arc<dyn reson::agent::human::Asker>) -> Setu
     let dir = TestDir::new();
     dir.install(support::plugins(), "scripted");
     let runtime = dir.open_scripted(&json!({ "turns": turns }), "").await;
-    let store =
-        Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
-    let runner = Runner::new(
-        store.clone(),
-        Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
-        ToolRegistry::new(runtime),
-        Hooks::none(),
-    )
-    .with_asker(asker);
+    let store = dir.store();
+    let runner = TestDir::scripted_runner(&runtime, store.clone()).with_asker(asker);
     Setup { _dir: dir, runner, store }
 }
 

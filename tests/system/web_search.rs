@@ -6,12 +6,9 @@
 
 use crate::support;
 use crate::support::llm_server::{LlmServer, Reply};
-use reson::agent::{Hooks, RunConfig, Runner};
-use reson::provider::PluginProvider;
-use reson::tools::ToolRegistry;
-use reson::trace::{Durability, FileTraceStore, Message, Role, TraceStore};
+use reson::agent::RunConfig;
+use reson::trace::{Message, Role, TraceStore};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use support::TestDir;
 
 const BRAVE_KEY: &str = "brave-key-9f2c";
@@ -40,14 +37,8 @@ async fn search_with(backend: &str, server: &LlmServer, arguments: Value) -> (St
         url = server.url(),
     );
     let runtime = dir.open_scripted(&json!({ "turns": turns }), &extra).await;
-    let store =
-        Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
-    let runner = Runner::new(
-        store.clone(),
-        Arc::new(PluginProvider::new(runtime.clone(), "scripted")),
-        ToolRegistry::new(runtime),
-        Hooks::none(),
-    );
+    let store = dir.store();
+    let runner = TestDir::scripted_runner(&runtime, store.clone());
     let handle = runner
         .run(vec![Message::new(Role::User, "look it up")], RunConfig::default())
         .await

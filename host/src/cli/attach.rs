@@ -6,7 +6,6 @@
 //! this run.
 
 use anyhow::Context as _;
-use reson::config::{Access, DirGrant};
 use reson::plugin::{CallContext, Options};
 use reson::tools::ToolRegistry;
 use reson::trace::{ContentPart, ToolCall};
@@ -61,15 +60,7 @@ pub(crate) fn grant(options: &mut Options, files: &[PathBuf]) -> anyhow::Result<
             continue;
         }
         let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
-        let grant = options.config.plugins.entry(PDF_PLUGIN.into()).or_default();
-        if !grant.dirs.iter().any(|d| d.path == dir) {
-            grant.dirs.push(DirGrant {
-                path: dir,
-                access: Access::Read,
-                mount: None,
-                metadata: Access::Read,
-            });
-        }
+        super::run::grant_read(options, PDF_PLUGIN, dir);
     }
     Ok(())
 }

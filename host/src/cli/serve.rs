@@ -46,19 +46,10 @@ fn uploads_dir(options: &Options) -> std::path::PathBuf {
 /// makes it.
 fn grant_uploads(options: &mut Options) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    use reson::config::{Access, DirGrant};
     let dir = uploads_dir(options);
     std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
     let dir = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
-    let grant = options.config.plugins.entry("pdf".into()).or_default();
-    if !grant.dirs.iter().any(|d| d.path == dir) {
-        grant.dirs.push(DirGrant {
-            path: dir,
-            access: Access::Read,
-            mount: None,
-            metadata: Access::Read,
-        });
-    }
+    run::grant_read(options, "pdf", dir);
     Ok(())
 }
 

@@ -75,17 +75,14 @@ pub const NO_ONE: &str = "No one can be asked right now: this run has no termina
 /// The tool's spec, built once.
 pub fn spec() -> ToolSpec {
     static SPEC: std::sync::OnceLock<ToolSpec> = std::sync::OnceLock::new();
-    SPEC.get_or_init(|| ToolSpec {
-        name: NAME.to_owned(),
-        description: "Ask a person a question and wait for the answer: when you need a \
-                      decision, a preference or a fact only they have. `question` (complete \
-                      in itself) and optional `choices`. When no one is there the answer \
-                      says so at once; go on with your best judgement then."
-            .to_owned(),
-        input_schema: serde_json::to_value(schemars::schema_for!(AskArgs))
-            .expect("a derived schema serialises")
-            .into(),
-        plugin: "builtin".to_owned(),
+    SPEC.get_or_init(|| {
+        super::builtin_spec::<AskArgs>(
+            NAME,
+            "Ask a person a question and wait for the answer: when you need a decision, a \
+             preference or a fact only they have. `question` (complete in itself) and optional \
+             `choices`. When no one is there the answer says so at once; go on with your best \
+             judgement then.",
+        )
     })
     .clone()
 }

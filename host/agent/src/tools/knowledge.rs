@@ -47,28 +47,17 @@ struct SearchArgs {
     limit: Option<usize>,
 }
 
-fn spec<T: JsonSchema>(name: &str, description: &str) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        input_schema: serde_json::to_value(schemars::schema_for!(T))
-            .expect("a derived schema serialises")
-            .into(),
-        plugin: "builtin".to_owned(),
-    }
-}
-
 /// The tools' specs, built once: they are listed at every model call.
 pub fn specs() -> Vec<ToolSpec> {
     static SPECS: std::sync::OnceLock<Vec<ToolSpec>> = std::sync::OnceLock::new();
     SPECS.get_or_init(|| {
         vec![
-            spec::<SaveArgs>(
+            super::builtin_spec::<SaveArgs>(
                 SAVE,
                 "Save a note to the knowledge store for later runs: a title, the content and a few \
                  tags. Returns its id.",
             ),
-            spec::<SearchArgs>(
+            super::builtin_spec::<SearchArgs>(
                 SEARCH,
                 "Search the knowledge store (notes saved by earlier runs and people) by words; the \
                  best matches come first, each with its id, title and the matching part.",

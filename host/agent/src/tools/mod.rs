@@ -27,6 +27,18 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The spec of a built-in tool whose arguments are `T`.
+pub(crate) fn builtin_spec<T: schemars::JsonSchema>(name: &str, description: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        input_schema: serde_json::to_value(schemars::schema_for!(T))
+            .expect("a derived schema serialises")
+            .into(),
+        plugin: "builtin".to_owned(),
+    }
+}
+
 /// The result of one tool call, as it goes back to the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolResult {

@@ -344,16 +344,13 @@ fn uri(path: &Path) -> String {
 /// The tool's spec, built once.
 pub fn spec() -> ToolSpec {
     static SPEC: std::sync::OnceLock<ToolSpec> = std::sync::OnceLock::new();
-    SPEC.get_or_init(|| ToolSpec {
-        name: NAME.to_owned(),
-        description: "Checks files with the language server configured for their language and \
-                      returns its diagnostics, one per line: `file:line:column: severity: \
-                      message [source code]`. Call it again after an edit to see what is left."
-            .to_owned(),
-        input_schema: serde_json::to_value(schemars::schema_for!(Args))
-            .expect("a derived schema serialises")
-            .into(),
-        plugin: "builtin".to_owned(),
+    SPEC.get_or_init(|| {
+        super::builtin_spec::<Args>(
+            NAME,
+            "Checks files with the language server configured for their language and returns \
+             its diagnostics, one per line: `file:line:column: severity: message [source \
+             code]`. Call it again after an edit to see what is left.",
+        )
     })
     .clone()
 }
