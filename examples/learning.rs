@@ -38,14 +38,18 @@ async fn main() -> Result<()> {
     let experiences_file = FileExperienceStore::new(setup.dir.path().join(".reson/experiences.md"));
     let mut experiences = Experiences::new(Arc::new(experiences_file.clone()));
     experiences.utility_model = "utility".into();
+    // The tools the script calls, so that plugins added to the bundle do
+    // not change what a request counts.
+    let offered = ["goal", "read", "write", "skill", "get_experience"];
     let tools = ToolRegistry::new(setup.runtime.clone())
+        .only(offered.map(str::to_owned).to_vec())
         .with_skills(Arc::new(Skills::load(&[])?))
         .with_experiences(Arc::new(experiences));
     let runner = Runner::new(store.clone(), setup.provider(), tools, Hooks::none());
     let config = RunConfig {
         skills: Some(vec!["planning".into()]),
         compaction: CompactionConfig {
-            context_window: Some(8_150),
+            context_window: Some(6_000),
             model: Some("summarizer".into()),
             ..CompactionConfig::default()
         },

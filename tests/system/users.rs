@@ -184,6 +184,9 @@ fn body_for(method: &Method, path: &str) -> Option<Vec<u8>> {
         (&Method::POST, p) if p.starts_with("/api/approvals/") => {
             Some(br#"{"answer": "once"}"#.to_vec())
         }
+        (&Method::POST, p) if p.starts_with("/api/questions/") => {
+            Some(br#"{"answer": "yes"}"#.to_vec())
+        }
         (&Method::POST, _) => Some(b"{}".to_vec()),
         _ => None,
     }

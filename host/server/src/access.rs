@@ -13,6 +13,7 @@
 
 use crate::caller::Caller;
 use crate::error::ApiError;
+use reson_agent::agent::human;
 use reson_trace::{Event, GoalTree, Message, Trace, TraceFilter, TraceStore};
 use std::sync::Arc;
 
@@ -133,6 +134,22 @@ impl Visible {
         reson_workspace::changes(&*self.store, self.id())
             .await
             .map_err(|e| ApiError::Internal(format!("the checkpoints of {}: {e}", self.id())))
+    }
+
+    /// Records `answer` (by `by`) to this trace, a question no run waits
+    /// on any more, and marks the person answered in `asking`, the trace
+    /// that asked (which the caller sees too).
+    pub(crate) async fn answer_later(
+        &self,
+        asking: &Visible,
+        answer: &str,
+        by: &str,
+    ) -> Result<human::AnsweredLater, human::AnswerError> {
+        let question = human::Question::of(&self.trace);
+        if question.is_none_or(|q| q.trace_id != asking.trace.id) {
+            return Err(human::AnswerError::NotOpen(self.trace.id.clone()));
+        }
+        human::answer_later(&*self.store, self.id(), answer, by).await
     }
 
     /// The reports of its replays, oldest first.

@@ -60,7 +60,7 @@ pub(crate) fn grant(options: &mut Options, files: &[PathBuf]) -> anyhow::Result<
             continue;
         }
         let dir = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
-        super::run::grant_read(options, PDF_PLUGIN, dir);
+        super::grants::grant_read(options, PDF_PLUGIN, dir);
     }
     Ok(())
 }

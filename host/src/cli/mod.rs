@@ -4,6 +4,7 @@
 mod attach;
 mod author;
 mod checks;
+mod grants;
 mod init;
 mod knowledge;
 mod learn;

@@ -306,20 +306,6 @@ fn check_base_url(name: &str, base: &str, http: &[String]) -> anyhow::Result<()>
 /// Grants the scripted provider read access to `script` and tells it where
 /// the script is. Without one, a `script` setting in the config (as
 /// `reson init` writes it) is taken relative to the config file.
-/// Grants plugin `plugin` read access to `dir` (canonical), unless it has
-/// that grant already.
-pub(crate) fn grant_read(options: &mut Options, plugin: &str, dir: PathBuf) {
-    let grant = options.config.plugins.entry(plugin.into()).or_default();
-    if !grant.dirs.iter().any(|d| d.path == dir) {
-        grant.dirs.push(DirGrant {
-            path: dir,
-            access: Access::Read,
-            mount: None,
-            metadata: Access::Read,
-        });
-    }
-}
-
 pub(crate) fn grant_script(options: &mut Options, script: Option<&Path>) -> anyhow::Result<()> {
     let configured = options.config.grant("scripted").config.get("script").map(PathBuf::from);
     let script = match (script, configured) {

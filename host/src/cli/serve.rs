@@ -49,7 +49,7 @@ fn grant_uploads(options: &mut Options) -> anyhow::Result<()> {
     let dir = uploads_dir(options);
     std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
     let dir = dir.canonicalize().with_context(|| format!("{}", dir.display()))?;
-    run::grant_read(options, "pdf", dir);
+    super::grants::grant_read(options, "pdf", dir);
     Ok(())
 }
 

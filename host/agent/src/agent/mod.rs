@@ -51,6 +51,7 @@ mod error;
 mod hooks;
 pub mod human;
 pub mod memory;
+mod question;
 mod runner;
 mod session;
 mod subagent;

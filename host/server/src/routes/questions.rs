@@ -10,7 +10,7 @@ use crate::response::Json;
 use crate::runs::{self, RunRequest};
 use crate::state::AppState;
 use axum::extract::{Path, State};
-use reson_agent::agent::human::{self, AnswerError, Question};
+use reson_agent::agent::human::{AnswerError, Question};
 use reson_trace::{Message, Role, TraceFilter, TraceStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -115,13 +115,12 @@ pub(crate) async fn answer(
             question.trace_id
         )));
     }
-    let later = human::answer_later(&**state.traces.unscoped(), &id, &body.answer, &by)
-        .await
-        .map_err(|e| match e {
-            AnswerError::NotOpen(_) => not_open(),
-            AnswerError::Empty => ApiError::BadRequest(e.to_string()),
-            AnswerError::Store(e) => e.into(),
-        })?;
+    let asking = state.traces.get(&caller, &question.trace_id).await?;
+    let later = visible.answer_later(&asking, &body.answer, &by).await.map_err(|e| match e {
+        AnswerError::NotOpen(_) => not_open(),
+        AnswerError::Empty => ApiError::BadRequest(e.to_string()),
+        AnswerError::Store(e) => e.into(),
+    })?;
     let request = RunRequest {
         trace_id: Some(question.trace_id.clone()),
         messages: vec![Message::new(Role::User, later.message)],

@@ -216,7 +216,7 @@ pub enum AgentEvent {
     /// asker (for example [`PendingQuestions::answer`](super::PendingQuestions::answer)).
     QuestionAsked {
         /// The question.
-        question: super::human::Question,
+        question: super::question::Question,
     },
     /// A tool call starts.
     ToolStarted {
@@ -300,7 +300,7 @@ impl AgentEvent {
     }
 
     /// The question this event carries, its own or a sub-agent's.
-    pub fn question(&self) -> Option<&super::human::Question> {
+    pub fn question(&self) -> Option<&super::question::Question> {
         match self {
             Self::QuestionAsked { question } => Some(question),
             Self::SubAgent { event, .. } => event.question(),
