@@ -98,6 +98,11 @@ impl Client {
         self.send(&message).await.map_err(|e| format!("writing to the server: {e}"))
     }
 
+    /// Whether the server's output ended (it exited or crashed).
+    pub(super) fn ended(&self) -> bool {
+        self.published.has_changed().is_err()
+    }
+
     /// What was published for `uri` so far.
     pub(super) fn published(&self, uri: &str) -> Published {
         self.shared.published.lock().expect("published").get(uri).cloned().unwrap_or_default()

@@ -134,7 +134,8 @@ impl LanguageServers {
     async fn running(&self, trace: &str, server: &Server) -> Result<Arc<Running>, String> {
         let mut running = self.running.lock().await;
         let key = (trace.to_owned(), server.name.clone());
-        if let Some(found) = running.get(&key) {
+        // A server that ended (it crashed, say) is started again.
+        if let Some(found) = running.get(&key).filter(|r| !r.client.ended()) {
             return Ok(found.clone());
         }
         let started = Arc::new(self.start(server).await?);
@@ -273,6 +274,13 @@ impl LanguageServers {
         let shown = path.strip_prefix(&running.root).unwrap_or(&path).display().to_string();
         let Some(published) = running.client.published_after(&uri, before, server.timeout).await
         else {
+            if running.client.ended() {
+                return Err(format!(
+                    "{shown}: [lsp.{}] ended before it published diagnostics; it is started \
+                     again at the next call",
+                    server.name
+                ));
+            }
             return Err(format!(
                 "{shown}: [lsp.{}] published no diagnostics within {} ms",
                 server.name,
