@@ -74,31 +74,53 @@ impl Humans {
         trace.uid.clone_from(&caller.config.uid);
         trace.parent_trace_id = Some(caller.trace_id.clone());
         trace.parent_goal_id.clone_from(&caller.goal_id);
-        trace.status = TraceStatus::Waiting;
+        // Running, so not yet listed as open, until an asker can take the
+        // answer: a question is never shown that no one would receive.
+        trace.status = TraceStatus::Running;
         trace.context.extra.insert(CALL_KEY.into(), call.id.clone().into());
         trace.context.extra.insert(CHOICES_KEY.into(), args.choices.clone().into());
         store.create_trace(&trace).await?;
         store.add_message(&mut trace, Message::new(Role::User, args.text()), None).await?;
-        let question = Question::of(&trace).expect("a waiting question trace");
+        let waiting = Trace { status: TraceStatus::Waiting, ..trace.clone() };
+        let question = Question::of(&waiting).expect("a waiting question trace");
         collaborator(caller, &trace.id, &args.question, CollaboratorStatus::Waiting, None);
 
-        let events = caller.events.clone();
-        let announce = move |q: &Question| {
-            let _ = events.send(AgentEvent::QuestionAsked { question: q.clone() });
-        };
+        // The asker says when it can take the answer; the question is then
+        // stored as open and announced, in that order, so whoever hears of
+        // it finds it listed.
+        let ready = Arc::new(tokio::sync::Notify::new());
+        let announced = ready.clone();
+        let announce = move |_: &Question| announced.notify_one();
         let cancel = caller.cancel.clone();
-        let answered = tokio::select! {
-            biased;
-            () = cancel.cancelled() => {
-                return Ok(ToolResult::error(format!(
-                    "Stopped: the run was stopped while the question waited. It stays open \
-                     (trace {}): an answer given later continues this trace.",
-                    trace.id
-                )));
+        let asking = self.asker.ask(&question, &announce);
+        tokio::pin!(asking);
+        let mut open = false;
+        let answered = loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => {
+                    if !open {
+                        store_open(&*store, &mut trace).await?;
+                    }
+                    return Ok(ToolResult::error(format!(
+                        "Stopped: the run was stopped while the question waited. It stays \
+                         open (trace {}): an answer given later continues this trace.",
+                        trace.id
+                    )));
+                }
+                () = ready.notified(), if !open => {
+                    store_open(&*store, &mut trace).await?;
+                    open = true;
+                    let asked = AgentEvent::QuestionAsked { question: question.clone() };
+                    let _ = caller.events.send(asked);
+                }
+                answered = &mut asking => break answered,
             }
-            answered = self.asker.ask(&question, &announce) => answered,
         };
         let Some((answer, by)) = answered else {
+            if !open {
+                store_open(&*store, &mut trace).await?;
+            }
             return Ok(ToolResult::text(format!(
                 "No answer came in time. The question stays open (trace {}): an answer given \
                  later continues this trace. Go on with your best judgement meanwhile and say \
@@ -116,6 +138,13 @@ impl Humans {
         );
         Ok(ToolResult::text(format!("Answer from {by}:\n{answer}")))
     }
+}
+
+/// Stores the question's trace as `waiting`: listed as open, answerable
+/// later.
+async fn store_open(store: &dyn TraceStore, trace: &mut Trace) -> Result<(), TraceError> {
+    trace.status = TraceStatus::Waiting;
+    store.update_trace(trace).await
 }
 
 /// Shows the person in the asking run's collaborators (one entry per

@@ -33,6 +33,8 @@ const MAX_FILES: usize = 20;
 const MAX_FILE: u64 = 1 << 20;
 /// How long a server has to start.
 const START: Duration = Duration::from_secs(30);
+/// How long a server has to end once asked, before it is killed.
+const END: Duration = Duration::from_secs(5);
 
 /// Arguments of `lsp_diagnostics`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -60,7 +62,7 @@ struct Running {
     root: PathBuf,
     /// Each opened document's version.
     versions: Mutex<HashMap<String, i64>>,
-    _child: tokio::process::Child,
+    child: Mutex<tokio::process::Child>,
     _guard: Option<JailGuard>,
 }
 
@@ -224,7 +226,13 @@ impl LanguageServers {
             return Err(format!("[lsp.{name}]: `{program}` did not start: {e}{said}"));
         }
         client.notify("initialized", json!({})).await?;
-        Ok(Running { client, root, versions: Mutex::default(), _child: child, _guard: guard })
+        Ok(Running {
+            client,
+            root,
+            versions: Mutex::default(),
+            child: Mutex::new(child),
+            _guard: guard,
+        })
     }
 
     /// The diagnostics of `file` (a path the model gave), as lines.
@@ -406,9 +414,14 @@ impl ToolSource for LanguageServers {
             keys.iter().filter_map(|k| running.remove(k)).collect()
         };
         for server in ended {
-            // A polite end first; dropping it kills whatever is left.
-            let _ = server.client.request("shutdown", Value::Null, Duration::from_secs(2)).await;
+            // A polite end first, then a kill; the run ends once the
+            // server is gone (dropping the jail's guard kills the rest).
+            let _ = server.client.request("shutdown", Value::Null, END).await;
             let _ = server.client.notify("exit", Value::Null).await;
+            let mut child = server.child.lock().await;
+            if tokio::time::timeout(END, child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
         }
     }
 }
