@@ -52,7 +52,7 @@ fn build(out: &Path) -> PathBuf {
     // writes plugins/target, which would make every build rerun this script.
     for entry in std::fs::read_dir(root.join("plugins")).expect("reading plugins/") {
         let path = entry.expect("reading plugins/").path();
-        if path.join("reson-plugin.toml").is_file() {
+        if path.join("reson-plugin.toml").is_file() && path.join("Cargo.toml").is_file() {
             println!("cargo:rerun-if-changed={}", path.display());
         }
     }
@@ -61,6 +61,10 @@ fn build(out: &Path) -> PathBuf {
         .arg(&script)
         .arg(&dir)
         .env("RESON_WASM_TARGET_DIR", target_dir(out).join("wasm"))
+        // The binary carries the Rust plugins only: the Python one needs a
+        // toolchain from PyPI, and what a build bundles must not depend on
+        // what the machine happens to have (see plugins/build.sh).
+        .env("RESON_PYTHON_PLUGINS", "skip")
         // Cargo hands these to build scripts for the host; the plugins build
         // for wasm32-wasip2 with the flags the tests build them with.
         .env_remove("CARGO_ENCODED_RUSTFLAGS")

@@ -32,14 +32,25 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
 }
 
-fn build(workspace: &str, out: &str) -> PathBuf {
+/// Runs `plugins/build.sh` on `workspace` into `target/<out>`; Python
+/// plugins are left out unless `python` (see the script).
+fn build(workspace: &str, out: &str, python: bool) -> PathBuf {
     let root = root();
     let out = root.join("target").join(out);
-    let status = Command::new("bash")
-        .arg(root.join("plugins/build.sh"))
-        .args(["--workspace", &root.join(workspace).to_string_lossy(), &out.to_string_lossy()])
-        .status()
-        .expect("running plugins/build.sh");
+    let mut command = Command::new("bash");
+    command.arg(root.join("plugins/build.sh")).args([
+        "--workspace",
+        &root.join(workspace).to_string_lossy(),
+        &out.to_string_lossy(),
+    ]);
+    if python {
+        command
+            .env("RESON_PYTHON_PLUGINS", "require")
+            .env("RESON_COMPONENTIZE_PY", python::toolchain_bin().join("componentize-py"));
+    } else {
+        command.env("RESON_PYTHON_PLUGINS", "skip");
+    }
+    let status = command.status().expect("running plugins/build.sh");
     assert!(status.success(), "building {workspace} failed");
     out
 }
@@ -47,13 +58,21 @@ fn build(workspace: &str, out: &str) -> PathBuf {
 /// The bundled plugins (plugins/), built for wasm32-wasip2.
 pub fn plugins() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| build("plugins", "plugins"))
+    DIR.get_or_init(|| build("plugins", "plugins", false))
+}
+
+/// The bundled plugins with the Python ones (`run-code`), componentize-py
+/// installed first; a directory of its own, so that the other tests see
+/// the same plugins whether or not this ran.
+pub fn plugins_with_python() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build("plugins", "plugins-with-python", true))
 }
 
 /// The test-only guests (tests/guests/), built for wasm32-wasip2.
 pub fn test_plugins() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| build("tests/guests", "test-plugins"))
+    DIR.get_or_init(|| build("tests/guests", "test-plugins", false))
 }
 
 /// A guest artifact that has no manifest (and so is not installed).

@@ -40,6 +40,7 @@ mod process;
 mod providers;
 mod registry;
 mod replay;
+mod run_code;
 mod sandbox;
 mod secrets;
 mod signing;

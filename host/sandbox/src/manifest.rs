@@ -27,7 +27,7 @@ pub struct Manifest {
 }
 
 /// `[instance]` in a manifest.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstancePolicy {
     /// Keep an instance between calls instead of a fresh one per call:
@@ -36,6 +36,13 @@ pub struct InstancePolicy {
     /// trace. An instance that trapped or hit a limit is never kept.
     #[serde(default)]
     pub keep_warm: bool,
+    /// The name of a boolean argument of the plugin's tools: a call that
+    /// sets it `true` runs in an instance kept for its trace alone (made
+    /// by its first such call, used by one call at a time, ended with the
+    /// run), so what one call leaves is there for the next call of that
+    /// trace and of no other. Other calls get a fresh instance as usual.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_arg: Option<String>,
 }
 
 /// Capabilities a plugin requests.

@@ -126,6 +126,7 @@ mod tests {
             generation,
             from_cache: false,
             idle_instances: 0,
+            trace_sessions: 0,
             signature: None,
             status,
         }

@@ -67,7 +67,7 @@ pub struct Preset {
 
 impl Preset {
     /// The built-in preset `name`: `default` (every tool; reads run, changes,
-    /// commands and fetches ask), `explore` (read-only tools only) or
+    /// commands, fetches and code ask), `explore` (read-only tools only) or
     /// `analyst` (reads and fetches run, no shell, 30 turns, temperature 0.2)
     /// or `browser` (the browser tools and read-only file tools, with the
     /// `browser` skill; looking runs freely, clicking and typing ask).
@@ -81,15 +81,15 @@ impl Preset {
         };
         match name {
             "default" => Some(preset(
-                "All tools: reading and sub-agents run freely; writing, editing, commands and \
-                 fetches ask first.",
+                "All tools: reading and sub-agents run freely; writing, editing, commands, \
+                 fetches and running code ask first.",
                 vec![
                     rule(Decision::Allow, &read_only),
                     // A sub-agent is held to the caller's tools and rules
                     // as well as its own, so starting one needs no approval;
                     // a question to a person is its own approval.
                     rule(Decision::Allow, "{agent,evaluate,ask_human}"),
-                    rule(Decision::Ask, "{write,edit,shell,webfetch}"),
+                    rule(Decision::Ask, "{write,edit,shell,webfetch,run_code}"),
                 ],
             )),
             "explore" => Some(Preset {

@@ -25,6 +25,7 @@ use serde::Serialize;
 use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Lines of context around the first differing line of an output.
 const DIFF_CONTEXT: usize = 2;
@@ -196,7 +197,13 @@ pub async fn replay(
     workspace: Option<&Scratch>,
     from: u64,
 ) -> Result<ReplayReport, ReplayError> {
-    let report = run_again(store, trace_id, runtime, workspace, from).await?;
+    // The calls' kept instances are the replay's own, made afresh and
+    // ended with it, as a run's are its own.
+    static REPLAYS: AtomicU64 = AtomicU64::new(0);
+    let session = format!("replay {} of {trace_id}", REPLAYS.fetch_add(1, Ordering::Relaxed));
+    let report = run_again(store, trace_id, runtime, workspace, from, &session).await;
+    runtime.end_trace(&session).await;
+    let report = report?;
     let at_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -213,6 +220,7 @@ async fn run_again(
     runtime: &Runtime,
     workspace: Option<&Scratch>,
     from: u64,
+    session: &str,
 ) -> Result<ReplayReport, ReplayError> {
     let trace = store
         .get_trace(trace_id)
@@ -271,6 +279,7 @@ async fn run_again(
                 call_id: call.id.clone(),
                 trace_id: Some(trace_id.to_owned()),
                 effects: Some(effects.clone()),
+                session: Some(session.to_owned()),
                 ..ToolContext::default()
             };
             let result = ToolSource::call(runtime, call, &mut context).await;

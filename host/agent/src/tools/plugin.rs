@@ -58,6 +58,6 @@ impl ToolSource for Runtime {
     }
 
     async fn run_ended(&self, trace_id: &str) {
-        self.close_browser(trace_id).await;
+        self.end_trace(trace_id).await;
     }
 }

@@ -70,6 +70,9 @@ pub struct ToolContext<'a> {
     /// Where a plugin call's host calls are recorded, or answered from in
     /// a replay; `None` records nothing.
     pub effects: Option<Effects>,
+    /// Whose kept plugin instances the call may use: `trace_id`'s when
+    /// `None` (see [`CallContext::session`]).
+    pub session: Option<String>,
 }
 
 impl ToolContext<'_> {
@@ -80,6 +83,7 @@ impl ToolContext<'_> {
             trace_id: self.trace_id.clone(),
             cancel: Some(self.cancel.clone()),
             effects: self.effects.clone(),
+            session: self.session.clone(),
         }
     }
 }
@@ -91,6 +95,7 @@ impl From<&CallContext> for ToolContext<'_> {
             trace_id: context.trace_id.clone(),
             cancel: context.cancel.clone().unwrap_or_default(),
             effects: context.effects.clone(),
+            session: context.session.clone(),
             ..Self::default()
         }
     }

@@ -24,6 +24,7 @@ use crate::manifest::Manifest;
 use crate::observer::WorkObserver;
 use crate::policy::Grants;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -89,6 +90,10 @@ pub struct CallContext {
     /// Where the call's host calls are recorded, or answered from in a
     /// replay; `None` records nothing.
     pub effects: Option<Effects>,
+    /// Whose kept instances the call may use (`[instance] session_arg`):
+    /// `trace_id`'s when `None`. A replay names its own, so that it never
+    /// enters the instance a live run of the trace keeps.
+    pub session: Option<String>,
 }
 
 pub(crate) struct ToolEntry {
@@ -108,6 +113,9 @@ pub(crate) struct LoadedPlugin {
     /// Idle instances kept between calls, for plugins whose manifest asks
     /// (`[instance] keep_warm`); dropped with this generation.
     warm: Mutex<Vec<WarmTool>>,
+    /// Instances kept for one trace each (`[instance] session_arg`), by
+    /// trace id; dropped when the trace's run ends or with this generation.
+    sessions: Mutex<HashMap<String, Session>>,
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Manifest,
     pub(crate) sha256: String,
@@ -130,6 +138,14 @@ struct WarmTool {
 
 /// Idle kept instances per plugin: enough for calls that overlap a little.
 const MAX_WARM_PER_PLUGIN: usize = 2;
+
+/// A trace's own kept instance. The async lock is held for a whole call,
+/// so a second call of the same trace waits rather than share it.
+type Session = Arc<tokio::sync::Mutex<Option<WarmTool>>>;
+
+/// Traces with a kept instance per plugin: each holds a whole guest
+/// (tens of MiB for an interpreter), so a trace past this gets fresh ones.
+const MAX_SESSIONS_PER_PLUGIN: usize = 8;
 
 /// What loading needs from the runtime.
 pub(crate) struct LoadContext<'a> {
@@ -425,6 +441,7 @@ pub(crate) async fn load(
     };
     Ok(LoadedPlugin {
         warm: Mutex::new(Vec::new()),
+        sessions: Mutex::new(HashMap::new()),
         name,
         manifest,
         sha256,
@@ -555,7 +572,27 @@ impl LoadedPlugin {
             });
         };
         let timeout = self.grants.limits.timeout;
-        let kept = self.take_warm().filter(|idle| idle.call.dirs_unchanged());
+        let mut session = match self.session(context, args) {
+            Some(session) => Some(match &context.cancel {
+                Some(cancel) => tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => {
+                        return Err(CallError::Cancelled {
+                            plugin: self.name.to_string(),
+                            tool: tool.into(),
+                        });
+                    }
+                    guard = session.lock_owned() => guard,
+                },
+                None => session.lock_owned().await,
+            }),
+            None => None,
+        };
+        let kept = match session.as_mut() {
+            Some(kept) => kept.take(),
+            None => self.take_warm(),
+        }
+        .filter(|idle| idle.call.dirs_unchanged());
         let (mut call, instance) = match kept {
             Some(WarmTool { mut call, instance, _mark: idle }) => {
                 let slot =
@@ -576,7 +613,7 @@ impl LoadedPlugin {
                     context.cancel.clone(),
                     site,
                     timeout,
-                    self.manifest.instance.keep_warm,
+                    self.manifest.instance.keep_warm || session.is_some(),
                 )
                 .await?;
                 let (deadline, cancel) = call.limits();
@@ -621,7 +658,11 @@ impl LoadedPlugin {
         let result = match result {
             Ok(answer) => {
                 // The guest returned normally: its instance can be entered again.
-                self.keep_warm(sandbox, WarmTool { call, instance, _mark: None });
+                let warm = WarmTool { call, instance, _mark: None };
+                match session.as_mut() {
+                    Some(kept) => **kept = Self::keepable(sandbox, warm),
+                    None => self.keep_warm(sandbox, warm),
+                }
                 answer
             }
             Err(e) => return Err(call.classify(&e, site)),
@@ -654,25 +695,64 @@ impl LoadedPlugin {
         self.warm.lock().expect("warm pool").pop()
     }
 
-    /// Keeps `warm` for the next call when the plugin asks for that, the
-    /// instance has used at most half its memory cap, and the plugin's pool
-    /// and the room for idle instances have space; otherwise it is dropped.
-    /// Kept, it gives its call's slot back.
+    /// Keeps `warm` for the next call when the plugin asks for that and
+    /// [`Self::keepable`] lets it; otherwise it is dropped.
     fn keep_warm(&self, sandbox: &Sandbox, warm: WarmTool) {
-        // An instance whose memory grew past half its cap is let go before
-        // its state makes some later call run out.
-        let has_room = warm.call.stderr_has_room() && warm.call.store.data().limiter.has_headroom();
-        if !self.manifest.instance.keep_warm || !has_room {
+        if !self.manifest.instance.keep_warm {
             return;
         }
         let mut pool = self.warm.lock().expect("warm pool");
         if pool.len() < MAX_WARM_PER_PLUGIN
-            && let Some(mark) = sandbox.slots.keep()
+            && let Some(warm) = Self::keepable(sandbox, warm)
         {
-            let mut warm = WarmTool { _mark: Some(mark), ..warm };
-            warm.call.release_slot();
             pool.push(warm);
         }
+    }
+
+    /// `warm`, idle and giving its call's slot back, if it has used at most
+    /// half its memory cap and the host has room for one more idle instance.
+    fn keepable(sandbox: &Sandbox, warm: WarmTool) -> Option<WarmTool> {
+        // An instance whose memory grew past half its cap is let go before
+        // its state makes some later call run out.
+        let has_room = warm.call.stderr_has_room() && warm.call.store.data().limiter.has_headroom();
+        let mark = sandbox.slots.keep().filter(|_| has_room)?;
+        let mut warm = WarmTool { _mark: Some(mark), ..warm };
+        warm.call.release_slot();
+        Some(warm)
+    }
+
+    /// The kept instance of the call's trace (or session), when the manifest names a
+    /// `session_arg` and the call sets it `true`; made on first use, unless
+    /// the plugin already keeps [`MAX_SESSIONS_PER_PLUGIN`] traces'.
+    fn session(&self, context: &CallContext, args: &str) -> Option<Session> {
+        let arg = self.manifest.instance.session_arg.as_deref()?;
+        let trace = context.session.as_deref().or(context.trace_id.as_deref())?;
+        let asked = serde_json::from_str::<serde_json::Value>(args)
+            .ok()
+            .is_some_and(|args| args.get(arg) == Some(&serde_json::Value::Bool(true)));
+        if !asked {
+            return None;
+        }
+        let mut sessions = self.sessions.lock().expect("sessions");
+        if let Some(session) = sessions.get(trace) {
+            return Some(session.clone());
+        }
+        (sessions.len() < MAX_SESSIONS_PER_PLUGIN).then(|| {
+            let session = Session::default();
+            sessions.insert(trace.to_owned(), session.clone());
+            session
+        })
+    }
+
+    /// Drops the instance kept for `trace`, if any; a call still using it
+    /// drops it when it ends.
+    pub(crate) fn end_session(&self, trace: &str) {
+        self.sessions.lock().expect("sessions").remove(trace);
+    }
+
+    /// Traces with a kept instance.
+    pub(crate) fn sessions(&self) -> usize {
+        self.sessions.lock().expect("sessions").len()
     }
 
     /// Runs one chat call of a provider plugin in a fresh instance;

@@ -158,6 +158,8 @@ pub struct PluginInfo {
     pub from_cache: bool,
     /// Idle instances kept for the next call (`[instance] keep_warm`).
     pub idle_instances: usize,
+    /// Traces with an instance of their own (`[instance] session_arg`).
+    pub trace_sessions: usize,
     /// What the serving generation's signature says.
     pub signature: Option<SignatureStatus>,
     /// Ready, disabled, failed or stale.
@@ -542,6 +544,7 @@ impl Runtime {
                     generation: active.map_or(0, |p| p.generation),
                     from_cache: active.is_some_and(|p| p.from_cache),
                     idle_instances: active.map_or(0, LoadedPlugin::idle_instances),
+                    trace_sessions: active.map_or(0, LoadedPlugin::sessions),
                     signature: active.map(|p| p.signature.clone()),
                     status: slot.status.clone(),
                 }
@@ -639,6 +642,18 @@ impl Runtime {
     /// a run ends; a later call in the trace starts a fresh browser.
     pub async fn close_browser(&self, trace: &str) {
         self.inner.sandbox.browsers.close_trace(trace).await;
+    }
+
+    /// Ends what the plugins keep for `trace`: its browsers (see
+    /// [`Self::close_browser`]) and the instances kept for it. The runner
+    /// calls it when a run ends.
+    pub async fn end_trace(&self, trace: &str) {
+        for slot in self.catalog().slots.values() {
+            if let Some(active) = &slot.active {
+                active.end_session(trace);
+            }
+        }
+        self.close_browser(trace).await;
     }
 
     /// Ends every browser this runtime started.
