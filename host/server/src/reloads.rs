@@ -127,6 +127,7 @@ mod tests {
             from_cache: false,
             idle_instances: 0,
             trace_sessions: 0,
+            ready_instances: 0,
             signature: None,
             status,
         }

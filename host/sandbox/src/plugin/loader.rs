@@ -26,6 +26,7 @@ use crate::policy::Grants;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -116,6 +117,12 @@ pub(crate) struct LoadedPlugin {
     /// Instances kept for one trace each (`[instance] session_arg`), by
     /// trace id; dropped when the trace's run ends or with this generation.
     sessions: Mutex<HashMap<String, Session>>,
+    /// Never-used instances for the next fresh-instance calls (see
+    /// [`LoadedPlugin::make_ahead`]); dropped with this generation, so a
+    /// reload never hands out the old code's.
+    ahead: Mutex<Vec<WarmTool>>,
+    /// Whether a task is making instances ahead.
+    making_ahead: AtomicBool,
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Manifest,
     pub(crate) sha256: String,
@@ -138,6 +145,10 @@ struct WarmTool {
 
 /// Idle kept instances per plugin: enough for calls that overlap a little.
 const MAX_WARM_PER_PLUGIN: usize = 2;
+
+/// Never-used instances made ahead per plugin: enough for calls that come
+/// one after another or overlap a little; a burst beyond it makes its own.
+const AHEAD_PER_PLUGIN: usize = 2;
 
 /// A trace's own kept instance. The async lock is held for a whole call,
 /// so a second call of the same trace waits rather than share it.
@@ -442,6 +453,8 @@ pub(crate) async fn load(
     Ok(LoadedPlugin {
         warm: Mutex::new(Vec::new()),
         sessions: Mutex::new(HashMap::new()),
+        ahead: Mutex::new(Vec::new()),
+        making_ahead: AtomicBool::new(false),
         name,
         manifest,
         sha256,
@@ -553,11 +566,12 @@ fn scrub(text: String) -> String {
 }
 
 impl LoadedPlugin {
-    /// Runs `tool` in a fresh instance, or in a kept one when the manifest
-    /// asks for `keep_warm`. `args` has passed the schema.
+    /// Runs `tool` in a fresh instance (one made ahead when there is one),
+    /// or in a kept one when the manifest asks for `keep_warm` or the call
+    /// for its trace's. `args` has passed the schema.
     pub(crate) async fn call_tool(
-        &self,
-        sandbox: &Sandbox,
+        self: &Arc<Self>,
+        sandbox: &Arc<Sandbox>,
         secrets: &Arc<Secrets>,
         tool: &str,
         args: &str,
@@ -590,7 +604,12 @@ impl LoadedPlugin {
         };
         let kept = match session.as_mut() {
             Some(kept) => kept.take(),
-            None => self.take_warm(),
+            None if self.manifest.instance.keep_warm => self.take_warm(),
+            None => {
+                let ahead = self.ahead.lock().expect("instances made ahead").pop();
+                self.make_ahead(sandbox, secrets);
+                ahead
+            }
         }
         .filter(|idle| idle.call.dirs_unchanged());
         let (mut call, instance) = match kept {
@@ -605,23 +624,8 @@ impl LoadedPlugin {
                 (call, instance)
             }
             None => {
-                let mut call = CallStore::new(
-                    sandbox,
-                    &self.name,
-                    &self.grants,
-                    secrets,
-                    context.cancel.clone(),
-                    site,
-                    timeout,
-                    self.manifest.instance.keep_warm || session.is_some(),
-                )
-                .await?;
-                let (deadline, cancel) = call.limits();
-                let instance =
-                    CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store))
-                        .await
-                        .map_err(|e| call.classify(&e, site))?;
-                (call, instance)
+                let kept = self.manifest.instance.keep_warm || session.is_some();
+                self.instantiate(pre, sandbox, secrets, context.cancel.clone(), site, kept).await?
             }
         };
         // A call in a trace uses the trace's browser; any other call one of
@@ -680,6 +684,66 @@ impl LoadedPlugin {
                 },
             }),
         }
+    }
+
+    /// A Store holding a call's slot and a new instance in it. A Store
+    /// that may be `kept` notes its directories (see
+    /// [`CallStore::dirs_unchanged`]).
+    async fn instantiate(
+        &self,
+        pre: &ToolPluginPre<HostState>,
+        sandbox: &Sandbox,
+        secrets: &Arc<Secrets>,
+        cancel: Option<CancellationToken>,
+        site: Site<'_>,
+        kept: bool,
+    ) -> Result<(CallStore, ToolPlugin), CallError> {
+        let timeout = self.grants.limits.timeout;
+        let mut call =
+            CallStore::new(sandbox, &self.name, &self.grants, secrets, cancel, site, timeout, kept)
+                .await?;
+        let (deadline, cancel) = call.limits();
+        let instance = CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store))
+            .await
+            .map_err(|e| call.classify(&e, site))?;
+        Ok((call, instance))
+    }
+
+    /// Makes never-used instances for the next fresh-instance calls, up to
+    /// [`AHEAD_PER_PLUGIN`], on a task of their own: a call takes one
+    /// without waiting for wasmtime to build it, and still never meets
+    /// what an earlier call left. One task at a time per plugin; it stops
+    /// when the room for idle instances is full or an instantiation fails
+    /// (the next call then makes its own, and says why).
+    fn make_ahead(self: &Arc<Self>, sandbox: &Arc<Sandbox>, secrets: &Arc<Secrets>) {
+        let Exports::Tool { .. } = &self.exports else { return };
+        if self.ahead.lock().expect("instances made ahead").len() >= AHEAD_PER_PLUGIN
+            || self.making_ahead.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let (plugin, sandbox, secrets) = (self.clone(), sandbox.clone(), secrets.clone());
+        tokio::spawn(async move {
+            let Exports::Tool { pre, .. } = &plugin.exports else { return };
+            let site = Site { plugin: &plugin.name, tool: "(made ahead)" };
+            while plugin.ahead.lock().expect("instances made ahead").len() < AHEAD_PER_PLUGIN {
+                let Some(mark) = sandbox.slots.keep_ahead() else { break };
+                let Ok((mut call, instance)) =
+                    plugin.instantiate(pre, &sandbox, &secrets, None, site, true).await
+                else {
+                    break;
+                };
+                call.release_slot();
+                let made = WarmTool { call, instance, _mark: Some(mark) };
+                plugin.ahead.lock().expect("instances made ahead").push(made);
+            }
+            plugin.making_ahead.store(false, Ordering::Release);
+        });
+    }
+
+    /// Never-used instances made ahead.
+    pub(crate) fn made_ahead(&self) -> usize {
+        self.ahead.lock().expect("instances made ahead").len()
     }
 
     /// Idle instances kept for the next call.

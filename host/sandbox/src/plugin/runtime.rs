@@ -160,6 +160,8 @@ pub struct PluginInfo {
     pub idle_instances: usize,
     /// Traces with an instance of their own (`[instance] session_arg`).
     pub trace_sessions: usize,
+    /// Never-used instances made ahead for the next fresh-instance calls.
+    pub ready_instances: usize,
     /// What the serving generation's signature says.
     pub signature: Option<SignatureStatus>,
     /// Ready, disabled, failed or stale.
@@ -441,7 +443,7 @@ impl Catalog {
 }
 
 struct Inner {
-    sandbox: Sandbox,
+    sandbox: Arc<Sandbox>,
     options: Options,
     secrets: Arc<Secrets>,
     trust: Arc<TrustStore>,
@@ -486,7 +488,7 @@ impl Runtime {
         let trust = Arc::new(TrustStore::from_config(&options.config)?);
         let runtime = Self {
             inner: Arc::new(Inner {
-                sandbox,
+                sandbox: Arc::new(sandbox),
                 options,
                 secrets,
                 trust,
@@ -545,6 +547,7 @@ impl Runtime {
                     from_cache: active.is_some_and(|p| p.from_cache),
                     idle_instances: active.map_or(0, LoadedPlugin::idle_instances),
                     trace_sessions: active.map_or(0, LoadedPlugin::sessions),
+                    ready_instances: active.map_or(0, LoadedPlugin::made_ahead),
                     signature: active.map(|p| p.signature.clone()),
                     status: slot.status.clone(),
                 }
