@@ -20,7 +20,7 @@ if [ -z "$(pg_bin)" ]; then
 fi
 bin=$(pg_bin)
 
-bash plugins/build.sh target/plugins
+RESON_PYTHON_PLUGINS=skip bash plugins/build.sh target/plugins
 cargo build --quiet -p reson
 reson="$root/target/debug/reson"
 

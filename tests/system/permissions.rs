@@ -514,7 +514,10 @@ fn with_no_terminal_an_ask_is_answered_at_once_by_the_chosen_policy() {
     assert_eq!(code, Some(3), "denied for want of an answer: {said}");
     assert_eq!(err.matches("denied write(").count(), 2, "one line per ask: {said}");
     assert!(err.contains("--approve once|all"), "names the flag: {said}");
-    assert!(err.contains("rule `ask {write,edit,shell,webfetch}`"), "names the rule: {said}");
+    assert!(
+        err.contains("rule `ask {write,edit,shell,webfetch,run_code}`"),
+        "names the rule: {said}"
+    );
     assert!(err.contains("2 calls were denied for want of an answer"), "{said}");
     assert!(!dir.path().join("workspace/a.txt").exists(), "nothing ran");
     assert!(said.contains("no one is there to give it"), "the model is told why: {said}");
@@ -547,7 +550,9 @@ fn at_a_terminal_the_question_shows_what_the_call_does_and_takes_one_key() {
         support::cache_dir().display()
     );
     let tmux = support::Tmux::start(dir.path(), &command);
-    tmux.until("? allow write: notes.txt (5 bytes) (rule: ask {write,edit,shell,webfetch})");
+    tmux.until(
+        "? allow write: notes.txt (5 bytes) (rule: ask {write,edit,shell,webfetch,run_code})",
+    );
     tmux.key("y");
     tmux.until("allowed once");
     tmux.until("? allow shell: run `ls -l`");
