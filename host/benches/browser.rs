@@ -69,6 +69,21 @@ fn bench(c: &mut Criterion) {
     rt.block_on(call(&runtime, "first", "browser_navigate", json!({ "url": url })));
     let first = started.elapsed();
     rt.block_on(runtime.close_browser("first"));
+    // A run that offers the browser tools starts its browser as it starts
+    // (`prepare_browsers`): the first call comes after the model's first
+    // answer, here at once and after a model turn of `turn`.
+    let first_after = |trace: &str, turn: Duration| {
+        let tools = ["browser_navigate".to_owned()];
+        runtime.prepare_browsers(trace, &tools);
+        rt.block_on(tokio::time::sleep(turn));
+        let started = Instant::now();
+        rt.block_on(call(&runtime, trace, "browser_navigate", json!({ "url": url })));
+        let took = started.elapsed();
+        rt.block_on(runtime.close_browser(trace));
+        took
+    };
+    let ahead_at_once = first_after("ahead-0", Duration::ZERO);
+    let ahead_after_turn = first_after("ahead-1", Duration::from_secs(1));
     rt.block_on(round_trip(&runtime, &url));
 
     let mut group = c.benchmark_group("browser");
@@ -94,6 +109,14 @@ fn bench(c: &mut Criterion) {
     println!(
         "first call of a trace (browser start + navigate): {:>8.1} ms",
         first.as_secs_f64() * 1e3
+    );
+    println!(
+        "  started with its run, the call at once:         {:>8.1} ms",
+        ahead_at_once.as_secs_f64() * 1e3
+    );
+    println!(
+        "  started with its run, the call after a 1 s turn: {:>7.1} ms",
+        ahead_after_turn.as_secs_f64() * 1e3
     );
     println!("navigate + read round trip (2 tool calls):       {:>8.1} ms", median(trips) / 1e6);
     println!("viewport screenshot (1 tool call, 1280x900 PNG):  {:>8.1} ms", median(shots) / 1e6);

@@ -656,6 +656,35 @@ async fn a_stopped_run_ends_its_browser() {
     assert_groups_gone(&groups, "the stop").await;
 }
 
+/// A run that offers the browser tools starts its trace's browser while
+/// the model thinks, before any browser call, and ends it with the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_offering_the_browser_starts_it_ahead_and_ends_it() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let script = json!({ "turns": [{ "text": "thinking", "delay_ms": 30000 }] });
+    std::fs::write(s.dir.path().join("script.json"), script.to_string()).unwrap();
+    let runner = s.runner();
+    let user = vec![Message::new(Role::User, "browse")];
+    let mut handle = runner.run(user, RunConfig::default()).await.unwrap();
+    let id = handle.trace_id().to_owned();
+    while let Some(event) = handle.next_event().await {
+        if let AgentEvent::ModelRequest { iteration: 1, .. } = event {
+            break;
+        }
+    }
+    support::wait_for("the browser started ahead of any browser call", || {
+        browser_groups(std::process::id()).len() == 1
+    })
+    .await;
+    let groups = browser_groups(std::process::id());
+    assert!(runner.stop(&id));
+    let outcome = handle.wait().await.unwrap();
+    assert_eq!(outcome.status, TraceStatus::Stopped);
+    assert!(s.tool_results(&outcome.trace_id).await.is_empty(), "no browser call was made");
+    assert_groups_gone(&groups, "the end of the run").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_reson_leaves_no_chromium_behind() {
     let _serial = SERIAL.lock().await;

@@ -146,6 +146,13 @@ impl ToolRegistry {
         Self::default()
     }
 
+    /// Tells every source that a run of `trace_id` starts, offering `tools`.
+    pub fn run_started(&self, trace_id: &str, tools: &[String]) {
+        for source in self.sources() {
+            source.run_started(trace_id, tools);
+        }
+    }
+
     /// Tells every source that a run of `trace_id` ended.
     pub async fn run_ended(&self, trace_id: &str) {
         for source in self.sources() {

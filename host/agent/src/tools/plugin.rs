@@ -57,6 +57,10 @@ impl ToolSource for Runtime {
         Some(Runtime::changes(self))
     }
 
+    fn run_started(&self, trace_id: &str, tools: &[String]) {
+        self.prepare_browsers(trace_id, tools);
+    }
+
     async fn run_ended(&self, trace_id: &str) {
         self.end_trace(trace_id).await;
     }

@@ -139,6 +139,11 @@ pub trait ToolSource: Send + Sync {
         Vec::new()
     }
 
+    /// Called when a run of trace `trace_id` starts, offering `tools`: the
+    /// source may get ready for their calls without holding the run up
+    /// (the plugin runtime starts the trace's browser in the background).
+    fn run_started(&self, _trace_id: &str, _tools: &[String]) {}
+
     /// Called when a run of trace `trace_id` ends (finished, failed or
     /// stopped): what the source keeps for the trace's calls, such as the
     /// plugin runtime's browser, goes.

@@ -121,6 +121,8 @@ pub(crate) struct LoadedPlugin {
     /// [`LoadedPlugin::make_ahead`]); dropped with this generation, so a
     /// reload never hands out the old code's.
     ahead: Mutex<Vec<WarmTool>>,
+    /// Instances fresh-instance calls have used, for that task to free.
+    used: Mutex<Vec<WarmTool>>,
     /// Whether a task is making instances ahead.
     making_ahead: AtomicBool,
     pub(crate) name: Arc<str>,
@@ -454,6 +456,7 @@ pub(crate) async fn load(
         warm: Mutex::new(Vec::new()),
         sessions: Mutex::new(HashMap::new()),
         ahead: Mutex::new(Vec::new()),
+        used: Mutex::new(Vec::new()),
         making_ahead: AtomicBool::new(false),
         name,
         manifest,
@@ -665,7 +668,8 @@ impl LoadedPlugin {
                 let warm = WarmTool { call, instance, _mark: None };
                 match session.as_mut() {
                     Some(kept) => **kept = Self::keepable(sandbox, warm),
-                    None => self.keep_warm(sandbox, warm),
+                    None if self.manifest.instance.keep_warm => self.keep_warm(sandbox, warm),
+                    None => self.bury(sandbox, secrets, warm),
                 }
                 answer
             }
@@ -717,7 +721,8 @@ impl LoadedPlugin {
     /// (the next call then makes its own, and says why).
     fn make_ahead(self: &Arc<Self>, sandbox: &Arc<Sandbox>, secrets: &Arc<Secrets>) {
         let Exports::Tool { .. } = &self.exports else { return };
-        if self.ahead.lock().expect("instances made ahead").len() >= AHEAD_PER_PLUGIN
+        let full = self.ahead.lock().expect("instances made ahead").len() >= AHEAD_PER_PLUGIN;
+        if (full && self.used.lock().expect("used instances").is_empty())
             || self.making_ahead.swap(true, Ordering::AcqRel)
         {
             return;
@@ -726,7 +731,12 @@ impl LoadedPlugin {
         tokio::spawn(async move {
             let Exports::Tool { pre, .. } = &plugin.exports else { return };
             let site = Site { plugin: &plugin.name, tool: "(made ahead)" };
-            while plugin.ahead.lock().expect("instances made ahead").len() < AHEAD_PER_PLUGIN {
+            loop {
+                // Freed first: their room makes the new ones.
+                drop(std::mem::take(&mut *plugin.used.lock().expect("used instances")));
+                if plugin.ahead.lock().expect("instances made ahead").len() >= AHEAD_PER_PLUGIN {
+                    break;
+                }
                 let Some(mark) = sandbox.slots.keep_ahead() else { break };
                 let Ok((mut call, instance)) =
                     plugin.instantiate(pre, &sandbox, &secrets, None, site, true).await
@@ -739,6 +749,18 @@ impl LoadedPlugin {
             }
             plugin.making_ahead.store(false, Ordering::Release);
         });
+    }
+
+    /// Hands an instance its call has used to the task that makes
+    /// instances ahead, which frees it off the call's path: a guest that
+    /// wrote tens of MiB (an interpreter) takes milliseconds to unmap. It
+    /// is freed here when the room for idle instances is full.
+    fn bury(self: &Arc<Self>, sandbox: &Arc<Sandbox>, secrets: &Arc<Secrets>, mut used: WarmTool) {
+        let Some(mark) = sandbox.slots.keep_ahead() else { return };
+        used.call.release_slot();
+        used._mark = Some(mark);
+        self.used.lock().expect("used instances").push(used);
+        self.make_ahead(sandbox, secrets);
     }
 
     /// Never-used instances made ahead.

@@ -6,6 +6,7 @@ use super::error::{CallError, LoadError};
 use super::loader::{self, CallContext, LoadContext, LoadedPlugin, ToolOutput, ToolSpec};
 use super::lock::LockFile;
 use super::signing::{SignatureStatus, SigningError, TrustStore};
+use crate::capability::browser::SessionKey;
 use crate::capability::{DeltaSink, Secrets};
 use crate::config::PluginsConfig;
 use crate::contract::World;
@@ -645,6 +646,27 @@ impl Runtime {
     /// a run ends; a later call in the trace starts a fresh browser.
     pub async fn close_browser(&self, trace: &str) {
         self.inner.sandbox.browsers.close_trace(trace).await;
+    }
+
+    /// Starts, in the background, the browser of `trace` for each plugin
+    /// that serves one of `tools` and is granted sites to browse, so the
+    /// trace's first browser call does not wait for Chromium. The runner
+    /// calls it when a run that offers those tools starts; [`Self::end_trace`]
+    /// ends them as usual.
+    pub fn prepare_browsers(&self, trace: &str, tools: &[String]) {
+        for slot in self.catalog().slots.values() {
+            let Some(plugin) = &slot.active else { continue };
+            let offered = plugin.tools().iter().any(|t| tools.contains(&t.spec.name));
+            if offered && !plugin.grants.browser.is_empty() {
+                let key =
+                    SessionKey::Trace { trace: trace.to_owned(), plugin: plugin.name.clone() };
+                self.inner.sandbox.browsers.prepare(
+                    key,
+                    plugin.name.clone(),
+                    plugin.grants.clone(),
+                );
+            }
+        }
     }
 
     /// Ends what the plugins keep for `trace`: its browsers (see

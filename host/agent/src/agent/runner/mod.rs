@@ -602,6 +602,7 @@ impl Runner {
         if claim.trace_id.is_none() {
             claim.take(&trace_id, &cancel)?;
         }
+        self.inner.tools.run_started(&trace_id, &self.offered_names());
         let task = tokio::spawn(async move {
             let outcome = run.execute().await;
             drop(claim);

@@ -371,20 +371,61 @@ impl Browsers {
                 running.guard.update(grants.clone());
                 running.adopt_popups().await;
             }
-            None => {
-                if let Some(observer) = &self.observer {
-                    observer.browser_starting(plugin);
-                }
-                let chromium = self.chromium.as_deref();
-                let started =
-                    Session::start(plugin.clone(), grants.clone(), &self.profiles, chromium).await;
-                if let Some(observer) = &self.observer {
-                    observer.browser_started(plugin);
-                }
-                *session = Some(started?);
-            }
+            None => *session = Some(self.start(plugin, grants).await?),
         }
         Ok(session)
+    }
+
+    async fn start(
+        &self,
+        plugin: &Arc<str>,
+        grants: &Arc<Grants>,
+    ) -> Result<Session, BrowserError> {
+        if let Some(observer) = &self.observer {
+            observer.browser_starting(plugin);
+        }
+        let chromium = self.chromium.as_deref();
+        let started =
+            Session::start(plugin.clone(), grants.clone(), &self.profiles, chromium).await;
+        if let Some(observer) = &self.observer {
+            observer.browser_started(plugin);
+        }
+        started
+    }
+
+    /// Starts the session for `key` on a task of its own, so that the
+    /// first call finds its browser up (or waits only for the rest of the
+    /// start). A session ended before its start began is not started; one
+    /// that fails to start is left for that first call to start again and
+    /// report.
+    pub(crate) fn prepare(
+        self: &Arc<Self>,
+        key: SessionKey,
+        plugin: Arc<str>,
+        grants: Arc<Grants>,
+    ) {
+        let slot = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            sessions.entry(key.clone()).or_default().clone()
+        };
+        let browsers = self.clone();
+        tokio::spawn(async move {
+            let mut session = slot.clone().lock_owned().await;
+            let current = browsers
+                .sessions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&key)
+                .is_some_and(|s| Arc::ptr_eq(s, &slot));
+            if current && session.is_none() {
+                match browsers.start(&plugin, &grants).await {
+                    Ok(started) => *session = Some(started),
+                    Err(e) => {
+                        tracing::debug!(target: "reson::browser", "a browser started ahead failed: {e:?}")
+                    }
+                }
+            }
+        });
     }
 
     /// Ends the sessions `close` picks, waiting for calls using them.
