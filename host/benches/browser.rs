@@ -74,8 +74,10 @@ fn bench(c: &mut Criterion) {
     // answer, here at once and after a model turn of `turn`.
     let first_after = |trace: &str, turn: Duration| {
         let tools = ["browser_navigate".to_owned()];
+        let entered = rt.enter();
         runtime.prepare_browsers(trace, &tools);
-        rt.block_on(tokio::time::sleep(turn));
+        drop(entered);
+        rt.block_on(async { tokio::time::sleep(turn).await });
         let started = Instant::now();
         rt.block_on(call(&runtime, trace, "browser_navigate", json!({ "url": url })));
         let took = started.elapsed();

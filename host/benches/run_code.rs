@@ -86,7 +86,7 @@ fn bench(c: &mut Criterion) {
 
     // Interleaved rounds, so a busy spell of the machine hits every way alike.
     let rounds = 30;
-    let mut took = vec![[Vec::new(), Vec::new(), Vec::new()], [Vec::new(), Vec::new(), Vec::new()]];
+    let mut took = [[Vec::new(), Vec::new(), Vec::new()], [Vec::new(), Vec::new(), Vec::new()]];
     let mut inside = [Vec::new(), Vec::new(), Vec::new()];
     rt.block_on(async {
         for _ in 0..rounds {

@@ -206,25 +206,6 @@ where
     start.elapsed()
 }
 
-/// Nanoseconds per call of `calls` calls, each made once the plugin has its
-/// never-used instances ready again, as calls seconds apart in a run find
-/// them: the latency of a fresh-instance call, not the rate at which
-/// instances can be made (the callers' throughput shows that).
-async fn spaced(runtime: &Runtime, ctx: &CallContext, calls: u32) -> f64 {
-    let ready =
-        || runtime.plugins().into_iter().find(|p| p.name == "echo").unwrap().ready_instances;
-    let mut took = Duration::ZERO;
-    for _ in 0..calls {
-        while ready() < 2 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let start = Instant::now();
-        drop(black_box(runtime.call_tool("echo", ARGS, ctx).await));
-        took += start.elapsed();
-    }
-    took.as_nanos() as f64 / f64::from(calls)
-}
-
 fn bench(c: &mut Criterion) {
     // The workers the throughput figures run on: this machine's two cores.
     let rt =
@@ -324,10 +305,8 @@ fn bench(c: &mut Criterion) {
     let mut instance = rt.block_on(bare.instance());
     let mut instance_epochs = rt.block_on(bare_epochs.instance());
     let (mut host_rate, mut raw_rate) = (Vec::new(), Vec::new());
-    let mut ahead = Vec::new();
     rt.block_on(async {
         for _ in 0..15 {
-            ahead.push(spaced(&runtime, &ctx, 200).await);
             kept.push(
                 ns_per_call(
                     async || drop(black_box(warm.call_tool("echo", ARGS, &ctx).await)),
@@ -358,14 +337,13 @@ fn bench(c: &mut Criterion) {
             raw_rate.push(calls as f64 / spread(calls, bare_call.clone()).await.as_secs_f64());
         }
     });
-    let (host, raw, kept, ahead) = (median(host), median(raw), median(kept), median(ahead));
+    let (host, raw, kept) = (median(host), median(raw), median(kept));
     let (live, live_epochs) = (median(live), median(live_epochs));
     let (host_rate, raw_rate) = (median(host_rate), median(raw_rate));
     let cached = median((0..30).map(|_| reload(false).as_nanos() as f64).collect());
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
     println!("\n== figures ==");
-    println!("tool call, fresh instance made ahead (calls spaced): {:>6.1} µs", ahead / 1e3);
-    println!("tool call, host path, back to back: {:>9.1} µs", host / 1e3);
+    println!("tool call, host path:        {:>9.1} µs", host / 1e3);
     println!("tool call, bare wasmtime:    {:>9.1} µs", raw / 1e3);
     println!("ratio host / bare:           {:>9.3}  (target <= 1.25)", host / raw);
     println!("tool call, instance kept:    {:>9.1} µs", kept / 1e3);

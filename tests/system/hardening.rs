@@ -720,48 +720,6 @@ async fn an_owner_briefly_gone_during_an_update_keeps_its_names() {
     assert_eq!(owner(&cold, "read").as_deref(), Some("fs"), "the lock file still says fs");
 }
 
-fn ready(rt: &Runtime, plugin: &str) -> usize {
-    rt.plugins().into_iter().find(|p| p.name == plugin).map_or(0, |p| p.ready_instances)
-}
-
-/// A fresh-instance call takes an instance made ahead of it when one is
-/// ready: never used before (the guest's counter starts over), never the
-/// code of an earlier generation, and never one whose granted directory
-/// was replaced since it was made.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn instances_made_ahead_are_unused_and_current() {
-    let dir = TestDir::new();
-    dir.install(support::test_plugins(), "hostile");
-    let rt = dir.open("").await;
-    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
-    for _ in 0..3 {
-        support::wait_for("instances made ahead", || ready(&rt, "hostile") == 2).await;
-        assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1", "never used before");
-    }
-    std::fs::write(dir.plugins().join("hostile.toml"), "name = \"hostile\"\nversion = \"0.2.0\"\n")
-        .unwrap();
-    rt.reload(&["hostile".to_owned()]).await;
-    assert_eq!(ready(&rt, "hostile"), 0, "the old generation's went with it");
-    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
-
-    let dir = TestDir::new();
-    dir.install(support::plugins(), "fs");
-    std::fs::write(dir.workspace().join("note.txt"), "old").unwrap();
-    let rt = dir.open("[plugins.fs]\ndirs = [{ path = \"workspace\", access = \"read\" }]\n").await;
-    let path = dir.workspace().join("note.txt");
-    assert_eq!(call(&rt, "read", json!({ "path": path })).await.unwrap().trim(), "1\told");
-    support::wait_for("instances of fs made ahead", || ready(&rt, "fs") == 2).await;
-    let ws = dir.workspace();
-    std::fs::rename(&ws, dir.path().join("old-workspace")).unwrap();
-    std::fs::create_dir(&ws).unwrap();
-    std::fs::write(ws.join("note.txt"), "new").unwrap();
-    assert_eq!(
-        call(&rt, "read", json!({ "path": path })).await.unwrap().trim(),
-        "1\tnew",
-        "the replaced directory, not the one the instance was made with"
-    );
-}
-
 /// Installs the hostile guest as `name` with `[instance] keep_warm`.
 fn install_warm(dir: &TestDir, name: &str) {
     install_hostile_as(

@@ -127,7 +127,6 @@ mod tests {
             from_cache: false,
             idle_instances: 0,
             trace_sessions: 0,
-            ready_instances: 0,
             signature: None,
             status,
         }

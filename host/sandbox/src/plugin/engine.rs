@@ -67,9 +67,6 @@ pub(crate) struct Sandbox {
 }
 
 /// Idle instances at most, beside `calls` slots for calls: a quarter more.
-/// Kept instances (`keep_warm`, a trace's) and instances made ahead of
-/// fresh-instance calls each have this much room of their own, so that
-/// neither crowds out the other.
 fn idle_limit(calls: u32) -> u32 {
     calls / 4
 }
@@ -80,24 +77,18 @@ fn idle_limit(calls: u32) -> u32 {
 pub(crate) struct Slots {
     free: Arc<Semaphore>,
     total: u32,
-    /// Idle instances kept for a next call (`[instance] keep_warm`, or a
-    /// trace's own).
+    /// Idle instances kept for a next call (`[instance] keep_warm`).
     kept: AtomicU32,
-    /// Never-used instances made ahead of fresh-instance calls.
-    ahead: AtomicU32,
 }
 
-/// Marks one idle instance; dropping it stops counting it.
+/// Marks one idle kept instance; dropping it stops counting it.
 pub(crate) struct KeptMark {
     slots: Arc<Slots>,
-    /// Counted among the instances made ahead, not the kept ones.
-    ahead: bool,
 }
 
 impl Drop for KeptMark {
     fn drop(&mut self) {
-        let count = if self.ahead { &self.slots.ahead } else { &self.slots.kept };
-        count.fetch_sub(1, Ordering::Relaxed);
+        self.slots.kept.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -112,30 +103,18 @@ impl Slots {
             free: Arc::new(Semaphore::new(count as usize)),
             total: count,
             kept: AtomicU32::new(0),
-            ahead: AtomicU32::new(0),
         })
     }
 
-    /// Counts one more idle kept instance, unless there are already as
-    /// many as the pool has room for beside the calls' slots. An idle
-    /// instance holds no call's slot: a call that takes one takes a slot too.
+    /// Counts one more idle instance, unless there are already as many as
+    /// the pool has room for beside the calls' slots. An idle instance
+    /// holds no call's slot: a call that takes one takes a slot too.
     pub(crate) fn keep(self: &Arc<Self>) -> Option<KeptMark> {
-        self.mark(false)
-    }
-
-    /// [`Self::keep`], for an instance made ahead of the call that will
-    /// take it.
-    pub(crate) fn keep_ahead(self: &Arc<Self>) -> Option<KeptMark> {
-        self.mark(true)
-    }
-
-    fn mark(self: &Arc<Self>, ahead: bool) -> Option<KeptMark> {
         let limit = idle_limit(self.total);
-        let count = if ahead { &self.ahead } else { &self.kept };
-        count
+        self.kept
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < limit).then_some(n + 1))
             .ok()
-            .map(|_| KeptMark { slots: self.clone(), ahead })
+            .map(|_| KeptMark { slots: self.clone() })
     }
 
     /// Waits (first come, first served) for a free slot; `None` if
@@ -167,9 +146,8 @@ impl Sandbox {
     ) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         let calls = settings.max_instances.max(1);
-        // Idle instances (kept ones and ones made ahead) live beside the
-        // calls' slots, never in them.
-        let n = calls + 2 * idle_limit(calls);
+        // Idle kept instances live beside the calls' slots, never in them.
+        let n = calls + idle_limit(calls);
         let queued = decommit_headroom();
         pool.total_component_instances(n)
             .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)

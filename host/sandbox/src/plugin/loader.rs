@@ -26,7 +26,6 @@ use crate::policy::Grants;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -117,14 +116,6 @@ pub(crate) struct LoadedPlugin {
     /// Instances kept for one trace each (`[instance] session_arg`), by
     /// trace id; dropped when the trace's run ends or with this generation.
     sessions: Mutex<HashMap<String, Session>>,
-    /// Never-used instances for the next fresh-instance calls (see
-    /// [`LoadedPlugin::make_ahead`]); dropped with this generation, so a
-    /// reload never hands out the old code's.
-    ahead: Mutex<Vec<WarmTool>>,
-    /// Instances fresh-instance calls have used, for that task to free.
-    used: Mutex<Vec<WarmTool>>,
-    /// Whether a task is making instances ahead.
-    making_ahead: AtomicBool,
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Manifest,
     pub(crate) sha256: String,
@@ -147,10 +138,6 @@ struct WarmTool {
 
 /// Idle kept instances per plugin: enough for calls that overlap a little.
 const MAX_WARM_PER_PLUGIN: usize = 2;
-
-/// Never-used instances made ahead per plugin: enough for calls that come
-/// one after another or overlap a little; a burst beyond it makes its own.
-const AHEAD_PER_PLUGIN: usize = 2;
 
 /// A trace's own kept instance. The async lock is held for a whole call,
 /// so a second call of the same trace waits rather than share it.
@@ -455,9 +442,6 @@ pub(crate) async fn load(
     Ok(LoadedPlugin {
         warm: Mutex::new(Vec::new()),
         sessions: Mutex::new(HashMap::new()),
-        ahead: Mutex::new(Vec::new()),
-        used: Mutex::new(Vec::new()),
-        making_ahead: AtomicBool::new(false),
         name,
         manifest,
         sha256,
@@ -569,12 +553,11 @@ fn scrub(text: String) -> String {
 }
 
 impl LoadedPlugin {
-    /// Runs `tool` in a fresh instance (one made ahead when there is one),
-    /// or in a kept one when the manifest asks for `keep_warm` or the call
-    /// for its trace's. `args` has passed the schema.
+    /// Runs `tool` in a fresh instance, or in a kept one when the manifest
+    /// asks for `keep_warm`. `args` has passed the schema.
     pub(crate) async fn call_tool(
-        self: &Arc<Self>,
-        sandbox: &Arc<Sandbox>,
+        &self,
+        sandbox: &Sandbox,
         secrets: &Arc<Secrets>,
         tool: &str,
         args: &str,
@@ -607,12 +590,7 @@ impl LoadedPlugin {
         };
         let kept = match session.as_mut() {
             Some(kept) => kept.take(),
-            None if self.manifest.instance.keep_warm => self.take_warm(),
-            None => {
-                let ahead = self.ahead.lock().expect("instances made ahead").pop();
-                self.make_ahead(sandbox, secrets);
-                ahead
-            }
+            None => self.take_warm(),
         }
         .filter(|idle| idle.call.dirs_unchanged());
         let (mut call, instance) = match kept {
@@ -627,8 +605,23 @@ impl LoadedPlugin {
                 (call, instance)
             }
             None => {
-                let kept = self.manifest.instance.keep_warm || session.is_some();
-                self.instantiate(pre, sandbox, secrets, context.cancel.clone(), site, kept).await?
+                let mut call = CallStore::new(
+                    sandbox,
+                    &self.name,
+                    &self.grants,
+                    secrets,
+                    context.cancel.clone(),
+                    site,
+                    timeout,
+                    self.manifest.instance.keep_warm || session.is_some(),
+                )
+                .await?;
+                let (deadline, cancel) = call.limits();
+                let instance =
+                    CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store))
+                        .await
+                        .map_err(|e| call.classify(&e, site))?;
+                (call, instance)
             }
         };
         // A call in a trace uses the trace's browser; any other call one of
@@ -668,8 +661,7 @@ impl LoadedPlugin {
                 let warm = WarmTool { call, instance, _mark: None };
                 match session.as_mut() {
                     Some(kept) => **kept = Self::keepable(sandbox, warm),
-                    None if self.manifest.instance.keep_warm => self.keep_warm(sandbox, warm),
-                    None => self.bury(sandbox, secrets, warm),
+                    None => self.keep_warm(sandbox, warm),
                 }
                 answer
             }
@@ -688,84 +680,6 @@ impl LoadedPlugin {
                 },
             }),
         }
-    }
-
-    /// A Store holding a call's slot and a new instance in it. A Store
-    /// that may be `kept` notes its directories (see
-    /// [`CallStore::dirs_unchanged`]).
-    async fn instantiate(
-        &self,
-        pre: &ToolPluginPre<HostState>,
-        sandbox: &Sandbox,
-        secrets: &Arc<Secrets>,
-        cancel: Option<CancellationToken>,
-        site: Site<'_>,
-        kept: bool,
-    ) -> Result<(CallStore, ToolPlugin), CallError> {
-        let timeout = self.grants.limits.timeout;
-        let mut call =
-            CallStore::new(sandbox, &self.name, &self.grants, secrets, cancel, site, timeout, kept)
-                .await?;
-        let (deadline, cancel) = call.limits();
-        let instance = CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store))
-            .await
-            .map_err(|e| call.classify(&e, site))?;
-        Ok((call, instance))
-    }
-
-    /// Makes never-used instances for the next fresh-instance calls, up to
-    /// [`AHEAD_PER_PLUGIN`], on a task of their own: a call takes one
-    /// without waiting for wasmtime to build it, and still never meets
-    /// what an earlier call left. One task at a time per plugin; it stops
-    /// when the room for idle instances is full or an instantiation fails
-    /// (the next call then makes its own, and says why).
-    fn make_ahead(self: &Arc<Self>, sandbox: &Arc<Sandbox>, secrets: &Arc<Secrets>) {
-        let Exports::Tool { .. } = &self.exports else { return };
-        let full = self.ahead.lock().expect("instances made ahead").len() >= AHEAD_PER_PLUGIN;
-        if (full && self.used.lock().expect("used instances").is_empty())
-            || self.making_ahead.swap(true, Ordering::AcqRel)
-        {
-            return;
-        }
-        let (plugin, sandbox, secrets) = (self.clone(), sandbox.clone(), secrets.clone());
-        tokio::spawn(async move {
-            let Exports::Tool { pre, .. } = &plugin.exports else { return };
-            let site = Site { plugin: &plugin.name, tool: "(made ahead)" };
-            loop {
-                // Freed first: their room makes the new ones.
-                drop(std::mem::take(&mut *plugin.used.lock().expect("used instances")));
-                if plugin.ahead.lock().expect("instances made ahead").len() >= AHEAD_PER_PLUGIN {
-                    break;
-                }
-                let Some(mark) = sandbox.slots.keep_ahead() else { break };
-                let Ok((mut call, instance)) =
-                    plugin.instantiate(pre, &sandbox, &secrets, None, site, true).await
-                else {
-                    break;
-                };
-                call.release_slot();
-                let made = WarmTool { call, instance, _mark: Some(mark) };
-                plugin.ahead.lock().expect("instances made ahead").push(made);
-            }
-            plugin.making_ahead.store(false, Ordering::Release);
-        });
-    }
-
-    /// Hands an instance its call has used to the task that makes
-    /// instances ahead, which frees it off the call's path: a guest that
-    /// wrote tens of MiB (an interpreter) takes milliseconds to unmap. It
-    /// is freed here when the room for idle instances is full.
-    fn bury(self: &Arc<Self>, sandbox: &Arc<Sandbox>, secrets: &Arc<Secrets>, mut used: WarmTool) {
-        let Some(mark) = sandbox.slots.keep_ahead() else { return };
-        used.call.release_slot();
-        used._mark = Some(mark);
-        self.used.lock().expect("used instances").push(used);
-        self.make_ahead(sandbox, secrets);
-    }
-
-    /// Never-used instances made ahead.
-    pub(crate) fn made_ahead(&self) -> usize {
-        self.ahead.lock().expect("instances made ahead").len()
     }
 
     /// Idle instances kept for the next call.

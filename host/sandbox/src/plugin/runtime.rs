@@ -161,8 +161,6 @@ pub struct PluginInfo {
     pub idle_instances: usize,
     /// Traces with an instance of their own (`[instance] session_arg`).
     pub trace_sessions: usize,
-    /// Never-used instances made ahead for the next fresh-instance calls.
-    pub ready_instances: usize,
     /// What the serving generation's signature says.
     pub signature: Option<SignatureStatus>,
     /// Ready, disabled, failed or stale.
@@ -444,7 +442,7 @@ impl Catalog {
 }
 
 struct Inner {
-    sandbox: Arc<Sandbox>,
+    sandbox: Sandbox,
     options: Options,
     secrets: Arc<Secrets>,
     trust: Arc<TrustStore>,
@@ -489,7 +487,7 @@ impl Runtime {
         let trust = Arc::new(TrustStore::from_config(&options.config)?);
         let runtime = Self {
             inner: Arc::new(Inner {
-                sandbox: Arc::new(sandbox),
+                sandbox,
                 options,
                 secrets,
                 trust,
@@ -548,7 +546,6 @@ impl Runtime {
                     from_cache: active.is_some_and(|p| p.from_cache),
                     idle_instances: active.map_or(0, LoadedPlugin::idle_instances),
                     trace_sessions: active.map_or(0, LoadedPlugin::sessions),
-                    ready_instances: active.map_or(0, LoadedPlugin::made_ahead),
                     signature: active.map(|p| p.signature.clone()),
                     status: slot.status.clone(),
                 }
@@ -652,7 +649,7 @@ impl Runtime {
     /// that serves one of `tools` and is granted sites to browse, so the
     /// trace's first browser call does not wait for Chromium. The runner
     /// calls it when a run that offers those tools starts; [`Self::end_trace`]
-    /// ends them as usual.
+    /// ends them as usual. Outside a tokio runtime it does nothing.
     pub fn prepare_browsers(&self, trace: &str, tools: &[String]) {
         for slot in self.catalog().slots.values() {
             let Some(plugin) = &slot.active else { continue };

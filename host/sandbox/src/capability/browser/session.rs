@@ -404,12 +404,15 @@ impl Browsers {
         plugin: Arc<str>,
         grants: Arc<Grants>,
     ) {
+        // Outside a tokio runtime there is nothing to start it on; the
+        // first call starts it then.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let slot = {
             let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
             sessions.entry(key.clone()).or_default().clone()
         };
         let browsers = self.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let mut session = slot.clone().lock_owned().await;
             let current = browsers
                 .sessions
