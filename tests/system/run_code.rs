@@ -159,6 +159,28 @@ async fn a_kept_interpreter_belongs_to_one_trace_and_ends_with_it() {
     assert!(after.contains("new kept") && after.contains("NameError"), "{after}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_eight_traces_the_one_asked_longest_ago_gives_its_interpreter_up() {
+    let dir = setup();
+    let runtime = dir.open(&grant("read", "")).await;
+    for n in 0..8 {
+        call_in(&runtime, Some(&format!("t{n}")), &format!("mark = {n}"), true).await;
+    }
+    // t0 asks again, so t1 is now the one asked longest ago.
+    assert!(call_in(&runtime, Some("t0"), "mark", true).await.ends_with("value: 0"));
+    let ninth = call_in(&runtime, Some("t8"), "mark = 8", true).await;
+    assert!(ninth.starts_with("[a new kept interpreter]"), "{ninth}");
+    assert_eq!(run_code_sessions(&runtime), 8);
+    let again = call_in(&runtime, Some("t8"), "mark", true).await;
+    assert!(again.ends_with("value: 8"), "the ninth trace keeps its interpreter: {again}");
+    assert!(call_in(&runtime, Some("t0"), "mark", true).await.ends_with("value: 0"));
+    let given_up = call_in(&runtime, Some("t1"), "mark", true).await;
+    assert!(
+        given_up.contains("[a new kept interpreter]") && given_up.contains("NameError"),
+        "t1's went, and its next call is told so: {given_up}"
+    );
+}
+
 /// A one-shot HTTP server answering `body`; its address.
 fn serve_once(body: &'static str) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -115,7 +115,7 @@ pub(crate) struct LoadedPlugin {
     warm: Mutex<Vec<WarmTool>>,
     /// Instances kept for one trace each (`[instance] session_arg`), by
     /// trace id; dropped when the trace's run ends or with this generation.
-    sessions: Mutex<HashMap<String, Session>>,
+    sessions: Mutex<HashMap<String, KeptFor>>,
     pub(crate) name: Arc<str>,
     pub(crate) manifest: Manifest,
     pub(crate) sha256: String,
@@ -143,9 +143,16 @@ const MAX_WARM_PER_PLUGIN: usize = 2;
 /// so a second call of the same trace waits rather than share it.
 type Session = Arc<tokio::sync::Mutex<Option<WarmTool>>>;
 
-/// Traces with a kept instance per plugin: each holds a whole guest
-/// (tens of MiB for an interpreter), so a trace past this gets fresh ones.
+/// Traces with a kept instance per plugin: each holds a whole guest (tens
+/// of MiB for an interpreter), so past this the trace that asked longest
+/// ago gives its instance up.
 const MAX_SESSIONS_PER_PLUGIN: usize = 8;
+
+/// A trace's kept instance and when a call last asked for it.
+struct KeptFor {
+    session: Session,
+    asked: std::time::Instant,
+}
 
 /// What loading needs from the runtime.
 pub(crate) struct LoadContext<'a> {
@@ -722,8 +729,9 @@ impl LoadedPlugin {
     }
 
     /// The kept instance of the call's trace (or session), when the manifest names a
-    /// `session_arg` and the call sets it `true`; made on first use, unless
-    /// the plugin already keeps [`MAX_SESSIONS_PER_PLUGIN`] traces'.
+    /// `session_arg` and the call sets it `true`; made on first use. When
+    /// the plugin keeps [`MAX_SESSIONS_PER_PLUGIN`] traces' already, the
+    /// one asked for longest ago goes; none when every one is in a call.
     fn session(&self, context: &CallContext, args: &str) -> Option<Session> {
         let arg = self.manifest.instance.session_arg.as_deref()?;
         let trace = context.session.as_deref().or(context.trace_id.as_deref())?;
@@ -734,14 +742,26 @@ impl LoadedPlugin {
             return None;
         }
         let mut sessions = self.sessions.lock().expect("sessions");
-        if let Some(session) = sessions.get(trace) {
-            return Some(session.clone());
+        let now = std::time::Instant::now();
+        if let Some(kept) = sessions.get_mut(trace) {
+            kept.asked = now;
+            return Some(kept.session.clone());
         }
-        (sessions.len() < MAX_SESSIONS_PER_PLUGIN).then(|| {
-            let session = Session::default();
-            sessions.insert(trace.to_owned(), session.clone());
-            session
-        })
+        if sessions.len() >= MAX_SESSIONS_PER_PLUGIN {
+            // The trace that asked longest ago and is not in a call gives
+            // its instance up: its next `keep` call starts a new one and
+            // is told so, where refusing this trace one would tell it
+            // "new" at every call.
+            let oldest = sessions
+                .iter()
+                .filter(|(_, kept)| kept.session.try_lock().is_ok())
+                .min_by_key(|(_, kept)| kept.asked)
+                .map(|(trace, _)| trace.clone())?;
+            sessions.remove(&oldest);
+        }
+        let session = Session::default();
+        sessions.insert(trace.to_owned(), KeptFor { session: session.clone(), asked: now });
+        Some(session)
     }
 
     /// Drops the instance kept for `trace`, if any; a call still using it
