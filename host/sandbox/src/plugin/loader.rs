@@ -561,13 +561,15 @@ fn scrub(text: String) -> String {
 
 impl LoadedPlugin {
     /// Runs `tool` in a fresh instance, or in a kept one when the manifest
-    /// asks for `keep_warm`. `args` has passed the schema.
+    /// asks for `keep_warm` or `keep` says the call asks for its trace's
+    /// ([`Self::asks_session`]). `args` has passed the schema.
     pub(crate) async fn call_tool(
         &self,
         sandbox: &Sandbox,
         secrets: &Arc<Secrets>,
         tool: &str,
         args: &str,
+        keep: bool,
         context: &CallContext,
     ) -> Result<ToolOutput, CallError> {
         let site = Site { plugin: &self.name, tool };
@@ -579,7 +581,7 @@ impl LoadedPlugin {
             });
         };
         let timeout = self.grants.limits.timeout;
-        let mut session = match self.session(context, args) {
+        let mut session = match keep.then(|| self.session(context)).flatten() {
             Some(session) => Some(match &context.cancel {
                 Some(cancel) => tokio::select! {
                     biased;
@@ -728,19 +730,22 @@ impl LoadedPlugin {
         Some(warm)
     }
 
-    /// The kept instance of the call's trace (or session), when the manifest names a
-    /// `session_arg` and the call sets it `true`; made on first use. When
+    /// Whether a call with these arguments asks for its trace's kept
+    /// instance: the manifest names a `session_arg` and `args` set it `true`.
+    pub(crate) fn asks_session(&self, args: &serde_json::Value) -> bool {
+        self.manifest
+            .instance
+            .session_arg
+            .as_deref()
+            .is_some_and(|arg| args.get(arg) == Some(&serde_json::Value::Bool(true)))
+    }
+
+    /// The kept instance of the call's trace (or session), for a call that
+    /// [`Self::asks_session`]; made on first use. When
     /// the plugin keeps [`MAX_SESSIONS_PER_PLUGIN`] traces' already, the
     /// one asked for longest ago goes; none when every one is in a call.
-    fn session(&self, context: &CallContext, args: &str) -> Option<Session> {
-        let arg = self.manifest.instance.session_arg.as_deref()?;
+    fn session(&self, context: &CallContext) -> Option<Session> {
         let trace = context.session.as_deref().or(context.trace_id.as_deref())?;
-        let asked = serde_json::from_str::<serde_json::Value>(args)
-            .ok()
-            .is_some_and(|args| args.get(arg) == Some(&serde_json::Value::Bool(true)));
-        if !asked {
-            return None;
-        }
         let mut sessions = self.sessions.lock().expect("sessions");
         let now = std::time::Instant::now();
         if let Some(kept) = sessions.get_mut(trace) {

@@ -596,7 +596,8 @@ impl Runtime {
             return Err(invalid(errors.join("; ")));
         }
         let plugin = plugin.clone();
-        plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, context).await
+        let keep = plugin.asks_session(&value);
+        plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, keep, context).await
     }
 
     /// The loaded generation of `plugin`, or why there is none.
