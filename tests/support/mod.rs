@@ -289,6 +289,18 @@ pub async fn ns_per_call(mut f: impl AsyncFnMut(), calls: usize) -> f64 {
     start.elapsed().as_nanos() as f64 / calls as f64
 }
 
+/// The width and height of each image `message` carries, in order.
+pub fn image_sizes(message: &reson::trace::Message) -> Vec<(u32, u32)> {
+    message
+        .content
+        .iter()
+        .filter_map(|part| match part {
+            reson::trace::ContentPart::Image(image) => Some((image.width, image.height)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The middle of `v` once sorted.
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

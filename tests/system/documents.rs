@@ -86,14 +86,7 @@ async fn the_text_by_page_and_the_images_reach_the_model() {
             .unwrap();
         assert_eq!(page.trim(), text, "{all}");
     }
-    let images: Vec<(u32, u32)> = results[0]
-        .content
-        .iter()
-        .filter_map(|p| match p {
-            ContentPart::Image(image) => Some((image.width, image.height)),
-            _ => None,
-        })
-        .collect();
+    let images = support::image_sizes(&results[0]);
     assert_eq!(images, [(4, 2)], "the page's image, to the model: {:?}", results[0].content);
     let some = results[1].text();
     assert!(!some.contains("--- page 1 ---") && some.contains("--- page 3 ---"), "{some}");

@@ -10,7 +10,7 @@
 use crate::support;
 use reson::agent::RunConfig;
 use reson::plugin::{CallContext, Runtime};
-use reson::trace::{ContentPart, FileTraceStore, Message, Role, TraceStore};
+use reson::trace::{FileTraceStore, Message, Role, TraceStore};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -90,14 +90,7 @@ async fn a_run_gets_output_values_and_images_and_keeps_an_interpreter_only_when_
     let texts: Vec<String> = results.iter().map(Message::text).collect();
     assert_eq!(texts[0], "stdout:\n3 rows\nvalue: 60");
 
-    let sizes: Vec<(u32, u32)> = results[1]
-        .content
-        .iter()
-        .filter_map(|p| match p {
-            ContentPart::Image(image) => Some((image.width, image.height)),
-            _ => None,
-        })
-        .collect();
+    let sizes = support::image_sizes(&results[1]);
     assert_eq!(sizes, [(2, 5), (3, 2)], "the shown image, then the saved one: {}", texts[1]);
     let saved = std::fs::read(dir.workspace().join("chart.png")).unwrap();
     assert!(saved.starts_with(b"\x89PNG"), "the file is in the granted workspace");
