@@ -33,10 +33,20 @@ async fn unjailed() {
     assert!(status.success());
 }
 
-async fn jailed(jail: &Jail, spec: &JailSpec) {
+/// Started directly: the host forks, the child joins its pids cgroup and
+/// namespaces, then execs bubblewrap.
+async fn jailed_directly(jail: &Jail, spec: &JailSpec) {
     let (mut command, guard) = jail.command(spec, Path::new(TRUE), &[], &[]).await.unwrap();
     let status = command.status().await.unwrap();
     assert!(status.success());
+    drop(guard);
+}
+
+/// As the shell tool starts commands: forked by the jail's launcher thread,
+/// already in the call's pids cgroup (cgroup v1).
+async fn jailed(jail: &Jail, spec: &JailSpec) {
+    let (mut child, guard) = jail.spawn(spec, Path::new(TRUE), &[], &[], |_| {}).await.unwrap();
+    assert!(child.wait().await.unwrap().success());
     drop(guard);
 }
 
@@ -74,6 +84,9 @@ fn bench(c: &mut Criterion) {
     group.bench_function("true, jailed spawn", |b| {
         b.to_async(&rt).iter(|| async { jailed(black_box(&jail), &spec).await })
     });
+    group.bench_function("true, jailed spawn, started directly", |b| {
+        b.to_async(&rt).iter(|| async { jailed_directly(black_box(&jail), &spec).await })
+    });
     group.bench_function("shell `true`, jail off", |b| {
         b.to_async(&rt).iter(|| async { shell_true(black_box(&off), &off_ws).await })
     });
@@ -83,29 +96,59 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // Interleaved rounds, so drift on a shared machine hits all alike.
-    let (mut bare, mut jail_spawn, mut tool_off, mut tool_on) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    rt.block_on(async {
-        for _ in 0..9 {
-            bare.push(ns_per_call(async || unjailed().await, 30).await);
-            jail_spawn.push(ns_per_call(async || jailed(&jail, &spec).await, 30).await);
-            tool_off.push(ns_per_call(async || shell_true(&off, &off_ws).await, 30).await);
-            tool_on.push(ns_per_call(async || shell_true(&on, &ws).await, 30).await);
-        }
-    });
-    let (bare, jail_spawn) = (median(bare), median(jail_spawn));
-    let (tool_off, tool_on) = (median(tool_off), median(tool_on));
+    // Spaced: a command after a pause (as between an agent's turns), so
+    // that a process made ahead is ready; back to back: the next command
+    // comes as soon as the last ends, and may wait for its spare.
+    let rounds = |spaced: bool| {
+        let mut figures = [(); 5].map(|()| Vec::new());
+        rt.block_on(async {
+            for _ in 0..9 {
+                figures[0].push(time(spaced, async || unjailed().await).await);
+                figures[1].push(time(spaced, async || jailed(&jail, &spec).await).await);
+                figures[2].push(time(spaced, async || jailed_directly(&jail, &spec).await).await);
+                figures[3].push(time(spaced, async || shell_true(&off, &off_ws).await).await);
+                figures[4].push(time(spaced, async || shell_true(&on, &ws).await).await);
+            }
+        });
+        figures.map(median)
+    };
+    let spaced = rounds(true);
+    let back_to_back = rounds(false);
     println!("\n== figures ==");
-    println!("`true` unjailed spawn:        {:>9.2} ms", bare / 1e6);
-    println!("`true` jailed spawn:          {:>9.2} ms", jail_spawn / 1e6);
-    println!("jail cost per command:        {:>9.2} ms", (jail_spawn - bare) / 1e6);
-    println!("shell tool `true`, jail off:  {:>9.2} ms", tool_off / 1e6);
-    println!("shell tool `true`, jail on:   {:>9.2} ms", tool_on / 1e6);
-    println!(
-        "jail on / off (tool call):    {:>9.2}x  (+{:.2} ms per call)",
-        tool_on / tool_off,
-        (tool_on - tool_off) / 1e6
-    );
+    for (name, [bare, jailed, direct, tool_off, tool_on]) in
+        [("spaced by 50 ms", spaced), ("back to back", back_to_back)]
+    {
+        println!("-- {name}");
+        println!("`true` unjailed spawn:           {:>7.2} ms", bare / 1e6);
+        println!("`true` jailed (Jail::spawn):     {:>7.2} ms", jailed / 1e6);
+        println!("  jail cost per command:         {:>7.2} ms", (jailed - bare) / 1e6);
+        println!("`true` jailed, started directly: {:>7.2} ms", direct / 1e6);
+        println!("  jail cost per command:         {:>7.2} ms", (direct - bare) / 1e6);
+        println!("shell tool `true`, jail off:     {:>7.2} ms", tool_off / 1e6);
+        println!("shell tool `true`, jail on:      {:>7.2} ms", tool_on / 1e6);
+        println!(
+            "  jail on / off (tool call):     {:>7.2}x (+{:.2} ms per call)",
+            tool_on / tool_off,
+            (tool_on - tool_off) / 1e6
+        );
+    }
+}
+
+/// The mean time of a call: 12 calls each after a pause of 50 ms that is
+/// not counted, or 30 back to back.
+async fn time(spaced: bool, mut f: impl AsyncFnMut()) -> f64 {
+    if !spaced {
+        return ns_per_call(f, 30).await;
+    }
+    let calls = 12;
+    let mut total = std::time::Duration::ZERO;
+    for _ in 0..calls {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let start = std::time::Instant::now();
+        f().await;
+        total += start.elapsed();
+    }
+    total.as_nanos() as f64 / calls as f64
 }
 
 criterion_group!(benches, bench);

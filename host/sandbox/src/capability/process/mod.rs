@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::ChildStdin;
+use tokio::process::{Child, ChildStdin};
 use tokio_util::sync::CancellationToken;
 use workdir::WorkDir;
 
@@ -235,23 +235,32 @@ struct Spec<'a> {
 }
 
 impl Spec<'_> {
-    /// The command to spawn, with the jail's guard when it runs jailed.
-    async fn command(&self) -> Result<(tokio::process::Command, Option<JailGuard>), ProcessError> {
+    /// The command, started, with the jail's guard when it runs jailed.
+    async fn spawn(&self) -> Result<(Child, Option<JailGuard>), ProcessError> {
+        let name = &self.command.argv[0];
+        let configure = |cmd: &mut tokio::process::Command| {
+            Group::prepare(cmd);
+            cmd.stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        };
         let Some(jailing) = self.jail else {
             let mut cmd = tokio::process::Command::new(&self.command.executable);
             #[cfg(unix)]
-            cmd.arg0(&self.command.argv[0]);
+            cmd.arg0(name);
             cmd.args(self.command.args())
                 .current_dir(self.cwd)
                 .env_clear()
                 .envs(self.env.iter().cloned());
-            return Ok((cmd, None));
+            configure(&mut cmd);
+            let child = cmd.spawn().map_err(|e| ProcessError::Spawn(format!("{name}: {e}")))?;
+            return Ok((child, None));
         };
-        let executable = &self.command.executable;
-        let built = jailing.jail.command(&jailing.spec, executable, self.command.args(), &self.env);
-        match built.await {
-            Ok((cmd, guard)) => Ok((cmd, Some(guard))),
-            Err(e) => Err(ProcessError::Spawn(format!("{}: {e}", self.command.argv[0]))),
+        let (executable, args) = (&self.command.executable, self.command.args());
+        let started = jailing.jail.spawn(&jailing.spec, executable, args, &self.env, configure);
+        match started.await {
+            Ok((child, guard)) => Ok((child, Some(guard))),
+            Err(e) => Err(ProcessError::Spawn(format!("{name}: {e}"))),
         }
     }
 }
@@ -325,19 +334,7 @@ async fn run_capped(
     let spawn_error = |e: std::io::Error| ProcessError::Spawn(format!("{name}: {e}"));
     // Made before the spawn, so that no exit of the command goes unseen.
     let mut child_exits = Exits::new().map_err(spawn_error)?;
-    let (mut cmd, jail_guard) = spec.command().await?;
-    Group::prepare(&mut cmd);
-    cmd.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = match (cmd.spawn(), &jail_guard) {
-        (Ok(child), _) => child,
-        (Err(e), Some(guard)) => {
-            return Err(ProcessError::Spawn(format!("{name}: {}", guard.spawn_error(e))));
-        }
-        (Err(e), None) => return Err(spawn_error(e)),
-    };
-    drop(cmd);
+    let (mut child, jail_guard) = spec.spawn().await?;
     let mut stdout = Capture::new(child.stdout.take());
     let mut stderr = Capture::new(child.stderr.take());
     let mut feed =

@@ -25,8 +25,21 @@ impl PidsCgroup {
         let dir = base.join(format!("reson-jail-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir)?;
         let group = Self { dir };
-        std::fs::write(group.dir.join("pids.max"), max.to_string())?;
+        group.limit(max)?;
         Ok(group)
+    }
+
+    /// Caps the cgroup at `max` tasks.
+    pub(super) fn limit(&self, max: u64) -> io::Result<()> {
+        std::fs::write(self.dir.join("pids.max"), max.to_string())
+    }
+
+    /// Moves the calling thread alone into the cgroup (cgroup v1 only:
+    /// v2 moves whole processes), so that what it forks starts there.
+    pub(super) fn join_this_thread(&self) -> io::Result<()> {
+        // SAFETY: gettid cannot fail.
+        let tid = unsafe { libc::gettid() };
+        std::fs::write(self.dir.join("tasks"), tid.to_string())
     }
 
     /// `cgroup.procs`, open for the child to write itself into.
@@ -41,7 +54,10 @@ fn members(dir: &Path) -> Vec<libc::pid_t> {
 }
 
 fn kill_all(dir: &Path) {
-    for pid in members(dir) {
+    // The launcher thread belongs to a call's cgroup until it moves on; the
+    // host it is part of is listed then, and is not the call's to kill.
+    let host = libc::pid_t::try_from(std::process::id()).unwrap_or(-1);
+    for pid in members(dir).into_iter().filter(|pid| *pid != host) {
         // SAFETY: kill(2) on a pid the kernel lists in our own cgroup.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }

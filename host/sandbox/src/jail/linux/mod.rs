@@ -4,6 +4,7 @@
 //! cgroup or RLIMIT_NPROC, and a seccomp filter.
 
 mod cgroup;
+mod launcher;
 mod mounts;
 mod namespace;
 mod seccomp;
@@ -62,77 +63,170 @@ pub(super) fn build(
     args: &[String],
     env: &[(String, String)],
 ) -> Result<(tokio::process::Command, Guard), JailError> {
+    build_capped(bwrap, spec, executable, args, env, false)
+}
+
+/// Starts `executable` jailed as [`build`] would, configured by `configure`:
+/// forked by the launcher thread where it can, so that the child need not
+/// join its cgroup itself (see `launcher`).
+pub(super) async fn spawn(
+    bwrap: &Path,
+    spec: &JailSpec,
+    executable: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    configure: impl Fn(&mut tokio::process::Command),
+) -> Result<(tokio::process::Child, Guard), JailError> {
+    if launcher::available() {
+        let (mut command, mut guard) = build_capped(bwrap, spec, executable, args, env, true)?;
+        configure(&mut command);
+        match launcher::launch(command, process_limit(spec)).await {
+            Some(Ok((child, group))) => {
+                guard._cgroup = Some(group);
+                return Ok((child, guard));
+            }
+            Some(Err(e)) => return Err(guard.spawn_error(e)),
+            None => {}
+        }
+    }
+    let (mut command, guard) = build(bwrap, spec, executable, args, env)?;
+    configure(&mut command);
+    let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
+    Ok((child, guard))
+}
+
+/// [`build`]; with `launched`, the cgroup is left to the launcher thread.
+fn build_capped(
+    bwrap: &Path,
+    spec: &JailSpec,
+    executable: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    launched: bool,
+) -> Result<(tokio::process::Command, Guard), JailError> {
     let (mut prelude, report) = Prelude::new()?;
-    let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
-    let cgroup = match cgroup::PidsCgroup::create(limit) {
-        Ok(group) => {
+    let limit = process_limit(spec);
+    let cgroup = match if launched { None } else { process_cap(limit)? } {
+        Some(group) => {
             prelude.cgroup_procs = Some(group.procs()?.into());
             Some(group)
         }
-        // SAFETY: getuid cannot fail.
-        Err(_) if unsafe { libc::getuid() } != 0 => {
+        None if launched => None,
+        None => {
             prelude.nproc = Some(limit);
             None
         }
-        Err(e) => return Err(JailError::ProcessLimit(e.to_string())),
     };
     let tmp = tempfile::Builder::new().prefix("reson-jail-").tempdir()?;
     let mut proxy = JoinSet::new();
     if !spec.network.is_empty() {
         let (host_end, child_end) = namespace::socket_pair()?;
         prelude.hand_over = Some(child_end);
-        let rules = std::sync::Arc::new(spec.network.clone());
-        proxy.spawn(async move {
-            if let Ok(listener) = listener_from(host_end).await {
-                proxy::serve(listener, rules).await;
-            }
-        });
+        serve_proxy(&mut proxy, spec, host_end);
     }
-    let mut argv: Vec<std::ffi::OsString> = [
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--hostname",
-        "reson-jail",
-        "--cap-drop",
-        "ALL",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
-    for program in seccomp_programs()? {
-        let fd = memfd_with(program)?;
-        argv.push("--add-seccomp-fd".into());
-        argv.push(fd.as_raw_fd().to_string().into());
-        prelude.inherit.push(fd);
-    }
-    let mounts = mounts::arguments(spec, tmp.path(), executable);
-    argv.extend(mounts.args);
-    prelude.inherit.extend(mounts.fds);
-    argv.push("--chdir".into());
-    argv.push(spec.cwd.clone().into());
-    argv.push("--".into());
-    argv.push(executable.into());
-    argv.extend(args.iter().map(Into::into));
-
-    let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
-    let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
+    let seccomp = seccomp_fds()?;
+    let numbers: Vec<_> = seccomp.iter().map(AsRawFd::as_raw_fd).collect();
+    let invocation =
+        Invocation::new(spec, executable, args, env, tmp.path(), &numbers, &|_, fd| fd.as_raw_fd());
+    prelude.inherit.extend(seccomp);
+    prelude.inherit.extend(invocation.mount_fds);
     let mut command = tokio::process::Command::new(bwrap);
-    command.args(argv).env_clear().envs(super::jail_env(
-        spec,
-        env,
-        Path::new(PRIVATE_TMP),
-        proxy_address,
-    ));
+    command.args(invocation.args).env_clear().envs(invocation.env);
     // SAFETY: the prelude makes raw system calls only, on memory and
     // descriptors prepared above (see `namespace`).
     unsafe {
         command.pre_exec(move || prelude.run());
     }
     Ok((command, Guard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report }))
+}
+
+/// The processes a call may hold, with room for the jail's own.
+fn process_limit(spec: &JailSpec) -> u64 {
+    u64::from(spec.max_processes) + JAIL_OVERHEAD
+}
+
+/// A pids cgroup holding at most `limit` tasks; `None` where the host is
+/// not root and none can be made, so that RLIMIT_NPROC caps the call
+/// instead (it does not bind root).
+fn process_cap(limit: u64) -> Result<Option<cgroup::PidsCgroup>, JailError> {
+    match cgroup::PidsCgroup::create(limit) {
+        Ok(group) => Ok(Some(group)),
+        // SAFETY: getuid cannot fail.
+        Err(_) if unsafe { libc::getuid() } != 0 => Ok(None),
+        Err(e) => Err(JailError::ProcessLimit(e.to_string())),
+    }
+}
+
+/// Serves the proxy for `spec`'s network rules on the listener the child
+/// hands over on `host_end`, until the guard holding `proxy` is dropped.
+fn serve_proxy(proxy: &mut JoinSet<()>, spec: &JailSpec, host_end: OwnedFd) {
+    let rules = std::sync::Arc::new(spec.network.clone());
+    proxy.spawn(async move {
+        if let Ok(listener) = listener_from(host_end).await {
+            proxy::serve(listener, rules).await;
+        }
+    });
+}
+
+/// What bubblewrap runs one command with.
+struct Invocation {
+    /// Its arguments, its own name left out.
+    args: Vec<std::ffi::OsString>,
+    /// The descriptors it mounts from, to be inherited.
+    mount_fds: Vec<OwnedFd>,
+    /// The command's environment (bubblewrap passes its own on).
+    env: Vec<(String, String)>,
+}
+
+impl Invocation {
+    /// The invocation for `spec`, with `tmp` as the jail's `/tmp`.
+    /// `seccomp` are the numbers bubblewrap holds the filters under and
+    /// `number` says the same for the mounts' descriptors.
+    fn new(
+        spec: &JailSpec,
+        executable: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        tmp: &Path,
+        seccomp: &[std::os::fd::RawFd],
+        number: &dyn Fn(usize, &OwnedFd) -> std::os::fd::RawFd,
+    ) -> Self {
+        let mut argv: Vec<std::ffi::OsString> = [
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "reson-jail",
+            "--cap-drop",
+            "ALL",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        for fd in seccomp {
+            argv.push("--add-seccomp-fd".into());
+            argv.push(fd.to_string().into());
+        }
+        let mounts = mounts::arguments(spec, tmp, executable, number);
+        argv.extend(mounts.args);
+        argv.push("--chdir".into());
+        argv.push(spec.cwd.clone().into());
+        argv.push("--".into());
+        argv.push(executable.into());
+        argv.extend(args.iter().map(Into::into));
+        let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
+        let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
+        let env = super::jail_env(spec, env, Path::new(PRIVATE_TMP), proxy_address);
+        Self { args: argv, mount_fds: mounts.fds, env }
+    }
+}
+
+/// The seccomp filters, each in a memory file for bubblewrap to read.
+fn seccomp_fds() -> Result<Vec<OwnedFd>, JailError> {
+    Ok(seccomp_programs()?.iter().map(|p| memfd_with(p)).collect::<Result<_, _>>()?)
 }
 
 /// Namespaces of its own for a process the host starts outside the
