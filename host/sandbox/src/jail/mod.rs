@@ -13,7 +13,8 @@
 //!
 //! How, per platform (one backend module each, chosen at compile time):
 //! - **Linux**: user, mount, PID, network, IPC and UTS namespaces through
-//!   bubblewrap, a cap on processes and threads (a pids cgroup, or
+//!   bubblewrap, a cap on processes and threads (a pids cgroup, joined
+//!   ahead by a launcher thread on cgroup v1 for [`Jail::spawn`], or
 //!   RLIMIT_NPROC inside the user namespace when the host is not root), a
 //!   seccomp filter against what no tool needs, no capabilities,
 //!   `no_new_privs`. `/proc` shows the jail alone and every process dies

@@ -14,6 +14,7 @@
 
 use super::cgroup::PidsCgroup;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, mpsc};
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
@@ -30,15 +31,21 @@ struct Launch {
     reply: oneshot::Sender<io::Result<(Child, PidsCgroup)>>,
 }
 
+/// Whether the launcher sits in a fresh cgroup, waiting for a command.
+static READY: AtomicBool = AtomicBool::new(false);
+
 /// Forks `command` from the launcher thread, in a pids cgroup capped at
-/// `limit` tasks that the caller then holds; `None` where there is no
-/// launcher (cgroup v2, or no writable pids cgroup), and the command must
-/// join its cgroup itself.
+/// `limit` tasks that the caller then holds. `None` leaves the command to
+/// join its cgroup itself: where there is no launcher (cgroup v2, no
+/// writable pids cgroup), and while the launcher is busy, so that
+/// commands started at once are not queued behind one thread (their
+/// children join in parallel).
 pub(super) async fn launch(
     command: Command,
     limit: u64,
 ) -> Option<io::Result<(Child, PidsCgroup)>> {
     let launcher = launcher()?;
+    READY.compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire).ok()?;
     let (reply, replied) = oneshot::channel();
     let runtime = tokio::runtime::Handle::current();
     launcher.send(Launch { command, limit, runtime, reply }).ok()?;
@@ -61,10 +68,12 @@ fn launcher() -> Option<&'static mpsc::Sender<Launch>> {
                 .spawn(move || {
                     let mut next = join_next();
                     let works = next.is_some();
+                    READY.store(works, Ordering::Release);
                     let _ = joined.send(works);
                     if works {
                         for launch in launches {
                             next = serve(launch, next.take().or_else(join_next));
+                            READY.store(next.is_some(), Ordering::Release);
                         }
                     }
                 })
@@ -75,17 +84,17 @@ fn launcher() -> Option<&'static mpsc::Sender<Launch>> {
 }
 
 /// Forks one command in `group`, where this thread is, then joins the next
-/// cgroup.
+/// cgroup; `None` when it could not.
 fn serve(launch: Launch, group: Option<PidsCgroup>) -> Option<PidsCgroup> {
     let Launch { mut command, limit, runtime, reply } = launch;
-    let spawned = match group {
-        // One more task than the call's cap: this thread, until it moves on.
-        Some(group) => group.limit(limit + 1).and_then(|()| {
-            let _runtime = runtime.enter();
-            command.spawn().map(|child| (child, group))
-        }),
-        None => Err(io::Error::other("the launcher could not join a pids cgroup")),
-    };
+    // Without a cgroup to fork in, the reply is dropped unsent: the caller
+    // starts the command directly.
+    let group = group?;
+    // One more task than the call's cap: this thread, until it moves on.
+    let spawned = group.limit(limit + 1).and_then(|()| {
+        let _runtime = runtime.enter();
+        command.spawn().map(|child| (child, group))
+    });
     // A call dropped meanwhile: its child and cgroup go with the reply.
     let _ = reply.send(spawned);
     join_next()
@@ -138,8 +147,19 @@ mod tests {
         let ws = ws.path().canonicalize().unwrap();
         let jail = Jail::default();
         let mut seen = Vec::new();
-        for _ in 0..3 {
-            let args = ["-c".to_owned(), "cat /proc/self/cgroup >/dev/null; sleep 0.2".to_owned()];
+        // The last command is killed and its guard dropped as soon as it
+        // starts, while the launcher is most likely still in its cgroup.
+        for killed_at_once in [false, false, true] {
+            // The launcher moves on after each fork; meanwhile a command
+            // would start directly.
+            for _ in 0..500 {
+                if super::READY.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            let script = if killed_at_once { "sleep 5" } else { "sleep 0.2" };
+            let args = ["-c".to_owned(), script.to_owned()];
             let piped = |cmd: &mut tokio::process::Command| {
                 cmd.stderr(std::process::Stdio::piped());
             };
@@ -151,12 +171,17 @@ mod tests {
             let max = std::fs::read_to_string(format!("/sys/fs/cgroup/pids{group}/pids.max"));
             // The call's 5, bubblewrap and its init, and the launcher until it moves on.
             assert_eq!(max.unwrap().trim(), "8");
-            let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).await.unwrap();
-            assert!(child.wait().await.unwrap().success(), "{err}");
+            if killed_at_once {
+                child.start_kill().unwrap();
+                child.wait().await.unwrap();
+            } else {
+                let mut err = String::new();
+                child.stderr.take().unwrap().read_to_string(&mut err).await.unwrap();
+                assert!(child.wait().await.unwrap().success(), "{err}");
+            }
             seen.push(group);
-            // Dropped at once, maybe while the launcher is still in the cgroup:
-            // its processes are killed, the host (this test) is not.
+            // The cgroup's processes are killed; the host (this test), listed
+            // there while the launcher is, is not.
             drop(guard);
         }
         for group in &seen {
