@@ -188,14 +188,15 @@ impl Jail {
     ) -> Result<(tokio::process::Child, JailGuard), JailError> {
         self.check().await?;
         #[cfg(target_os = "linux")]
-        let started = linux::spawn(&self.bwrap, spec, executable, args, env, configure).await?;
-        #[cfg(not(target_os = "linux"))]
-        let started = {
-            let (mut command, guard) = platform::build(&self.bwrap, spec, executable, args, env)?;
-            configure(&mut command);
-            (command.spawn().map_err(|e| guard.spawn_error(e))?, guard)
-        };
-        Ok((started.0, JailGuard(started.1)))
+        if let Some(launched) =
+            linux::launch(&self.bwrap, spec, executable, args, env, &configure).await
+        {
+            return launched.map(|(child, guard)| (child, JailGuard(guard)));
+        }
+        let (mut command, guard) = self.build(spec, executable, args, env)?;
+        configure(&mut command);
+        let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
+        Ok((child, guard))
     }
 
     /// Whether the jail comes up at all here, by jailing `true` until it

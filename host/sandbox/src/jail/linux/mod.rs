@@ -66,33 +66,33 @@ pub(super) fn build(
     build_capped(bwrap, spec, executable, args, env, false)
 }
 
-/// Starts `executable` jailed as [`build`] would, configured by `configure`:
-/// forked by the launcher thread where it can, so that the child need not
-/// join its cgroup itself (see `launcher`).
-pub(super) async fn spawn(
+/// Starts `executable` jailed as [`build`] would, configured by
+/// `configure`, forked by the launcher thread (see `launcher`); `None`
+/// where the launcher is not there or busy, for the caller to start it
+/// directly.
+pub(super) async fn launch(
     bwrap: &Path,
     spec: &JailSpec,
     executable: &Path,
     args: &[String],
     env: &[(String, String)],
-    configure: impl Fn(&mut tokio::process::Command),
-) -> Result<(tokio::process::Child, Guard), JailError> {
-    if launcher::available() {
-        let (mut command, mut guard) = build_capped(bwrap, spec, executable, args, env, true)?;
-        configure(&mut command);
-        match launcher::launch(command, process_limit(spec)).await {
-            Some(Ok((child, group))) => {
-                guard._cgroup = Some(group);
-                return Ok((child, guard));
-            }
-            Some(Err(e)) => return Err(guard.spawn_error(e)),
-            None => {}
-        }
+    configure: &impl Fn(&mut tokio::process::Command),
+) -> Option<Result<(tokio::process::Child, Guard), JailError>> {
+    if !launcher::available() {
+        return None;
     }
-    let (mut command, guard) = build(bwrap, spec, executable, args, env)?;
+    let (mut command, mut guard) = match build_capped(bwrap, spec, executable, args, env, true) {
+        Ok(built) => built,
+        Err(e) => return Some(Err(e)),
+    };
     configure(&mut command);
-    let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
-    Ok((child, guard))
+    Some(match launcher::launch(command, process_limit(spec)).await? {
+        Ok((child, group)) => {
+            guard._cgroup = Some(group);
+            Ok((child, guard))
+        }
+        Err(e) => Err(guard.spawn_error(e)),
+    })
 }
 
 /// [`build`]; with `launched`, the cgroup is left to the launcher thread.
