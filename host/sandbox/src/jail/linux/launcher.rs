@@ -52,9 +52,10 @@ pub(super) async fn launch(
     replied.await.ok()
 }
 
-/// Whether commands are forked from the launcher here.
-pub(super) fn available() -> bool {
-    launcher().is_some()
+/// Whether the launcher is there and waiting for a command (a command is
+/// only built for it then).
+pub(super) fn ready() -> bool {
+    launcher().is_some() && READY.load(Ordering::Acquire)
 }
 
 fn launcher() -> Option<&'static mpsc::Sender<Launch>> {
@@ -142,7 +143,7 @@ mod tests {
             // as the jail's own tests show.
             return;
         }
-        assert!(super::available(), "root with a cgroup v1 pids hierarchy: the launcher forks");
+        assert!(super::launcher().is_some(), "root with a cgroup v1 pids hierarchy: a launcher");
         let ws = tempfile::tempdir().unwrap();
         let ws = ws.path().canonicalize().unwrap();
         let jail = Jail::default();

@@ -78,7 +78,7 @@ pub(super) async fn launch(
     env: &[(String, String)],
     configure: &impl Fn(&mut tokio::process::Command),
 ) -> Option<Result<(tokio::process::Child, Guard), JailError>> {
-    if !launcher::available() {
+    if !launcher::ready() {
         return None;
     }
     let (mut command, mut guard) = match build_capped(bwrap, spec, executable, args, env, true) {
