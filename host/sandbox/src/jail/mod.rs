@@ -177,7 +177,8 @@ impl Jail {
     /// by `configure` (stdio, process group). On Linux with cgroup v1 the
     /// command is forked by a thread that joined its pids cgroup ahead, so
     /// that the call does not wait for the kernel to move a task (8–10 ms
-    /// on an idle machine).
+    /// on an idle machine); while that thread is busy, it is started as
+    /// `command` starts it.
     pub async fn spawn(
         &self,
         spec: &JailSpec,
