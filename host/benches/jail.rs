@@ -1,10 +1,14 @@
 //! What the command jail costs per command: `true` spawned jailed and
 //! unjailed, first alone (the jail's own setup: namespaces, bubblewrap's
-//! mounts, the cgroup, the seccomp filter), then through the whole host
-//! path (the `shell` plugin's `true`, with `[sandbox] jail` on and off).
+//! mounts, the cgroup, the seccomp filter), forked by the jail's launcher
+//! thread (`Jail::spawn`) and started directly (`Jail::command`), then
+//! through the whole host path (the `shell` plugin's `true`, with
+//! `[sandbox] jail` on and off).
 //!
 //! `cargo bench -p reson --bench jail` prints criterion's figures and, last,
-//! the medians of interleaved rounds and the jail's cost per command.
+//! the medians of interleaved rounds and the jail's cost per command, for
+//! calls spaced by 50 ms (as between an agent's turns: the machine idles,
+//! and moving a task into a cgroup then takes longest) and back to back.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
