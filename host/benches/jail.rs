@@ -100,9 +100,9 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // Interleaved rounds, so drift on a shared machine hits all alike.
-    // Spaced: a command after a pause (as between an agent's turns), so
-    // that a process made ahead is ready; back to back: the next command
-    // comes as soon as the last ends, and may wait for its spare.
+    // Spaced: a command after a pause (as between an agent's turns), when
+    // the launcher is ready; back to back: the next command comes as soon
+    // as the last ends, and starts directly while the launcher moves on.
     let rounds = |spaced: bool| {
         let mut figures = [(); 5].map(|()| Vec::new());
         rt.block_on(async {

@@ -86,7 +86,8 @@ pub(super) async fn launch(
         Err(e) => return Some(Err(e)),
     };
     configure(&mut command);
-    Some(match launcher::launch(command, process_limit(spec)).await? {
+    let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
+    Some(match launcher::launch(command, limit).await? {
         Ok((child, group)) => {
             guard._cgroup = Some(group);
             Ok((child, guard))
@@ -95,7 +96,8 @@ pub(super) async fn launch(
     })
 }
 
-/// [`build`]; with `launched`, the cgroup is left to the launcher thread.
+/// [`build`]; with `launched`, the cgroup is the launcher thread's to
+/// make and the child joins none.
 fn build_capped(
     bwrap: &Path,
     spec: &JailSpec,
@@ -105,128 +107,78 @@ fn build_capped(
     launched: bool,
 ) -> Result<(tokio::process::Command, Guard), JailError> {
     let (mut prelude, report) = Prelude::new()?;
-    let limit = process_limit(spec);
-    let cgroup = match if launched { None } else { process_cap(limit)? } {
-        Some(group) => {
+    let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
+    let created = if launched { None } else { Some(cgroup::PidsCgroup::create(limit)) };
+    let cgroup = match created {
+        None => None,
+        Some(Ok(group)) => {
             prelude.cgroup_procs = Some(group.procs()?.into());
             Some(group)
         }
-        None if launched => None,
-        None => {
+        // SAFETY: getuid cannot fail.
+        Some(Err(_)) if unsafe { libc::getuid() } != 0 => {
             prelude.nproc = Some(limit);
             None
         }
+        Some(Err(e)) => return Err(JailError::ProcessLimit(e.to_string())),
     };
     let tmp = tempfile::Builder::new().prefix("reson-jail-").tempdir()?;
     let mut proxy = JoinSet::new();
     if !spec.network.is_empty() {
         let (host_end, child_end) = namespace::socket_pair()?;
         prelude.hand_over = Some(child_end);
-        serve_proxy(&mut proxy, spec, host_end);
+        let rules = std::sync::Arc::new(spec.network.clone());
+        proxy.spawn(async move {
+            if let Ok(listener) = listener_from(host_end).await {
+                proxy::serve(listener, rules).await;
+            }
+        });
     }
-    let seccomp = seccomp_fds()?;
-    let numbers: Vec<_> = seccomp.iter().map(AsRawFd::as_raw_fd).collect();
-    let invocation =
-        Invocation::new(spec, executable, args, env, tmp.path(), &numbers, &|_, fd| fd.as_raw_fd());
-    prelude.inherit.extend(seccomp);
-    prelude.inherit.extend(invocation.mount_fds);
+    let mut argv: Vec<std::ffi::OsString> = [
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "reson-jail",
+        "--cap-drop",
+        "ALL",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    for program in seccomp_programs()? {
+        let fd = memfd_with(program)?;
+        argv.push("--add-seccomp-fd".into());
+        argv.push(fd.as_raw_fd().to_string().into());
+        prelude.inherit.push(fd);
+    }
+    let mounts = mounts::arguments(spec, tmp.path(), executable);
+    argv.extend(mounts.args);
+    prelude.inherit.extend(mounts.fds);
+    argv.push("--chdir".into());
+    argv.push(spec.cwd.clone().into());
+    argv.push("--".into());
+    argv.push(executable.into());
+    argv.extend(args.iter().map(Into::into));
+
+    let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
+    let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
     let mut command = tokio::process::Command::new(bwrap);
-    command.args(invocation.args).env_clear().envs(invocation.env);
+    command.args(argv).env_clear().envs(super::jail_env(
+        spec,
+        env,
+        Path::new(PRIVATE_TMP),
+        proxy_address,
+    ));
     // SAFETY: the prelude makes raw system calls only, on memory and
     // descriptors prepared above (see `namespace`).
     unsafe {
         command.pre_exec(move || prelude.run());
     }
     Ok((command, Guard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report }))
-}
-
-/// The processes a call may hold, with room for the jail's own.
-fn process_limit(spec: &JailSpec) -> u64 {
-    u64::from(spec.max_processes) + JAIL_OVERHEAD
-}
-
-/// A pids cgroup holding at most `limit` tasks; `None` where the host is
-/// not root and none can be made, so that RLIMIT_NPROC caps the call
-/// instead (it does not bind root).
-fn process_cap(limit: u64) -> Result<Option<cgroup::PidsCgroup>, JailError> {
-    match cgroup::PidsCgroup::create(limit) {
-        Ok(group) => Ok(Some(group)),
-        // SAFETY: getuid cannot fail.
-        Err(_) if unsafe { libc::getuid() } != 0 => Ok(None),
-        Err(e) => Err(JailError::ProcessLimit(e.to_string())),
-    }
-}
-
-/// Serves the proxy for `spec`'s network rules on the listener the child
-/// hands over on `host_end`, until the guard holding `proxy` is dropped.
-fn serve_proxy(proxy: &mut JoinSet<()>, spec: &JailSpec, host_end: OwnedFd) {
-    let rules = std::sync::Arc::new(spec.network.clone());
-    proxy.spawn(async move {
-        if let Ok(listener) = listener_from(host_end).await {
-            proxy::serve(listener, rules).await;
-        }
-    });
-}
-
-/// What bubblewrap runs one command with.
-struct Invocation {
-    /// Its arguments, its own name left out.
-    args: Vec<std::ffi::OsString>,
-    /// The descriptors it mounts from, to be inherited.
-    mount_fds: Vec<OwnedFd>,
-    /// The command's environment (bubblewrap passes its own on).
-    env: Vec<(String, String)>,
-}
-
-impl Invocation {
-    /// The invocation for `spec`, with `tmp` as the jail's `/tmp`.
-    /// `seccomp` are the numbers bubblewrap holds the filters under and
-    /// `number` says the same for the mounts' descriptors.
-    fn new(
-        spec: &JailSpec,
-        executable: &Path,
-        args: &[String],
-        env: &[(String, String)],
-        tmp: &Path,
-        seccomp: &[std::os::fd::RawFd],
-        number: &dyn Fn(usize, &OwnedFd) -> std::os::fd::RawFd,
-    ) -> Self {
-        let mut argv: Vec<std::ffi::OsString> = [
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--hostname",
-            "reson-jail",
-            "--cap-drop",
-            "ALL",
-        ]
-        .iter()
-        .map(Into::into)
-        .collect();
-        for fd in seccomp {
-            argv.push("--add-seccomp-fd".into());
-            argv.push(fd.to_string().into());
-        }
-        let mounts = mounts::arguments(spec, tmp, executable, number);
-        argv.extend(mounts.args);
-        argv.push("--chdir".into());
-        argv.push(spec.cwd.clone().into());
-        argv.push("--".into());
-        argv.push(executable.into());
-        argv.extend(args.iter().map(Into::into));
-        let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
-        let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
-        let env = super::jail_env(spec, env, Path::new(PRIVATE_TMP), proxy_address);
-        Self { args: argv, mount_fds: mounts.fds, env }
-    }
-}
-
-/// The seccomp filters, each in a memory file for bubblewrap to read.
-fn seccomp_fds() -> Result<Vec<OwnedFd>, JailError> {
-    Ok(seccomp_programs()?.iter().map(|p| memfd_with(p)).collect::<Result<_, _>>()?)
 }
 
 /// Namespaces of its own for a process the host starts outside the

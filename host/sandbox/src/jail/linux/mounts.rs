@@ -7,7 +7,7 @@
 
 use crate::jail::{JailDir, JailSpec};
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -49,27 +49,19 @@ impl Mount {
         Self::new(dest, &[flag.as_ref(), source.as_os_str(), dest.as_os_str()])
     }
 
-    /// A bind of what a descriptor holds open (`fd` is its number in
-    /// bubblewrap), at `dest`: what a command of another call swaps in at
-    /// that path meanwhile is not what is mounted.
-    fn bind_fd(fd: RawFd, dest: &Path, writable: bool) -> Self {
+    /// A bind of what `fd` holds open, at `dest`: what a command of
+    /// another call swaps in at that path meanwhile is not what is mounted.
+    fn bind_fd(fd: &OwnedFd, dest: &Path, writable: bool) -> Self {
         let flag = if writable { "--bind-fd" } else { "--ro-bind-fd" };
-        let fd = OsString::from(fd.to_string());
+        let fd = OsString::from(fd.as_raw_fd().to_string());
         Self::new(dest, &[flag.as_ref(), fd.as_os_str(), dest.as_os_str()])
     }
 }
 
 /// The mount arguments for `spec`, with `tmp` (a host directory) as the
 /// jail's `/tmp` and `program` visible read-only (a program the host chose
-/// by its absolute path may lie outside every other mount). `number` says
-/// under which number bubblewrap will hold the `n`th descriptor of
-/// [`Mounts::fds`].
-pub(super) fn arguments(
-    spec: &JailSpec,
-    tmp: &Path,
-    program: &Path,
-    number: &dyn Fn(usize, &OwnedFd) -> RawFd,
-) -> Mounts {
+/// by its absolute path may lie outside every other mount).
+pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Mounts {
     let mut mounts = Vec::new();
     let mut fds = Vec::new();
     let visible =
@@ -136,7 +128,7 @@ pub(super) fn arguments(
         let pinned = repositories.into_iter().map(|p| (p, true));
         for (path, writable) in pinned.chain(found.iter().map(|p| (p.as_path(), false))) {
             if let Some(fd) = open_inside(path, spec) {
-                mounts.push(Mount::bind_fd(number(fds.len(), &fd), path, writable));
+                mounts.push(Mount::bind_fd(&fd, path, writable));
                 fds.push(fd);
             }
         }
@@ -283,10 +275,6 @@ fn readable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Mounts {
-        super::arguments(spec, tmp, program, &|_, fd| fd.as_raw_fd())
-    }
 
     fn strings(mounts: &Mounts) -> Vec<String> {
         mounts.args.iter().map(|a| a.to_string_lossy().into_owned()).collect()

@@ -28,8 +28,6 @@ pub(super) enum Step {
     CloseFds,
     Inherit,
     PrivateTmp,
-    Wait,
-    Exec,
 }
 
 impl Step {
@@ -46,8 +44,6 @@ impl Step {
             Self::CloseFds,
             Self::Inherit,
             Self::PrivateTmp,
-            Self::Wait,
-            Self::Exec,
         ]
         .into_iter()
         .find(|s| *s as u8 == byte)
@@ -70,8 +66,6 @@ impl Step {
             Self::CloseFds => "closing the host's descriptors (close_range needs Linux 5.11)",
             Self::Inherit => "passing the seccomp filter to bubblewrap",
             Self::PrivateTmp => "mounting a /tmp of its own (a mount namespace)",
-            Self::Wait => "waiting for its command (a jailed process made ahead)",
-            Self::Exec => "starting bubblewrap",
         }
     }
 }
@@ -129,15 +123,13 @@ impl Prelude {
 
     /// Runs in the child after `fork`. Only async-signal-safe calls.
     pub(super) fn run(&self) -> io::Result<()> {
-        self.steps().map_err(|(step, e)| self.failed(step, e))
-    }
-
-    /// Tells the host which step failed; returns the error.
-    pub(super) fn failed(&self, step: Step, error: io::Error) -> io::Error {
-        let byte = [step as u8];
-        // SAFETY: writes one byte from the stack to a pipe we own.
-        unsafe { libc::write(self.report.as_raw_fd(), byte.as_ptr().cast(), 1) };
-        error
+        let result = self.steps();
+        if let Err((step, _)) = &result {
+            let byte = [*step as u8];
+            // SAFETY: writes one byte from the stack to a pipe we own.
+            unsafe { libc::write(self.report.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        }
+        result.map_err(|(_, e)| e)
     }
 
     fn steps(&self) -> Result<(), (Step, io::Error)> {
@@ -199,7 +191,7 @@ pub(super) fn failed_step(report: &OwnedFd) -> Option<Step> {
     (n == 1).then(|| Step::from_byte(byte[0])).flatten()
 }
 
-pub(super) fn check(ret: libc::c_int) -> io::Result<()> {
+fn check(ret: libc::c_int) -> io::Result<()> {
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
@@ -238,7 +230,7 @@ fn write_file(path: &CString, bytes: &[u8]) -> io::Result<()> {
     written
 }
 
-pub(super) fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
     let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
     // SAFETY: setrlimit reads the struct on the stack.
     check(unsafe { libc::setrlimit(resource, &limit) })
