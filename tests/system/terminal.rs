@@ -385,8 +385,9 @@ fn a_first_browser_call_says_it_starts_chromium_at_a_terminal_only() {
     let call = at_terminal("", &format!("tool call browser_navigate '{args}'"));
     let tmux = Tmux::start_recorded(&project, &format!("{call}; echo EXIT=$?; sleep 600"), &record);
     let screen = tmux.until("EXIT=");
-    assert!(screen.contains("EXIT=0") && screen.contains("Hi"), "{screen}");
+    assert!(screen.contains("EXIT=0") && screen.contains("\"Hi\""), "{screen}");
     assert!(!screen.contains("starting Chromium"), "the line is cleared: {screen}");
+    assert!(!screen.contains("chromiumoxide"), "no library's log: {screen}");
     let said = std::fs::read_to_string(&record).unwrap();
     assert!(said.contains("starting Chromium for browser…"), "{said:?}");
 }

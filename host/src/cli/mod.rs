@@ -143,6 +143,10 @@ pub async fn main() -> ExitCode {
         2 => "info",
         _ => "debug",
     };
+    // The DevTools client warns of every Chromium event it cannot parse and
+    // errs when Chromium closes at exit: noise to all but its own authors.
+    let default =
+        if cli.verbose >= 3 { default.to_owned() } else { format!("{default},chromiumoxide=off") };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RESON_LOG")

@@ -9,9 +9,10 @@ use super::session::PageSlot;
 use crate::contract::bindings::tool::reson::plugin::browser::{FormField, Link, Locator};
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::page::{
-    CaptureScreenshotFormat, GetNavigationHistoryParams, NavigateToHistoryEntryParams, Viewport,
+    CaptureScreenshotFormat, CreateIsolatedWorldParams, GetNavigationHistoryParams,
+    NavigateToHistoryEntryParams, Viewport,
 };
-use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
+use chromiumoxide::cdp::js_protocol::runtime::{EvaluateParams, ExecutionContextId};
 use chromiumoxide::element::Element;
 use chromiumoxide::page::ScreenshotParams;
 use reson_text::text::untrusted;
@@ -45,16 +46,41 @@ fn describe(locator: &Locator) -> String {
     }
 }
 
-/// Runs one operation of `page.js`.
+/// The name of Reson's isolated world in every page.
+const WORLD: &str = "reson";
+
+/// The execution context of Reson's isolated world in the page's current
+/// document. Chromium makes it on demand and keeps its globals for the
+/// document's life; asking each time, rather than tracking contexts from
+/// events, means a script never lands in an earlier document, nor in the
+/// page's own world (where its scripts could patch what `page.js` calls).
+async fn world(page: &Page) -> Result<ExecutionContextId, BrowserError> {
+    let frame = page
+        .mainframe()
+        .await
+        .map_err(failed("finding the page's frame"))?
+        .ok_or_else(|| BrowserError::Failed("the page has no frame yet".into()))?;
+    let created = page
+        .execute(CreateIsolatedWorldParams {
+            frame_id: frame,
+            world_name: Some(WORLD.into()),
+            grant_univeral_access: Some(false),
+        })
+        .await
+        .map_err(failed("opening the page's isolated world"))?;
+    Ok(created.result.execution_context_id)
+}
+
+/// Runs one operation of `page.js` in Reson's isolated world.
 async fn script(page: &Page, op: &str, arg: Value) -> Result<Value, BrowserError> {
     let expression = format!("({SCRIPT})({}, {arg})", json!(op));
-    let mut params = EvaluateParams::builder()
+    let params = EvaluateParams::builder()
         .expression(expression)
         .return_by_value(true)
         .await_promise(true)
+        .context_id(world(page).await?)
         .build()
         .map_err(BrowserError::Failed)?;
-    params.context_id = page.secondary_execution_context().await.ok().flatten();
     let result = page.evaluate_expression(params).await.map_err(failed("page script"))?;
     let value = result.value().cloned().unwrap_or(Value::Null);
     if let Some(error) = value.get("error").and_then(Value::as_str) {
@@ -131,6 +157,18 @@ struct DocumentState {
     marked: bool,
     ready: String,
     url: String,
+    title: String,
+}
+
+/// The title of the page's current document; empty when no script can
+/// run there (an error page, a PDF).
+pub(super) async fn title(page: &Page) -> String {
+    let state = script(page, "document", Value::Null).await;
+    state
+        .ok()
+        .and_then(|v| serde_json::from_value::<DocumentState>(v).ok())
+        .map(|s| s.title)
+        .unwrap_or_default()
 }
 
 /// Waits, after an action on a marked document, for the document that
@@ -157,7 +195,12 @@ async fn settle(
             && let Ok(state) = serde_json::from_value::<DocumentState>(value)
         {
             if !state.marked && state.url.starts_with("chrome-error:") {
-                return Err(BrowserError::Failed("the page could not be loaded".into()));
+                // The refusal that led here, when there was one, is the
+                // better answer; it may have come while the script ran.
+                return match outcome() {
+                    Some(result) => result.map_err(BrowserError::Failed),
+                    None => Err(BrowserError::Failed("the page could not be loaded".into())),
+                };
             }
             if !state.marked && state.ready == "complete" {
                 return Ok(());

@@ -135,7 +135,7 @@ async fn load(session: &mut Session, id: PageId, url: &str) -> Result<(), Browse
 /// refused since the last report when `report`.
 async fn info(session: &Session, id: PageId, slot: &PageSlot, report: bool) -> PageInfo {
     let url = slot.page.url().await.ok().flatten().unwrap_or_default();
-    let title = slot.page.get_title().await.ok().flatten().unwrap_or_default();
+    let title = actions::title(&slot.page).await;
     let blocked = if report { session.guard.take_blocked() } else { Vec::new() };
     PageInfo { id, url: one_line(&url), title: one_line(&title), blocked }
 }

@@ -259,7 +259,8 @@
       location.assign(arg);
       return {};
     case 'document':
-      return { marked: window.__resonMark === arg, ready: document.readyState, url: document.URL };
+      return { marked: window.__resonMark === arg, ready: document.readyState, url: document.URL,
+        title: document.title };
 
     case 'size': {
       const d = document.documentElement;
