@@ -239,19 +239,21 @@ impl KnowledgeStore for PgKnowledgeStore {
         };
         let sql = format!(
             "WITH every_word AS (\
-               SELECT scope, id FROM knowledge WHERE search @@ $2::tsquery AND {visible} \
-               LIMIT {MOST}), \
+               SELECT scope, id, created_at, search FROM knowledge \
+               WHERE search @@ $2::tsquery AND {visible} LIMIT {MOST}), \
              candidates AS (\
-               SELECT scope, id FROM every_word \
-               UNION \
-               SELECT c.scope, c.id FROM unnest($1::text[]) AS word, LATERAL (\
-                 SELECT scope, id FROM knowledge WHERE search @@ word::tsquery AND {visible} \
-                 LIMIT {PER_WORD}) c \
-               WHERE (SELECT count(*) FROM every_word) < $4) \
-             SELECT {COLUMNS}, ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', search, $3::tsquery, 1) AS score \
-             FROM knowledge WHERE (scope, id) IN (SELECT scope, id FROM candidates) \
-             ORDER BY score DESC, created_at DESC, id \
-             LIMIT $4",
+               SELECT * FROM every_word \
+               UNION ALL \
+               SELECT c.* FROM unnest($1::text[]) AS word, LATERAL (\
+                 SELECT scope, id, created_at, search FROM knowledge \
+                 WHERE search @@ word::tsquery AND {visible} LIMIT {PER_WORD}) c \
+               WHERE (SELECT count(*) FROM every_word) < $4), \
+             best AS (\
+               SELECT DISTINCT scope, id, created_at AS at, \
+                 ts_rank_cd('{{0.1, 0.2, 0.4, 1.0}}', search, $3::tsquery, 1) AS score \
+               FROM candidates ORDER BY score DESC, at DESC, id LIMIT $4) \
+             SELECT {COLUMNS}, best.score FROM best JOIN knowledge USING (scope, id) \
+             ORDER BY best.score DESC, best.at DESC, id",
             // A filter on the rows the GIN index finds: looking the scope up
             // in its own index costs more than the search itself.
             visible = Visible::sql_condition_on("(scope || '')", 5),
