@@ -125,10 +125,22 @@ fn building_without_componentize_py_says_how_to_install_it() {
     assert!(err.contains("pip install componentize-py==0.25.1"), "{err}");
     assert!(!project.join("dist").exists(), "nothing was built");
 
-    // A project without its contract is told how to get it.
-    std::fs::remove_dir_all(project.join("wit")).unwrap();
+    // A `wit/` that lost its contract is a broken project, told how to
+    // mend it; a project with no `wit/` at all builds against the host's.
+    for file in std::fs::read_dir(project.join("wit")).unwrap() {
+        std::fs::remove_file(file.unwrap().path()).unwrap();
+    }
     let out = reson(&project, &["plugins", "build", &project_arg]);
-    assert!(stderr(&out).contains("reson wit"), "{}", stderr(&out));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("holds no contract") && err.contains("reson wit"), "{err}");
+    std::fs::remove_dir(project.join("wit")).unwrap();
+    let out =
+        reson_with_path(&project, empty_path.as_os_str(), &["plugins", "build", &project_arg]);
+    let err = stderr(&out);
+    assert!(err.contains("has no wit/: building against this host's contract"), "{err}");
+    assert!(err.contains("needs componentize-py"), "{err}");
+    assert!(!project.join("wit").exists(), "the project is left as it was");
 }
 
 #[test]
@@ -158,10 +170,14 @@ fn a_python_syntax_error_fails_the_build_with_python_s_message() {
     let project_arg = project.to_string_lossy().into_owned();
     ok(&reson(outside.path(), &["plugins", "new", "broken", "--lang", "python", &project_arg]));
     std::fs::write(project.join("app.py"), "def oops(:\n").unwrap();
+    // Without `wit/`, componentize-py gets the host's contract: it reads it
+    // before the module, so Python's error shows the contract was whole.
+    std::fs::remove_dir_all(project.join("wit")).unwrap();
     let out = reson(&project, &["plugins", "build", &project_arg]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("componentize-py failed") && err.contains("SyntaxError"), "{err}");
+    assert!(err.contains("building against this host's contract"), "{err}");
     assert!(!project.join("dist/broken.wasm").exists());
 }
 

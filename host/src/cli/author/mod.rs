@@ -9,7 +9,7 @@ mod js;
 mod python;
 mod rust;
 
-use super::term::Spinner;
+use super::term::{Spinner, say_err};
 use anyhow::{Context as _, bail};
 use reson::plugin::Manifest;
 use reson::registry::Plugin;
@@ -93,6 +93,34 @@ pub(crate) fn write_wit(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The WIT a Python or JavaScript project is built against.
+struct Contract {
+    path: PathBuf,
+    _written: Option<tempfile::TempDir>,
+}
+
+/// The project's own `wit/`; where it has none, this host's contract,
+/// written for the build alone (a project pins its contract by keeping
+/// `wit/`, as `reson plugins new` makes it).
+fn contract(dir: &Path) -> anyhow::Result<Contract> {
+    let own = dir.join("wit");
+    if own.exists() {
+        return Ok(Contract { path: own, _written: None });
+    }
+    let written = tempfile::Builder::new()
+        .prefix("reson-wit-")
+        .tempdir()
+        .context("making a directory for this host's contract")?;
+    write_wit(written.path())?;
+    say_err!(
+        "{} has no wit/: building against this host's contract (`reson wit {}` keeps a copy \
+         in the project)",
+        dir.display(),
+        own.display()
+    );
+    Ok(Contract { path: written.path().to_path_buf(), _written: Some(written) })
+}
+
 /// A plugin name that is also a valid crate, Python module stem and npm
 /// package name: lowercase letters, digits, `-` and `_`.
 fn check_name(name: &str) -> anyhow::Result<()> {
@@ -157,13 +185,15 @@ pub(crate) fn build(dir: &Path, work: Option<&Spinner>) -> anyhow::Result<PathBu
         Lang::Python => Some("componentize-py"),
         Lang::Js => Some(js::TOOLCHAIN),
     };
+    // Said before the spinner starts, which would draw over it.
+    let wit = toolchain.map(|_| contract(dir)).transpose()?;
     if let (Some(work), Some(toolchain)) = (work, toolchain) {
         work.begin("build", format!("building {} with {toolchain}", manifest.name));
     }
-    let wasm = match lang {
-        Lang::Rust => rust::build(dir, &manifest.name)?,
-        Lang::Python => python::build(dir, &manifest.name, &dir.join("wit"))?,
-        Lang::Js => js::build(dir, &manifest.name, &dir.join("wit"))?,
+    let wasm = match (lang, &wit) {
+        (Lang::Python, Some(wit)) => python::build(dir, &manifest.name, &wit.path)?,
+        (Lang::Js, Some(wit)) => js::build(dir, &manifest.name, &wit.path)?,
+        _ => rust::build(dir, &manifest.name)?,
     };
     let dist = dir.join("dist");
     std::fs::create_dir_all(&dist)?;
