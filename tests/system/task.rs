@@ -299,6 +299,75 @@ async fn a_blocking_step_hook_stops_the_task() {
     assert!(matches!(err, AgentError::HookBlocked { .. }), "{err:?}");
 }
 
+/// Answers every question with `answer`, keeping what was asked.
+struct Answering {
+    answer: &'static str,
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl reson::agent::human::Asker for Answering {
+    async fn ask(
+        &self,
+        question: &reson::agent::human::Question,
+        announce: &reson::agent::human::AnnounceQuestion,
+    ) -> Option<(String, String)> {
+        announce(question);
+        self.asked.lock().unwrap().push(question.question.clone());
+        Some((self.answer.to_owned(), "the test".to_owned()))
+    }
+}
+
+/// A step of a task may ask the person (`ask_human`, offered by
+/// `AgentBuilder::asker`): the answer comes back to the step, and the
+/// question is a trace under the task's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_asks_the_person_and_goes_on_with_the_answer() {
+    let s = Setup::new(json!({ "turns": [
+        { "tool_calls": [{ "name": "ask_human", "arguments": { "question": "Which colour?", "choices": ["red", "blue"] } }] },
+        { "text": "Painting it." },
+    ]}))
+    .await;
+    let asker = Arc::new(Answering { answer: "blue", asked: Mutex::new(Vec::new()) });
+    let bundle = AgentBuilder::new()
+        .provider(Arc::new(PluginProvider::new(s.runtime.clone(), "scripted")))
+        .tools(ToolRegistry::new(s.runtime.clone()))
+        .hooks(Hooks::none())
+        .store(s.store.clone())
+        .asker(asker.clone())
+        .build()
+        .unwrap();
+    let agent = Arc::new(BasicAgent::new("task", "Work through the plan."));
+    assert!(bundle.tool_specs(agent.as_ref()).iter().any(|t| t.name == "ask_human"));
+    let mut task = TaskAgent::new(agent, bundle, Arc::new(s.parser("json-plan"))).unwrap();
+    let plan = Plan::from_descriptions("paint the logo", ["Paint it"]);
+    let outcome = task.execute_plan(plan, |_| {}).await.unwrap();
+    assert!(outcome.succeeded);
+    assert_eq!(*asker.asked.lock().unwrap(), ["Which colour?"]);
+    let trace_id = outcome.trace_id.unwrap();
+    let messages = s.store.get_messages(&trace_id).await.unwrap();
+    let result = messages.iter().find(|m| m.role == reson::trace::Role::Tool).unwrap().text();
+    assert!(result.contains("blue"), "{result}");
+    let filter = reson::trace::TraceFilter {
+        parent_trace_id: Some(trace_id.clone()),
+        ..Default::default()
+    };
+    let questions = s.store.list_traces(&filter).await.unwrap();
+    assert_eq!(questions.len(), 1, "the question is a trace under the task's");
+    assert_eq!(questions[0].task, "Which colour?");
+
+    // Without an asker, a task offers no `ask_human`.
+    let plain = AgentBuilder::new()
+        .provider(Arc::new(PluginProvider::new(s.runtime.clone(), "scripted")))
+        .tools(ToolRegistry::new(s.runtime.clone()))
+        .hooks(Hooks::none())
+        .store(s.store.clone())
+        .build()
+        .unwrap();
+    let agent = BasicAgent::new("task", "Work through the plan.");
+    assert!(!plain.tool_specs(&agent).iter().any(|t| t.name == "ask_human"));
+}
+
 #[tokio::test]
 async fn cli_task_runs_a_given_plan_and_prints_the_step_table() {
     let s = Setup::new(json!({ "turns": [{ "text": "listed" }, { "text": "read" }] })).await;

@@ -411,6 +411,47 @@ fn mcp_list_counts_a_down_servers_attempts_in_words() {
     assert_eq!(word, if n == "1" { "attempt" } else { "attempts" }, "{listed}");
 }
 
+/// `reson task` at a terminal: a step's `ask_human` is put to the person
+/// there, and the typed answer goes back to the step.
+#[test]
+fn a_task_step_asks_the_person_at_the_terminal() {
+    let dir = TestDir::new();
+    ok(&reson(dir.path(), &["init", "project"]));
+    let project = dir.path().join("project");
+    std::fs::write(project.join("plan.md"), "1. Paint the logo\n").unwrap();
+    let script = json!({ "turns": [
+        { "tool_calls": [{ "name": "ask_human", "arguments": { "question": "Which colour?", "choices": ["red", "blue"] } }] },
+        { "text": "painted" },
+    ]});
+    std::fs::write(project.join("scripts/task.json"), script.to_string()).unwrap();
+    let task = "task 'Paint it' --parser markdown-plan --plan plan.md --script scripts/task.json";
+    let command = format!("{}; echo EXIT=$?; sleep 600", at_terminal("", task));
+    let tmux = Tmux::start(&project, &command);
+    tmux.until("? the agent asks: Which colour?");
+    tmux.key("teal, please");
+    tmux.key("Enter");
+    let screen = tmux.until("EXIT=");
+    assert!(screen.contains("EXIT=0") && screen.contains("completed  Paint the logo"), "{screen}");
+    let answered = walk(&project).into_iter().any(|file| {
+        std::fs::read_to_string(file).is_ok_and(|text| text.contains("teal, please"))
+    });
+    assert!(answered, "the answer is in the task's trace: {screen}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 /// `reson task` with no terminal: a step's `ask` is denied at once, and
 /// the task ends saying so in words (`1 call was denied`), exit 3.
 #[test]

@@ -67,6 +67,7 @@ pub(crate) async fn run(runtime: &Host, args: &TaskArgs) -> anyhow::Result<ExitC
         .params(LlmParams { model: args.model.model_name(runtime), ..LlmParams::default() })
         .permissions(permissions)
         .telemetry(telemetry.clone())
+        .asker(super::run::asker(runtime)?)
         .build()?;
     let parser = Arc::new(PluginPlanParser::new(runtime.runtime.clone(), args.parser.clone()));
     let policy = match args.on_failure {

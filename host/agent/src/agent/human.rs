@@ -12,7 +12,7 @@ pub use super::question::{AnnounceQuestion, Asker, HUMAN, NoOneToAsk, PendingQue
 use super::question::{CALL_KEY, CHOICES_KEY};
 use crate::agent::runner::{AgentEvent, Caller, Runner};
 use crate::tools::ask_human::{self, AskArgs};
-use crate::tools::{ToolContext, ToolResult, ToolSource};
+use crate::tools::{ToolContext, ToolRegistry, ToolResult, ToolSource};
 use async_trait::async_trait;
 use reson_sandbox::plugin::ToolSpec;
 use reson_trace::{
@@ -24,9 +24,14 @@ use std::sync::Arc;
 impl Runner {
     /// The same runner offering `ask_human`, whose questions go to `asker`.
     pub fn with_asker(self, asker: Arc<dyn Asker>) -> Self {
-        let tools = self.tools().clone().with_builtin(Arc::new(Humans { asker }));
+        let tools = offer(self.tools().clone(), asker);
         self.with_tools(tools)
     }
+}
+
+/// `tools` with `ask_human`, whose questions go to `asker`.
+pub(crate) fn offer(tools: ToolRegistry, asker: Arc<dyn Asker>) -> ToolRegistry {
+    tools.with_builtin(Arc::new(Humans { asker }))
 }
 
 /// The `ask_human` tool.

@@ -3,6 +3,7 @@
 
 use super::approval::Permissions;
 use super::error::AgentError;
+use super::human::Asker;
 use super::hooks::{HookEvent, HookPoint, Hooks};
 use super::memory::SessionMemory;
 use super::runner::{AgentEvent, RunConfig, Runner};
@@ -111,6 +112,7 @@ pub struct AgentBuilder {
     max_iterations: Option<u32>,
     permissions: Option<Permissions>,
     telemetry: Telemetry,
+    asker: Option<Arc<dyn Asker>>,
 }
 
 impl AgentBuilder {
@@ -167,12 +169,25 @@ impl AgentBuilder {
         self
     }
 
+    /// Offers `ask_human`, whose questions go to `asker` (see
+    /// [`crate::agent::human`]).
+    pub fn asker(mut self, asker: Arc<dyn Asker>) -> Self {
+        self.asker = Some(asker);
+        self
+    }
+
     /// The bundle, or which part is missing.
     pub fn build(self) -> Result<RuntimeBundle, AgentError> {
         let missing = |what: &str| AgentError::Config(format!("AgentBuilder: no {what} given"));
+        let provider = self.provider.ok_or_else(|| missing("provider"))?;
+        let tools = self.tools.ok_or_else(|| missing("tools"))?;
         Ok(RuntimeBundle {
-            provider: self.provider.ok_or_else(|| missing("provider"))?,
-            tools: self.tools.ok_or_else(|| missing("tools"))?,
+            provider,
+            // Before an agent's own list narrows them, which may leave it out.
+            tools: match self.asker {
+                Some(asker) => super::human::offer(tools, asker),
+                None => tools,
+            },
             hooks: self.hooks.ok_or_else(|| missing("hooks"))?,
             store: self.store.ok_or_else(|| missing("trace store"))?,
             params: self.params,
