@@ -5,7 +5,8 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{OnceLock, mpsc};
+use std::time::Duration;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One call's cgroup, removed (its processes killed first) when dropped.
@@ -65,23 +66,64 @@ fn kill_all(dir: &Path) {
 
 impl Drop for PidsCgroup {
     fn drop(&mut self) {
-        // The kernel removes a cgroup only once its last task is reaped;
-        // killed tasks take a moment, so removal is retried off the caller.
         kill_all(&self.dir);
-        if std::fs::remove_dir(&self.dir).is_ok() {
-            return;
-        }
+        // Removal waits on the kernel: the killed tasks must be reaped, and
+        // `rmdir` takes the cgroup lock a task moving between cgroups holds
+        // for an RCU grace period (the launcher moves on after each fork;
+        // up to 17 ms measured here on an idle machine). So it is the
+        // reaper's, off the caller's path.
         let dir = std::mem::take(&mut self.dir);
-        std::thread::spawn(move || {
-            for _ in 0..100 {
-                kill_all(&dir);
-                if std::fs::remove_dir(&dir).is_ok() {
-                    break;
+        if let Err(std::sync::mpsc::SendError(dir)) = reaper().send(dir) {
+            remove(&dir, 1);
+        }
+    }
+}
+
+/// Tries to remove `dir`, killing what is left in it first, `attempts`
+/// times 20 ms apart; whether it is gone.
+fn remove(dir: &Path, attempts: u32) -> bool {
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kill_all(dir);
+        if std::fs::remove_dir(dir).is_ok() {
+            return true;
+        }
+    }
+    false
+}
+
+/// The thread that removes the cgroups of ended calls, each tried for up
+/// to 2 s (what a host leaves behind at exit, the next one removes: see
+/// `remove_stale`).
+fn reaper() -> &'static mpsc::Sender<PathBuf> {
+    static REAPER: OnceLock<mpsc::Sender<PathBuf>> = OnceLock::new();
+    REAPER.get_or_init(|| {
+        let (sender, ended) = mpsc::channel::<PathBuf>();
+        // A reaper that cannot start drops `ended`: each drop then removes
+        // its cgroup itself.
+        let _ = std::thread::Builder::new().name("reson-cgroup-reaper".into()).spawn(move || {
+            let mut pending: Vec<(PathBuf, u32)> = Vec::new();
+            loop {
+                let next = if pending.is_empty() {
+                    ended.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+                } else {
+                    ended.recv_timeout(Duration::from_millis(20))
+                };
+                match next {
+                    Ok(dir) => pending.push((dir, 0)),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                pending.retain_mut(|(dir, tries)| {
+                    *tries += 1;
+                    !remove(dir, 1) && *tries < 100
+                });
             }
         });
-    }
+        sender
+    })
 }
 
 /// The directory new cgroups are made in, found once: the host's own cgroup
