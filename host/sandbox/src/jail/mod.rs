@@ -14,7 +14,7 @@
 //! How, per platform (one backend module each, chosen at compile time):
 //! - **Linux**: user, mount, PID, network, IPC and UTS namespaces through
 //!   bubblewrap, a cap on processes and threads (a pids cgroup, joined
-//!   ahead by a launcher thread on cgroup v1 for [`Jail::spawn`], or
+//!   ahead by launcher threads on cgroup v1 for [`Jail::spawn`], or
 //!   RLIMIT_NPROC inside the user namespace when the host is not root), a
 //!   seccomp filter against what no tool needs, no capabilities,
 //!   `no_new_privs`. `/proc` shows the jail alone and every process dies
@@ -175,9 +175,9 @@ impl Jail {
 
     /// Starts `executable` jailed, as [`Jail::command`] would, configured
     /// by `configure` (stdio, process group). On Linux with cgroup v1 the
-    /// command is forked by a thread that joined its pids cgroup ahead, so
-    /// that the call does not wait for the kernel to move a task (8–10 ms
-    /// on an idle machine); while that thread is busy, it is started as
+    /// command is forked by one of two threads that joined its pids cgroup
+    /// ahead, so that the call does not wait for the kernel to move a task
+    /// (8–10 ms on an idle machine); while both are busy, it is started as
     /// `command` starts it.
     pub async fn spawn(
         &self,

@@ -5,9 +5,9 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One call's cgroup, removed (its processes killed first) when dropped.
 #[derive(Debug)]
