@@ -37,7 +37,7 @@ case "$python_mode" in auto | require | skip) ;; *)
   exit 2
   ;;
 esac
-componentize_version=0.25.1
+componentize_version=$(tr -d '[:space:]' < "$root/plugins/componentize-py.version")
 
 # Copies $1 to $2 unless $2 has the same bytes already.
 install_file() {

@@ -9,7 +9,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The componentize-py release the host is tested against.
-pub const COMPONENTIZE_PY: &str = "0.25.1";
+pub const COMPONENTIZE_PY: &str =
+    include_str!("../../plugins/componentize-py.version").trim_ascii();
 
 /// The venv's `bin/` directory, holding `componentize-py`; installs it first
 /// if this checkout has none yet.

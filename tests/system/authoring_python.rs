@@ -122,7 +122,8 @@ fn building_without_componentize_py_says_how_to_install_it() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("needs componentize-py"), "{err}");
-    assert!(err.contains("pip install componentize-py==0.25.1"), "{err}");
+    let pinned = format!("pip install componentize-py=={}", support::python::COMPONENTIZE_PY);
+    assert!(err.contains(&pinned), "{err}");
     assert!(!project.join("dist").exists(), "nothing was built");
 
     // A `wit/` that lost its contract is a broken project, told how to

@@ -348,10 +348,8 @@ async fn a_step_asks_the_person_and_goes_on_with_the_answer() {
     let messages = s.store.get_messages(&trace_id).await.unwrap();
     let result = messages.iter().find(|m| m.role == reson::trace::Role::Tool).unwrap().text();
     assert!(result.contains("blue"), "{result}");
-    let filter = reson::trace::TraceFilter {
-        parent_trace_id: Some(trace_id.clone()),
-        ..Default::default()
-    };
+    let filter =
+        reson::trace::TraceFilter { parent_trace_id: Some(trace_id.clone()), ..Default::default() };
     let questions = s.store.list_traces(&filter).await.unwrap();
     assert_eq!(questions.len(), 1, "the question is a trace under the task's");
     assert_eq!(questions[0].task, "Which colour?");

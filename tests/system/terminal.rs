@@ -267,11 +267,14 @@ fn slow_componentize_py(bin: &Path) {
     let script = bin.join("componentize-py");
     std::fs::write(
         &script,
-        "#!/bin/sh\n\
-         if [ \"$1\" = --version ]; then echo 'componentize-py 0.25.1'; exit 0; fi\n\
-         while [ $# -gt 0 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n\
-         sleep 2\n\
-         printf '\\0asm' > \"$out\"\n",
+        format!(
+            "#!/bin/sh\n\
+             if [ \"$1\" = --version ]; then echo 'componentize-py {}'; exit 0; fi\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n\
+             sleep 2\n\
+             printf '\\0asm' > \"$out\"\n",
+            support::python::COMPONENTIZE_PY
+        ),
     )
     .unwrap();
     let mut perms = std::fs::metadata(&script).unwrap().permissions();
@@ -432,9 +435,9 @@ fn a_task_step_asks_the_person_at_the_terminal() {
     tmux.key("Enter");
     let screen = tmux.until("EXIT=");
     assert!(screen.contains("EXIT=0") && screen.contains("completed  Paint the logo"), "{screen}");
-    let answered = walk(&project).into_iter().any(|file| {
-        std::fs::read_to_string(file).is_ok_and(|text| text.contains("teal, please"))
-    });
+    let answered = walk(&project)
+        .into_iter()
+        .any(|file| std::fs::read_to_string(file).is_ok_and(|text| text.contains("teal, please")));
     assert!(answered, "the answer is in the task's trace: {screen}");
 }
 

@@ -10,8 +10,10 @@ use std::process::Command;
 /// The file only a python project has.
 pub(super) const ENTRY: &str = "app.py";
 
-/// The componentize-py release this host is tested against.
-const COMPONENTIZE_PY: &str = "0.25.1";
+/// The componentize-py release this host is tested against (kept in one
+/// file, which `plugins/build.sh` and the tests read too).
+const COMPONENTIZE_PY: &str =
+    include_str!("../../../../plugins/componentize-py.version").trim_ascii();
 
 const APP_TEMPLATE: &str = include_str!("../../../templates/python/app.py.tmpl");
 const GITIGNORE: &str = include_str!("../../../templates/python/gitignore.tmpl");
