@@ -3,8 +3,8 @@
 
 use super::approval::Permissions;
 use super::error::AgentError;
-use super::human::Asker;
 use super::hooks::{HookEvent, HookPoint, Hooks};
+use super::human::Asker;
 use super::memory::SessionMemory;
 use super::runner::{AgentEvent, RunConfig, Runner};
 use crate::provider::{ChatProvider, LlmParams};
