@@ -69,29 +69,21 @@ impl Drop for PidsCgroup {
         kill_all(&self.dir);
         // Removal waits on the kernel: the killed tasks must be reaped, and
         // `rmdir` takes the cgroup lock a task moving between cgroups holds
-        // for an RCU grace period (the launcher moves on after each fork;
-        // up to 17 ms measured here on an idle machine). So it is the
-        // reaper's, off the caller's path.
+        // for an RCU grace period (a launcher moving on: up to 17 ms
+        // measured here on an idle machine). So it is the reaper's, off
+        // the caller's path.
         let dir = std::mem::take(&mut self.dir);
-        if let Err(std::sync::mpsc::SendError(dir)) = reaper().send(dir) {
-            remove(&dir, 1);
+        if let Err(mpsc::SendError(dir)) = reaper().send(dir) {
+            remove(&dir);
         }
     }
 }
 
-/// Tries to remove `dir`, killing what is left in it first, `attempts`
-/// times 20 ms apart; whether it is gone.
-fn remove(dir: &Path, attempts: u32) -> bool {
-    for attempt in 0..attempts {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        kill_all(dir);
-        if std::fs::remove_dir(dir).is_ok() {
-            return true;
-        }
-    }
-    false
+/// Tries once to remove `dir`, killing what is left in it first; whether
+/// it is gone.
+fn remove(dir: &Path) -> bool {
+    kill_all(dir);
+    std::fs::remove_dir(dir).is_ok()
 }
 
 /// The thread that removes the cgroups of ended calls, each tried for up
@@ -116,9 +108,10 @@ fn reaper() -> &'static mpsc::Sender<PathBuf> {
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
+                // Tried every 20 ms or so, 100 times at most.
                 pending.retain_mut(|(dir, tries)| {
                     *tries += 1;
-                    !remove(dir, 1) && *tries < 100
+                    !remove(dir) && *tries < 100
                 });
             }
         });
