@@ -81,6 +81,16 @@ pub fn raw_guest(crate_name: &str) -> PathBuf {
     root().join("target/wasm/wasm32-wasip2/release").join(format!("{crate_name}.wasm"))
 }
 
+/// The files under `dir`, at any depth (none where it cannot be read).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { files.extend(files_under(&path)) } else { files.push(path) }
+    }
+    files
+}
+
 /// Compiled code shared by every test, so each plugin compiles once.
 pub fn cache_dir() -> PathBuf {
     root().join("target/test-cache")

@@ -18,7 +18,6 @@ use reson::trace::{Message, Role};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use support::TestDir;
@@ -724,7 +723,7 @@ fn everything_written(dir: &TestDir, out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut files = 0;
-    for path in walk(dir.path()) {
+    for path in support::files_under(dir.path()) {
         let name = path.file_name().unwrap().to_string_lossy();
         let installed = name.ends_with(".wasm") || path.starts_with(dir.plugins());
         if name == "reson.toml" || name == ".env" || (installed && name != "reson.lock") {
@@ -736,15 +735,6 @@ fn everything_written(dir: &TestDir, out: &Output) -> String {
     }
     assert!(files > 0 && all.contains("reson.lock"), "the host wrote no lock file: {all}");
     all
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
-    }
-    files
 }
 
 #[test]

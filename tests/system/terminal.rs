@@ -414,19 +414,30 @@ fn mcp_list_counts_a_down_servers_attempts_in_words() {
     assert_eq!(word, if n == "1" { "attempt" } else { "attempts" }, "{listed}");
 }
 
+/// A directory `reson init` set up, its project holding `plan.md` with
+/// the one step `step` and the model's turns in `scripts/task.json`; the
+/// directory and its project.
+fn task_project(step: &str, turns: Value) -> (TestDir, PathBuf) {
+    let dir = TestDir::new();
+    ok(&reson(dir.path(), &["init", "project"]));
+    let project = dir.path().join("project");
+    std::fs::write(project.join("plan.md"), format!("1. {step}\n")).unwrap();
+    let script = json!({ "turns": turns });
+    std::fs::write(project.join("scripts/task.json"), script.to_string()).unwrap();
+    (dir, project)
+}
+
 /// `reson task` at a terminal: a step's `ask_human` is put to the person
 /// there, and the typed answer goes back to the step.
 #[test]
 fn a_task_step_asks_the_person_at_the_terminal() {
-    let dir = TestDir::new();
-    ok(&reson(dir.path(), &["init", "project"]));
-    let project = dir.path().join("project");
-    std::fs::write(project.join("plan.md"), "1. Paint the logo\n").unwrap();
-    let script = json!({ "turns": [
-        { "tool_calls": [{ "name": "ask_human", "arguments": { "question": "Which colour?", "choices": ["red", "blue"] } }] },
-        { "text": "painted" },
-    ]});
-    std::fs::write(project.join("scripts/task.json"), script.to_string()).unwrap();
+    let (_dir, project) = task_project(
+        "Paint the logo",
+        json!([
+            { "tool_calls": [{ "name": "ask_human", "arguments": { "question": "Which colour?", "choices": ["red", "blue"] } }] },
+            { "text": "painted" },
+        ]),
+    );
     let task = "task 'Paint it' --parser markdown-plan --plan plan.md --script scripts/task.json";
     let command = format!("{}; echo EXIT=$?; sleep 600", at_terminal("", task));
     let tmux = Tmux::start(&project, &command);
@@ -435,39 +446,23 @@ fn a_task_step_asks_the_person_at_the_terminal() {
     tmux.key("Enter");
     let screen = tmux.until("EXIT=");
     assert!(screen.contains("EXIT=0") && screen.contains("completed  Paint the logo"), "{screen}");
-    let answered = walk(&project)
+    let answered = support::files_under(&project)
         .into_iter()
         .any(|file| std::fs::read_to_string(file).is_ok_and(|text| text.contains("teal, please")));
     assert!(answered, "the answer is in the task's trace: {screen}");
-}
-
-/// Every file under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files.extend(walk(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
 }
 
 /// `reson task` with no terminal: a step's `ask` is denied at once, and
 /// the task ends saying so in words (`1 call was denied`), exit 3.
 #[test]
 fn a_task_says_in_words_how_many_calls_were_denied_for_want_of_an_answer() {
-    let dir = TestDir::new();
-    ok(&reson(dir.path(), &["init", "project"]));
-    let project = dir.path().join("project");
-    std::fs::write(project.join("plan.md"), "1. Write a note\n").unwrap();
-    let script = json!({ "turns": [
-        { "text": "noting", "tool_calls": [{ "name": "write", "arguments": { "path": "note.txt", "content": "draft" } }] },
-        { "text": "could not" },
-    ]});
-    std::fs::write(project.join("scripts/task.json"), script.to_string()).unwrap();
+    let (_dir, project) = task_project(
+        "Write a note",
+        json!([
+            { "text": "noting", "tool_calls": [{ "name": "write", "arguments": { "path": "note.txt", "content": "draft" } }] },
+            { "text": "could not" },
+        ]),
+    );
     let args = ["--parser", "markdown-plan", "--plan", "plan.md", "--script", "scripts/task.json"];
     let out = reson(&project, &[&["task", "Note it"][..], &args].concat());
     assert_eq!(out.status.code(), Some(3), "{}", support::shown(&out));

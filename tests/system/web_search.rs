@@ -49,19 +49,10 @@ async fn search_with(backend: &str, server: &LlmServer, arguments: Value) -> (St
     let result = messages.iter().find(|m| m.role == Role::Tool).expect("the search result").text();
     store.sync().await.unwrap();
     let mut written = String::new();
-    for entry in walk(&dir.path().join("traces")) {
+    for entry in support::files_under(&dir.path().join("traces")) {
         written.push_str(&String::from_utf8_lossy(&std::fs::read(entry).unwrap_or_default()));
     }
     (result, written)
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
-    }
-    files
 }
 
 /// The titles of a result, in order.
