@@ -179,21 +179,25 @@ fn project_manifest(dir: &Path) -> anyhow::Result<Manifest> {
 /// Python component); cargo shows its own progress.
 pub(crate) fn build(dir: &Path, work: Option<&Spinner>) -> anyhow::Result<PathBuf> {
     let manifest = project_manifest(dir)?;
-    let lang = Lang::of_project(dir)?;
-    let toolchain = match lang {
-        Lang::Rust => None,
-        Lang::Python => Some("componentize-py"),
-        Lang::Js => Some(js::TOOLCHAIN),
+    // The contract is found (and said) before the spinner starts, which
+    // would draw over what is said.
+    let begin = |toolchain: &str| {
+        if let Some(work) = work {
+            work.begin("build", format!("building {} with {toolchain}", manifest.name));
+        }
     };
-    // Said before the spinner starts, which would draw over it.
-    let wit = toolchain.map(|_| contract(dir)).transpose()?;
-    if let (Some(work), Some(toolchain)) = (work, toolchain) {
-        work.begin("build", format!("building {} with {toolchain}", manifest.name));
-    }
-    let wasm = match (lang, &wit) {
-        (Lang::Python, Some(wit)) => python::build(dir, &manifest.name, &wit.path)?,
-        (Lang::Js, Some(wit)) => js::build(dir, &manifest.name, &wit.path)?,
-        _ => rust::build(dir, &manifest.name)?,
+    let wasm = match Lang::of_project(dir)? {
+        Lang::Rust => rust::build(dir, &manifest.name)?,
+        Lang::Python => {
+            let wit = contract(dir)?;
+            begin("componentize-py");
+            python::build(dir, &manifest.name, &wit.path)?
+        }
+        Lang::Js => {
+            let wit = contract(dir)?;
+            begin(js::TOOLCHAIN);
+            js::build(dir, &manifest.name, &wit.path)?
+        }
     };
     let dist = dir.join("dist");
     std::fs::create_dir_all(&dist)?;
