@@ -8,7 +8,9 @@
 //! `cargo bench -p reson --bench jail` prints criterion's figures and, last,
 //! the medians of interleaved rounds and the jail's cost per command, for
 //! calls spaced by 50 ms (as between an agent's turns: the machine idles,
-//! and moving a task into a cgroup then takes longest) and back to back.
+//! and moving a task into a cgroup then takes longest) and back to back,
+//! and what a workspace the size of a source tree adds (the jail looks
+//! for repositories a few levels down before every command).
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -22,7 +24,7 @@ use support::{median, ns_per_call};
 
 const TRUE: &str = "/usr/bin/true";
 
-fn spec(ws: &Path) -> JailSpec {
+fn spec_for(ws: &Path) -> JailSpec {
     JailSpec {
         dirs: vec![JailDir { path: ws.to_path_buf(), writable: true, metadata_writable: false }],
         search_path: vec![PathBuf::from("/usr/bin")],
@@ -30,6 +32,29 @@ fn spec(ws: &Path) -> JailSpec {
         max_processes: 64,
         cwd: ws.to_path_buf(),
     }
+}
+
+/// A workspace shaped like a source tree: 10 × 10 × 10 directories, 20
+/// files in each directory of the middle level. Returns how many
+/// directories and files it holds.
+fn source_tree(root: &Path) -> (usize, usize) {
+    let (mut dirs, mut files) = (0, 0);
+    for a in 0..10 {
+        for b in 0..10 {
+            let middle = root.join(format!("module{a}/part{b}"));
+            for c in 0..10 {
+                std::fs::create_dir_all(middle.join(format!("leaf{c}"))).unwrap();
+                dirs += 1;
+            }
+            for f in 0..20 {
+                std::fs::write(middle.join(format!("file{f}.rs")), "").unwrap();
+                files += 1;
+            }
+            dirs += 1;
+        }
+        dirs += 1;
+    }
+    (dirs, files)
 }
 
 async fn unjailed() {
@@ -78,7 +103,11 @@ fn bench(c: &mut Criterion) {
     let ws = on_dir.workspace().canonicalize().unwrap();
     let off_ws = off_dir.workspace().canonicalize().unwrap();
     let jail = Jail::default();
-    let spec = spec(&ws);
+    let spec = spec_for(&ws);
+    let tree = tempfile::tempdir().unwrap();
+    let tree_path = tree.path().canonicalize().unwrap();
+    let (tree_dirs, tree_files) = source_tree(&tree_path);
+    let tree_spec = spec_for(&tree_path);
     let on = rt.block_on(shell_runtime(&on_dir, "on"));
     let off = rt.block_on(shell_runtime(&off_dir, "off"));
     rt.block_on(jailed(&jail, &spec));
@@ -104,7 +133,7 @@ fn bench(c: &mut Criterion) {
     // the launcher is ready; back to back: the next command comes as soon
     // as the last ends, and starts directly while the launcher moves on.
     let rounds = |spaced: bool| {
-        let mut figures = [(); 5].map(|()| Vec::new());
+        let mut figures = [(); 6].map(|()| Vec::new());
         rt.block_on(async {
             for _ in 0..9 {
                 figures[0].push(time(spaced, async || unjailed().await).await);
@@ -112,6 +141,7 @@ fn bench(c: &mut Criterion) {
                 figures[2].push(time(spaced, async || jailed_directly(&jail, &spec).await).await);
                 figures[3].push(time(spaced, async || shell_true(&off, &off_ws).await).await);
                 figures[4].push(time(spaced, async || shell_true(&on, &ws).await).await);
+                figures[5].push(time(spaced, async || jailed(&jail, &tree_spec).await).await);
             }
         });
         figures.map(median)
@@ -119,7 +149,7 @@ fn bench(c: &mut Criterion) {
     let spaced = rounds(true);
     let back_to_back = rounds(false);
     println!("\n== figures ==");
-    for (name, [bare, jailed, direct, tool_off, tool_on]) in
+    for (name, [bare, jailed, direct, tool_off, tool_on, in_tree]) in
         [("spaced by 50 ms", spaced), ("back to back", back_to_back)]
     {
         println!("-- {name}");
@@ -134,6 +164,12 @@ fn bench(c: &mut Criterion) {
             "  jail on / off (tool call):     {:>7.2}x (+{:.2} ms per call)",
             tool_on / tool_off,
             (tool_on - tool_off) / 1e6
+        );
+        println!(
+            "`true` jailed, source tree:      {:>7.2} ms (+{:.2} ms over an empty workspace: \
+             {tree_dirs} directories, {tree_files} files)",
+            in_tree / 1e6,
+            (in_tree - jailed) / 1e6
         );
     }
 }

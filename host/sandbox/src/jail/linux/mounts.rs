@@ -204,9 +204,15 @@ fn metadata(dir: &JailDir, cwd: &Path) -> Vec<PathBuf> {
             continue;
         }
         let Ok(entries) = std::fs::read_dir(&current) else { continue };
+        // Runs before every jailed command, over every entry a few levels
+        // down: the type comes with the listing, and only a directory's
+        // name is looked at.
         for entry in entries.flatten() {
-            let skipped = SKIPPED.iter().any(|s| entry.file_name() == *s);
-            if !skipped && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = entry.file_name();
+            if !SKIPPED.iter().any(|s| name == *s) {
                 pending.push((entry.path(), depth + 1));
             }
         }
