@@ -79,6 +79,13 @@ async fn jailed(jail: &Jail, spec: &JailSpec) {
     drop(guard);
 }
 
+/// Commands started together, as an agent's parallel tool calls start them.
+const AT_ONCE: usize = 4;
+
+async fn at_once(jail: &Jail, spec: &JailSpec) {
+    futures::future::join_all((0..AT_ONCE).map(|_| jailed(jail, spec))).await;
+}
+
 async fn shell_true(runtime: &Runtime, ws: &Path) {
     let args = serde_json::json!({ "command": "true", "cwd": ws });
     let out = runtime.call_tool("shell", &args.to_string(), &CallContext::default()).await;
@@ -133,7 +140,7 @@ fn bench(c: &mut Criterion) {
     // the launcher is ready; back to back: the next command comes as soon
     // as the last ends, and starts directly while the launcher moves on.
     let rounds = |spaced: bool| {
-        let mut figures = [(); 6].map(|()| Vec::new());
+        let mut figures = [(); 7].map(|()| Vec::new());
         rt.block_on(async {
             for _ in 0..9 {
                 figures[0].push(time(spaced, async || unjailed().await).await);
@@ -142,6 +149,7 @@ fn bench(c: &mut Criterion) {
                 figures[3].push(time(spaced, async || shell_true(&off, &off_ws).await).await);
                 figures[4].push(time(spaced, async || shell_true(&on, &ws).await).await);
                 figures[5].push(time(spaced, async || jailed(&jail, &tree_spec).await).await);
+                figures[6].push(time(spaced, async || at_once(&jail, &spec).await).await);
             }
         });
         figures.map(median)
@@ -149,7 +157,7 @@ fn bench(c: &mut Criterion) {
     let spaced = rounds(true);
     let back_to_back = rounds(false);
     println!("\n== figures ==");
-    for (name, [bare, jailed, direct, tool_off, tool_on, in_tree]) in
+    for (name, [bare, jailed, direct, tool_off, tool_on, in_tree, together]) in
         [("spaced by 50 ms", spaced), ("back to back", back_to_back)]
     {
         println!("-- {name}");
@@ -170,6 +178,11 @@ fn bench(c: &mut Criterion) {
              {tree_dirs} directories, {tree_files} files)",
             in_tree / 1e6,
             (in_tree - jailed) / 1e6
+        );
+        println!(
+            "{AT_ONCE} `true` jailed at once:      {:>7.2} ms until the last exits ({:.2}x one alone)",
+            together / 1e6,
+            together / jailed
         );
     }
 }

@@ -175,9 +175,9 @@ impl Jail {
 
     /// Starts `executable` jailed, as [`Jail::command`] would, configured
     /// by `configure` (stdio, process group). On Linux with cgroup v1 the
-    /// command is forked by one of two threads that joined its pids cgroup
+    /// command is forked by one of four threads that joined its pids cgroup
     /// ahead, so that the call does not wait for the kernel to move a task
-    /// (8–10 ms on an idle machine); while both are busy, it is started as
+    /// (8–10 ms on an idle machine); while all are busy, it is started as
     /// `command` starts it.
     pub async fn spawn(
         &self,

@@ -10,10 +10,13 @@
 //! Not before: while a thread moves, the command it just forked started
 //! up to 3× slower (bubblewrap's own forks and exits wait on the cgroup
 //! locks the move holds; a `true` took 15.6 ms at the 90th percentile
-//! against 5.5 ms with the move held back, on an idle machine). Two
+//! against 5.5 ms with the move held back, on an idle machine). Four
 //! launchers take turns, so that the next command finds one ready while
-//! the other moves on; a command that runs long lets its launcher move on
-//! after [`MOVE_ON_AFTER`].
+//! another moves on, and the commands of one model turn's parallel tool
+//! calls each find one (four `true` at once, after a pause: 20 ms until
+//! the last exits with four launchers, 28 ms with two, whose other two
+//! commands joined their cgroups themselves); a command that runs long
+//! lets its launcher move on after [`MOVE_ON_AFTER`].
 //!
 //! The threads never end: bubblewrap's `--die-with-parent` kills the
 //! command when the thread that forked it ends. Until it moves on, a
@@ -32,8 +35,9 @@ use tokio::sync::oneshot;
 /// Tasks a cgroup is made with; each call sets its own cap.
 const FIRST_CAP: u64 = 64;
 
-/// Launcher threads.
-const LAUNCHERS: usize = 2;
+/// Launcher threads: commands started together beyond this many join
+/// their cgroups themselves, which is slow.
+const LAUNCHERS: usize = 4;
 
 /// How long a launcher waits for its command to exit before it moves on
 /// anyway (a command that runs this long is not slowed by much).
@@ -203,7 +207,7 @@ mod tests {
         // The last command is killed and its guard dropped as soon as it
         // starts, while the launcher is most likely still in its cgroup.
         for killed_at_once in [false, false, true] {
-            // A launcher moves on once its command has exited; while both
+            // A launcher moves on once its command has exited; while all
             // are busy a command would start directly.
             for _ in 0..500 {
                 if super::ready() {
