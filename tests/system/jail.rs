@@ -529,13 +529,31 @@ async fn every_escape_probe_holds_in_the_jail_and_each_gets_through_without_it()
 #[test]
 fn sandbox_check_prints_what_held_and_fails_naming_the_probes_with_the_jail_off() {
     let dir = TestDir::new();
-    dir.config("");
+    // A plugin that runs commands in a writable grant, and one that runs
+    // none: only the first's directory is searched before each command.
+    dir.config(
+        "[plugins.shell]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]\n\
+         process = [\"true\"]\n[plugins.fs]\ndirs = [{ path = \"other\", access = \"read-write\" }]\n",
+    );
+    std::fs::create_dir_all(dir.path().join("other")).unwrap();
     let out = support::reson_cli(dir.path(), &["sandbox", "check"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("the command jail on linux"), "{stdout}");
     assert_eq!(stdout.matches("held ").count(), 7, "{stdout}");
     assert!(stdout.contains("7 of 7 probes held"), "{stdout}");
+    // What a command costs here, unjailed and jailed, and in the grant.
+    let millis = |line: &str| -> Vec<f64> {
+        line.split(' ').filter_map(|w| w.parse::<f64>().ok()).filter(|ms| *ms > 0.0).collect()
+    };
+    let cost = stdout.lines().find(|l| l.starts_with("a command here")).expect("a cost line");
+    assert!(cost.contains("ms unjailed") && cost.contains("ms jailed"), "{cost}");
+    assert_eq!(millis(cost.split_once(':').unwrap().1).len(), 2, "{cost}");
+    let workspace = dir.workspace().canonicalize().unwrap();
+    let granted = format!("  {} (shell): ", workspace.display());
+    let line = stdout.lines().find(|l| l.starts_with(&granted)).expect("the grant's line");
+    assert_eq!(millis(line.trim_end_matches(" ms").rsplit(' ').next().unwrap()).len(), 1, "{line}");
+    assert!(!stdout.contains("/other"), "fs runs no command: {stdout}");
 
     dir.config("[sandbox]\njail = \"off\"\n");
     let out = support::reson_cli(dir.path(), &["sandbox", "check"]);

@@ -4,9 +4,11 @@
 
 use super::term::{Stream, paint, say, say_warning, style};
 use clap::Subcommand;
-use reson::config::{Config, JailMode};
+use reson::config::{Access, Config, JailMode};
 use reson::jail::{Jail, probe};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
@@ -55,6 +57,9 @@ async fn check(config: &Config) -> anyhow::Result<ExitCode> {
     let held = findings.iter().filter(|f| f.verdict == probe::Verdict::Held).count();
     if held == findings.len() {
         say!("{held} of {} probes held: commands run jailed here.", findings.len());
+        if let Some(jail) = &jail {
+            say_cost(config, jail).await;
+        }
         Ok(ExitCode::SUCCESS)
     } else {
         let failed: Vec<&str> = findings
@@ -64,5 +69,50 @@ async fn check(config: &Config) -> anyhow::Result<ExitCode> {
             .collect();
         say!("{held} of {} probes held; not held: {}.", findings.len(), failed.join(", "));
         Ok(ExitCode::from(super::exit::TOOL_FAILED))
+    }
+}
+
+/// What a jailed command costs here, and in each directory the config
+/// grants read-write to a plugin that may run commands (the jail looks for
+/// repositories in those before every command, so a large one adds to
+/// each).
+async fn say_cost(config: &Config, jail: &Jail) {
+    let mut dirs: Vec<(PathBuf, Vec<&str>)> = Vec::new();
+    for (plugin, grant) in config.plugins.plugins.iter() {
+        if !grant.enabled || grant.process.is_empty() {
+            continue;
+        }
+        let scanned = grant.dirs.iter().filter(|d| d.access == Access::ReadWrite);
+        for dir in scanned.filter(|d| d.metadata == Access::Read) {
+            let Ok(path) = config.plugins.resolve(&dir.path).canonicalize() else { continue };
+            match dirs.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, plugins)) => plugins.push(plugin),
+                None => dirs.push((path, vec![plugin])),
+            }
+        }
+    }
+    let paths: Vec<PathBuf> = dirs.iter().map(|(p, _)| p.clone()).collect();
+    let cost = match probe::cost(jail, &paths).await {
+        Ok(cost) => cost,
+        Err(e) => {
+            say_warning!("could not time a jailed command: {e}");
+            return;
+        }
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    say!(
+        "a command here (`true`, spawn to exit, median of {}): {:.1} ms unjailed, {:.1} ms jailed",
+        probe::COST_RUNS,
+        ms(cost.unjailed),
+        ms(cost.jailed)
+    );
+    if !dirs.is_empty() {
+        say!(
+            "in the read-write grants of plugins that run commands (the jail looks for .git and \
+             .reson three levels down in each, before every command):"
+        );
+    }
+    for ((path, plugins), (_, took)) in dirs.iter().zip(&cost.in_dirs) {
+        say!("  {} ({}): {:.1} ms", path.display(), plugins.join(", "), ms(*took));
     }
 }

@@ -221,8 +221,7 @@ impl Jail {
             max_processes: 8,
             cwd: PathBuf::from(PRIVATE_TMP),
         };
-        let truth = ["/usr/bin/true", "/bin/true"].into_iter().map(Path::new).find(|p| p.exists());
-        let truth = truth.ok_or("no `true` program in /usr/bin or /bin to probe with")?;
+        let truth = true_program().ok_or("no `true` program in /usr/bin or /bin to probe with")?;
         let (mut command, guard) = self.build(&spec, truth, &[], &[]).map_err(|e| e.to_string())?;
         command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
         command.stderr(std::process::Stdio::piped()).kill_on_drop(true);
@@ -250,6 +249,11 @@ impl Jail {
         let (command, guard) = platform::build(&self.bwrap, spec, executable, args, env)?;
         Ok((command, JailGuard(guard)))
     }
+}
+
+/// The system's `true`, which the probes and the cost measure run.
+fn true_program() -> Option<&'static Path> {
+    ["/usr/bin/true", "/bin/true"].into_iter().map(Path::new).find(|p| p.exists())
 }
 
 /// What a jailed command holds on the host: its private temporary

@@ -116,6 +116,85 @@ pub async fn run(jail: Option<&Jail>) -> Result<Vec<Finding>, JailError> {
     Ok(findings)
 }
 
+/// How many times [`cost`] runs each command; it reports the median.
+pub const COST_RUNS: usize = 7;
+/// The pause before each run of [`cost`]: an agent's commands come between
+/// its turns, and a jailed command after a pause costs the most.
+const COST_PAUSE: Duration = Duration::from_millis(20);
+
+/// What a command costs on this machine: `true`, from spawn to exit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cost {
+    /// Started without the jail.
+    pub unjailed: Duration,
+    /// Jailed, granted an empty directory.
+    pub jailed: Duration,
+    /// Jailed, granted each directory asked about read-write, where the
+    /// jail looks for repositories a few levels down before every command.
+    pub in_dirs: Vec<(PathBuf, Duration)>,
+}
+
+/// Times `true` unjailed, jailed, and jailed in each of `dirs` granted
+/// read-write (what a writable grant there costs every command), each the
+/// median of [`COST_RUNS`] runs. Fails when the jail does not come up, or
+/// a run fails.
+pub async fn cost(jail: &Jail, dirs: &[PathBuf]) -> Result<Cost, JailError> {
+    jail.check().await?;
+    let program = super::true_program().ok_or_else(|| {
+        JailError::Unavailable("no `true` program in /usr/bin or /bin to time".into())
+    })?;
+    let unjailed = median(async || {
+        let status = tokio::process::Command::new(program).status().await?;
+        status.success().then_some(()).ok_or_else(|| failed(status))
+    })
+    .await?;
+    let empty = tempfile::Builder::new().prefix("reson-cost-").tempdir()?;
+    let jailed = time_jailed(jail, program, &empty.path().canonicalize()?).await?;
+    let mut in_dirs = Vec::new();
+    for dir in dirs {
+        in_dirs.push((dir.clone(), time_jailed(jail, program, dir).await?));
+    }
+    Ok(Cost { unjailed, jailed, in_dirs })
+}
+
+/// The median time of `true` jailed with `dir` granted read-write.
+async fn time_jailed(jail: &Jail, program: &Path, dir: &Path) -> Result<Duration, JailError> {
+    let spec = JailSpec {
+        dirs: vec![JailDir { path: dir.to_path_buf(), writable: true, metadata_writable: false }],
+        search_path: Vec::new(),
+        network: Vec::new(),
+        max_processes: 8,
+        cwd: dir.to_path_buf(),
+    };
+    median(async || {
+        let (mut child, guard) = jail.spawn(&spec, program, &[], &[], |_| {}).await?;
+        let status = child.wait().await?;
+        drop(guard);
+        status.success().then_some(()).ok_or_else(|| failed(status))
+    })
+    .await
+}
+
+fn failed(status: std::process::ExitStatus) -> JailError {
+    JailError::Unavailable(format!("`true` failed ({status})"))
+}
+
+/// The median time of [`COST_RUNS`] runs of `run`, each after
+/// [`COST_PAUSE`].
+async fn median(
+    mut run: impl AsyncFnMut() -> Result<(), JailError>,
+) -> Result<Duration, JailError> {
+    let mut times = Vec::with_capacity(COST_RUNS);
+    for _ in 0..COST_RUNS {
+        tokio::time::sleep(COST_PAUSE).await;
+        let start = Instant::now();
+        run().await?;
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Ok(times[COST_RUNS / 2])
+}
+
 /// One probe's files: `ws` granted, `outside` beside it.
 struct Scene {
     _dir: tempfile::TempDir,
