@@ -2,7 +2,8 @@
 //! jail on the machine at hand, each checked from the host's side. This is
 //! how `reson sandbox check` tells an operator whether the jail holds here
 //! (a container without user namespaces, a Mac's Seatbelt), and the same
-//! probes run in the test suite.
+//! probes run in the test suite. [`cost`] times a jailed command on the
+//! same machine, for the check's last lines.
 //!
 //! Each probe gets a scene of its own: a granted, writable workspace with
 //! a `.git/hooks` directory, and beside it a directory with a secret that
