@@ -104,6 +104,9 @@ fn a_rust_tool_is_made_built_installed_and_called_from_outside_the_repository() 
 fn building_or_installing_what_is_not_a_project_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_string_lossy().into_owned();
+    let missing = dir.path().join("no-such-project").to_string_lossy().into_owned();
+    let build = reson(dir.path(), &["plugins", "build", &missing]);
+    assert!(failed(&build).contains("no-such-project is not a directory"), "{}", failed(&build));
     let build = reson(dir.path(), &["plugins", "build", &path]);
     assert!(failed(&build).contains("reson-plugin.toml"), "{}", failed(&build));
     std::fs::write(dir.path().join("reson-plugin.toml"), "name = \"x\"\nversion = \"1\"\n")

@@ -178,6 +178,13 @@ fn project_manifest(dir: &Path) -> anyhow::Result<Manifest> {
 /// until it is done runs (componentize-py, componentize-js: a minute for a
 /// Python component); cargo shows its own progress.
 pub(crate) fn build(dir: &Path, work: Option<&Spinner>) -> anyhow::Result<PathBuf> {
+    if !dir.is_dir() {
+        bail!(
+            "{} is not a directory: name a plugin project's (`reson plugins new NAME --lang \
+             rust|python|js` makes one)",
+            dir.display()
+        );
+    }
     let manifest = project_manifest(dir)?;
     // The contract is found (and said) before the spinner starts, which
     // would draw over what is said.
