@@ -294,6 +294,11 @@ struct Setup {
 
 impl Setup {
     async fn new(script: Value) -> Self {
+        Self::with(script, "").await
+    }
+
+    /// The setup with `extra` appended to its config.
+    async fn with(script: Value, extra: &str) -> Self {
         chromium();
         audit_log();
         let outside = Outside::start().await;
@@ -301,7 +306,7 @@ impl Setup {
         let base = format!("http://127.0.0.1:{port}");
         let dir = TestDir::new();
         dir.install(support::plugins(), "scripted").install(support::plugins(), "browser");
-        let grant = format!("[plugins.browser]\nbrowser = [\"{base}/*\"]\n");
+        let grant = format!("[plugins.browser]\nbrowser = [\"{base}/*\"]\n{extra}");
         let runtime = dir.open_scripted(&script, &grant).await;
         let store =
             Arc::new(FileTraceStore::open(dir.path().join("traces"), Durability::Batched).unwrap());
@@ -485,7 +490,13 @@ async fn a_scripted_run_fills_the_form_reads_the_result_and_ends_its_browser() {
 async fn every_escape_is_refused_logged_and_never_reaches_the_outside() {
     let _serial = SERIAL.lock().await;
     let s = Setup::new(json!({ "turns": [] })).await;
-    let trace = "escapes";
+    escapes_are_refused(&s, "escapes").await;
+    s.runtime.close_browser("escapes").await;
+}
+
+/// Every way out of the grant a page in `trace` tries is refused, reported
+/// and logged, and the server outside is never reached.
+async fn escapes_are_refused(s: &Setup, trace: &str) {
     let out = s.outside.port;
 
     let loaded = s.call(trace, "browser_navigate", json!({ "url": format!("{}/escape", s.base) }));
@@ -536,7 +547,6 @@ async fn every_escape_is_refused_logged_and_never_reaches_the_outside() {
     for logged in ["/pixel.png", "/exfiltrate", "/stolen", "file:///etc/passwd", &socket] {
         assert!(audit.contains(logged), "the refusal of {logged} is in the audit log: {audit}");
     }
-    s.runtime.close_browser(trace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -580,6 +590,93 @@ async fn two_traces_never_see_each_others_cookies() {
     }
     s.runtime.close_browsers().await;
     assert_groups_gone(&groups, "close_browsers").await;
+}
+
+/// `[sandbox] warm_browser_ms`: one Chromium serves every trace, each in a
+/// context of its own that shares nothing with the others and is gone
+/// with its run; its pages go through a proxy with their plugin's grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_browser_gives_each_trace_a_context_that_shares_nothing() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::with(json!({ "turns": [] }), "[sandbox]\nwarm_browser_ms = 60000\n").await;
+    let before = browser_groups(std::process::id());
+    let set = json!({ "url": format!("{}/cookie/set?v=alpha", s.base) });
+    s.call("alpha", "browser_navigate", set).await.unwrap();
+    let show = json!({ "url": format!("{}/cookie/show", s.base) });
+    s.call("alpha", "browser_navigate", show.clone()).await.unwrap();
+    let alpha = s.call("alpha", "browser_read", json!({ "what": "text" })).await.unwrap();
+    assert!(alpha.contains("cookie: sid=alpha"), "a trace keeps its own cookie: {alpha}");
+    s.call("beta", "browser_navigate", show.clone()).await.unwrap();
+    let beta = s.call("beta", "browser_read", json!({ "what": "text" })).await.unwrap();
+    assert!(beta.contains("cookie: no cookie"), "another trace's context has none: {beta}");
+    let kept: Vec<u32> =
+        browser_groups(std::process::id()).into_iter().filter(|g| !before.contains(g)).collect();
+    assert_eq!(kept.len(), 1, "one browser serves both traces");
+
+    // The run's end disposes of its context, not of the browser.
+    s.runtime.close_browser("alpha").await;
+    s.call("alpha", "browser_navigate", show.clone()).await.unwrap();
+    let again = s.call("alpha", "browser_read", json!({ "what": "text" })).await.unwrap();
+    assert!(again.contains("cookie: no cookie"), "the ended context's cookie is gone: {again}");
+    assert_eq!(browser_groups(std::process::id()), [before.clone(), kept.clone()].concat());
+
+    // A page in a context is held to its grant by the context's own proxy.
+    escapes_are_refused(&s, "gamma").await;
+    let socket = format!("url=127.0.0.1:{} ", s.outside.port);
+    let audit = audit_log().lock().unwrap().join("\n");
+    let line = audit.lines().find(|l| l.contains(&socket) && l.contains("by=\"proxy\""));
+    assert!(
+        line.is_some_and(|l| l.contains("plugin=\"browser\"")),
+        "the WebSocket was refused by the proxy of the plugin's context: {audit}"
+    );
+
+    // A browser that died is replaced for the next trace; the traces in
+    // it get a clear error.
+    let profile = profile_of(kept[0]).expect("the kept browser's profile");
+    // SAFETY: kills the process group of the browser this test started.
+    unsafe { libc::killpg(kept[0] as libc::pid_t, libc::SIGKILL) };
+    assert_groups_gone(&kept, "kill -9 of the kept browser").await;
+    let lost = s.call("beta", "browser_read", json!({ "what": "text" })).await.unwrap_err();
+    assert!(!lost.is_empty());
+    s.call("delta", "browser_navigate", show).await.unwrap();
+    let now = browser_groups(std::process::id());
+    assert_eq!(now.len(), before.len() + 1, "a new browser: {now:?}");
+
+    s.runtime.close_browsers().await;
+    assert_groups_gone(&now, "close_browsers").await;
+    assert!(!Path::new(&profile).exists(), "the dead browser's profile {profile} is gone");
+}
+
+/// A kept browser serves 16 traces, then the next one starts another; the
+/// full one ends as soon as its last trace does, the other once no trace
+/// used it for the idle time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_browser_retires_after_16_traces_and_ends_when_idle() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::with(json!({ "turns": [] }), "[sandbox]\nwarm_browser_ms = 1000\n").await;
+    let before = browser_groups(std::process::id());
+    let home = json!({ "url": format!("{}/", s.base) });
+    let started = |seen: &[u32]| -> Vec<u32> {
+        browser_groups(std::process::id()).into_iter().filter(|g| !seen.contains(g)).collect()
+    };
+    let mut full = Vec::new();
+    for n in 0..=16 {
+        let page = s.call(&format!("t{n}"), "browser_navigate", home.clone()).await.unwrap();
+        assert!(page.contains("\"Home\""), "{page}");
+        if n == 0 {
+            full = started(&before);
+        }
+    }
+    assert_eq!(full.len(), 1, "{full:?}");
+    let second = started(&[before.clone(), full.clone()].concat());
+    assert_eq!(second.len(), 1, "the 17th trace is in a second browser: {second:?}");
+    for n in 0..16 {
+        s.runtime.close_browser(&format!("t{n}")).await;
+    }
+    assert_groups_gone(&full, "the last of its 16 traces").await;
+    assert!(!group_members(second[0]).is_empty(), "the second is kept");
+    s.runtime.close_browser("t16").await;
+    assert_groups_gone(&second, "a second without a trace").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -330,6 +330,15 @@ pub struct SandboxConfig {
     /// `msedge.exe` under the program folders.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chromium: Option<PathBuf>,
+    /// Keep one browser up between traces, for this many milliseconds
+    /// without a trace using it: each trace then gets a browser context of
+    /// its own in it (cookies, storage and cache in memory, thrown away
+    /// with the run; requests checked by a proxy of its own), and its first
+    /// browser call does not wait for Chromium to start. Unset, `reson
+    /// serve` keeps one for 300000 (five minutes) and every other host
+    /// starts a Chromium of its own per trace; `0` turns it off everywhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm_browser_ms: Option<u64>,
 }
 
 /// `[sandbox] jail`.
@@ -355,6 +364,7 @@ impl Default for SandboxConfig {
             jail: JailMode::On,
             bwrap: PathBuf::from(crate::jail::DEFAULT_BWRAP),
             chromium: None,
+            warm_browser_ms: None,
         }
     }
 }

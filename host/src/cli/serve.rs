@@ -31,10 +31,17 @@ pub(crate) fn prepare_options(
     args: &ServeArgs,
 ) -> anyhow::Result<()> {
     server_config(config, args).validate()?;
+    // A server runs trace after trace: their browsers are contexts in one
+    // kept up between them, unless the config says otherwise.
+    options.config.sandbox.warm_browser_ms.get_or_insert(WARM_BROWSER_MS);
     args.model.grant_vendor(options)?;
     grant_uploads(options)?;
     run::grant_script(options, args.model.script.as_deref())
 }
+
+/// How long the server keeps its browser up without a trace using it,
+/// unless `[sandbox] warm_browser_ms` says.
+const WARM_BROWSER_MS: u64 = 300_000;
 
 /// The directory PDFs sent with run requests pass through, each for the
 /// moment the `pdf` plugin reads it.

@@ -206,7 +206,13 @@ impl Sandbox {
             slots: Slots::new(calls),
             browsers: Arc::new(
                 crate::capability::browser::Browsers::new(browser_dir, observer)
-                    .with_chromium(settings.chromium.clone()),
+                    .with_chromium(settings.chromium.clone())
+                    .with_kept_browser(
+                        settings
+                            .warm_browser_ms
+                            .filter(|&ms| ms > 0)
+                            .map(std::time::Duration::from_millis),
+                    ),
             ),
             ticker_stop,
         })

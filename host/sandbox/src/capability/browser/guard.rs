@@ -191,6 +191,34 @@ impl Reach for Guard {
     }
 }
 
+/// The proxy of a browser kept up for many sessions, for its own requests
+/// (and its default context's, where no session's page lives): each
+/// session's pages go through a proxy of their own context, with their
+/// plugin's guard. What Chromium asks for itself is refused and logged.
+pub(super) struct BrowserItself;
+
+impl Reach for BrowserItself {
+    fn check(&self, host: &str, port: u16, url: Option<&Url>) -> Result<(), String> {
+        let shown = url.map_or_else(|| format!("{host}:{port}"), ToString::to_string);
+        let shown: String = reson_text::redact::redact(&shown).chars().take(300).collect();
+        let reason = "the browser's own requests go nowhere";
+        tracing::warn!(
+            target: "reson::audit",
+            plugin = "(browser)",
+            capability = "browser",
+            by = "proxy",
+            url = %shown,
+            %reason,
+            "denied"
+        );
+        Err(format!("reson browser: {shown} refused: {reason}"))
+    }
+
+    fn one_request_per_connection(&self) -> bool {
+        true
+    }
+}
+
 /// Requests in flight on a page, for "wait until the network is idle",
 /// and whether Chromium said the main frame's network went idle (its
 /// `networkIdle` lifecycle event): a request that never ends (a frame the

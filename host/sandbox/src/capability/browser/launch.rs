@@ -162,6 +162,11 @@ impl Process {
         }
     }
 
+    /// Whether Chromium has exited (or was ended).
+    pub(super) fn exited(&mut self) -> bool {
+        self.child.as_mut().is_none_or(|child| !matches!(child.try_wait(), Ok(None)))
+    }
+
     /// The process id of Chromium, which is also its process group's on
     /// Unix.
     pub(super) fn pid(&self) -> Option<u32> {

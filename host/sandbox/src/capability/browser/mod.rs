@@ -7,7 +7,10 @@
 //! - `network`: Chromium's own network namespace, whose one way out is
 //!   the host's proxy;
 //! - `profiles`: where its files live, and what a crash left removed;
-//! - `session`: one browser per trace and plugin, with a throwaway profile;
+//! - `chromium`: a started browser and the DevTools connection to it;
+//! - `kept`: one browser kept up between sessions, a context for each;
+//! - `session`: one browser, or context in the kept one, per trace and
+//!   plugin, thrown away with the run;
 //! - `guard`: the grant on every request (interception and proxy);
 //! - `actions`: what a call does to a page;
 //! - `limits`: what one call may cost.
@@ -21,7 +24,9 @@
 //! rest the same way.
 
 mod actions;
+mod chromium;
 mod guard;
+mod kept;
 mod launch;
 mod limits;
 mod locate;

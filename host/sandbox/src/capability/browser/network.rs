@@ -44,6 +44,9 @@ pub(super) enum Network {
         child: Option<crate::jail::OwnNetwork>,
         hand_over: Option<crate::jail::NetworkHandOver>,
         dialer: Option<TcpSocket>,
+        /// Sockets of the namespace for the proxies of contexts, each
+        /// bound to a port of its own there when one is asked for.
+        spare: Vec<TcpSocket>,
         tmpdir: PathBuf,
     },
     /// The host's, with the proxy on the host's loopback.
@@ -52,15 +55,20 @@ pub(super) enum Network {
 
 impl Network {
     /// A network for one Chromium, whose `TMPDIR` is to be `tmp`: a
-    /// namespace of its own when `isolate` and the platform has them.
-    pub(super) async fn new(isolate: bool, tmp: &Path) -> Result<Self, BrowserError> {
+    /// namespace of its own when `isolate` and the platform has them, with
+    /// room for the proxies of `contexts` browser contexts.
+    pub(super) async fn new(
+        isolate: bool,
+        tmp: &Path,
+        contexts: usize,
+    ) -> Result<Self, BrowserError> {
         #[cfg(target_os = "linux")]
         if isolate {
             // A session under `/tmp` (a cache there) would be hidden by a
             // mount over it; its path is short enough anyway.
             let mounted = !tmp.starts_with("/tmp");
             let (child, hand_over) =
-                crate::jail::own_network(mounted.then_some(tmp)).map_err(|e| {
+                crate::jail::own_network(mounted.then_some(tmp), 1 + contexts).map_err(|e| {
                     BrowserError::Failed(format!(
                         "cannot give the browser a network of its own: {e}"
                     ))
@@ -70,11 +78,12 @@ impl Network {
                 child: Some(child),
                 hand_over: Some(hand_over),
                 dialer: None,
+                spare: Vec::new(),
                 tmpdir,
             });
         }
         #[cfg(not(target_os = "linux"))]
-        let _ = isolate;
+        let _ = (isolate, contexts);
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .await
             .map_err(|e| BrowserError::Failed(format!("cannot open the browser proxy: {e}")))?;
@@ -132,17 +141,43 @@ impl Network {
         let gone = || BrowserError::Failed("the browser proxy was already handed out".into());
         match self {
             #[cfg(target_os = "linux")]
-            Self::Own { hand_over, dialer, .. } => {
-                let (listener, socket) = hand_over
+            Self::Own { hand_over, dialer, spare, .. } => {
+                let (listener, mut sockets) = hand_over
                     .take()
                     .ok_or_else(gone)?
                     .sockets()
                     .await
                     .map_err(|e| BrowserError::Failed(format!("the browser's network: {e}")))?;
-                *dialer = Some(socket);
+                *spare = sockets.split_off(1);
+                *dialer = sockets.pop();
                 Ok(listener)
             }
             Self::Shared { listener, .. } => listener.take().ok_or_else(gone),
+        }
+    }
+
+    /// A listener for one more proxy (a browser context's), and the port
+    /// Chromium reaches it at; `None` when the network has no room left.
+    pub(super) async fn context_proxy(
+        &mut self,
+    ) -> Result<Option<(TcpListener, u16)>, BrowserError> {
+        let failed =
+            |e: std::io::Error| BrowserError::Failed(format!("cannot open a context's proxy: {e}"));
+        match self {
+            #[cfg(target_os = "linux")]
+            Self::Own { spare, .. } => {
+                let Some(socket) = spare.pop() else { return Ok(None) };
+                // Ports above the browser's own proxy, one per socket used.
+                let port = crate::jail::PROXY_PORT + 1 + u16::try_from(spare.len()).unwrap_or(0);
+                socket.bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).map_err(failed)?;
+                Ok(Some((socket.listen(128).map_err(failed)?, port)))
+            }
+            Self::Shared { .. } => {
+                let listener =
+                    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.map_err(failed)?;
+                let port = listener.local_addr().map_err(failed)?.port();
+                Ok(Some((listener, port)))
+            }
         }
     }
 

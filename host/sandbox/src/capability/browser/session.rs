@@ -1,40 +1,40 @@
-//! Browser sessions: one Chromium with a throwaway profile per trace and
-//! plugin, started on first use, ended with the run (or the call, outside
-//! a trace), never shared.
+//! Browser sessions: one per trace and plugin, started on first use,
+//! ended with the run (or the call, outside a trace), never shared. A
+//! session has a Chromium of its own with a throwaway profile, or, where
+//! the host keeps a browser up ([`super::kept`]), a browser context of its
+//! own in that one.
 //!
 //! A page a page opens (a popup: `window.open`, a `target=_blank` link)
 //! becomes a page of the session, with the next id, checked like any
 //! other; a session at its page cap closes such a page at once.
 
 use super::BrowserError;
-use super::guard::{self, Activity, Guard};
-use super::launch::Process;
+use super::chromium::{CLOSE_GRACE, Chromium};
+use super::guard::{self, Activity, BrowserItself, Guard};
+use super::kept::{Kept, Lease};
 use super::limits::MAX_PAGES;
 use super::locate;
-use super::network::Network;
-use super::profiles::{Profiles, SessionDir};
+use super::profiles::Profiles;
 use crate::config::JailMode;
 use crate::observer::WorkObserver;
 use crate::policy::Grants;
 use chromiumoxide::cdp::browser_protocol::browser::{
-    CloseParams, EventDownloadWillBegin, SetDownloadBehaviorBehavior, SetDownloadBehaviorParams,
+    BrowserContextId, EventDownloadWillBegin, SetDownloadBehaviorBehavior,
+    SetDownloadBehaviorParams,
 };
 use chromiumoxide::cdp::browser_protocol::target::{
-    EventAttachedToTarget, EventTargetDestroyed, TargetId,
+    CreateBrowserContextParams, CreateTargetParams, EventAttachedToTarget, EventTargetDestroyed,
+    TargetId,
 };
-use chromiumoxide::handler::HandlerConfig;
 use chromiumoxide::{Browser, Page};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-
-/// How long a graceful close may take before the group is killed.
-const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// Which session a call uses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -64,7 +64,15 @@ pub(super) struct PageSlot {
 /// page at the browser's level (its popups, its downloads).
 type Targets = Arc<Mutex<HashMap<TargetId, Arc<Activity>>>>;
 
-/// A running browser and its pages.
+/// Where a session's pages live.
+enum Home {
+    /// A Chromium of the session's own, pages in its default context.
+    Own(Chromium),
+    /// A context of the session's own in the kept browser.
+    Kept { context: BrowserContextId, _lease: Lease },
+}
+
+/// A browser, or a context in one, and the session's pages.
 pub(crate) struct Session {
     browser: Arc<Browser>,
     pub(super) guard: Arc<Guard>,
@@ -73,71 +81,111 @@ pub(crate) struct Session {
     targets: Targets,
     /// Popups opened (and guarded) since they were last adopted.
     popups: mpsc::UnboundedReceiver<PageSlot>,
+    /// What follows the browser's events for the session's pages, and the
+    /// proxy of its context.
     tasks: JoinSet<()>,
-    // Field order is drop order: Chromium is killed before its files go.
-    process: Process,
-    _dir: SessionDir,
+    home: Home,
 }
 
 impl Session {
-    async fn start(
+    /// A session with a Chromium of its own.
+    async fn own(
         plugin: Arc<str>,
         grants: Arc<Grants>,
         profiles: &Profiles,
-        chromium: Option<&Path>,
+        chromium: Option<&std::path::Path>,
     ) -> Result<Self, BrowserError> {
         let program = locate::browser(chromium)?;
-        let dir = profiles.session()?;
         let guard = Arc::new(Guard::new(plugin, grants.clone()));
-        let mut network = Network::new(grants.jail == JailMode::On, &dir.tmp()).await?;
-        let mut process = Process::start(&program, &dir, &mut network)?;
+        let isolate = grants.jail == JailMode::On;
+        let chromium = Chromium::start(&program, profiles, guard.clone(), isolate, 0).await?;
+        Self::open(chromium.browser.clone(), guard, JoinSet::new(), Home::Own(chromium)).await
+    }
+
+    /// A session in a context of its own in the kept browser.
+    async fn in_kept(
+        plugin: Arc<str>,
+        grants: Arc<Grants>,
+        mut lease: Lease,
+    ) -> Result<Self, BrowserError> {
+        let guard = Arc::new(Guard::new(plugin, grants));
+        let (listener, port) = lease
+            .proxy
+            .take()
+            .ok_or_else(|| BrowserError::Failed("a context's proxy was handed out twice".into()))?;
         let mut tasks = JoinSet::new();
-        tasks.spawn(crate::jail::proxy::serve(network.proxy().await?, guard.clone()));
-        let (port, path) = process.devtools_endpoint(&dir.profile()).await?;
-        let ws_url = network.devtools(port, &path, &mut tasks).await?;
-        let config = HandlerConfig {
-            ignore_https_errors: false,
-            request_timeout: Duration::from_secs(60),
-            ..HandlerConfig::default()
-        };
-        let (browser, mut handler) = Browser::connect_with_config(&ws_url, config)
+        tasks.spawn(crate::jail::proxy::serve(listener, guard.clone()));
+        // Every request of the context, loopback included, goes through
+        // its proxy.
+        let params = CreateBrowserContextParams::builder()
+            .proxy_server(format!("http://127.0.0.1:{port}"))
+            .proxy_bypass_list("<-loopback>")
+            .build();
+        let context = lease
+            .browser
+            .create_browser_context(params)
             .await
-            .map_err(|e| BrowserError::Failed(format!("cannot reach chromium: {e}")))?;
-        // Drives the DevTools connection; messages this client cannot
-        // parse (from a newer Chromium) are skipped, not fatal.
-        tasks.spawn(async move { while handler.next().await.is_some() {} });
-        let browser = Arc::new(browser);
-        let targets = Targets::default();
-        let popups = watch_targets(&browser, &guard, &targets, &mut tasks).await?;
-        // Downloads are refused, and reported to the page that started
-        // one: without the events, a navigation that turns into a download
-        // just never ends.
-        let downloads = SetDownloadBehaviorParams::builder()
-            .behavior(SetDownloadBehaviorBehavior::Deny)
-            .events_enabled(true)
-            .build()
-            .map_err(BrowserError::Failed)?;
-        browser
-            .execute(downloads)
-            .await
-            .map_err(|e| BrowserError::Failed(format!("cannot turn downloads off: {e}")))?;
-        tracing::info!(
-            target: "reson::browser",
-            pid = process.pid(),
-            profile = %dir.profile().display(),
-            "browser started"
-        );
-        Ok(Self {
+            .map_err(|e| BrowserError::Failed(format!("cannot make a browser context: {e}")))?;
+        let browser = lease.browser.clone();
+        Self::open(browser, guard, tasks, Home::Kept { context, _lease: lease }).await
+    }
+
+    /// The session in `home`, following its pages' popups and downloads;
+    /// ended again if that fails.
+    async fn open(
+        browser: Arc<Browser>,
+        guard: Arc<Guard>,
+        tasks: JoinSet<()>,
+        home: Home,
+    ) -> Result<Self, BrowserError> {
+        let (found, popups) = mpsc::unbounded_channel();
+        let mut session = Self {
             browser,
             guard,
             pages: BTreeMap::new(),
             next_page: 1,
-            targets,
+            targets: Targets::default(),
             popups,
             tasks,
-            process,
-            _dir: dir,
-        })
+            home,
+        };
+        match session.follow(found).await {
+            Ok(()) => Ok(session),
+            Err(e) => {
+                session.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The context the session's pages open in: `None`, the browser's
+    /// default.
+    fn context(&self) -> Option<&BrowserContextId> {
+        match &self.home {
+            Home::Own(_) => None,
+            Home::Kept { context, .. } => Some(context),
+        }
+    }
+
+    /// Follows the pages' popups (sent to `found`) and downloads, and
+    /// refuses every download.
+    async fn follow(&mut self, found: mpsc::UnboundedSender<PageSlot>) -> Result<(), BrowserError> {
+        let (browser, guard, targets) = (&self.browser, &self.guard, &self.targets);
+        watch_targets(browser, guard, targets, found, &mut self.tasks).await?;
+        // Without the events, a navigation that turns into a download just
+        // never ends.
+        let mut downloads = SetDownloadBehaviorParams::builder()
+            .behavior(SetDownloadBehaviorBehavior::Deny)
+            .events_enabled(true);
+        if let Some(context) = self.context() {
+            downloads = downloads.browser_context_id(context.clone());
+        }
+        let downloads = downloads.build().map_err(BrowserError::Failed)?;
+        self.browser
+            .execute(downloads)
+            .await
+            .map_err(|e| BrowserError::Failed(format!("cannot turn downloads off: {e}")))?;
+        Ok(())
     }
 
     /// Opens a blank page whose every request is checked from the start.
@@ -145,9 +193,11 @@ impl Session {
         if self.pages.len() >= MAX_PAGES {
             return Err(BrowserError::TooLarge(MAX_PAGES as u64));
         }
+        let mut params = CreateTargetParams::new("about:blank");
+        params.browser_context_id = self.context().cloned();
         let page = self
             .browser
-            .new_page("about:blank")
+            .new_page(params)
             .await
             .map_err(|e| BrowserError::Failed(format!("cannot open a page: {e}")))?;
         self.add_page(page).await
@@ -233,13 +283,22 @@ impl Session {
         })
     }
 
-    /// Closes Chromium: politely first, then its whole process group.
+    /// Ends the session: its own Chromium (politely first, then its whole
+    /// process group), or its context in the kept browser, pages and all.
     async fn close(mut self) {
-        let _ =
-            tokio::time::timeout(CLOSE_GRACE, self.browser.execute(CloseParams::default())).await;
-        self.process.end().await;
+        match self.home {
+            Home::Own(chromium) => chromium.close().await,
+            Home::Kept { context, _lease: lease } => {
+                let disposed = self.browser.dispose_browser_context(context);
+                if !matches!(tokio::time::timeout(CLOSE_GRACE, disposed).await, Ok(Ok(()))) {
+                    // What the context holds must not outlive the browser's
+                    // next idle time: it ends as soon as it is empty.
+                    tracing::warn!(target: "reson::browser", "a browser context was not disposed of");
+                    lease.retire();
+                }
+            }
+        }
         self.tasks.abort_all();
-        tracing::info!(target: "reson::browser", "browser closed");
     }
 }
 
@@ -261,15 +320,17 @@ async fn guarded(
 }
 
 /// Follows what Chromium reports at the browser's level: a page the
-/// session's pages open is guarded at once and sent to the returned
-/// channel, to become a page of the session; a download a page starts goes
-/// to its activity.
+/// session's pages open is guarded at once and sent to `popups`, to become
+/// a page of the session; a download a page starts goes to its activity.
+/// Pages of other sessions (in other contexts of a kept browser) are not
+/// among `targets`, and what they do is left to their own sessions.
 async fn watch_targets(
     browser: &Arc<Browser>,
     guard: &Arc<Guard>,
     targets: &Targets,
+    popups: mpsc::UnboundedSender<PageSlot>,
     tasks: &mut JoinSet<()>,
-) -> Result<mpsc::UnboundedReceiver<PageSlot>, BrowserError> {
+) -> Result<(), BrowserError> {
     let failed = |e: chromiumoxide::error::CdpError| {
         BrowserError::Failed(format!("cannot follow the browser's pages: {e}"))
     };
@@ -277,7 +338,6 @@ async fn watch_targets(
     let mut attached = browser.event_listener::<EventAttachedToTarget>().await.map_err(failed)?;
     let mut downloads = browser.event_listener::<EventDownloadWillBegin>().await.map_err(failed)?;
     let mut destroyed = browser.event_listener::<EventTargetDestroyed>().await.map_err(failed)?;
-    let (popups, adopt) = mpsc::unbounded_channel();
     let (browser, guard, ours) = (browser.clone(), guard.clone(), targets.clone());
     tasks.spawn(async move {
         while let Some(event) = attached.next().await {
@@ -323,7 +383,7 @@ async fn watch_targets(
             }
         }
     });
-    Ok(adopt)
+    Ok(())
 }
 
 /// Every browser session of a runtime.
@@ -335,19 +395,34 @@ pub(crate) struct Browsers {
     chromium: Option<PathBuf>,
     /// Told when a browser starts: a second or more that someone waits for.
     observer: Option<Arc<dyn WorkObserver>>,
+    /// The browser kept up between sessions, if the host keeps one.
+    kept: Option<Kept>,
 }
 
 impl Browsers {
     /// The sessions of a runtime whose browser files go under `dir`;
     /// what a host that is gone left there is removed now.
     pub(crate) fn new(dir: PathBuf, observer: Option<Arc<dyn WorkObserver>>) -> Self {
-        Self { sessions: Mutex::default(), profiles: Profiles::new(dir), chromium: None, observer }
+        Self {
+            sessions: Mutex::default(),
+            profiles: Profiles::new(dir),
+            chromium: None,
+            observer,
+            kept: None,
+        }
     }
 
     /// These sessions, starting the browser at `chromium` (`[sandbox]
     /// chromium`) when it is set.
     pub(crate) fn with_chromium(self, chromium: Option<PathBuf>) -> Self {
         Self { chromium, ..self }
+    }
+
+    /// These sessions, each in a context of its own in one browser kept
+    /// up until it has gone `idle` without one (`[sandbox]
+    /// warm_browser_ms`), instead of each in a Chromium of its own.
+    pub(crate) fn with_kept_browser(self, idle: Option<Duration>) -> Self {
+        Self { kept: idle.map(Kept::new), ..self }
     }
 
     /// The session for `key`, started when it has none; it enforces
@@ -381,12 +456,39 @@ impl Browsers {
         plugin: &Arc<str>,
         grants: &Arc<Grants>,
     ) -> Result<Session, BrowserError> {
+        let Some(kept) = &self.kept else {
+            return self
+                .starting(plugin, Session::own(plugin.clone(), grants.clone(), &self.profiles, self.chromium.as_deref()))
+                .await;
+        };
+        let isolate = grants.jail == JailMode::On;
+        let lease = kept
+            .lease(isolate, async |contexts| {
+                let program = locate::browser(self.chromium.as_deref())?;
+                let start = Chromium::start(
+                    &program,
+                    &self.profiles,
+                    Arc::new(BrowserItself),
+                    isolate,
+                    contexts,
+                );
+                self.starting(plugin, start).await
+            })
+            .await?;
+        Session::in_kept(plugin.clone(), grants.clone(), lease).await
+    }
+
+    /// Awaits `start`, a browser starting for `plugin`, telling the
+    /// observer.
+    async fn starting<T>(
+        &self,
+        plugin: &Arc<str>,
+        start: impl Future<Output = Result<T, BrowserError>>,
+    ) -> Result<T, BrowserError> {
         if let Some(observer) = &self.observer {
             observer.browser_starting(plugin);
         }
-        let chromium = self.chromium.as_deref();
-        let started =
-            Session::start(plugin.clone(), grants.clone(), &self.profiles, chromium).await;
+        let started = start.await;
         if let Some(observer) = &self.observer {
             observer.browser_started(plugin);
         }
@@ -455,8 +557,11 @@ impl Browsers {
         self.close_where(|k| k == key).await;
     }
 
-    /// Ends every session.
+    /// Ends every session, and the kept browser.
     pub(crate) async fn close_all(&self) {
         self.close_where(|_| true).await;
+        if let Some(kept) = &self.kept {
+            kept.close().await;
+        }
     }
 }

@@ -184,16 +184,20 @@ fn build_capped(
 /// Namespaces of its own for a process the host starts outside the
 /// command jail (the browser). Its network has nothing but a loopback
 /// interface, where the child listens on `127.0.0.1:`[`PROXY_PORT`] for
-/// the proxy the host serves, and from where it hands the host an
-/// unconnected TCP socket to reach what listens inside. With `tmp`, it
-/// also sees that directory as its `/tmp`. Made with a user namespace, so
-/// the host needs no privileges.
-pub(crate) fn own_network(tmp: Option<&Path>) -> Result<(OwnNetwork, NetworkHandOver), JailError> {
+/// the proxy the host serves, and from where it hands the host `sockets`
+/// unconnected TCP sockets (at least one): the host reaches what listens
+/// inside with the first, and may bind the others to listen there itself.
+/// With `tmp`, it also sees that directory as its `/tmp`. Made with a user
+/// namespace, so the host needs no privileges.
+pub(crate) fn own_network(
+    tmp: Option<&Path>,
+    sockets: usize,
+) -> Result<(OwnNetwork, NetworkHandOver), JailError> {
     use std::os::unix::ffi::OsStrExt;
     let (mut prelude, report) = Prelude::new()?;
     let (host_end, child_end) = namespace::socket_pair()?;
     prelude.hand_over = Some(child_end);
-    prelude.dialer = true;
+    prelude.sockets = sockets.max(1);
     prelude.private_tmp = match tmp {
         Some(dir) => Some(
             std::ffi::CString::new(dir.as_os_str().as_bytes())
@@ -201,7 +205,7 @@ pub(crate) fn own_network(tmp: Option<&Path>) -> Result<(OwnNetwork, NetworkHand
         ),
         None => None,
     };
-    Ok((OwnNetwork(prelude), NetworkHandOver { channel: host_end, report }))
+    Ok((OwnNetwork(prelude), NetworkHandOver { channel: host_end, report, sockets: sockets.max(1) }))
 }
 
 /// Where the proxy listens inside an [`own_network`].
@@ -223,6 +227,7 @@ impl OwnNetwork {
 pub(crate) struct NetworkHandOver {
     channel: OwnedFd,
     report: OwnedFd,
+    sockets: usize,
 }
 
 impl NetworkHandOver {
@@ -231,20 +236,21 @@ impl NetworkHandOver {
         spawn_error(&self.report, error)
     }
 
-    /// The proxy's listener and the socket to reach inside with, once the
-    /// child has handed them over.
+    /// The proxy's listener and the unconnected sockets of the namespace,
+    /// once the child has handed them over.
     pub(crate) async fn sockets(
         self,
-    ) -> std::io::Result<(tokio::net::TcpListener, tokio::net::TcpSocket)> {
+    ) -> std::io::Result<(tokio::net::TcpListener, Vec<tokio::net::TcpSocket>)> {
         let stream = unix_stream(self.channel)?;
         let listener = std::net::TcpListener::from(receive(&stream).await?);
         listener.set_nonblocking(true)?;
-        let dialer = std::net::TcpStream::from(receive(&stream).await?);
-        dialer.set_nonblocking(true)?;
-        Ok((
-            tokio::net::TcpListener::from_std(listener)?,
-            tokio::net::TcpSocket::from_std_stream(dialer),
-        ))
+        let mut sockets = Vec::with_capacity(self.sockets);
+        for _ in 0..self.sockets {
+            let socket = std::net::TcpStream::from(receive(&stream).await?);
+            socket.set_nonblocking(true)?;
+            sockets.push(tokio::net::TcpSocket::from_std_stream(socket));
+        }
+        Ok((tokio::net::TcpListener::from_std(listener)?, sockets))
     }
 }
 

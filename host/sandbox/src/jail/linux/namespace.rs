@@ -84,9 +84,10 @@ pub(super) struct Prelude {
     pub(super) nproc: Option<u64>,
     /// The child's end of the socket the proxy listener is handed over on.
     pub(super) hand_over: Option<OwnedFd>,
-    /// Whether an unconnected TCP socket of the new namespace follows the
-    /// listener, for the host to connect to what listens inside.
-    pub(super) dialer: bool,
+    /// How many unconnected TCP sockets of the new namespace follow the
+    /// listener: the host connects to what listens inside with one, and
+    /// binds the others to listen there itself.
+    pub(super) sockets: usize,
     /// A directory to mount over `/tmp` in a mount namespace of the
     /// child's own.
     pub(super) private_tmp: Option<CString>,
@@ -113,7 +114,7 @@ impl Prelude {
             cgroup_procs: None,
             nproc: None,
             hand_over: None,
-            dialer: false,
+            sockets: 0,
             private_tmp: None,
             inherit: Vec::new(),
             report: write,
@@ -157,7 +158,7 @@ impl Prelude {
             // SAFETY: the listener is ours; the host holds its own copy now.
             unsafe { libc::close(listener) };
             sent.map_err(|e| (Step::HandOver, e))?;
-            if self.dialer {
+            for _ in 0..self.sockets {
                 // SAFETY: a plain stream socket, closed below.
                 let fd = unsafe {
                     libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
