@@ -1,7 +1,9 @@
 //! What the host's browser costs through the bundled `browser` plugin, on
 //! a local page: a navigate + read round trip (two tool calls: load the
-//! page, read it as Markdown), a viewport screenshot, and, once, the start
-//! of a browser (Chromium and its profile, on a trace's first call).
+//! page, read it as Markdown), a viewport screenshot, and a trace's first
+//! call: with the start of a browser (Chromium and its profile), and in a
+//! browser kept up between traces (`[sandbox] warm_browser_ms`), where it
+//! makes a browser context.
 //!
 //! `cargo bench -p reson --bench browser` prints criterion's figures and,
 //! last, the medians of interleaved rounds.
@@ -88,6 +90,37 @@ fn bench(c: &mut Criterion) {
     let ahead_after_turn = first_after("ahead-1", Duration::from_secs(1));
     rt.block_on(round_trip(&runtime, &url));
 
+    // A trace's first call, each in a new trace: a browser of its own
+    // against a context in the kept browser (already up: one trace
+    // started it), the call at once or after its run made the context.
+    let kept_dir = support::TestDir::new();
+    kept_dir.install(support::plugins(), "browser");
+    let kept = rt.block_on(kept_dir.open(&format!(
+        "[plugins.browser]\nbrowser = [\"{base}/*\"]\n[sandbox]\nwarm_browser_ms = 600000\n"
+    )));
+    let first_in = |runtime: &Runtime, trace: &str, prepare: bool| {
+        if prepare {
+            let entered = rt.enter();
+            runtime.prepare_browsers(trace, &["browser_navigate".to_owned()]);
+            drop(entered);
+        }
+        let started = Instant::now();
+        rt.block_on(call(runtime, trace, "browser_navigate", json!({ "url": url })));
+        let took = started.elapsed().as_nanos() as f64;
+        rt.block_on(runtime.close_browser(trace));
+        took
+    };
+    first_in(&kept, "warm-up", false);
+    let (mut own_firsts, mut kept_firsts, mut kept_ahead) = (Vec::new(), Vec::new(), Vec::new());
+    // Seven of each, fifteen contexts in all: under the sixteen one kept
+    // browser serves.
+    for round in 0..7 {
+        own_firsts.push(first_in(&runtime, &format!("own-{round}"), false));
+        kept_firsts.push(first_in(&kept, &format!("kept-{round}"), false));
+        kept_ahead.push(first_in(&kept, &format!("kept-ahead-{round}"), true));
+    }
+    rt.block_on(kept.close_browsers());
+
     let mut group = c.benchmark_group("browser");
     group.sample_size(20).measurement_time(Duration::from_secs(10));
     group.bench_function("navigate + read", |b| {
@@ -119,6 +152,13 @@ fn bench(c: &mut Criterion) {
     println!(
         "  started with its run, the call after a 1 s turn: {:>7.1} ms",
         ahead_after_turn.as_secs_f64() * 1e3
+    );
+    println!(
+        "first call of a new trace, medians of 7 interleaved: own browser {:.1} ms; in the kept \
+         browser {:.1} ms, its context made ahead {:.1} ms",
+        median(own_firsts) / 1e6,
+        median(kept_firsts) / 1e6,
+        median(kept_ahead) / 1e6
     );
     println!("navigate + read round trip (2 tool calls):       {:>8.1} ms", median(trips) / 1e6);
     println!("viewport screenshot (1 tool call, 1280x900 PNG):  {:>8.1} ms", median(shots) / 1e6);

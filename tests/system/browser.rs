@@ -620,8 +620,11 @@ async fn a_kept_browser_gives_each_trace_a_context_that_shares_nothing() {
     assert!(again.contains("cookie: no cookie"), "the ended context's cookie is gone: {again}");
     assert_eq!(browser_groups(std::process::id()), [before.clone(), kept.clone()].concat());
 
-    // A page in a context is held to its grant by the context's own proxy.
+    // A page in a context is held to its grant by the context's own proxy;
+    // its popups and downloads are the context's session's.
     escapes_are_refused(&s, "gamma").await;
+    popups_become_pages(&s, "popups").await;
+    downloads_are_refused(&s, "downloads").await;
     let socket = format!("url=127.0.0.1:{} ", s.outside.port);
     let audit = audit_log().lock().unwrap().join("\n");
     let line = audit.lines().find(|l| l.contains(&socket) && l.contains("by=\"proxy\""));
@@ -929,7 +932,12 @@ async fn everything_a_page_says_stays_inside_its_label() {
 async fn popups_become_pages_and_the_opener_keeps_working() {
     let _serial = SERIAL.lock().await;
     let s = Setup::new(json!({ "turns": [] })).await;
-    let trace = "popups";
+    popups_become_pages(&s, "popups").await;
+    s.runtime.close_browser("popups").await;
+}
+
+/// The popups a page in `trace` opens become pages of its session.
+async fn popups_become_pages(s: &Setup, trace: &str) {
     let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
     call("browser_navigate", json!({ "url": format!("{}/popups", s.base) })).await.unwrap();
 
@@ -955,14 +963,19 @@ async fn popups_become_pages_and_the_opener_keeps_working() {
     let back = call("browser_back", json!({ "page": 1 })).await.unwrap();
     assert!(back.contains("\"Popups\""), "{back}");
     assert_eq!(s.outside.reached(), 0);
-    s.runtime.close_browser(trace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_is_refused_at_once() {
     let _serial = SERIAL.lock().await;
     let s = Setup::new(json!({ "turns": [] })).await;
-    let trace = "downloads";
+    downloads_are_refused(&s, "downloads").await;
+    s.runtime.close_browser("downloads").await;
+}
+
+/// Every download a page in `trace` starts is refused at once, and the
+/// page goes on.
+async fn downloads_are_refused(s: &Setup, trace: &str) {
     let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
     // An attachment, and a type the browser does not show, both downloads.
     for path in ["/download", "/binary"] {
@@ -978,7 +991,6 @@ async fn a_download_is_refused_at_once() {
     assert!(err.contains("downloads are off"), "{err}");
     let form = call("browser_navigate", json!({ "url": format!("{}/form", s.base) })).await;
     assert!(form.unwrap().contains("\"Form\""), "the page goes on after a download");
-    s.runtime.close_browser(trace).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,9 +31,7 @@ pub(crate) fn prepare_options(
     args: &ServeArgs,
 ) -> anyhow::Result<()> {
     server_config(config, args).validate()?;
-    // A server runs trace after trace: their browsers are contexts in one
-    // kept up between them, unless the config says otherwise.
-    options.config.sandbox.warm_browser_ms.get_or_insert(WARM_BROWSER_MS);
+    keep_browser_warm(options);
     args.model.grant_vendor(options)?;
     grant_uploads(options)?;
     run::grant_script(options, args.model.script.as_deref())
@@ -42,6 +40,12 @@ pub(crate) fn prepare_options(
 /// How long the server keeps its browser up without a trace using it,
 /// unless `[sandbox] warm_browser_ms` says.
 const WARM_BROWSER_MS: u64 = 300_000;
+
+/// A server runs trace after trace: their browsers are contexts in one
+/// kept up between them, unless `[sandbox] warm_browser_ms` says otherwise.
+fn keep_browser_warm(options: &mut Options) {
+    options.config.sandbox.warm_browser_ms.get_or_insert(WARM_BROWSER_MS);
+}
 
 /// The directory PDFs sent with run requests pass through, each for the
 /// moment the `pdf` plugin reads it.
@@ -100,4 +104,24 @@ pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<Exit
     };
     server.serve(shutdown).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reson::config::PluginsConfig;
+
+    #[test]
+    fn the_server_keeps_its_browser_warm_unless_the_config_says() {
+        let warm = |set: Option<u64>| {
+            let mut config = PluginsConfig::default();
+            config.sandbox.warm_browser_ms = set;
+            let mut options = Options::from_config(config);
+            keep_browser_warm(&mut options);
+            options.config.sandbox.warm_browser_ms
+        };
+        assert_eq!(warm(None), Some(WARM_BROWSER_MS));
+        assert_eq!(warm(Some(0)), Some(0), "0 turns it off");
+        assert_eq!(warm(Some(1000)), Some(1000));
+    }
 }

@@ -130,7 +130,12 @@ impl Shared {
             usage.handed += 1;
             usage.retired |= usage.handed >= CONTEXTS;
         });
-        Ok(Some(Lease { browser: self.browser.clone(), proxy: Some(proxy), shared: self.clone(), idle }))
+        Ok(Some(Lease {
+            browser: self.browser.clone(),
+            proxy: Some(proxy),
+            shared: self.clone(),
+            idle,
+        }))
     }
 
     /// Applies `change` to the usage; the usage after it.

@@ -67,8 +67,8 @@ impl Network {
             // A session under `/tmp` (a cache there) would be hidden by a
             // mount over it; its path is short enough anyway.
             let mounted = !tmp.starts_with("/tmp");
-            let (child, hand_over) =
-                crate::jail::own_network(mounted.then_some(tmp), 1 + contexts).map_err(|e| {
+            let (child, hand_over) = crate::jail::own_network(mounted.then_some(tmp), 1 + contexts)
+                .map_err(|e| {
                     BrowserError::Failed(format!(
                         "cannot give the browser a network of its own: {e}"
                     ))
@@ -173,8 +173,7 @@ impl Network {
                 Ok(Some((socket.listen(128).map_err(failed)?, port)))
             }
             Self::Shared { .. } => {
-                let listener =
-                    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.map_err(failed)?;
+                let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.map_err(failed)?;
                 let port = listener.local_addr().map_err(failed)?.port();
                 Ok(Some((listener, port)))
             }

@@ -67,7 +67,7 @@ type Targets = Arc<Mutex<HashMap<TargetId, Arc<Activity>>>>;
 /// Where a session's pages live.
 enum Home {
     /// A Chromium of the session's own, pages in its default context.
-    Own(Chromium),
+    Own(Box<Chromium>),
     /// A context of the session's own in the kept browser.
     Kept { context: BrowserContextId, _lease: Lease },
 }
@@ -99,7 +99,8 @@ impl Session {
         let guard = Arc::new(Guard::new(plugin, grants.clone()));
         let isolate = grants.jail == JailMode::On;
         let chromium = Chromium::start(&program, profiles, guard.clone(), isolate, 0).await?;
-        Self::open(chromium.browser.clone(), guard, JoinSet::new(), Home::Own(chromium)).await
+        Self::open(chromium.browser.clone(), guard, JoinSet::new(), Home::Own(Box::new(chromium)))
+            .await
     }
 
     /// A session in a context of its own in the kept browser.
@@ -287,7 +288,7 @@ impl Session {
     /// process group), or its context in the kept browser, pages and all.
     async fn close(mut self) {
         match self.home {
-            Home::Own(chromium) => chromium.close().await,
+            Home::Own(chromium) => (*chromium).close().await,
             Home::Kept { context, _lease: lease } => {
                 let disposed = self.browser.dispose_browser_context(context);
                 if !matches!(tokio::time::timeout(CLOSE_GRACE, disposed).await, Ok(Ok(()))) {
@@ -458,7 +459,15 @@ impl Browsers {
     ) -> Result<Session, BrowserError> {
         let Some(kept) = &self.kept else {
             return self
-                .starting(plugin, Session::own(plugin.clone(), grants.clone(), &self.profiles, self.chromium.as_deref()))
+                .starting(
+                    plugin,
+                    Session::own(
+                        plugin.clone(),
+                        grants.clone(),
+                        &self.profiles,
+                        self.chromium.as_deref(),
+                    ),
+                )
                 .await;
         };
         let isolate = grants.jail == JailMode::On;

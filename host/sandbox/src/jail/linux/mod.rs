@@ -205,7 +205,10 @@ pub(crate) fn own_network(
         ),
         None => None,
     };
-    Ok((OwnNetwork(prelude), NetworkHandOver { channel: host_end, report, sockets: sockets.max(1) }))
+    Ok((
+        OwnNetwork(prelude),
+        NetworkHandOver { channel: host_end, report, sockets: sockets.max(1) },
+    ))
 }
 
 /// Where the proxy listens inside an [`own_network`].
