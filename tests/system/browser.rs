@@ -251,7 +251,8 @@ async fn site(outside: u16) -> u16 {
     port
 }
 
-/// Audit records (`reson::audit`) of this process, for the refusals.
+/// Audit records (`reson::audit`) of this process, for the refusals, and
+/// the browser's own log (`reson::browser`), for what it did ahead.
 fn audit_log() -> Arc<Mutex<Vec<String>>> {
     static LOG: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
     LOG.get_or_init(|| {
@@ -268,7 +269,7 @@ struct Audit(Arc<Mutex<Vec<String>>>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Audit {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if event.metadata().target() != "reson::audit" {
+        if !matches!(event.metadata().target(), "reson::audit" | "reson::browser") {
             return;
         }
         struct Fields(String);
@@ -277,7 +278,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Audit {
                 self.0.push_str(&format!("{}={value:?} ", field.name()));
             }
         }
-        let mut fields = Fields(String::new());
+        let mut fields = Fields(format!("target={} ", event.metadata().target()));
         event.record(&mut fields);
         self.0.lock().unwrap().push(fields.0);
     }
@@ -754,6 +755,30 @@ async fn a_stopped_run_ends_its_browser() {
     let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Stopped);
     assert_groups_gone(&groups, "the stop").await;
+}
+
+/// A session started ahead opens its first page ahead too, which becomes
+/// page 1 when the first call opens a page, and no page before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_opened_ahead_is_the_first_calls() {
+    let _serial = SERIAL.lock().await;
+    for kept in ["", "[sandbox]\nwarm_browser_ms = 60000\n"] {
+        let s = Setup::with(json!({ "turns": [] }), kept).await;
+        let trace = format!("ahead-{}", kept.len());
+        let seen = audit_log().lock().unwrap().len();
+        s.runtime.prepare_browsers(&trace, &["browser_navigate".to_owned()]);
+        support::wait_for("a page opened ahead", || {
+            audit_log().lock().unwrap()[seen..].iter().any(|l| l.contains("a page is open ahead"))
+        })
+        .await;
+        let popups = json!({ "url": format!("{}/popups", s.base) });
+        let first = s.call(&trace, "browser_navigate", popups).await.unwrap();
+        assert!(first.contains("page 1 "), "{kept:?}: {first}");
+        let opened = s.call(&trace, "browser_click", json!({ "selector": "#blank" })).await;
+        let opened = opened.unwrap();
+        assert!(opened.contains("open pages: 1, 2 "), "{kept:?}: no other page: {opened}");
+        s.runtime.close_browsers().await;
+    }
 }
 
 /// A run that offers the browser tools starts its trace's browser while

@@ -27,6 +27,9 @@ pub(super) struct Kept {
     /// How long it stays up with no session in it.
     idle: Duration,
     current: tokio::sync::Mutex<Option<Arc<Shared>>>,
+    /// Every browser started, the current one and those retired that
+    /// still serve sessions or are being ended.
+    started: Mutex<Vec<Weak<Shared>>>,
 }
 
 /// One kept Chromium.
@@ -65,7 +68,7 @@ pub(super) struct Lease {
 impl Kept {
     /// A kept browser that ends after `idle` without a session.
     pub(super) fn new(idle: Duration) -> Self {
-        Self { idle, current: tokio::sync::Mutex::default() }
+        Self { idle, current: tokio::sync::Mutex::default(), started: Mutex::default() }
     }
 
     /// A place in the kept browser, started by `start` (given the number
@@ -91,15 +94,23 @@ impl Kept {
             usage: Mutex::default(),
         });
         *current = Some(shared.clone());
+        {
+            let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+            started.retain(|browser| browser.strong_count() > 0);
+            started.push(Arc::downgrade(&shared));
+        }
         shared.lease(isolated, self.idle).await?.ok_or_else(|| {
             BrowserError::Failed("a browser just started has no room for a context".into())
         })
     }
 
-    /// Ends the kept browser now (its sessions were ended before).
+    /// Ends the kept browser, and any retired one still up, now (their
+    /// sessions were ended before); returns once they are.
     pub(super) async fn close(&self) {
-        let shared = self.current.lock().await.take();
-        if let Some(shared) = shared {
+        self.current.lock().await.take();
+        let started =
+            std::mem::take(&mut *self.started.lock().unwrap_or_else(PoisonError::into_inner));
+        for shared in started.iter().filter_map(Weak::upgrade) {
             shared.retire();
             shared.end().await;
         }

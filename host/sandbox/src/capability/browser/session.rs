@@ -77,6 +77,8 @@ pub(crate) struct Session {
     browser: Arc<Browser>,
     pub(super) guard: Arc<Guard>,
     pub(super) pages: BTreeMap<u32, PageSlot>,
+    /// A blank page opened before any call asked for one.
+    ahead: Option<PageSlot>,
     next_page: u32,
     targets: Targets,
     /// Popups opened (and guarded) since they were last adopted.
@@ -144,6 +146,7 @@ impl Session {
             browser,
             guard,
             pages: BTreeMap::new(),
+            ahead: None,
             next_page: 1,
             targets: Targets::default(),
             popups,
@@ -189,11 +192,40 @@ impl Session {
         Ok(())
     }
 
-    /// Opens a blank page whose every request is checked from the start.
+    /// Opens a blank page whose every request is checked from the start:
+    /// the one opened ahead, if any.
     pub(super) async fn new_page(&mut self) -> Result<u32, BrowserError> {
         if self.pages.len() >= MAX_PAGES {
             return Err(BrowserError::TooLarge(MAX_PAGES as u64));
         }
+        let slot = match self.ahead.take() {
+            Some(ready) if !ready.activity.closed() => ready,
+            gone => {
+                if let Some(gone) = gone {
+                    self.untrack(&gone);
+                }
+                self.blank_page().await?
+            }
+        };
+        let id = self.next_page;
+        self.next_page += 1;
+        self.pages.insert(id, slot);
+        Ok(id)
+    }
+
+    /// Opens the page the session's first call will ask for, so that the
+    /// call does not wait for it (for its renderer process, mostly). The
+    /// page is the session's only once a call opens a page.
+    pub(super) async fn open_ahead(&mut self) -> Result<(), BrowserError> {
+        if self.ahead.is_none() && self.pages.is_empty() {
+            self.ahead = Some(self.blank_page().await?);
+            tracing::debug!(target: "reson::browser", "a page is open ahead");
+        }
+        Ok(())
+    }
+
+    /// A blank page in the session's context, guarded.
+    async fn blank_page(&self) -> Result<PageSlot, BrowserError> {
         let mut params = CreateTargetParams::new("about:blank");
         params.browser_context_id = self.context().cloned();
         let page = self
@@ -201,16 +233,12 @@ impl Session {
             .new_page(params)
             .await
             .map_err(|e| BrowserError::Failed(format!("cannot open a page: {e}")))?;
-        self.add_page(page).await
+        guarded(page, &self.guard, &self.targets).await
     }
 
-    /// Makes `page` a page of the session, guarded, under the next id.
-    async fn add_page(&mut self, page: Page) -> Result<u32, BrowserError> {
-        let slot = guarded(page, &self.guard, &self.targets).await?;
-        let id = self.next_page;
-        self.next_page += 1;
-        self.pages.insert(id, slot);
-        Ok(id)
+    /// Stops following `slot`'s page at the browser's level.
+    fn untrack(&self, slot: &PageSlot) {
+        self.targets.lock().unwrap_or_else(PoisonError::into_inner).remove(slot.page.target_id());
     }
 
     /// Takes in the popups the session's pages opened since the last call:
@@ -223,10 +251,7 @@ impl Session {
                     target: "reson::browser",
                     "a popup was closed: the session has {MAX_PAGES} pages already"
                 );
-                self.targets
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(slot.page.target_id());
+                self.untrack(&slot);
                 let _ = slot.page.close().await;
                 continue;
             }
@@ -247,7 +272,7 @@ impl Session {
 
     fn forget(&mut self, id: u32) -> Option<PageSlot> {
         let slot = self.pages.remove(&id)?;
-        self.targets.lock().unwrap_or_else(PoisonError::into_inner).remove(slot.page.target_id());
+        self.untrack(&slot);
         Some(slot)
     }
 
@@ -533,7 +558,13 @@ impl Browsers {
                 .is_some_and(|s| Arc::ptr_eq(s, &slot));
             if current && session.is_none() {
                 match browsers.start(&plugin, &grants).await {
-                    Ok(started) => *session = Some(started),
+                    Ok(mut started) => {
+                        // Without it, the first call opens its page itself.
+                        if let Err(e) = started.open_ahead().await {
+                            tracing::debug!(target: "reson::browser", "no page opened ahead: {e:?}");
+                        }
+                        *session = Some(started);
+                    }
                     Err(e) => {
                         tracing::debug!(target: "reson::browser", "a browser started ahead failed: {e:?}")
                     }
