@@ -651,6 +651,45 @@ async fn a_kept_browser_gives_each_trace_a_context_that_shares_nothing() {
     assert!(!Path::new(&profile).exists(), "the dead browser's profile {profile} is gone");
 }
 
+/// `reson serve` keeps one browser for the runs it serves, a context each,
+/// and ends it, files and all, when it shuts down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reson_serve_keeps_one_browser_for_its_runs_and_ends_it_with_itself() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    // Each run finds no cookie, then sets one: the next run's context
+    // must not have it.
+    let script = json!({ "turns": [
+        { "tool_calls": [call("browser_navigate", json!({ "url": format!("{}/cookie/show", s.base) }))] },
+        { "tool_calls": [call("browser_read", json!({ "what": "text" }))] },
+        { "tool_calls": [call("browser_navigate", json!({ "url": format!("{}/cookie/set?v=one", s.base) }))] },
+        { "tool_calls": [call("browser_read", json!({ "what": "text" }))] },
+        { "text": "Done." }
+    ]});
+    let path = s.dir.path().join("serve.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let dirs_before = browser_dirs();
+    let args = ["--script", &*path.to_string_lossy()];
+    let mut server = support::api::ServerProcess::start(s.dir.path(), &args).await;
+    let pid = server.child.id().unwrap();
+    let mut groups = Vec::new();
+    for run in 0..2 {
+        let id = server.api.start("browse", json!({})).await;
+        server.api.finish(&id, 0).await;
+        let messages = server.api.messages(&id, "main_path").await.to_string();
+        assert!(messages.contains("cookie: no cookie"), "run {run} found none: {messages}");
+        assert!(messages.contains("set one"), "run {run} set one: {messages}");
+        groups.push(browser_groups(pid));
+    }
+    assert_eq!(groups[0].len(), 1, "{groups:?}");
+    assert_eq!(groups[0], groups[1], "the second run used the browser the first started");
+    server.signal("TERM");
+    assert_eq!(server.exit_code().await, Some(0));
+    assert_groups_gone(&groups[0], "the server's exit").await;
+    let left: Vec<_> = browser_dirs().into_iter().filter(|d| !dirs_before.contains(d)).collect();
+    assert!(left.is_empty(), "the server's browser files outlived it: {left:?}");
+}
+
 /// A kept browser serves 16 traces, then the next one starts another; the
 /// full one ends as soon as its last trace does, the other once no trace
 /// used it for the idle time.

@@ -103,6 +103,8 @@ pub(crate) async fn run(runtime: &Host, args: &ServeArgs) -> anyhow::Result<Exit
         say_err!("shutting down: stopping the running traces");
     };
     server.serve(shutdown).await?;
+    // The browser kept up between runs, and its files, go with the server.
+    runtime.runtime.close_browsers().await;
     Ok(ExitCode::SUCCESS)
 }
 
