@@ -640,8 +640,13 @@ async fn a_kept_browser_gives_each_trace_a_context_that_shares_nothing() {
     // SAFETY: kills the process group of the browser this test started.
     unsafe { libc::killpg(kept[0] as libc::pid_t, libc::SIGKILL) };
     assert_groups_gone(&kept, "kill -9 of the kept browser").await;
+    // The plugin asks for the trace's pages first: there are none now.
     let lost = s.call("beta", "browser_read", json!({ "what": "text" })).await.unwrap_err();
-    assert!(!lost.is_empty());
+    assert!(lost.contains("no page is open: use browser_navigate first"), "{lost}");
+    let log = audit_log().lock().unwrap().join("\n");
+    assert!(log.contains("a browser exited under its session"), "{log}");
+    let fresh = s.call("beta", "browser_navigate", show.clone()).await.unwrap();
+    assert!(fresh.contains("page 1 "), "the trace's next call has a new browser: {fresh}");
     s.call("delta", "browser_navigate", show).await.unwrap();
     let now = browser_groups(std::process::id());
     assert_eq!(now.len(), before.len() + 1, "a new browser: {now:?}");
@@ -649,6 +654,36 @@ async fn a_kept_browser_gives_each_trace_a_context_that_shares_nothing() {
     s.runtime.close_browsers().await;
     assert_groups_gone(&now, "close_browsers").await;
     assert!(!Path::new(&profile).exists(), "the dead browser's profile {profile} is gone");
+}
+
+/// A trace whose Chromium died (a crash, `kill`) is told its pages are
+/// gone, and its next call starts a new browser.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_whose_browser_died_gets_a_new_one() {
+    let _serial = SERIAL.lock().await;
+    let s = Setup::new(json!({ "turns": [] })).await;
+    let before = browser_groups(std::process::id());
+    let home = json!({ "url": format!("{}/", s.base) });
+    s.call("crash", "browser_navigate", home.clone()).await.unwrap();
+    let dead: Vec<u32> =
+        browser_groups(std::process::id()).into_iter().filter(|g| !before.contains(g)).collect();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    // SAFETY: kills the process group of the browser this test started.
+    unsafe { libc::killpg(dead[0] as libc::pid_t, libc::SIGKILL) };
+    assert_groups_gone(&dead, "kill -9 of the trace's browser").await;
+    let lost = s.call("crash", "browser_read", json!({})).await.unwrap_err();
+    assert!(
+        lost.contains("the browser of this trace exited")
+            || lost.contains("no page is open: use browser_navigate first"),
+        "{lost}"
+    );
+    let again = s.call("crash", "browser_navigate", home).await.unwrap();
+    assert!(again.contains("page 1 ") && again.contains("\"Home\""), "{again}");
+    let now: Vec<u32> =
+        browser_groups(std::process::id()).into_iter().filter(|g| !before.contains(g)).collect();
+    assert!(now.len() == 1 && now != dead, "a new browser: {now:?}");
+    s.runtime.close_browser("crash").await;
+    assert_groups_gone(&now, "the end of the trace").await;
 }
 
 /// `reson serve` keeps one browser for the runs it serves, a context each,

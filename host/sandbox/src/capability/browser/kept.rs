@@ -185,6 +185,11 @@ impl Lease {
     pub(super) fn retire(&self) {
         self.shared.retire();
     }
+
+    /// Whether the browser has exited, or was ended.
+    pub(super) async fn exited(&self) -> bool {
+        self.shared.chromium.lock().await.as_mut().is_none_or(Chromium::exited)
+    }
 }
 
 impl Drop for Lease {

@@ -162,6 +162,14 @@ impl Session {
         }
     }
 
+    /// Whether the session's browser has exited (crashed, or killed).
+    async fn exited(&mut self) -> bool {
+        match &mut self.home {
+            Home::Own(chromium) => chromium.exited(),
+            Home::Kept { _lease: lease, .. } => lease.exited().await,
+        }
+    }
+
     /// The context the session's pages open in: `None`, the browser's
     /// default.
     fn context(&self) -> Option<&BrowserContextId> {
@@ -467,6 +475,23 @@ impl Browsers {
             .or_default()
             .clone();
         let mut session = slot.lock_owned().await;
+        if let Some(running) = &mut *session
+            && running.exited().await
+        {
+            tracing::warn!(
+                target: "reson::browser",
+                plugin = &**plugin,
+                "a browser exited under its session (it crashed or was killed); its pages are gone"
+            );
+            if let Some(dead) = session.take() {
+                dead.close().await;
+            }
+            return Err(BrowserError::Failed(
+                "the browser of this trace exited (it crashed or was killed), and its pages with \
+                 it; the next browser call starts a new one"
+                    .into(),
+            ));
+        }
         match &mut *session {
             Some(running) => {
                 running.guard.update(grants.clone());
