@@ -350,6 +350,11 @@ fn browser_groups(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The browsers this process started that are not among `before`.
+fn groups_since(before: &[u32]) -> Vec<u32> {
+    browser_groups(std::process::id()).into_iter().filter(|g| !before.contains(g)).collect()
+}
+
 /// Live (not zombie) processes in group `pgid`.
 fn group_members(pgid: u32) -> Vec<u32> {
     processes().into_iter().filter(|p| p.pgid == pgid && p.state != 'Z').map(|p| p.pid).collect()
@@ -610,8 +615,7 @@ async fn a_kept_browser_gives_each_trace_a_context_that_shares_nothing() {
     s.call("beta", "browser_navigate", show.clone()).await.unwrap();
     let beta = s.call("beta", "browser_read", json!({ "what": "text" })).await.unwrap();
     assert!(beta.contains("cookie: no cookie"), "another trace's context has none: {beta}");
-    let kept: Vec<u32> =
-        browser_groups(std::process::id()).into_iter().filter(|g| !before.contains(g)).collect();
+    let kept = groups_since(&before);
     assert_eq!(kept.len(), 1, "one browser serves both traces");
 
     // The run's end disposes of its context, not of the browser.
@@ -665,8 +669,7 @@ async fn a_trace_whose_browser_died_gets_a_new_one() {
     let before = browser_groups(std::process::id());
     let home = json!({ "url": format!("{}/", s.base) });
     s.call("crash", "browser_navigate", home.clone()).await.unwrap();
-    let dead: Vec<u32> =
-        browser_groups(std::process::id()).into_iter().filter(|g| !before.contains(g)).collect();
+    let dead = groups_since(&before);
     assert_eq!(dead.len(), 1, "{dead:?}");
     // SAFETY: kills the process group of the browser this test started.
     unsafe { libc::killpg(dead[0] as libc::pid_t, libc::SIGKILL) };
@@ -679,8 +682,7 @@ async fn a_trace_whose_browser_died_gets_a_new_one() {
     );
     let again = s.call("crash", "browser_navigate", home).await.unwrap();
     assert!(again.contains("page 1 ") && again.contains("\"Home\""), "{again}");
-    let now: Vec<u32> =
-        browser_groups(std::process::id()).into_iter().filter(|g| !before.contains(g)).collect();
+    let now = groups_since(&before);
     assert!(now.len() == 1 && now != dead, "a new browser: {now:?}");
     s.runtime.close_browser("crash").await;
     assert_groups_gone(&now, "the end of the trace").await;
@@ -734,19 +736,16 @@ async fn a_kept_browser_retires_after_16_traces_and_ends_when_idle() {
     let s = Setup::with(json!({ "turns": [] }), "[sandbox]\nwarm_browser_ms = 1000\n").await;
     let before = browser_groups(std::process::id());
     let home = json!({ "url": format!("{}/", s.base) });
-    let started = |seen: &[u32]| -> Vec<u32> {
-        browser_groups(std::process::id()).into_iter().filter(|g| !seen.contains(g)).collect()
-    };
     let mut full = Vec::new();
     for n in 0..=16 {
         let page = s.call(&format!("t{n}"), "browser_navigate", home.clone()).await.unwrap();
         assert!(page.contains("\"Home\""), "{page}");
         if n == 0 {
-            full = started(&before);
+            full = groups_since(&before);
         }
     }
     assert_eq!(full.len(), 1, "{full:?}");
-    let second = started(&[before.clone(), full.clone()].concat());
+    let second = groups_since(&[before.clone(), full.clone()].concat());
     assert_eq!(second.len(), 1, "the 17th trace is in a second browser: {second:?}");
     for n in 0..16 {
         s.runtime.close_browser(&format!("t{n}")).await;
