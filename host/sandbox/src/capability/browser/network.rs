@@ -3,8 +3,10 @@
 //! On Linux, with the jail on, it runs in a network namespace of its own
 //! ([`crate::jail::own_network`]) that has nothing but a loopback
 //! interface: WebRTC's UDP, QUIC and whatever a later Chromium adds have
-//! nowhere to go. Its one way out is the host's proxy, on a listener the
-//! namespace hands over; the host reaches its DevTools port through a
+//! nowhere to go. Its one way out is the host's proxies: its own, on a
+//! listener the namespace hands over, and one per browser context of a
+//! kept browser, each on a socket of the namespace the host binds to a
+//! port of its own there; the host reaches its DevTools port through a
 //! socket of the namespace, relayed from a port on the host's loopback
 //! that takes one connection. Elsewhere, or with `[sandbox] jail = "off"`,
 //! it shares the host's network and only its launch flags keep those
