@@ -106,16 +106,7 @@ impl Guard {
     }
 
     fn log(&self, url: &str, reason: &str, by: &'static str) {
-        let shown: String = reson_text::redact::redact(url).chars().take(300).collect();
-        tracing::warn!(
-            target: "reson::audit",
-            plugin = &*self.plugin,
-            capability = "browser",
-            by,
-            url = %shown,
-            %reason,
-            "denied"
-        );
+        audit_denied(&self.plugin, url, reason, by);
     }
 
     fn keep(&self, refusal: String) {
@@ -191,6 +182,21 @@ impl Reach for Guard {
     }
 }
 
+/// Writes a browser request `by` refused to the audit log, its URL
+/// redacted and cut.
+fn audit_denied(plugin: &str, url: &str, reason: &str, by: &'static str) {
+    let shown: String = reson_text::redact::redact(url).chars().take(300).collect();
+    tracing::warn!(
+        target: "reson::audit",
+        plugin,
+        capability = "browser",
+        by,
+        url = %shown,
+        %reason,
+        "denied"
+    );
+}
+
 /// The proxy of a browser kept up for many sessions, for its own requests
 /// (and its default context's, where no session's page lives): each
 /// session's pages go through a proxy of their own context, with their
@@ -200,17 +206,8 @@ pub(super) struct BrowserItself;
 impl Reach for BrowserItself {
     fn check(&self, host: &str, port: u16, url: Option<&Url>) -> Result<(), String> {
         let shown = url.map_or_else(|| format!("{host}:{port}"), ToString::to_string);
-        let shown: String = reson_text::redact::redact(&shown).chars().take(300).collect();
         let reason = "the browser's own requests go nowhere";
-        tracing::warn!(
-            target: "reson::audit",
-            plugin = "(browser)",
-            capability = "browser",
-            by = "proxy",
-            url = %shown,
-            %reason,
-            "denied"
-        );
+        audit_denied("(browser)", &shown, reason, "proxy");
         Err(format!("reson browser: {shown} refused: {reason}"))
     }
 

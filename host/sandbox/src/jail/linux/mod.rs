@@ -194,10 +194,11 @@ pub(crate) fn own_network(
     sockets: usize,
 ) -> Result<(OwnNetwork, NetworkHandOver), JailError> {
     use std::os::unix::ffi::OsStrExt;
+    let sockets = sockets.max(1);
     let (mut prelude, report) = Prelude::new()?;
     let (host_end, child_end) = namespace::socket_pair()?;
     prelude.hand_over = Some(child_end);
-    prelude.sockets = sockets.max(1);
+    prelude.sockets = sockets;
     prelude.private_tmp = match tmp {
         Some(dir) => Some(
             std::ffi::CString::new(dir.as_os_str().as_bytes())
@@ -205,10 +206,7 @@ pub(crate) fn own_network(
         ),
         None => None,
     };
-    Ok((
-        OwnNetwork(prelude),
-        NetworkHandOver { channel: host_end, report, sockets: sockets.max(1) },
-    ))
+    Ok((OwnNetwork(prelude), NetworkHandOver { channel: host_end, report, sockets }))
 }
 
 /// Where the proxy listens inside an [`own_network`].
