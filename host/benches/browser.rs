@@ -72,12 +72,12 @@ fn bench(c: &mut Criterion) {
     let first = started.elapsed();
     rt.block_on(runtime.close_browser("first"));
     // A run that offers the browser tools starts its browser as it starts
-    // (`prepare_browsers`): the first call comes after the model's first
+    // (`prepare_run`): the first call comes after the model's first
     // answer, here at once and after a model turn of `turn`.
     let first_after = |trace: &str, turn: Duration| {
         let tools = ["browser_navigate".to_owned()];
         let entered = rt.enter();
-        runtime.prepare_browsers(trace, &tools);
+        runtime.prepare_run(trace, &tools);
         drop(entered);
         rt.block_on(async { tokio::time::sleep(turn).await });
         let started = Instant::now();
@@ -102,7 +102,7 @@ fn bench(c: &mut Criterion) {
     let first_in = |runtime: &Runtime, trace: &str, prepare: bool| {
         if prepare {
             let entered = rt.enter();
-            runtime.prepare_browsers(trace, &["browser_navigate".to_owned()]);
+            runtime.prepare_run(trace, &["browser_navigate".to_owned()]);
             drop(entered);
             rt.block_on(async { tokio::time::sleep(Duration::from_secs(1)).await });
         }

@@ -10,12 +10,15 @@
 //! calls spaced by 50 ms (as between an agent's turns: the machine idles,
 //! and moving a task into a cgroup then takes longest) and back to back,
 //! and what a workspace the size of a source tree adds (the jail looks
-//! for repositories a few levels down before every command).
+//! for repositories a few levels down before every command), and the
+//! first command of a host, in fresh processes of this bench: with the
+//! jail made ready while a run's model thinks (`Runtime::prepare_run`),
+//! and without.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use reson::jail::{Jail, JailDir, JailSpec};
 use reson::plugin::{CallContext, Runtime};
 use std::hint::black_box;
@@ -100,6 +103,56 @@ async fn shell_runtime(dir: &support::TestDir, jail: &str) -> Runtime {
     .await
 }
 
+/// Set in a child process of this bench, to `cold` or `prepared` and the
+/// plugins' directory: the child times its first jailed command.
+const FIRST: &str = "RESON_BENCH_FIRST_COMMAND";
+
+/// A model turn: the time a run's preparation has before its first call.
+const TURN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// In a child: a host's first command, the shell tool's `true`, after a
+/// model turn; with the jail made ready during that turn when `prepared`.
+/// Prints the nanoseconds it took.
+fn first_command(mode: &str) {
+    let (mode, plugins) = mode.split_once(':').expect("mode:plugins");
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let dir = support::TestDir::new();
+        dir.install(Path::new(plugins), "shell");
+        let ws = dir.workspace().canonicalize().unwrap();
+        let runtime = shell_runtime(&dir, "on").await;
+        if mode == "prepared" {
+            runtime.prepare_run("first", &["shell".to_owned()]);
+        }
+        tokio::time::sleep(TURN).await;
+        let start = std::time::Instant::now();
+        shell_true(&runtime, &ws).await;
+        println!("{}", start.elapsed().as_nanos());
+    });
+}
+
+/// Medians of `rounds` fresh hosts' first commands, cold and prepared,
+/// interleaved.
+fn first_commands(rounds: usize) -> (f64, f64) {
+    let exe = std::env::current_exe().unwrap();
+    let plugins = support::plugins().to_string_lossy().into_owned();
+    let run = |mode: &str| {
+        let out = std::process::Command::new(&exe)
+            .env(FIRST, format!("{mode}:{plugins}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().parse::<f64>().unwrap()
+    };
+    let (mut cold, mut prepared) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        cold.push(run("cold"));
+        prepared.push(run("prepared"));
+    }
+    (median(cold), median(prepared))
+}
+
 fn bench(c: &mut Criterion) {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -156,7 +209,15 @@ fn bench(c: &mut Criterion) {
     };
     let spaced = rounds(true);
     let back_to_back = rounds(false);
+    let (cold, prepared) = first_commands(9);
     println!("\n== figures ==");
+    println!(
+        "a host's first command (shell tool `true`, after a {} ms model turn, medians of 9 \
+         fresh hosts each): {:.2} ms cold, {:.2} ms with the jail made ready during the turn",
+        TURN.as_millis(),
+        cold / 1e6,
+        prepared / 1e6
+    );
     for (name, [bare, jailed, direct, tool_off, tool_on, in_tree, together]) in
         [("spaced by 50 ms", spaced), ("back to back", back_to_back)]
     {
@@ -205,4 +266,12 @@ async fn time(spaced: bool, mut f: impl AsyncFnMut()) -> f64 {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(mode) = std::env::var(FIRST) {
+        first_command(&mode);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -839,7 +839,7 @@ async fn the_page_opened_ahead_is_the_first_calls() {
         let s = Setup::with(json!({ "turns": [] }), kept).await;
         let trace = format!("ahead-{}", kept.len());
         let seen = audit_log().lock().unwrap().len();
-        s.runtime.prepare_browsers(&trace, &["browser_navigate".to_owned()]);
+        s.runtime.prepare_run(&trace, &["browser_navigate".to_owned()]);
         support::wait_for("a page opened ahead", || {
             audit_log().lock().unwrap()[seen..].iter().any(|l| l.contains("a page is open ahead"))
         })

@@ -573,3 +573,66 @@ fn sandbox_check_prints_what_held_and_fails_naming_the_probes_with_the_jail_off(
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("bubblewrap") && stderr.contains("/nonexistent/bwrap"), "{stderr}");
 }
+
+/// The jail's launcher threads in this process, each with the pids cgroup
+/// it is in (cgroup v1), if any.
+fn launchers() -> Vec<Option<String>> {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    let task = |entry: std::fs::DirEntry| {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+        comm.starts_with("reson-jail-laun").then(|| {
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            cgroup.lines().find_map(|l| l.split_once(":pids:").map(|(_, path)| path.to_owned()))
+        })
+    };
+    tasks.flatten().filter_map(task).collect()
+}
+
+/// A run that offers a tool granted commands makes the jail ready while
+/// the model thinks, before any command: the jail's check and launcher
+/// threads each in a cgroup of its own. Made by the first command, they
+/// once held it past a second on a loaded machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_offering_commands_makes_the_jail_ready_before_the_first() {
+    if !support::alone(
+        module_path!(),
+        "a_run_offering_commands_makes_the_jail_ready_before_the_first",
+    ) {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.install(support::plugins(), "shell").install(support::plugins(), "scripted");
+    let script = json!({ "turns": [{ "text": "thinking", "delay_ms": 30000 }] });
+    let grant = "[plugins.shell]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]\n\
+                 process = [\"true\"]\n";
+    let runtime = dir.open_scripted(&script, grant).await;
+    assert!(launchers().is_empty(), "no launcher before a run: {:?}", launchers());
+    let runner = TestDir::scripted_runner(&runtime, dir.store());
+    let user = vec![reson::trace::Message::new(reson::trace::Role::User, "go")];
+    let mut handle = runner.run(user, reson::agent::RunConfig::default()).await.unwrap();
+    let id = handle.trace_id().to_owned();
+    while let Some(event) = handle.next_event().await {
+        if let reson::agent::AgentEvent::ModelRequest { iteration: 1, .. } = event {
+            break;
+        }
+    }
+    // As root on cgroup v1 (this machine's kind) each launcher joins a
+    // cgroup of its own; elsewhere there are none, and commands join theirs.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } == 0 && own.contains(":pids:") {
+        support::wait_for("four launchers, each in a cgroup of its own", || {
+            let found = launchers();
+            found.len() == 4
+                && found.iter().flatten().filter(|g| g.contains("/reson-jail-")).count() == 4
+        })
+        .await;
+        let groups: std::collections::HashSet<_> = launchers().into_iter().flatten().collect();
+        assert_eq!(groups.len(), 4, "{groups:?}");
+    }
+    assert!(runner.stop(&id));
+    handle.wait().await.unwrap();
+    let args = json!({ "command": "true", "cwd": dir.workspace() });
+    let out = runtime.call_tool("shell", &args.to_string(), &CallContext::default()).await;
+    assert!(out.unwrap().text.starts_with("exit code 0"));
+}

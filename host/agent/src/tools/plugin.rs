@@ -58,7 +58,7 @@ impl ToolSource for Runtime {
     }
 
     fn run_started(&self, trace_id: &str, tools: &[String]) {
-        self.prepare_browsers(trace_id, tools);
+        self.prepare_run(trace_id, tools);
     }
 
     async fn run_ended(&self, trace_id: &str) {

@@ -200,6 +200,23 @@ impl Jail {
         Ok((child, guard))
     }
 
+    /// Makes ready, in the background, what the first jailed command of
+    /// the process would otherwise wait for: the check that the jail comes
+    /// up here (a jailed `true`, see [`Jail::check`]) and, on Linux, the
+    /// launcher threads with their first cgroups and the seccomp filter.
+    /// Under load those took the first command past a second. Outside a
+    /// tokio runtime it does nothing.
+    pub fn prepare(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        #[cfg(target_os = "linux")]
+        linux::prepare();
+        let jail = self.clone();
+        runtime.spawn(async move {
+            // A failure is the first command's to report.
+            let _ = jail.check().await;
+        });
+    }
+
     /// Whether the jail comes up at all here, by jailing `true` until it
     /// works once per process, so that a machine without what the jail
     /// needs gets one error naming it.

@@ -646,16 +646,28 @@ impl Runtime {
         self.inner.sandbox.browsers.close_trace(trace).await;
     }
 
-    /// Starts, in the background, the browser of `trace` for each plugin
-    /// that serves one of `tools` and is granted sites to browse, so the
-    /// trace's first browser call does not wait for Chromium. The runner
-    /// calls it when a run that offers those tools starts; [`Self::end_trace`]
-    /// ends them as usual. Outside a tokio runtime it does nothing.
-    pub fn prepare_browsers(&self, trace: &str, tools: &[String]) {
+    /// Makes ready, in the background, what the first calls of a run of
+    /// `trace` that offers `tools` would otherwise wait for, for each
+    /// plugin that serves one of them: the trace's browser where the plugin
+    /// is granted sites to browse (Chromium, its first page), the command
+    /// jail where it is granted commands (see [`Jail::prepare`]). The
+    /// runner calls it when such a run starts; [`Self::end_trace`] ends the
+    /// browsers as usual. Outside a tokio runtime it does nothing.
+    ///
+    /// [`Jail::prepare`]: crate::jail::Jail::prepare
+    pub fn prepare_run(&self, trace: &str, tools: &[String]) {
         for slot in self.catalog().slots.values() {
             let Some(plugin) = &slot.active else { continue };
             let offered = plugin.tools().iter().any(|t| tools.contains(&t.spec.name));
-            if offered && !plugin.grants.browser.is_empty() {
+            if !offered {
+                continue;
+            }
+            if plugin.grants.runs_commands()
+                && let Some(jail) = plugin.grants.jail()
+            {
+                jail.prepare();
+            }
+            if !plugin.grants.browser.is_empty() {
                 let key =
                     SessionKey::Trace { trace: trace.to_owned(), plugin: plugin.name.clone() };
                 self.inner.sandbox.browsers.prepare(

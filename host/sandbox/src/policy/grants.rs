@@ -181,6 +181,11 @@ impl Grants {
         })
     }
 
+    /// Whether the grant lets the plugin start any command.
+    pub fn runs_commands(&self) -> bool {
+        !self.cmd_granted.is_empty()
+    }
+
     /// The jail commands run in, or `None` when `[sandbox] jail = "off"`.
     pub fn jail(&self) -> Option<Jail> {
         (self.jail == JailMode::On).then(|| Jail::new(&self.bwrap))

@@ -128,7 +128,15 @@ fn base() -> Option<&'static Path> {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let base = candidates(&mounts, &own).into_iter().find(|dir| usable(dir))?;
-        remove_stale(&base);
+        // Each removal may wait on the kernel (an RCU grace period, much
+        // longer on a loaded machine): the first command must not.
+        let stale = base.clone();
+        let swept = std::thread::Builder::new()
+            .name("reson-cgroup-sweep".into())
+            .spawn(move || remove_stale(&stale));
+        if swept.is_err() {
+            remove_stale(&base);
+        }
         Some(base)
     })
     .as_deref()

@@ -62,14 +62,14 @@ struct Launcher {
 /// Forks `command` from a launcher thread, in a pids cgroup capped at
 /// `limit` tasks that the caller then holds. `None` leaves the command to
 /// join its cgroup itself: where there is no launcher (cgroup v2, no
-/// writable pids cgroup), and while every launcher is busy, so that
-/// commands started at once are not queued behind them (their children
-/// join in parallel).
+/// writable pids cgroup), while they start, and while every launcher is
+/// busy, so that commands started at once are not queued behind them
+/// (their children join in parallel).
 pub(super) async fn launch(
     command: Command,
     limit: u64,
 ) -> Option<io::Result<(Child, PidsCgroup)>> {
-    let launcher = launchers()?.iter().find(|l| {
+    let launcher = launchers().iter().find(|l| {
         l.ready.compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire).is_ok()
     })?;
     let (reply, replied) = oneshot::channel();
@@ -79,31 +79,36 @@ pub(super) async fn launch(
 }
 
 /// Whether a launcher is there and waiting for a command (a command is
-/// only built for one then).
+/// only built for one then). The first call starts the launchers and
+/// returns at once: until one has joined its first cgroup, commands start
+/// directly.
 pub(super) fn ready() -> bool {
-    launchers().is_some_and(|all| all.iter().any(|l| l.ready.load(Ordering::Acquire)))
+    launchers().iter().any(|l| l.ready.load(Ordering::Acquire))
 }
 
-fn launchers() -> Option<&'static [Launcher]> {
+/// Starts the launchers, if they are not started yet, without waiting for
+/// them.
+pub(super) fn start_all() {
+    launchers();
+}
+
+fn launchers() -> &'static [Launcher] {
     static ALL: OnceLock<Vec<Launcher>> = OnceLock::new();
-    let all = ALL.get_or_init(|| (0..LAUNCHERS).filter_map(start).collect());
-    (!all.is_empty()).then_some(all.as_slice())
+    ALL.get_or_init(|| (0..LAUNCHERS).filter_map(start).collect())
 }
 
-/// Starts launcher `n`; `None` where it cannot join a cgroup.
+/// Starts launcher `n`, which becomes ready once it has joined a cgroup,
+/// and never does where it cannot (its thread then ends).
 fn start(n: usize) -> Option<Launcher> {
     let (launches, received) = mpsc::channel::<Launch>();
-    let (joined, first) = mpsc::channel();
     let ready = Arc::new(AtomicBool::new(false));
     let flag = ready.clone();
     std::thread::Builder::new()
         .name(format!("reson-jail-launcher-{n}"))
         .spawn(move || {
             let mut next = join_next();
-            let works = next.is_some();
-            flag.store(works, Ordering::Release);
-            let _ = joined.send(works);
-            if works {
+            flag.store(next.is_some(), Ordering::Release);
+            if next.is_some() {
                 for launch in received {
                     next = serve(launch, next.take().or_else(join_next));
                     flag.store(next.is_some(), Ordering::Release);
@@ -111,7 +116,7 @@ fn start(n: usize) -> Option<Launcher> {
             }
         })
         .ok()?;
-    first.recv().ok()?.then_some(Launcher { launches, ready })
+    Some(Launcher { launches, ready })
 }
 
 /// Forks one command in `group`, where this thread is, waits for it to
@@ -199,7 +204,6 @@ mod tests {
             // as the jail's own tests show.
             return;
         }
-        assert!(super::launchers().is_some(), "root with a cgroup v1 pids hierarchy: launchers");
         let ws = tempfile::tempdir().unwrap();
         let ws = ws.path().canonicalize().unwrap();
         let jail = Jail::default();
@@ -215,6 +219,7 @@ mod tests {
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
+            assert!(super::ready(), "root with a cgroup v1 pids hierarchy: a launcher is ready");
             let script = if killed_at_once { "sleep 5" } else { "sleep 0.2" };
             let args = ["-c".to_owned(), script.to_owned()];
             let piped = |cmd: &mut tokio::process::Command| {

@@ -181,6 +181,13 @@ fn build_capped(
     Ok((command, Guard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report }))
 }
 
+/// Starts the launcher threads and builds the seccomp filter, so that the
+/// first command finds them ready.
+pub(super) fn prepare() {
+    launcher::start_all();
+    let _ = seccomp_programs();
+}
+
 /// Namespaces of its own for a process the host starts outside the
 /// command jail (the browser). Its network has nothing but a loopback
 /// interface, where the child listens on `127.0.0.1:`[`PROXY_PORT`] for
