@@ -3,7 +3,12 @@
 //! call against a live bare instance's (with and without the epoch checks
 //! the host's deadlines need), plugin load from the
 //! compiled-code cache against a compile, and tool-call throughput with a
-//! fresh instance per call and many callers on a two-worker runtime.
+//! fresh instance per call and many callers on a two-worker runtime. A
+//! fresh call enters the spare instance its plugin made after the last
+//! call (`[sandbox] spare_instances`, the default); the same call with the
+//! instance built on its path is measured beside it, back to back and, from
+//! a task of the runtime as an agent's calls come, spaced: in a host busy
+//! with other tasks, and after the host idled.
 //!
 //! `cargo bench -p reson --bench tool_call` prints criterion's figures and,
 //! last, the ratios and the throughput measured interleaved in one run.
@@ -171,6 +176,43 @@ async fn host_runtime(dir: &support::TestDir) -> Runtime {
     dir.open("").await
 }
 
+/// The echo plugin, each fresh call's instance built on its path
+/// (`[sandbox] spare_instances = false`).
+async fn built_runtime(dir: &support::TestDir) -> Runtime {
+    dir.install(support::plugins(), "echo");
+    dir.open("[sandbox]\nspare_instances = false\n").await
+}
+
+/// What the host does between two spaced calls.
+#[derive(Clone, Copy)]
+enum Pause {
+    /// Other tasks run for 50 µs (yielding to them): a busy host.
+    Busy,
+    /// Nothing for 1 ms: the workers park.
+    Idle,
+}
+
+/// The median latency of `calls` echo calls, each after `pause`.
+async fn spaced(runtime: &Runtime, pause: Pause, calls: usize) -> f64 {
+    let ctx = CallContext::default();
+    let mut times = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        match pause {
+            Pause::Busy => {
+                let until = Instant::now() + Duration::from_micros(50);
+                while Instant::now() < until {
+                    tokio::task::yield_now().await;
+                }
+            }
+            Pause::Idle => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+        let start = Instant::now();
+        drop(black_box(runtime.call_tool("echo", ARGS, &ctx).await.unwrap()));
+        times.push(start.elapsed().as_nanos() as f64);
+    }
+    median(times)
+}
+
 /// The echo plugin with `[instance] keep_warm`, in a directory of its own.
 async fn warm_runtime(dir: &support::TestDir) -> Runtime {
     dir.install(support::plugins(), "echo");
@@ -222,6 +264,8 @@ fn bench(c: &mut Criterion) {
 
     let warm_dir = support::TestDir::new();
     let warm = rt.block_on(warm_runtime(&warm_dir));
+    let built_dir = support::TestDir::new();
+    let built = rt.block_on(built_runtime(&built_dir));
     assert_eq!(
         rt.block_on(warm.call_tool("echo", ARGS, &ctx)).unwrap().text,
         "hello from the benchmark"
@@ -301,6 +345,7 @@ fn bench(c: &mut Criterion) {
 
     // Ratios from interleaved rounds in this one run: noise hits both sides.
     let (mut host, mut raw, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+    let mut host_built = Vec::new();
     let (mut live, mut live_epochs) = (Vec::new(), Vec::new());
     let mut instance = rt.block_on(bare.instance());
     let mut instance_epochs = rt.block_on(bare_epochs.instance());
@@ -321,6 +366,13 @@ fn bench(c: &mut Criterion) {
                 )
                 .await,
             );
+            host_built.push(
+                ns_per_call(
+                    async || drop(black_box(built.call_tool("echo", ARGS, &ctx).await)),
+                    500,
+                )
+                .await,
+            );
             raw.push(ns_per_call(async || drop(black_box(bare.call(&BARE_ARGS).await)), 500).await);
             for (instance, times) in
                 [(&mut instance, &mut live), (&mut instance_epochs, &mut live_epochs)]
@@ -337,13 +389,49 @@ fn bench(c: &mut Criterion) {
             raw_rate.push(calls as f64 / spread(calls, bare_call.clone()).await.as_secs_f64());
         }
     });
+    // Spaced calls from a task on a worker, as a run's calls come: there a
+    // spare is made on the worker's own thread once the caller waits.
+    let runtimes = [runtime.clone(), built.clone(), warm.clone()];
+    let spaced_figures = rt
+        .block_on(rt.spawn(async move {
+            let mut figures = [(); 6].map(|()| Vec::new());
+            for _ in 0..7 {
+                for (i, pause) in [Pause::Busy, Pause::Idle].into_iter().enumerate() {
+                    let calls = if matches!(pause, Pause::Busy) { 200 } else { 50 };
+                    for (j, runtime) in runtimes.iter().enumerate() {
+                        figures[i * 3 + j].push(spaced(runtime, pause, calls).await);
+                    }
+                }
+            }
+            figures.map(median)
+        }))
+        .unwrap();
     let (host, raw, kept) = (median(host), median(raw), median(kept));
+    let host_built = median(host_built);
     let (live, live_epochs) = (median(live), median(live_epochs));
     let (host_rate, raw_rate) = (median(host_rate), median(raw_rate));
     let cached = median((0..30).map(|_| reload(false).as_nanos() as f64).collect());
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
     println!("\n== figures ==");
-    println!("tool call, host path:        {:>9.1} µs", host / 1e3);
+    println!(
+        "tool call, host path:        {:>9.1} µs  (fresh, back to back: a spare made ahead)",
+        host / 1e3
+    );
+    println!(
+        "the same, built on its path: {:>9.1} µs  (spare_instances = false)",
+        host_built / 1e3
+    );
+    for (i, pause) in ["in a busy host (50 µs of other tasks)", "after the host idled 1 ms"]
+        .into_iter()
+        .enumerate()
+    {
+        let [spare, built, kept] = [0, 1, 2].map(|j| spaced_figures[i * 3 + j] / 1e3);
+        println!(
+            "a call {pause}, median: spare {spare:.1} µs, built on its path {built:.1} µs \
+             ({:.2}x), kept warm {kept:.1} µs",
+            built / spare
+        );
+    }
     println!("tool call, bare wasmtime:    {:>9.1} µs", raw / 1e3);
     println!("ratio host / bare:           {:>9.3}  (target <= 1.25)", host / raw);
     println!("tool call, instance kept:    {:>9.1} µs", kept / 1e3);

@@ -874,22 +874,66 @@ async fn idle_instances_never_take_a_slot_from_a_call() {
     assert_eq!(idle(&rt, "w1"), 1, "still kept, for w1's next call");
 }
 
-/// An instance kept warm holds its granted directories open. After one is
-/// replaced (moved away, made again), the next call goes to a fresh
-/// instance and sees the new directory, as it would with none kept.
+/// An instance kept warm, or a spare made ahead, holds its granted
+/// directories open. After one is replaced (moved away, made again), the
+/// next call goes to a fresh instance and sees the new directory, as it
+/// would with none kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_after_its_directory_was_replaced_sees_the_new_one() {
+    for (instance, what) in [("[instance]\nkeep_warm = true\n", "kept warm"), ("", "spare")] {
+        let dir = TestDir::new();
+        install_hostile_as(&dir, "h", &format!("[requests]\ndirs = \"read\"\n{instance}"));
+        let rt =
+            dir.open("[plugins.h]\ndirs = [{ path = \"workspace\", access = \"read\" }]\n").await;
+        let workspace = dir.workspace();
+        std::fs::write(workspace.join("note.txt"), "old").unwrap();
+        assert_eq!(call(&rt, "read", json!({"path": "note.txt"})).await.unwrap(), "old");
+        support::wait_for(&format!("an instance {what}"), || idle(&rt, "h") == 1).await;
+        std::fs::rename(&workspace, dir.path().join("moved-away")).unwrap();
+        std::fs::create_dir(&workspace).unwrap();
+        std::fs::write(workspace.join("note.txt"), "new").unwrap();
+        assert_eq!(call(&rt, "read", json!({"path": "note.txt"})).await.unwrap(), "new", "{what}");
+    }
+}
+
+/// After a call in a fresh instance, the plugin's next instance is made
+/// ahead, off the call's path (`[sandbox] spare_instances`, on by
+/// default), and the next call enters it: a never-used instance, as
+/// fresh as one built for it. A reload starts over; the setting off, no
+/// instance waits.
+#[tokio::test]
+async fn the_next_call_enters_a_never_used_instance_made_ahead() {
     let dir = TestDir::new();
-    install_hostile_as(&dir, "h", "[requests]\ndirs = \"read\"\n[instance]\nkeep_warm = true\n");
-    let rt = dir.open("[plugins.h]\ndirs = [{ path = \"workspace\", access = \"read\" }]\n").await;
-    let workspace = dir.workspace();
-    std::fs::write(workspace.join("note.txt"), "old").unwrap();
-    assert_eq!(call(&rt, "read", json!({"path": "note.txt"})).await.unwrap(), "old");
-    assert_eq!(idle(&rt, "h"), 1, "an instance kept warm");
-    std::fs::rename(&workspace, dir.path().join("moved-away")).unwrap();
-    std::fs::create_dir(&workspace).unwrap();
-    std::fs::write(workspace.join("note.txt"), "new").unwrap();
-    assert_eq!(call(&rt, "read", json!({"path": "note.txt"})).await.unwrap(), "new");
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("").await;
+    assert_eq!(idle(&rt, "hostile"), 0, "nothing is made before a call");
+    for _ in 0..3 {
+        assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1", "a never-used instance");
+        // On this test's one thread the spare is made once the test waits,
+        // so right after a call that took it there is none.
+        assert_eq!(idle(&rt, "hostile"), 0, "the call entered the spare");
+        support::wait_for("a spare made after the call", || idle(&rt, "hostile") == 1).await;
+    }
+    // What a call leaves in memory, the spare made after it never sees.
+    let at = call(&rt, "stash", json!({"bytes": 4096})).await.unwrap();
+    support::wait_for("a spare made after the stash", || idle(&rt, "hostile") == 1).await;
+    let found = call(&rt, "peek", json!({"at": at.parse::<u64>().unwrap(), "bytes": 4096})).await;
+    assert_eq!(found.unwrap(), "0");
+    // A call that traps leaves a spare as well, itself never entered again.
+    assert!(matches!(call(&rt, "spin", json!({})).await, Err(CallError::LimitExceeded { .. })));
+    support::wait_for("a spare after a trap", || idle(&rt, "hostile") == 1).await;
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
+    // A new generation has no spare until its first call.
+    rt.reload(&["hostile".to_owned()]).await;
+    assert_eq!(idle(&rt, "hostile"), 0, "the old generation's spare went with it");
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
+
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("[sandbox]\nspare_instances = false\n").await;
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(idle(&rt, "hostile"), 0, "spare_instances = false: none made");
 }
 
 #[test]

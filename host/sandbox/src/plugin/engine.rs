@@ -59,6 +59,9 @@ pub(crate) struct Sandbox {
     pub(crate) fingerprint: String,
     /// Whether fuel is counted (every Store then needs fuel set).
     pub(crate) fuel: bool,
+    /// Whether fresh calls leave a spare instance made ahead
+    /// (`[sandbox] spare_instances`).
+    pub(crate) spares: bool,
     /// One per instance the pool holds; every call takes one first.
     pub(crate) slots: Arc<Slots>,
     /// The browser sessions of tool calls.
@@ -66,7 +69,8 @@ pub(crate) struct Sandbox {
     ticker_stop: Arc<AtomicBool>,
 }
 
-/// Idle instances at most, beside `calls` slots for calls: a quarter more.
+/// Idle kept instances at most, beside `calls` slots for calls: a quarter
+/// more; as many spares again.
 fn idle_limit(calls: u32) -> u32 {
     calls / 4
 }
@@ -79,16 +83,19 @@ pub(crate) struct Slots {
     total: u32,
     /// Idle instances kept for a next call (`[instance] keep_warm`).
     kept: AtomicU32,
+    /// Never-used instances made ahead (`[sandbox] spare_instances`).
+    spares: AtomicU32,
 }
 
-/// Marks one idle kept instance; dropping it stops counting it.
+/// Marks one idle instance, kept or spare; dropping it stops counting it.
 pub(crate) struct KeptMark {
     slots: Arc<Slots>,
+    spare: bool,
 }
 
 impl Drop for KeptMark {
     fn drop(&mut self) {
-        self.slots.kept.fetch_sub(1, Ordering::Relaxed);
+        self.slots.count(self.spare).fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -103,18 +110,34 @@ impl Slots {
             free: Arc::new(Semaphore::new(count as usize)),
             total: count,
             kept: AtomicU32::new(0),
+            spares: AtomicU32::new(0),
         })
     }
 
-    /// Counts one more idle instance, unless there are already as many as
-    /// the pool has room for beside the calls' slots. An idle instance
-    /// holds no call's slot: a call that takes one takes a slot too.
+    fn count(&self, spare: bool) -> &AtomicU32 {
+        if spare { &self.spares } else { &self.kept }
+    }
+
+    /// Counts one more idle kept instance, unless there are already as
+    /// many as the pool has room for beside the calls' slots. An idle
+    /// instance holds no call's slot: a call that takes one takes a slot
+    /// too.
     pub(crate) fn keep(self: &Arc<Self>) -> Option<KeptMark> {
+        self.mark(false)
+    }
+
+    /// Counts one more spare, as [`Self::keep`] does kept instances, in
+    /// room of their own: spares never stand in a kept instance's way.
+    pub(crate) fn spare(self: &Arc<Self>) -> Option<KeptMark> {
+        self.mark(true)
+    }
+
+    fn mark(self: &Arc<Self>, spare: bool) -> Option<KeptMark> {
         let limit = idle_limit(self.total);
-        self.kept
+        self.count(spare)
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < limit).then_some(n + 1))
             .ok()
-            .map(|_| KeptMark { slots: self.clone() })
+            .map(|_| KeptMark { slots: self.clone(), spare })
     }
 
     /// Waits (first come, first served) for a free slot; `None` if
@@ -146,8 +169,9 @@ impl Sandbox {
     ) -> wasmtime::Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         let calls = settings.max_instances.max(1);
-        // Idle kept instances live beside the calls' slots, never in them.
-        let n = calls + idle_limit(calls);
+        // Idle kept instances and spares live beside the calls' slots,
+        // never in them, each in room of their own.
+        let n = calls + 2 * idle_limit(calls);
         let queued = decommit_headroom();
         pool.total_component_instances(n)
             .total_core_instances(n * CORE_INSTANCES_PER_COMPONENT)
@@ -203,6 +227,7 @@ impl Sandbox {
             linker,
             fingerprint,
             fuel: settings.fuel,
+            spares: settings.spare_instances,
             slots: Slots::new(calls),
             browsers: Arc::new(
                 crate::capability::browser::Browsers::new(browser_dir, observer)

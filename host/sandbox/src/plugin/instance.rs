@@ -84,6 +84,34 @@ impl CallStore {
         let slot = sandbox.slots.acquire(cancel.as_ref()).await.ok_or_else(|| {
             CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() }
         })?;
+        let mut call = Self::build(sandbox, plugin, grants, secrets, site, timeout, kept)?;
+        call.store.data_mut().cancel = cancel;
+        call.slot = Some(slot);
+        Ok(call)
+    }
+
+    /// An idle Store, made ahead for a later call: it holds no slot (see
+    /// [`Self::rearm`]) and notes its directories as a kept one does.
+    pub(crate) fn idle(
+        sandbox: &Sandbox,
+        plugin: &Arc<str>,
+        grants: &Arc<Grants>,
+        secrets: &Arc<Secrets>,
+        site: Site<'_>,
+        timeout: std::time::Duration,
+    ) -> Result<Self, CallError> {
+        Self::build(sandbox, plugin, grants, secrets, site, timeout, true)
+    }
+
+    fn build(
+        sandbox: &Sandbox,
+        plugin: &Arc<str>,
+        grants: &Arc<Grants>,
+        secrets: &Arc<Secrets>,
+        site: Site<'_>,
+        timeout: std::time::Duration,
+        kept: bool,
+    ) -> Result<Self, CallError> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())
@@ -111,9 +139,8 @@ impl CallStore {
         }
         let limits = grants.limits;
         let deadline = Instant::now() + timeout;
-        let mut state =
+        let state =
             HostState::new(wasi.build(), plugin.clone(), grants.clone(), secrets.clone(), deadline);
-        state.cancel = cancel;
         let mut store = Store::new(&sandbox.engine, state);
         store.limiter(|state| &mut state.limiter);
         // Read from the store's data, so a kept instance gets each call's
@@ -134,7 +161,7 @@ impl CallStore {
                 .set_fuel(limits.fuel.unwrap_or(u64::MAX))
                 .map_err(|e| site.internal(format!("cannot set fuel: {e}")))?;
         }
-        Ok(Self { store, stderr, timeout, slot: Some(slot), dirs })
+        Ok(Self { store, stderr, timeout, slot: None, dirs })
     }
 
     /// Whether each granted directory's path still names the directory

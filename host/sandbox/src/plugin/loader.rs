@@ -113,6 +113,11 @@ pub(crate) struct LoadedPlugin {
     /// Idle instances kept between calls, for plugins whose manifest asks
     /// (`[instance] keep_warm`); dropped with this generation.
     warm: Mutex<Vec<WarmTool>>,
+    /// A never-used instance made after a fresh call, off its path, for
+    /// the next fresh call to enter; dropped with this generation.
+    spare: Mutex<Option<WarmTool>>,
+    /// Whether a spare is being made: calls that end meanwhile leave it be.
+    making_spare: std::sync::atomic::AtomicBool,
     /// Instances kept for one trace each (`[instance] session_arg`), by
     /// trace id; dropped when the trace's run ends or with this generation.
     sessions: Mutex<HashMap<String, KeptFor>>,
@@ -448,6 +453,8 @@ pub(crate) async fn load(
     };
     Ok(LoadedPlugin {
         warm: Mutex::new(Vec::new()),
+        spare: Mutex::new(None),
+        making_spare: std::sync::atomic::AtomicBool::new(false),
         sessions: Mutex::new(HashMap::new()),
         name,
         manifest,
@@ -599,7 +606,7 @@ impl LoadedPlugin {
         };
         let kept = match session.as_mut() {
             Some(kept) => kept.take(),
-            None => self.take_warm(),
+            None => self.take_warm().or_else(|| self.take_spare()),
         }
         .filter(|idle| idle.call.dirs_unchanged());
         let (mut call, instance) = match kept {
@@ -691,9 +698,56 @@ impl LoadedPlugin {
         }
     }
 
-    /// Idle instances kept for the next call.
+    /// Whether a fresh call that just ended leaves a spare to be made (see
+    /// [`Self::make_spare`]): for a tool plugin that keeps no instance
+    /// warm, has none and is making none, where `[sandbox]
+    /// spare_instances` is on. Answering yes, it counts one in the making.
+    pub(crate) fn wants_spare(&self, sandbox: &Sandbox) -> bool {
+        use std::sync::atomic::Ordering;
+        sandbox.spares
+            && matches!(self.exports, Exports::Tool { .. })
+            && !self.manifest.instance.keep_warm
+            && self.spare.lock().expect("spare").is_none()
+            && !self.making_spare.swap(true, Ordering::AcqRel)
+    }
+
+    /// Makes the never-used instance the next fresh call enters (as a
+    /// kept instance is entered: re-armed with the call's deadline, cancel
+    /// flag and fuel), unless the pool's room for spares is full. Called
+    /// once [`Self::wants_spare`] said yes. Its Store notes the granted
+    /// directories it opened, so a directory replaced meanwhile makes the
+    /// call build a fresh instance instead.
+    pub(crate) async fn make_spare(&self, sandbox: &Sandbox, secrets: &Arc<Secrets>) {
+        self.build_spare(sandbox, secrets).await;
+        self.making_spare.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    async fn build_spare(&self, sandbox: &Sandbox, secrets: &Arc<Secrets>) {
+        let Exports::Tool { pre, .. } = &self.exports else { return };
+        let Some(mark) = sandbox.slots.spare() else { return };
+        let site = Site { plugin: &self.name, tool: "(spare)" };
+        let timeout = self.grants.limits.timeout;
+        let Ok(mut call) =
+            CallStore::idle(sandbox, &self.name, &self.grants, secrets, site, timeout)
+        else {
+            return;
+        };
+        let (deadline, cancel) = call.limits();
+        let made = CallStore::bounded(deadline, cancel, pre.instantiate_async(&mut call.store));
+        if let Ok(instance) = made.await {
+            *self.spare.lock().expect("spare") =
+                Some(WarmTool { call, instance, _mark: Some(mark) });
+        }
+    }
+
+    fn take_spare(&self) -> Option<WarmTool> {
+        self.spare.lock().expect("spare").take()
+    }
+
+    /// Idle instances for the next call: kept ones and the spare.
     pub(crate) fn idle_instances(&self) -> usize {
-        self.warm.lock().expect("warm pool").len()
+        let spare = usize::from(self.spare.lock().expect("spare").is_some());
+        self.warm.lock().expect("warm pool").len() + spare
     }
 
     /// An idle kept instance, if the plugin keeps them and one is free.

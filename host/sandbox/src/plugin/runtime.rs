@@ -157,7 +157,8 @@ pub struct PluginInfo {
     pub generation: u64,
     /// Whether the serving generation came from the compiled-code cache.
     pub from_cache: bool,
-    /// Idle instances kept for the next call (`[instance] keep_warm`).
+    /// Idle instances for the next call: kept ones (`[instance]
+    /// keep_warm`) and the spare made ahead (`[sandbox] spare_instances`).
     pub idle_instances: usize,
     /// Traces with an instance of their own (`[instance] session_arg`).
     pub trace_sessions: usize,
@@ -597,7 +598,18 @@ impl Runtime {
         }
         let plugin = plugin.clone();
         let keep = plugin.asks_session(&value);
-        plugin.call_tool(&self.inner.sandbox, &self.inner.secrets, name, args, keep, context).await
+        let sandbox = &self.inner.sandbox;
+        let output =
+            plugin.call_tool(sandbox, &self.inner.secrets, name, args, keep, context).await;
+        // Spawned from a worker, the task runs on the same thread once the
+        // caller waits (tokio's next-task slot): the new instance is built
+        // where the last one ran, with its caches and the slot's pages
+        // warm. Made inside the next call, it would be that call's wait.
+        if !keep && plugin.wants_spare(sandbox) {
+            let inner = self.inner.clone();
+            tokio::spawn(async move { plugin.make_spare(&inner.sandbox, &inner.secrets).await });
+        }
+        output
     }
 
     /// The loaded generation of `plugin`, or why there is none.
