@@ -880,6 +880,11 @@ async fn idle_instances_never_take_a_slot_from_a_call() {
 /// would with none kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_after_its_directory_was_replaced_sees_the_new_one() {
+    // In a task, as a run's calls are made: only there are spares made.
+    tokio::spawn(directory_replaced_under_idle_instances()).await.unwrap();
+}
+
+async fn directory_replaced_under_idle_instances() {
     for (instance, what) in [("[instance]\nkeep_warm = true\n", "kept warm"), ("", "spare")] {
         let dir = TestDir::new();
         install_hostile_as(&dir, "h", &format!("[requests]\ndirs = \"read\"\n{instance}"));
@@ -896,13 +901,24 @@ async fn a_call_after_its_directory_was_replaced_sees_the_new_one() {
     }
 }
 
-/// After a call in a fresh instance, the plugin's next instance is made
-/// ahead, off the call's path (`[sandbox] spare_instances`, on by
-/// default), and the next call enters it: a never-used instance, as
-/// fresh as one built for it. A reload starts over; the setting off, no
-/// instance waits.
+/// After a call in a fresh instance made in a task (as a run's are), the
+/// plugin's next instance is made ahead, off the call's path (`[sandbox]
+/// spare_instances`, on by default), and the next call enters it: a
+/// never-used instance, as fresh as one built for it. A reload starts
+/// over; the setting off, or a caller outside any task, no instance waits.
 #[tokio::test]
 async fn the_next_call_enters_a_never_used_instance_made_ahead() {
+    tokio::spawn(spares_made_ahead()).await.unwrap();
+    // This test's own body runs outside any task (`block_on`).
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("").await;
+    assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(idle(&rt, "hostile"), 0, "a caller outside any task: none made");
+}
+
+async fn spares_made_ahead() {
     let dir = TestDir::new();
     dir.install(support::test_plugins(), "hostile");
     let rt = dir.open("").await;
@@ -924,7 +940,16 @@ async fn the_next_call_enters_a_never_used_instance_made_ahead() {
     support::wait_for("a spare after a trap", || idle(&rt, "hostile") == 1).await;
     assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
     // A new generation has no spare until its first call.
+    support::wait_for("a spare before the reload", || idle(&rt, "hostile") == 1).await;
+    let generation = |rt: &Runtime| {
+        rt.plugins().into_iter().find(|p| p.name == "hostile").map(|p| p.generation).unwrap()
+    };
+    let before = generation(&rt);
+    let manifest = dir.plugins().join("hostile.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, format!("{text}\n# changed\n")).unwrap();
     rt.reload(&["hostile".to_owned()]).await;
+    assert!(generation(&rt) > before, "a new generation");
     assert_eq!(idle(&rt, "hostile"), 0, "the old generation's spare went with it");
     assert_eq!(call(&rt, "count", json!({})).await.unwrap(), "1");
 
