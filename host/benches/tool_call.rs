@@ -4,11 +4,12 @@
 //! the host's deadlines need), plugin load from the
 //! compiled-code cache against a compile, and tool-call throughput with a
 //! fresh instance per call and many callers on a two-worker runtime. A
-//! fresh call enters the spare instance its plugin made after the last
-//! call (`[sandbox] spare_instances`, the default); the same call with the
-//! instance built on its path is measured beside it, back to back and, from
-//! a task of the runtime as an agent's calls come, spaced: in a host busy
-//! with other tasks, and after the host idled.
+//! fresh call made in a task enters the spare instance its plugin made
+//! after the last call (`[sandbox] spare_instances`, the default); the same
+//! call with the instance built on its path is measured beside it, from a
+//! task of the runtime as an agent's calls come, spaced: in a host busy
+//! with other tasks, and after the host idled; and back to back from
+//! outside any task, where no spare is made.
 //!
 //! `cargo bench -p reson --bench tool_call` prints criterion's figures and,
 //! last, the ratios and the throughput measured interleaved in one run.
@@ -414,11 +415,11 @@ fn bench(c: &mut Criterion) {
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
     println!("\n== figures ==");
     println!(
-        "tool call, host path:        {:>9.1} µs  (fresh, back to back: a spare made ahead)",
+        "tool call, host path:        {:>9.1} µs  (fresh, back to back, outside a task)",
         host / 1e3
     );
     println!(
-        "the same, built on its path: {:>9.1} µs  (spare_instances = false)",
+        "the same, spares off:        {:>9.1} µs  (spare_instances = false)",
         host_built / 1e3
     );
     for (i, pause) in ["in a busy host (50 µs of other tasks)", "after the host idled 1 ms"]
