@@ -299,6 +299,16 @@ fn bench(c: &mut Criterion) {
             }
         }
     };
+    let built_call = {
+        let built = built.clone();
+        move || {
+            let built = built.clone();
+            async move {
+                let out = built.call_tool("echo", ARGS, &CallContext::default()).await;
+                drop(black_box(out.unwrap()));
+            }
+        }
+    };
     let bare_call = {
         let bare = bare.clone();
         move || {
@@ -350,7 +360,7 @@ fn bench(c: &mut Criterion) {
     let (mut live, mut live_epochs) = (Vec::new(), Vec::new());
     let mut instance = rt.block_on(bare.instance());
     let mut instance_epochs = rt.block_on(bare_epochs.instance());
-    let (mut host_rate, mut raw_rate) = (Vec::new(), Vec::new());
+    let (mut host_rate, mut raw_rate, mut built_rate) = (Vec::new(), Vec::new(), Vec::new());
     rt.block_on(async {
         for _ in 0..15 {
             kept.push(
@@ -388,6 +398,7 @@ fn bench(c: &mut Criterion) {
             let calls = 20_000;
             host_rate.push(calls as f64 / spread(calls, host_call.clone()).await.as_secs_f64());
             raw_rate.push(calls as f64 / spread(calls, bare_call.clone()).await.as_secs_f64());
+            built_rate.push(calls as f64 / spread(calls, built_call.clone()).await.as_secs_f64());
         }
     });
     // Spaced calls from a task on a worker, as a run's calls come: there a
@@ -410,7 +421,8 @@ fn bench(c: &mut Criterion) {
     let (host, raw, kept) = (median(host), median(raw), median(kept));
     let host_built = median(host_built);
     let (live, live_epochs) = (median(live), median(live_epochs));
-    let (host_rate, raw_rate) = (median(host_rate), median(raw_rate));
+    let (host_rate, raw_rate, built_rate) =
+        (median(host_rate), median(raw_rate), median(built_rate));
     let cached = median((0..30).map(|_| reload(false).as_nanos() as f64).collect());
     let compiled = median((0..5).map(|_| reload(true).as_nanos() as f64).collect());
     println!("\n== figures ==");
@@ -445,6 +457,7 @@ fn bench(c: &mut Criterion) {
         "throughput, host path:       {:>9.0} calls/s  ({CALLERS} callers, 2 workers; target >= 10000)",
         host_rate
     );
+    println!("throughput, spares off:      {:>9.0} calls/s", built_rate);
     println!("throughput, bare wasmtime:   {:>9.0} calls/s", raw_rate);
     println!("plugin load from cache:      {:>9.3} ms  (target <= 1 ms)", cached / 1e6);
     println!("plugin load with compile:    {:>9.3} ms", compiled / 1e6);
