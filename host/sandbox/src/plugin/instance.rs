@@ -84,26 +84,16 @@ impl CallStore {
         let slot = sandbox.slots.acquire(cancel.as_ref()).await.ok_or_else(|| {
             CallError::Cancelled { plugin: site.plugin.into(), tool: site.tool.into() }
         })?;
-        let mut call = Self::build(sandbox, plugin, grants, secrets, site, timeout, kept)?;
+        let mut call = Self::idle(sandbox, plugin, grants, secrets, site, timeout, kept)?;
         call.store.data_mut().cancel = cancel;
         call.slot = Some(slot);
         Ok(call)
     }
 
-    /// An idle Store, made ahead for a later call: it holds no slot (see
-    /// [`Self::rearm`]) and notes its directories as a kept one does.
+    /// A Store that holds no slot: [`Self::new`]'s before it takes one, or
+    /// one made ahead for a later call (a spare, `kept`), which the call
+    /// arms with its slot (see [`Self::rearm`]).
     pub(crate) fn idle(
-        sandbox: &Sandbox,
-        plugin: &Arc<str>,
-        grants: &Arc<Grants>,
-        secrets: &Arc<Secrets>,
-        site: Site<'_>,
-        timeout: std::time::Duration,
-    ) -> Result<Self, CallError> {
-        Self::build(sandbox, plugin, grants, secrets, site, timeout, true)
-    }
-
-    fn build(
         sandbox: &Sandbox,
         plugin: &Arc<str>,
         grants: &Arc<Grants>,

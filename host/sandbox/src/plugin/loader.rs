@@ -728,7 +728,7 @@ impl LoadedPlugin {
         let site = Site { plugin: &self.name, tool: "(spare)" };
         let timeout = self.grants.limits.timeout;
         let Ok(mut call) =
-            CallStore::idle(sandbox, &self.name, &self.grants, secrets, site, timeout)
+            CallStore::idle(sandbox, &self.name, &self.grants, secrets, site, timeout, true)
         else {
             return;
         };
