@@ -289,7 +289,8 @@ fn bench(c: &mut Criterion) {
     });
     calls.finish();
 
-    let host_call = {
+    // One echo call on a runtime, for the callers of the throughput figures.
+    let echo_call = |runtime: &Runtime| {
         let runtime = runtime.clone();
         move || {
             let runtime = runtime.clone();
@@ -299,16 +300,8 @@ fn bench(c: &mut Criterion) {
             }
         }
     };
-    let built_call = {
-        let built = built.clone();
-        move || {
-            let built = built.clone();
-            async move {
-                let out = built.call_tool("echo", ARGS, &CallContext::default()).await;
-                drop(black_box(out.unwrap()));
-            }
-        }
-    };
+    let host_call = echo_call(&runtime);
+    let built_call = echo_call(&built);
     let bare_call = {
         let bare = bare.clone();
         move || {
