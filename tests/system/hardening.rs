@@ -961,6 +961,30 @@ async fn spares_made_ahead() {
     assert_eq!(idle(&rt, "hostile"), 0, "spare_instances = false: none made");
 }
 
+/// A fresh call made in a task answers before its instance is dropped
+/// (its memory reset, its slot freed): that happens once the caller
+/// waits. With one instance slot, every call in a row from a task still
+/// finds the slot free, and so does a caller outside any task after them.
+#[tokio::test]
+async fn a_fresh_calls_instance_is_freed_once_its_caller_waits() {
+    let dir = TestDir::new();
+    dir.install(support::test_plugins(), "hostile");
+    let rt = dir.open("[sandbox]\nmax_instances = 1\n").await;
+    let in_task = rt.clone();
+    let calls = tokio::spawn(async move {
+        for _ in 0..5 {
+            let at = call(&in_task, "stash", json!({"bytes": 4096})).await.unwrap();
+            let at: u64 = at.parse().unwrap();
+            let found = call(&in_task, "peek", json!({"at": at, "bytes": 4096})).await;
+            assert_eq!(found.unwrap(), "0", "a call never sees a used instance");
+        }
+    });
+    let freed = "a call waited for a slot its caller's last call never freed";
+    tokio::time::timeout(Duration::from_secs(60), calls).await.expect(freed).unwrap();
+    let outside = tokio::time::timeout(Duration::from_secs(60), call(&rt, "count", json!({})));
+    assert_eq!(outside.await.expect(freed).unwrap(), "1");
+}
+
 #[test]
 fn plugins_list_shows_every_grant_that_widens_a_command() {
     let dir = TestDir::new();

@@ -156,6 +156,15 @@ fn guest_resources() -> ResourceTable {
     table
 }
 
+impl HostState {
+    /// Ends what the guest holds through the host (commands it started,
+    /// sockets, streams): done as its call ends, when the instance itself
+    /// may be dropped later.
+    pub(crate) fn end_resources(&mut self) {
+        self.table = guest_resources();
+    }
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }

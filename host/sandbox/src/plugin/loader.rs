@@ -141,6 +141,14 @@ struct WarmTool {
     _mark: Option<KeptMark>,
 }
 
+/// A fresh call's instance once its call has answered. Dropping it resets
+/// its memory in place and frees its slot: work the runtime does after
+/// the caller has the answer. What the guest left open (a command it
+/// started, a socket) was ended when the call ended, not with this.
+pub(crate) struct Ended {
+    _instance: WarmTool,
+}
+
 /// Idle kept instances per plugin: enough for calls that overlap a little.
 const MAX_WARM_PER_PLUGIN: usize = 2;
 
@@ -569,7 +577,9 @@ fn scrub(text: String) -> String {
 impl LoadedPlugin {
     /// Runs `tool` in a fresh instance, or in a kept one when the manifest
     /// asks for `keep_warm` or `keep` says the call asks for its trace's
-    /// ([`Self::asks_session`]). `args` has passed the schema.
+    /// ([`Self::asks_session`]). `args` has passed the schema. A fresh
+    /// instance that answered is left in `ended`, for the caller to drop.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn call_tool(
         &self,
         sandbox: &Sandbox,
@@ -578,6 +588,7 @@ impl LoadedPlugin {
         args: &str,
         keep: bool,
         context: &CallContext,
+        ended: &mut Option<Ended>,
     ) -> Result<ToolOutput, CallError> {
         let site = Site { plugin: &self.name, tool };
         let Exports::Tool { pre, .. } = &self.exports else {
@@ -677,7 +688,7 @@ impl LoadedPlugin {
                 let warm = WarmTool { call, instance, _mark: None };
                 match session.as_mut() {
                     Some(kept) => **kept = Self::keepable(sandbox, warm),
-                    None => self.keep_warm(sandbox, warm),
+                    None => *ended = self.keep_warm(sandbox, warm),
                 }
                 answer
             }
@@ -760,9 +771,10 @@ impl LoadedPlugin {
 
     /// Keeps `warm` for the next call when the plugin asks for that and
     /// [`Self::keepable`] lets it; otherwise it is dropped.
-    fn keep_warm(&self, sandbox: &Sandbox, warm: WarmTool) {
+    fn keep_warm(&self, sandbox: &Sandbox, mut warm: WarmTool) -> Option<Ended> {
         if !self.manifest.instance.keep_warm {
-            return;
+            warm.call.store.data_mut().end_resources();
+            return Some(Ended { _instance: warm });
         }
         let mut pool = self.warm.lock().expect("warm pool");
         if pool.len() < MAX_WARM_PER_PLUGIN
@@ -770,6 +782,7 @@ impl LoadedPlugin {
         {
             pool.push(warm);
         }
+        None
     }
 
     /// `warm`, idle and giving its call's slot back, if it has used at most

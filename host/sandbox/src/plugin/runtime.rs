@@ -599,17 +599,26 @@ impl Runtime {
         let plugin = plugin.clone();
         let keep = plugin.asks_session(&value);
         let sandbox = &self.inner.sandbox;
-        let output =
-            plugin.call_tool(sandbox, &self.inner.secrets, name, args, keep, context).await;
+        let mut ended = None;
+        let output = plugin
+            .call_tool(sandbox, &self.inner.secrets, name, args, keep, context, &mut ended)
+            .await;
         // Spawned from a task, the spare's maker runs on the same thread
-        // once the caller waits (tokio's next-task slot): the instance is
-        // built where the last one ran, with its caches warm, and not in
-        // the next call's wait. A caller outside any task (`block_on`)
-        // would send it to another thread, where it was measured to slow
-        // calls back to back (27.9 against 24.4 µs): none is made there.
+        // once the caller waits (tokio's next-task slot): the ended
+        // instance is dropped (its memory reset) and the spare built where
+        // the call ran, with its caches warm, after the caller has its
+        // answer and not in the next call's wait. A caller outside any
+        // task (`block_on`) would send it to another thread, where a spare
+        // was measured to slow calls back to back (27.9 against 24.4 µs):
+        // none is made there. Without a spare to make, the ended instance
+        // is dropped here: a task for it alone cost more than it saved
+        // when many callers share the workers.
         if !keep && tokio::task::try_id().is_some() && plugin.wants_spare(sandbox) {
             let inner = self.inner.clone();
-            tokio::spawn(async move { plugin.make_spare(&inner.sandbox, &inner.secrets).await });
+            tokio::spawn(async move {
+                drop(ended);
+                plugin.make_spare(&inner.sandbox, &inner.secrets).await;
+            });
         }
         output
     }
