@@ -339,10 +339,10 @@ pub struct SandboxConfig {
     /// starts a Chromium of its own per trace; `0` turns it off everywhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm_browser_ms: Option<u64>,
-    /// After a tool call in a fresh instance, make the plugin's next
-    /// instance ahead, off the call's path, so that the next call enters a
-    /// never-used instance instead of waiting for one to be built (on by
-    /// default). Each plugin called then holds one idle instance, in room
+    /// After a tool call in a fresh instance, free that instance and make
+    /// the plugin's next one ahead, both off the call's path, so that the
+    /// next call enters a never-used instance instead of waiting for one
+    /// to be built (on by default). Each plugin called then holds one idle instance, in room
     /// of its own in the pool (a quarter of `max_instances`).
     pub spare_instances: bool,
 }
