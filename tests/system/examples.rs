@@ -12,6 +12,21 @@ fn modified(path: &Path) -> Option<SystemTime> {
     path.metadata().and_then(|m| m.modified()).ok()
 }
 
+/// When the newest build of library `crate_name` in `deps` was written.
+fn newest_library(deps: &Path, crate_name: &str) -> Option<SystemTime> {
+    let prefix = format!("lib{crate_name}-");
+    std::fs::read_dir(deps)
+        .ok()?
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(".rlib")
+        })
+        .filter_map(|entry| modified(&entry.path()))
+        .max()
+}
+
 /// What cargo sets for a test it runs, besides `CARGO_PKG_*`.
 const CARGO_SETS: [&str; 7] = [
     "CARGO_MANIFEST_DIR",
@@ -23,8 +38,22 @@ const CARGO_SETS: [&str; 7] = [
     "OUT_DIR",
 ];
 
+/// Every example, with the library (crate) whose package holds it.
+const EXAMPLES: [(&str, &str); 9] = [
+    ("custom_tool", "reson"),
+    ("agent_session", "reson"),
+    ("task_agent", "reson"),
+    ("session_memory", "reson"),
+    ("streaming_events", "reson"),
+    ("rewind", "reson"),
+    ("sub_agents", "reson"),
+    ("learning", "reson"),
+    ("sandbox_embed", "reson_sandbox"),
+];
+
 /// Runs example `name` and fails with its output unless it exits 0.
 fn run_example(name: &str) {
+    assert!(EXAMPLES.iter().any(|&(example, _)| example == name), "{name} is not in EXAMPLES");
     // One at a time: every example runs plugins/build.sh on the same
     // directory, and its copy-then-rename is not safe against itself. The
     // flag says whether this process has looked for the binaries yet.
@@ -34,13 +63,23 @@ fn run_example(name: &str) {
     // examples are built into `<target>/<profile dir>/examples/`.
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile dir>/deps");
-    let binary =
-        profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    // `cargo test` builds the examples before it runs any test; a run of
-    // this test alone (`--test examples`) finds them missing, or older than
-    // this binary, which cargo rebuilt for a change to the library they
-    // were not rebuilt for: running those would test the old library.
-    let stale = modified(&binary).is_none_or(|example| modified(&exe).is_some_and(|t| example < t));
+    let binary = |name: &str| {
+        profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+    };
+    // `cargo test` builds each example after the library it links, before
+    // it runs any test; a run of the system tests alone (`--test system`)
+    // finds them missing, or older than a library cargo rebuilt for a
+    // change they were not rebuilt for: running those would test the old
+    // library. (Not "older than this binary": cargo links it and the
+    // examples in either order, and the rebuild, resolved for two packages
+    // rather than the workspace, compiled wasmtime again: 3 min 25 s of a
+    // CI run.)
+    let deps = exe.parent().expect("<target>/<profile dir>/deps");
+    let stale = EXAMPLES.iter().any(|&(example, library)| {
+        modified(&binary(example)).is_none_or(|built| {
+            newest_library(deps, library).is_some_and(|library| built < library)
+        })
+    });
     if !*built && stale {
         let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => "dev",
@@ -77,6 +116,7 @@ fn run_example(name: &str) {
         assert!(status.success(), "building the examples failed");
     }
     *built = true;
+    let binary = binary(name);
     assert!(binary.exists(), "no example binary at {}", binary.display());
 
     let out = Command::new(&binary).output().expect("running the example");
