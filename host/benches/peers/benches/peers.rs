@@ -6,7 +6,10 @@
 //! `bash host/benches/peers/run.sh` builds the guests and runs it. It prints
 //! criterion's figures and, last, an `== figures ==` summary measured in
 //! interleaved rounds: µs per call, calls/s, each figure's ratio to Reson's
-//! fresh and kept-warm call, the goals, and where the time goes.
+//! fresh and kept-warm call, the goals, and where the time goes; then every
+//! figure again, one call at a time from a task of the runtime in a busy
+//! host, as an agent's calls come (there Reson's fresh call enters the
+//! spare instance made after the last).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use reson_sandbox::config::PluginsConfig;
@@ -16,7 +19,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
-use tokio::runtime::Runtime as Tokio;
+use tokio::runtime::Handle;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config as WasmtimeConfig, Engine, InstanceAllocationStrategy};
 use wasmtime::{PoolingAllocationConfig, Store};
@@ -274,11 +277,11 @@ impl WasmiEcho {
 }
 
 /// Every way the echo runs, each timed over `n` calls in a row.
-struct Peers<'a> {
-    tokio: &'a Tokio,
-    reson_fresh: &'a Runtime,
-    reson_warm: &'a Runtime,
-    bare: &'a BareEcho,
+struct Peers {
+    tokio: Handle,
+    reson_fresh: Runtime,
+    reson_warm: Runtime,
+    bare: BareEcho,
     live: LiveEcho,
     extism: ExtismEcho,
     wasmi: WasmiEcho,
@@ -324,16 +327,16 @@ impl Figure {
     }
 }
 
-impl Peers<'_> {
+impl Peers {
     /// How long `n` calls of `figure` take.
     fn time(&mut self, figure: Figure, n: u64) -> Duration {
-        let (tokio, ctx) = (self.tokio, CallContext::default());
+        let (tokio, ctx) = (self.tokio.clone(), CallContext::default());
         let start = Instant::now();
         match figure {
             Figure::ResonFresh | Figure::ResonWarm => {
                 let runtime = match figure {
-                    Figure::ResonFresh => self.reson_fresh,
-                    _ => self.reson_warm,
+                    Figure::ResonFresh => &self.reson_fresh,
+                    _ => &self.reson_warm,
                 };
                 tokio.block_on(async {
                     for _ in 0..n {
@@ -364,22 +367,38 @@ impl Peers<'_> {
     }
 
     /// What `figure` answers for [`ARGS`].
-    fn answer(&mut self, figure: Figure) -> String {
+    async fn answer(&mut self, figure: Figure) -> String {
         let ctx = CallContext::default();
         match figure {
             Figure::ResonFresh => {
-                self.tokio.block_on(self.reson_fresh.call_tool("echo", ARGS, &ctx)).unwrap().text
+                self.reson_fresh.call_tool("echo", ARGS, &ctx).await.unwrap().text
             }
-            Figure::ResonWarm => {
-                self.tokio.block_on(self.reson_warm.call_tool("echo", ARGS, &ctx)).unwrap().text
-            }
-            Figure::BareFresh => self.tokio.block_on(self.bare.call_fresh()),
-            Figure::BareLive => self.tokio.block_on(self.live.call()),
+            Figure::ResonWarm => self.reson_warm.call_tool("echo", ARGS, &ctx).await.unwrap().text,
+            Figure::BareFresh => self.bare.call_fresh().await,
+            Figure::BareLive => self.live.call().await,
             Figure::Extism => self.extism.call(ARGS),
             Figure::ExtismCreate => self.extism.create_and_call(ARGS),
             Figure::Wasmi => self.wasmi.call(ARGS),
             Figure::Native => native_echo(ARGS).unwrap(),
         }
+    }
+
+    /// The median latency of `calls` calls of `figure` one at a time, each
+    /// after 50 µs of other tasks (yielding to them): a busy host, as in
+    /// host/benches/tool_call.rs. Made from a task of the runtime, as an
+    /// agent's calls are, so that Reson makes its spares.
+    async fn spaced(&mut self, figure: Figure, calls: usize) -> f64 {
+        let mut times = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let until = Instant::now() + Duration::from_micros(50);
+            while Instant::now() < until {
+                tokio::task::yield_now().await;
+            }
+            let start = Instant::now();
+            drop(black_box(self.answer(figure).await));
+            times.push(start.elapsed().as_nanos() as f64);
+        }
+        median(times)
     }
 }
 
@@ -400,10 +419,10 @@ fn bench(c: &mut Criterion) {
     let live = tokio.block_on(bare.instance());
     let guests = "wasm/wasm32-unknown-unknown/release";
     let mut peers = Peers {
-        tokio: &tokio,
-        reson_fresh: &reson_fresh,
-        reson_warm: &reson_warm,
-        bare: &bare,
+        tokio: tokio.handle().clone(),
+        reson_fresh,
+        reson_warm,
+        bare,
         live,
         extism: ExtismEcho::new(&built(&format!("{guests}/extism_echo.wasm"))),
         wasmi: WasmiEcho::new(&built(&format!("{guests}/core_echo.wasm"))),
@@ -412,7 +431,7 @@ fn bench(c: &mut Criterion) {
     // is still right after its first.
     for figure in Figure::ALL {
         for _ in 0..2 {
-            assert_eq!(peers.answer(figure), TEXT, "{}", figure.name());
+            assert_eq!(tokio.block_on(peers.answer(figure)), TEXT, "{}", figure.name());
         }
     }
     assert!(native_echo("{\"text\":1}").is_err());
@@ -478,6 +497,43 @@ fn bench(c: &mut Criterion) {
     for (stage, ns) in rows {
         println!("  {stage:<50} {:>8.2}", ns / 1e3);
     }
+
+    // The same figures one call at a time from a task, in rounds
+    // interleaved as above; the peers come back for the next group.
+    let (_peers, spaced) = tokio
+        .block_on(tokio.spawn(async move {
+            let mut samples = vec![Vec::new(); Figure::ALL.len()];
+            for _ in 0..7 {
+                for (figure, samples) in Figure::ALL.into_iter().zip(&mut samples) {
+                    samples.push(peers.spaced(figure, 200).await);
+                }
+            }
+            (peers, samples.into_iter().map(median).collect::<Vec<f64>>())
+        }))
+        .unwrap();
+    let at = |figure: Figure| spaced[figure as usize];
+    let (fresh, warm) = (at(Figure::ResonFresh), at(Figure::ResonWarm));
+    println!(
+        "\n{:<42} {:>9} {:>13} {:>12}",
+        "echo, one call at a time in a busy host", "µs/call", "/ Reson fresh", "/ Reson warm"
+    );
+    for (figure, ns) in Figure::ALL.into_iter().zip(&spaced) {
+        println!(
+            "{:<42} {:>9.2} {:>12.3}x {:>11.3}x",
+            figure.name(),
+            ns / 1e3,
+            ns / fresh,
+            ns / warm
+        );
+    }
+    let extism = at(Figure::Extism);
+    println!(
+        "goal, in a busy host: Reson fresh (its spare) faster than Extism Plugin::call: \
+         {:.2} vs {:.2} µs: {}",
+        fresh / 1e3,
+        extism / 1e3,
+        verdict(fresh < extism)
+    );
 }
 
 criterion_group!(benches, bench);
