@@ -75,12 +75,15 @@ fn run_example(name: &str) {
     // rather than the workspace, compiled wasmtime again: 3 min 25 s of a
     // CI run.)
     let deps = exe.parent().expect("<target>/<profile dir>/deps");
-    let stale = EXAMPLES.iter().any(|&(example, library)| {
-        modified(&binary(example)).is_none_or(|built| {
-            newest_library(deps, library).is_some_and(|library| built < library)
+    let stale = || {
+        EXAMPLES.iter().any(|&(example, library)| {
+            modified(&binary(example)).is_none_or(|built| {
+                newest_library(deps, library).is_some_and(|library| built < library)
+            })
         })
-    });
-    if !*built && stale {
+    };
+    // Looked for once per process: each look lists the deps folder.
+    if !*built && stale() {
         let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => "dev",
             Some(name) => name,

@@ -342,8 +342,9 @@ pub struct SandboxConfig {
     /// After a tool call in a fresh instance, free that instance and make
     /// the plugin's next one ahead, both off the call's path, so that the
     /// next call enters a never-used instance instead of waiting for one
-    /// to be built (on by default). Each plugin called then holds one idle instance, in room
-    /// of its own in the pool (a quarter of `max_instances`).
+    /// to be built (on by default). Each plugin called then holds one idle
+    /// instance, in room of its own in the pool (a quarter of
+    /// `max_instances`).
     pub spare_instances: bool,
 }
 

@@ -157,9 +157,9 @@ fn guest_resources() -> ResourceTable {
 }
 
 impl HostState {
-    /// Ends what the guest holds through the host (commands it started,
-    /// sockets, streams): done as its call ends, when the instance itself
-    /// may be dropped later.
+    /// Ends what the guest holds through the host (HTTP body streams, WASI
+    /// streams and sockets): done as its call ends, when the instance
+    /// itself may be dropped later.
     pub(crate) fn end_resources(&mut self) {
         self.table = guest_resources();
     }

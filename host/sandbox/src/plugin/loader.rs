@@ -143,8 +143,8 @@ struct WarmTool {
 
 /// A fresh call's instance once its call has answered. Dropping it resets
 /// its memory in place and frees its slot: work the runtime does after
-/// the caller has the answer. What the guest left open (a command it
-/// started, a socket) was ended when the call ended, not with this.
+/// the caller has the answer. What the guest left open through the host
+/// (an HTTP body stream, a socket) was ended when the call ended.
 pub(crate) struct Ended {
     _instance: WarmTool,
 }
@@ -770,7 +770,9 @@ impl LoadedPlugin {
     }
 
     /// Keeps `warm` for the next call when the plugin asks for that and
-    /// [`Self::keepable`] lets it; otherwise it is dropped.
+    /// [`Self::keepable`] lets it. A plugin that keeps none gets it back as
+    /// [`Ended`], for the caller to drop; one the pool has no room for is
+    /// dropped here.
     fn keep_warm(&self, sandbox: &Sandbox, mut warm: WarmTool) -> Option<Ended> {
         if !self.manifest.instance.keep_warm {
             warm.call.store.data_mut().end_resources();
