@@ -8,7 +8,15 @@ mod cli;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    cli::main().await
+fn main() -> std::process::ExitCode {
+    // Before the runtime's threads: this process may be a jail made ahead,
+    // waiting for its command.
+    reson::jail::serve_spares();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(cli::main()),
+        Err(e) => {
+            eprintln!("reson: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

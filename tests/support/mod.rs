@@ -124,6 +124,10 @@ impl TestDir {
     pub fn new() -> Self {
         // Commands plugins start run in the jail, which needs bubblewrap.
         apt::ensure(|| std::path::Path::new(reson::jail::DEFAULT_BWRAP).exists(), &["bubblewrap"]);
+        // Jails made ahead wait in `reson`, as in the binary: every test
+        // that runs a second command of a grant starts it in one.
+        reson::jail::spares_wait_in(Path::new(env!("CARGO_BIN_EXE_reson")))
+            .expect("the reson binary, for jails made ahead");
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
         std::fs::create_dir_all(dir.path().join("workspace")).unwrap();

@@ -512,11 +512,17 @@ async fn a_repository_cannot_name_its_way_out_of_the_jail() {
 
 #[tokio::test]
 async fn every_escape_probe_holds_in_the_jail_and_each_gets_through_without_it() {
-    let jail = reson::jail::Jail::default();
-    let jailed = reson::jail::probe::run(Some(&jail)).await.unwrap();
-    assert_eq!(jailed.len(), reson::jail::probe::Probe::ALL.len());
-    for finding in &jailed {
-        assert_eq!(finding.verdict, reson::jail::probe::Verdict::Held, "{finding:?}");
+    // The binary's jails made ahead wait in it; this harness lends it.
+    let _ = TestDir::new();
+    // In a jail made on the probe's path, and in one made ahead.
+    for spares in [false, true] {
+        let jail = reson::jail::Jail::default().spares(spares);
+        let jailed = reson::jail::probe::run(Some(&jail)).await.unwrap();
+        assert_eq!(jailed.len(), reson::jail::probe::Probe::ALL.len());
+        for finding in &jailed {
+            assert_eq!(finding.verdict, reson::jail::probe::Verdict::Held, "{finding:?}");
+            assert_eq!(finding.made_ahead, spares, "{finding:?}");
+        }
     }
     // The same probes unjailed: each must see its attack get through, or
     // the probe could not tell a jail that fails from one that holds.
@@ -548,7 +554,8 @@ fn sandbox_check_prints_what_held_and_fails_naming_the_probes_with_the_jail_off(
     };
     let cost = stdout.lines().find(|l| l.starts_with("a command here")).expect("a cost line");
     assert!(cost.contains("ms unjailed") && cost.contains("ms jailed"), "{cost}");
-    assert_eq!(millis(cost.split_once(':').unwrap().1).len(), 2, "{cost}");
+    assert!(cost.contains("ms in a jail made ahead"), "the binary makes jails ahead: {cost}");
+    assert_eq!(millis(cost.split_once(':').unwrap().1).len(), 3, "{cost}");
     let workspace = dir.workspace().canonicalize().unwrap();
     let granted = format!("  {} (shell): ", workspace.display());
     let line = stdout.lines().find(|l| l.starts_with(&granted)).expect("the grant's line");
@@ -635,4 +642,150 @@ async fn a_run_offering_commands_makes_the_jail_ready_before_the_first() {
     let args = json!({ "command": "true", "cwd": dir.workspace() });
     let out = runtime.call_tool("shell", &args.to_string(), &CallContext::default()).await;
     assert!(out.unwrap().text.starts_with("exit code 0"));
+}
+
+/// A spec granting `ws` read-write, with the system's programs.
+fn spec_for(ws: &Path) -> reson::jail::JailSpec {
+    reson::jail::JailSpec {
+        dirs: vec![reson::jail::JailDir {
+            path: ws.to_path_buf(),
+            writable: true,
+            metadata_writable: false,
+        }],
+        search_path: vec![PathBuf::from("/usr/bin"), PathBuf::from("/bin")],
+        network: Vec::new(),
+        max_processes: 32,
+        cwd: ws.to_path_buf(),
+    }
+}
+
+/// `script` run by `sh` jailed in `spec`, fed `stdin` when given: its
+/// stdout, stderr, exit code, and whether its jail was made ahead.
+async fn jailed_sh(
+    jail: &reson::jail::Jail,
+    spec: &reson::jail::JailSpec,
+    script: &str,
+    stdin: Option<&[u8]>,
+) -> (String, String, Option<i32>, bool) {
+    let args = ["-c".to_owned(), script.to_owned()];
+    let env =
+        [("PATH".to_owned(), "/usr/bin:/bin".to_owned()), ("MARK".to_owned(), "a b\nc".to_owned())];
+    let sh = Path::new("/bin/sh");
+    let (mut child, guard) = jail.spawn(spec, sh, &args, &env, stdin.is_some()).await.unwrap();
+    if let Some(bytes) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin is piped when asked for");
+        pipe.write_all(bytes).await.unwrap();
+    }
+    let out =
+        tokio::time::timeout(support::MARGIN, child.wait_with_output()).await.unwrap().unwrap();
+    let made_ahead = guard.made_ahead();
+    drop(guard);
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (text(&out.stdout), text(&out.stderr), out.status.code(), made_ahead)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jail_made_ahead_runs_its_command_as_a_jail_made_on_its_path_would() {
+    let _ = TestDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    let spec = spec_for(&ws);
+    let jail = reson::jail::Jail::default();
+    // What a command can see of how it was started: its descriptors, its
+    // privileges, its environment, where it is, its process tree, its input.
+    let report = "ls /proc/self/fd; readlink /proc/self/fd/0; \
+                  grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status; env | sort; pwd; \
+                  echo \"pid $$ parent $PPID\"; ls /proc | grep -c '^[0-9]'; ulimit -a; cat; \
+                  echo err >&2; exit 7";
+    let on_path = jail.clone().spares(false);
+    let fresh = jailed_sh(&on_path, &spec, report, None).await;
+    assert!(!fresh.3, "spares off: made on its path");
+    assert!(jail.make_ahead(&spec, Path::new("/bin/sh")).await, "a jail is made ahead here");
+    let ahead = jailed_sh(&jail, &spec, report, None).await;
+    assert!(ahead.3, "the command found its jail made ahead");
+    assert_eq!(ahead, (fresh.0.clone(), fresh.1.clone(), fresh.2, true));
+    assert_eq!(fresh.2, Some(7), "{fresh:?}");
+    assert!(fresh.0.contains("/dev/null\n") && fresh.0.contains("MARK=a b\n"), "{fresh:?}");
+    assert!(fresh.0.contains(&format!("{}\n", ws.display())), "{fresh:?}");
+    // Input, piped when asked for, reaches it whole.
+    let input = b"line one\nline two\n".repeat(10_000);
+    assert!(jail.make_ahead(&spec, Path::new("/bin/sh")).await);
+    let fed = jailed_sh(&jail, &spec, "cat", Some(&input)).await;
+    assert!(fed.3 && fed.0.as_bytes() == input.as_slice() && fed.2 == Some(0));
+    // A program that is not there fails as bubblewrap's would, with the
+    // jail's exit code and a message naming it.
+    let missing = ws.join("missing-program");
+    for spares in [false, true] {
+        let jail = jail.clone().spares(spares);
+        if spares {
+            assert!(jail.make_ahead(&spec, &missing).await);
+        }
+        let (child, guard) = jail.spawn(&spec, &missing, &[], &[], false).await.unwrap();
+        let out = child.wait_with_output().await.unwrap();
+        assert_eq!(guard.made_ahead(), spares);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("execvp") && err.contains("missing-program"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jail_made_ahead_is_not_used_once_what_it_was_made_from_changed() {
+    let _ = TestDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let spec = spec_for(&ws);
+    let jail = reson::jail::Jail::default();
+    let sh = Path::new("/bin/sh");
+    let plant =
+        "mkdir -p sub/.git/hooks 2>/dev/null; echo x > sub/.git/hooks/pre-commit; echo done";
+
+    // A repository appears after the jail was made: its metadata must be
+    // read-only, so the jail made before it is thrown away.
+    assert!(jail.make_ahead(&spec, sh).await);
+    std::fs::create_dir_all(ws.join("sub/.git/hooks")).unwrap();
+    let (out, _, _, made_ahead) = jailed_sh(&jail, &spec, plant, None).await;
+    assert!(!made_ahead, "a jail made before the repository was used: {out}");
+    assert!(out.contains("done") && !ws.join("sub/.git/hooks/pre-commit").exists(), "{out}");
+    // Made with the repository there, it holds it read-only too.
+    assert!(jail.make_ahead(&spec, sh).await);
+    let (out, _, _, made_ahead) = jailed_sh(&jail, &spec, plant, None).await;
+    assert!(made_ahead && !ws.join("sub/.git/hooks/pre-commit").exists(), "{out}");
+
+    // The repository goes: the jail made with it is not used either.
+    assert!(jail.make_ahead(&spec, sh).await);
+    std::fs::remove_dir_all(ws.join("sub")).unwrap();
+    let (out, _, _, made_ahead) = jailed_sh(&jail, &spec, "ls -a sub 2>&1; true", None).await;
+    assert!(!made_ahead && out.contains("No such file"), "{out}");
+
+    // The granted directory is replaced: the command sees the new one.
+    assert!(jail.make_ahead(&spec, sh).await);
+    std::fs::rename(&ws, dir.path().join("old")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("new.txt"), "").unwrap();
+    let (out, _, _, made_ahead) = jailed_sh(&jail, &spec, "ls", None).await;
+    assert!(!made_ahead && out.contains("new.txt"), "{out}");
+
+    // Its working directory is made anew: the command runs in the new one
+    // (the jail, made ahead in the old one, still serves: nothing it was
+    // made from changed).
+    let inner = reson::jail::JailSpec { cwd: ws.join("work"), ..spec_for(&ws) };
+    std::fs::create_dir_all(ws.join("work")).unwrap();
+    assert!(jail.make_ahead(&inner, sh).await);
+    std::fs::remove_dir_all(ws.join("work")).unwrap();
+    std::fs::create_dir_all(ws.join("work")).unwrap();
+    std::fs::write(ws.join("work/fresh.txt"), "").unwrap();
+    let (out, err, code, made_ahead) =
+        jailed_sh(&jail, &inner, "ls && touch made-here", None).await;
+    assert!(made_ahead && code == Some(0) && out.contains("fresh.txt"), "{out}{err}");
+    assert!(ws.join("work/made-here").exists());
+
+    // A jail made ahead is used once: the next command waits for the next.
+    assert!(jail.make_ahead(&spec, sh).await);
+    let (_, _, _, first) = jailed_sh(&jail, &spec, "touch once", None).await;
+    let (second, third) =
+        tokio::join!(jailed_sh(&jail, &spec, "true", None), jailed_sh(&jail, &spec, "true", None));
+    assert!(first && !(second.3 && third.3), "two commands in one jail made ahead");
 }

@@ -28,7 +28,8 @@ pub(crate) async fn run(config: &Config, command: &Command) -> anyhow::Result<Ex
 
 async fn check(config: &Config) -> anyhow::Result<ExitCode> {
     let sandbox = &config.plugins.sandbox;
-    let jail = (sandbox.jail == JailMode::On).then(|| Jail::new(&sandbox.bwrap));
+    let jail = (sandbox.jail == JailMode::On)
+        .then(|| Jail::new(&sandbox.bwrap).spares(sandbox.spare_jails));
     match &jail {
         Some(_) => say!("the command jail on {}:", std::env::consts::OS),
         None => say_warning!(
@@ -100,8 +101,12 @@ async fn say_cost(config: &Config, jail: &Jail) {
         }
     };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let ahead = match cost.jailed_ahead {
+        Some(ahead) => format!(", {:.1} ms in a jail made ahead", ms(ahead)),
+        None => String::new(),
+    };
     say!(
-        "a command here (`true`, spawn to exit, median of {}): {:.1} ms unjailed, {:.1} ms jailed",
+        "a command here (`true`, spawn to exit, median of {}): {:.1} ms unjailed, {:.1} ms jailed{ahead}",
         probe::COST_RUNS,
         ms(cost.unjailed),
         ms(cost.jailed)

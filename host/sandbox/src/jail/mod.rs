@@ -142,6 +142,7 @@ pub enum JailError {
 #[derive(Debug, Clone)]
 pub struct Jail {
     bwrap: PathBuf,
+    spares: bool,
 }
 
 impl Default for Jail {
@@ -152,9 +153,18 @@ impl Default for Jail {
 
 impl Jail {
     /// A jail that, on Linux, runs bubblewrap from `bwrap` (other platforms
-    /// have their launcher at a fixed place).
+    /// have their launcher at a fixed place). It makes jails ahead where
+    /// the program can (see [`serve_spares`]).
     pub fn new(bwrap: impl Into<PathBuf>) -> Self {
-        Self { bwrap: bwrap.into() }
+        Self { bwrap: bwrap.into(), spares: true }
+    }
+
+    /// Whether [`Jail::spawn`] makes the next jail of a spec ahead, once a
+    /// command of that spec has ended (`[sandbox] spare_jails`); on by
+    /// default.
+    pub fn spares(mut self, on: bool) -> Self {
+        self.spares = on;
+        self
     }
 
     /// A command that runs `executable` with `args` and `env` (and nothing
@@ -173,9 +183,14 @@ impl Jail {
         self.build(spec, executable, args, env)
     }
 
-    /// Starts `executable` jailed, as [`Jail::command`] would, configured
-    /// by `configure` (stdio, process group). On Linux with cgroup v1 the
-    /// command is forked by one of four threads that joined its pids cgroup
+    /// Starts `executable` jailed, as [`Jail::command`] would: in a process
+    /// group of its own, killed when the child is dropped, its stdout and
+    /// stderr piped, its stdin piped when `stdin` (else it reads nothing).
+    ///
+    /// On Linux, a command whose spec had a command before finds its jail
+    /// made ahead (see [`serve_spares`]): it starts there when what the
+    /// jail's mounts were made from is unchanged. Otherwise, with cgroup
+    /// v1, it is forked by one of four threads that joined its pids cgroup
     /// ahead, so that the call does not wait for the kernel to move a task
     /// (8–10 ms on an idle machine); while all are busy, it is started as
     /// `command` starts it.
@@ -185,19 +200,46 @@ impl Jail {
         executable: &Path,
         args: &[String],
         env: &[(String, String)],
-        configure: impl Fn(&mut tokio::process::Command),
+        stdin: bool,
     ) -> Result<(tokio::process::Child, JailGuard), JailError> {
         self.check().await?;
         #[cfg(target_os = "linux")]
-        if let Some(launched) =
-            linux::launch(&self.bwrap, spec, executable, args, env, &configure).await
         {
-            return launched.map(|(child, guard)| (child, JailGuard(guard)));
+            let started =
+                linux::spawn(&self.bwrap, self.spares, spec, executable, args, env, stdin).await;
+            started.map(|(child, guard)| (child, JailGuard(guard)))
         }
-        let (mut command, guard) = self.build(spec, executable, args, env)?;
-        configure(&mut command);
-        let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
-        Ok((child, guard))
+        #[cfg(not(target_os = "linux"))]
+        {
+            use std::process::Stdio;
+            let (mut command, guard) = self.build(spec, executable, args, env)?;
+            #[cfg(unix)]
+            command.process_group(0);
+            command.kill_on_drop(true);
+            command.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
+            Ok((child, guard))
+        }
+    }
+
+    /// Makes the jail of `spec` ahead now, for a command of `executable`,
+    /// and returns once it waits (`false` where none can be made: spares
+    /// off, no program to wait in, not Linux, or a jail that failed). The
+    /// next [`Jail::spawn`] of `spec` starts in it.
+    pub async fn make_ahead(&self, spec: &JailSpec, executable: &Path) -> bool {
+        if !self.spares || self.check().await.is_err() {
+            return false;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            linux::make_spare(&self.bwrap, spec, executable).await
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (spec, executable);
+            false
+        }
     }
 
     /// Makes ready, in the background, what the first jailed command of
@@ -284,6 +326,46 @@ impl JailGuard {
     /// of the jail that failed when one did.
     pub fn spawn_error(&self, error: std::io::Error) -> JailError {
         self.0.spawn_error(error)
+    }
+
+    /// Whether the command started in a jail made ahead.
+    pub fn made_ahead(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            self.0.made_ahead()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
+    }
+}
+
+/// Lets jails be made ahead, waiting in this program: call it first thing
+/// in `main`, before any thread starts. A jail made ahead runs this program
+/// in bubblewrap in place of its command until the command comes; when
+/// this process is such a jail's waiting stage, this function does not
+/// return (it runs the command it is handed, or exits). Otherwise it makes
+/// this program the one jails made ahead wait in, and returns. Without it,
+/// every jail is made on its command's path. Linux only; elsewhere it does
+/// nothing.
+pub fn serve_spares() {
+    #[cfg(target_os = "linux")]
+    linux::spare::serve();
+}
+
+/// Makes `program`, a program whose `main` calls [`serve_spares`] first,
+/// the one jails made ahead wait in, for a process whose own `main` does
+/// not (a test harness). Only the first call of a process counts.
+pub fn spares_wait_in(program: &Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::spare::set_program(program)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = program;
+        Ok(())
     }
 }
 

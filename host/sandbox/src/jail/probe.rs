@@ -9,7 +9,7 @@
 //! a `.git/hooks` directory, and beside it a directory with a secret that
 //! is not granted.
 
-use super::{Jail, JailDir, JailError, JailSpec};
+use super::{Jail, JailDir, JailError, JailGuard, JailSpec};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -97,6 +97,10 @@ pub struct Finding {
     pub probe: Probe,
     /// Its outcome.
     pub verdict: Verdict,
+    /// Whether its command ran in a jail made ahead (see
+    /// [`super::serve_spares`]), as a call's commands after the first of
+    /// their grant do.
+    pub made_ahead: bool,
 }
 
 /// Runs every probe, through `jail`, or unjailed when `jail` is `None`
@@ -108,11 +112,11 @@ pub async fn run(jail: Option<&Jail>) -> Result<Vec<Finding>, JailError> {
     }
     let mut findings = Vec::new();
     for probe in Probe::ALL {
-        let verdict = match Scene::new() {
+        let (verdict, made_ahead) = match Scene::new() {
             Ok(scene) => scene.run(probe, jail).await,
-            Err(e) => Verdict::NotRun(format!("cannot set the scene up: {e}")),
+            Err(e) => (Verdict::NotRun(format!("cannot set the scene up: {e}")), false),
         };
-        findings.push(Finding { probe, verdict });
+        findings.push(Finding { probe, verdict, made_ahead });
     }
     Ok(findings)
 }
@@ -128,17 +132,22 @@ const COST_PAUSE: Duration = Duration::from_millis(20);
 pub struct Cost {
     /// Started without the jail.
     pub unjailed: Duration,
-    /// Jailed, granted an empty directory.
+    /// Jailed, granted an empty directory, in a jail made on its path.
     pub jailed: Duration,
+    /// The same in a jail made ahead (see [`super::serve_spares`]), as
+    /// the commands of a grant after its first start; `None` where the jail
+    /// makes none.
+    pub jailed_ahead: Option<Duration>,
     /// Jailed, granted each directory asked about read-write, where the
     /// jail looks for repositories a few levels down before every command.
     pub in_dirs: Vec<(PathBuf, Duration)>,
 }
 
-/// Times `true` unjailed, jailed, and jailed in each of `dirs` granted
-/// read-write (what a writable grant there costs every command), each the
-/// median of [`COST_RUNS`] runs. Fails when the jail does not come up, or
-/// a run fails.
+/// Times `true` unjailed, jailed (in a jail made on its path, and in one
+/// made ahead), and jailed in each of `dirs` granted read-write (what a
+/// writable grant there costs every command), each the median of
+/// [`COST_RUNS`] runs. Fails when the jail does not come up, or a run
+/// fails.
 pub async fn cost(jail: &Jail, dirs: &[PathBuf]) -> Result<Cost, JailError> {
     jail.check().await?;
     let program = super::true_program().ok_or_else(|| {
@@ -150,16 +159,27 @@ pub async fn cost(jail: &Jail, dirs: &[PathBuf]) -> Result<Cost, JailError> {
     })
     .await?;
     let empty = tempfile::Builder::new().prefix("reson-cost-").tempdir()?;
-    let jailed = time_jailed(jail, program, &empty.path().canonicalize()?).await?;
+    let empty = empty.path().canonicalize()?;
+    let on_path = jail.clone().spares(false);
+    let jailed = time_jailed(&on_path, program, &empty, false).await?.unwrap_or_default();
+    let jailed_ahead = time_jailed(jail, program, &empty, true).await?;
     let mut in_dirs = Vec::new();
     for dir in dirs {
-        in_dirs.push((dir.clone(), time_jailed(jail, program, dir).await?));
+        let took = time_jailed(&on_path, program, dir, false).await?.unwrap_or_default();
+        in_dirs.push((dir.clone(), took));
     }
-    Ok(Cost { unjailed, jailed, in_dirs })
+    Ok(Cost { unjailed, jailed, jailed_ahead, in_dirs })
 }
 
-/// The median time of `true` jailed with `dir` granted read-write.
-async fn time_jailed(jail: &Jail, program: &Path, dir: &Path) -> Result<Duration, JailError> {
+/// The median time of `true` jailed with `dir` granted read-write, each
+/// run after [`COST_PAUSE`]; with `ahead`, each in a jail made ahead
+/// (`None` where the jail makes none).
+async fn time_jailed(
+    jail: &Jail,
+    program: &Path,
+    dir: &Path,
+    ahead: bool,
+) -> Result<Option<Duration>, JailError> {
     let spec = JailSpec {
         dirs: vec![JailDir { path: dir.to_path_buf(), writable: true, metadata_writable: false }],
         search_path: Vec::new(),
@@ -167,13 +187,23 @@ async fn time_jailed(jail: &Jail, program: &Path, dir: &Path) -> Result<Duration
         max_processes: 8,
         cwd: dir.to_path_buf(),
     };
-    median(async || {
-        let (mut child, guard) = jail.spawn(&spec, program, &[], &[], |_| {}).await?;
+    let mut times = Vec::with_capacity(COST_RUNS);
+    for _ in 0..COST_RUNS {
+        tokio::time::sleep(COST_PAUSE).await;
+        if ahead && !jail.make_ahead(&spec, program).await {
+            return Ok(None);
+        }
+        let start = Instant::now();
+        let (mut child, guard) = jail.spawn(&spec, program, &[], &[], false).await?;
         let status = child.wait().await?;
         drop(guard);
-        status.success().then_some(()).ok_or_else(|| failed(status))
-    })
-    .await
+        times.push(start.elapsed());
+        if !status.success() {
+            return Err(failed(status));
+        }
+    }
+    times.sort();
+    Ok(Some(times[COST_RUNS / 2]))
 }
 
 fn failed(status: std::process::ExitStatus) -> JailError {
@@ -217,13 +247,15 @@ impl Scene {
         Ok(Self { _dir: dir, ws, outside, secret })
     }
 
-    async fn run(&self, probe: Probe, jail: Option<&Jail>) -> Verdict {
+    async fn run(&self, probe: Probe, jail: Option<&Jail>) -> (Verdict, bool) {
         let outside = shell_words::quote(&self.outside.to_string_lossy()).into_owned();
         let marker = format!("86399.{}", fastrand::u32(100_000..1_000_000));
         let listener = match probe {
             Probe::Network => match tokio::net::TcpListener::bind("127.0.0.1:0").await {
                 Ok(listener) => Some(listener),
-                Err(e) => return Verdict::NotRun(format!("cannot listen on loopback: {e}")),
+                Err(e) => {
+                    return (Verdict::NotRun(format!("cannot listen on loopback: {e}")), false);
+                }
             },
             _ => None,
         };
@@ -235,7 +267,7 @@ impl Scene {
                 let Some(bash) =
                     ["/bin/bash", "/usr/bin/bash"].into_iter().find(|b| Path::new(b).exists())
                 else {
-                    return Verdict::NotRun("no bash to open a connection with".into());
+                    return (Verdict::NotRun("no bash to open a connection with".into()), false);
                 };
                 let port =
                     listener.as_ref().and_then(|l| l.local_addr().ok()).map_or(0, |a| a.port());
@@ -258,9 +290,9 @@ impl Scene {
             Probe::ReachHostProcesses => format!("kill -0 {} && echo reached", std::process::id()),
             Probe::GitHooks => "echo 'echo planted' > .git/hooks/pre-commit".to_owned(),
         };
-        let output = match self.command(&script, jail).await {
+        let (output, made_ahead) = match self.command(&script, jail).await {
             Ok(output) => output,
-            Err(e) => return Verdict::NotRun(e),
+            Err(e) => return (Verdict::NotRun(e), false),
         };
         let escaped = match probe {
             Probe::WriteOutside => {
@@ -291,20 +323,23 @@ impl Scene {
                 .exists()
                 .then(|| "the hook was written".to_owned()),
         };
-        match escaped {
+        let verdict = match escaped {
             Some(what) => Verdict::Escaped(what),
             None => Verdict::Held,
-        }
+        };
+        (verdict, made_ahead)
     }
 
     /// Runs `script` with `sh` in the workspace, as a call would: its own
-    /// process group, killed with whatever is left when it ends. Returns
-    /// what it printed.
-    async fn command(&self, script: &str, jail: Option<&Jail>) -> Result<String, String> {
+    /// process group, killed with whatever is left when it ends; jailed,
+    /// in a jail made ahead where the jail makes them, as a call's command
+    /// after an earlier one of its grant starts. Returns what it printed,
+    /// and whether the jail was made ahead.
+    async fn command(&self, script: &str, jail: Option<&Jail>) -> Result<(String, bool), String> {
         let sh = PathBuf::from("/bin/sh");
         let args = ["-c".to_owned(), script.to_owned()];
         let env = [("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
-        let (mut command, guard) = match jail {
+        let (child, guard) = match jail {
             Some(jail) => {
                 let spec = JailSpec {
                     dirs: vec![JailDir {
@@ -317,30 +352,30 @@ impl Scene {
                     max_processes: 64,
                     cwd: self.ws.clone(),
                 };
-                let (command, guard) =
-                    jail.command(&spec, &sh, &args, &env).await.map_err(|e| e.to_string())?;
-                (command, Some(guard))
+                jail.make_ahead(&spec, &sh).await;
+                let (child, guard) =
+                    jail.spawn(&spec, &sh, &args, &env, false).await.map_err(|e| e.to_string())?;
+                (child, Some(guard))
             }
             None => {
                 let mut command = tokio::process::Command::new(&sh);
                 command.args(&args).current_dir(&self.ws).env_clear().envs(env);
-                (command, None)
+                #[cfg(unix)]
+                command.process_group(0);
+                command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+                command.kill_on_drop(true);
+                (command.spawn().map_err(|e| e.to_string())?, None)
             }
         };
-        #[cfg(unix)]
-        command.process_group(0);
-        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        command.kill_on_drop(true);
-        let child = command.spawn().map_err(|e| match &guard {
-            Some(guard) => guard.spawn_error(e).to_string(),
-            None => e.to_string(),
-        })?;
+        let made_ahead = guard.as_ref().is_some_and(JailGuard::made_ahead);
         let group = child.id();
         let output = tokio::time::timeout(PROBE_TIMEOUT, child.wait_with_output()).await;
         end_group(group);
         drop(guard);
         match output {
-            Ok(Ok(output)) => Ok(String::from_utf8_lossy(&output.stdout).into_owned()),
+            Ok(Ok(output)) => {
+                Ok((String::from_utf8_lossy(&output.stdout).into_owned(), made_ahead))
+            }
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("the command did not end within {PROBE_TIMEOUT:?}")),
         }

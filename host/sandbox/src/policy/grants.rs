@@ -92,6 +92,8 @@ pub struct Grants {
     network_rules: Vec<NetworkRule>,
     #[serde(skip)]
     bwrap: PathBuf,
+    #[serde(skip)]
+    spare_jails: bool,
 }
 
 /// The path a guest sees for the host directory `host` granted at its own
@@ -178,6 +180,7 @@ impl Grants {
                 .map(|rule| NetworkRule::parse(rule))
                 .collect::<Result<_, _>>()?,
             bwrap: sandbox.bwrap.clone(),
+            spare_jails: sandbox.spare_jails,
         })
     }
 
@@ -188,7 +191,7 @@ impl Grants {
 
     /// The jail commands run in, or `None` when `[sandbox] jail = "off"`.
     pub fn jail(&self) -> Option<Jail> {
-        (self.jail == JailMode::On).then(|| Jail::new(&self.bwrap))
+        (self.jail == JailMode::On).then(|| Jail::new(&self.bwrap).spares(self.spare_jails))
     }
 
     /// What the plugin's commands may touch, in words, for `plugins list`.

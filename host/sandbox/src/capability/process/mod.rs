@@ -238,12 +238,6 @@ impl Spec<'_> {
     /// The command, started, with the jail's guard when it runs jailed.
     async fn spawn(&self) -> Result<(Child, Option<JailGuard>), ProcessError> {
         let name = &self.command.argv[0];
-        let configure = |cmd: &mut tokio::process::Command| {
-            Group::prepare(cmd);
-            cmd.stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-        };
         let Some(jailing) = self.jail else {
             let mut cmd = tokio::process::Command::new(&self.command.executable);
             #[cfg(unix)]
@@ -252,14 +246,22 @@ impl Spec<'_> {
                 .current_dir(self.cwd)
                 .env_clear()
                 .envs(self.env.iter().cloned());
-            configure(&mut cmd);
+            // As the jail starts its commands (see `Jail::spawn`).
+            Group::prepare(&mut cmd);
+            cmd.stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
             let child = cmd.spawn().map_err(|e| ProcessError::Spawn(format!("{name}: {e}")))?;
             return Ok((child, None));
         };
         let (executable, args) = (&self.command.executable, self.command.args());
-        let started = jailing.jail.spawn(&jailing.spec, executable, args, &self.env, configure);
+        let stdin = self.stdin.is_some();
+        let started = jailing.jail.spawn(&jailing.spec, executable, args, &self.env, stdin);
         match started.await {
-            Ok((child, guard)) => Ok((child, Some(guard))),
+            Ok((child, guard)) => {
+                tracing::debug!(command = %name, made_ahead = guard.made_ahead(), "jailed command started");
+                Ok((child, Some(guard)))
+            }
             Err(e) => Err(ProcessError::Spawn(format!("{name}: {e}"))),
         }
     }

@@ -8,6 +8,7 @@ mod launcher;
 mod mounts;
 mod namespace;
 mod seccomp;
+pub(super) mod spare;
 
 pub use seccomp::SeccompError;
 
@@ -35,17 +36,51 @@ pub(super) fn missing(bwrap: &Path) -> Option<JailError> {
 #[derive(Debug)]
 pub(super) struct Guard {
     // Field order is drop order: the proxy stops before the cgroup's
-    // processes are killed and the private `/tmp` is removed.
+    // processes are killed and the private `/tmp` is removed, and only then
+    // is the next jail of the spec asked for.
     _proxy: JoinSet<()>,
     _cgroup: Option<cgroup::PidsCgroup>,
     _tmp: tempfile::TempDir,
     report: OwnedFd,
+    made_ahead: bool,
+    _next: Option<spare::Next>,
 }
 
 impl Guard {
     pub(super) fn spawn_error(&self, error: std::io::Error) -> JailError {
         spawn_error(&self.report, error)
     }
+
+    /// Whether the command started in a jail made ahead.
+    pub(super) fn made_ahead(&self) -> bool {
+        self.made_ahead
+    }
+}
+
+/// How a jail is started.
+pub(super) enum Start {
+    /// By the caller, the child joining its cgroup itself.
+    Direct,
+    /// By a launcher thread that sits in the cgroup already.
+    Launched,
+    /// Ahead of its command, running a spare's waiting stage.
+    Ahead(Stage),
+}
+
+/// What a spare's waiting stage inherits: its own program and the reading
+/// end of the pipe its command comes down.
+pub(super) struct Stage {
+    pub(super) program: OwnedFd,
+    pub(super) control: OwnedFd,
+}
+
+/// How every jailed command is started: a process group of its own, killed
+/// when dropped, stdout and stderr piped, stdin piped when `stdin`.
+pub(super) fn configure(command: &mut tokio::process::Command, stdin: bool) {
+    use std::process::Stdio;
+    command.process_group(0).kill_on_drop(true);
+    command.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
 }
 
 fn spawn_error(report: &OwnedFd, error: std::io::Error) -> JailError {
@@ -63,51 +98,81 @@ pub(super) fn build(
     args: &[String],
     env: &[(String, String)],
 ) -> Result<(tokio::process::Command, Guard), JailError> {
-    build_capped(bwrap, spec, executable, args, env, false)
+    build_capped(bwrap, spec, executable, args, env, Start::Direct).map(|(c, g, _)| (c, g))
 }
 
-/// Starts `executable` jailed as [`build`] would, configured by
-/// `configure`, forked by the launcher thread (see `launcher`); `None`
-/// where the launcher is not there or busy, for the caller to start it
-/// directly.
-pub(super) async fn launch(
+/// Starts `executable` jailed, as [`build`] would, started as
+/// [`configure`] says: in the spare of `spec` when there is one that
+/// matches (see `spare`), else forked by a launcher thread (see
+/// `launcher`), else directly. With `spares`, the next jail of `spec` is
+/// made ahead once the command's guard is dropped.
+pub(super) async fn spawn(
     bwrap: &Path,
+    spares: bool,
     spec: &JailSpec,
     executable: &Path,
     args: &[String],
     env: &[(String, String)],
-    configure: &impl Fn(&mut tokio::process::Command),
-) -> Option<Result<(tokio::process::Child, Guard), JailError>> {
-    if !launcher::ready() {
-        return None;
-    }
-    let (mut command, mut guard) = match build_capped(bwrap, spec, executable, args, env, true) {
-        Ok(built) => built,
-        Err(e) => return Some(Err(e)),
-    };
-    configure(&mut command);
-    let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
-    Some(match launcher::launch(command, limit).await? {
-        Ok((child, group)) => {
-            guard._cgroup = Some(group);
-            Ok((child, guard))
+    stdin: bool,
+) -> Result<(tokio::process::Child, Guard), JailError> {
+    let next = || spares.then(|| spare::Next::new(bwrap, spec, executable));
+    if let Some(ahead) = spares.then(|| spare::take(bwrap, spec, executable)).flatten() {
+        let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
+        let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
+        let env = super::jail_env(spec, env, Path::new(PRIVATE_TMP), proxy_address);
+        match ahead.start(executable, args, env, stdin).await {
+            Ok((mut child, mut guard)) => {
+                if !stdin {
+                    child.stdin = None;
+                }
+                guard.made_ahead = true;
+                guard._next = next();
+                return Ok((child, guard));
+            }
+            // A spare that died since it was looked at: a jail made now.
+            Err(e) => tracing::debug!("a jail made ahead could not take its command: {e}"),
         }
-        Err(e) => Err(guard.spawn_error(e)),
-    })
+    }
+    if launcher::ready() {
+        let (mut command, mut guard, _) =
+            build_capped(bwrap, spec, executable, args, env, Start::Launched)?;
+        configure(&mut command, stdin);
+        let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
+        if let Some(launched) = launcher::launch(command, limit).await {
+            let (child, group) = launched.map_err(|e| guard.spawn_error(e))?;
+            guard._cgroup = Some(group);
+            guard._next = next();
+            return Ok((child, guard));
+        }
+    }
+    let (mut command, mut guard) = build(bwrap, spec, executable, args, env)?;
+    configure(&mut command, stdin);
+    let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
+    guard._next = next();
+    Ok((child, guard))
 }
 
-/// [`build`]; with `launched`, the cgroup is the launcher thread's to
-/// make and the child joins none.
+/// Makes the spare of `spec` now and waits until it is there; `false`
+/// when it could not be made (no program to wait in, a failed jail).
+pub(super) async fn make_spare(bwrap: &Path, spec: &JailSpec, executable: &Path) -> bool {
+    spare::Next::new(bwrap, spec, executable).now().await
+}
+
+/// [`build`], started as `start` says, with what its mounts were made from
+/// (see `spare`).
+type Built = (tokio::process::Command, Guard, Vec<(std::path::PathBuf, Option<(u64, u64)>)>);
+
 fn build_capped(
     bwrap: &Path,
     spec: &JailSpec,
     executable: &Path,
     args: &[String],
     env: &[(String, String)],
-    launched: bool,
-) -> Result<(tokio::process::Command, Guard), JailError> {
+    start: Start,
+) -> Result<Built, JailError> {
     let (mut prelude, report) = Prelude::new()?;
     let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
+    let launched = matches!(start, Start::Launched);
     let created = if launched { None } else { Some(cgroup::PidsCgroup::create(limit)) };
     let cgroup = match created {
         None => None,
@@ -161,8 +226,13 @@ fn build_capped(
     argv.push("--chdir".into());
     argv.push(spec.cwd.clone().into());
     argv.push("--".into());
-    argv.push(executable.into());
-    argv.extend(args.iter().map(Into::into));
+    if let Start::Ahead(stage) = start {
+        argv.extend(spare::stage_argv(&stage));
+        prelude.inherit.extend([stage.program, stage.control]);
+    } else {
+        argv.push(executable.into());
+        argv.extend(args.iter().map(Into::into));
+    }
 
     let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
     let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
@@ -178,7 +248,9 @@ fn build_capped(
     unsafe {
         command.pre_exec(move || prelude.run());
     }
-    Ok((command, Guard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report }))
+    let guard =
+        Guard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report, made_ahead: false, _next: None };
+    Ok((command, guard, mounts.found))
 }
 
 /// Starts the launcher threads and builds the seccomp filter, so that the

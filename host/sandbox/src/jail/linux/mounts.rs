@@ -36,6 +36,11 @@ struct Mount {
 pub(super) struct Mounts {
     pub(super) args: Vec<OsString>,
     pub(super) fds: Vec<OwnedFd>,
+    /// What was found on disk for the mounts that depend on it (the grants,
+    /// a program shown alone, repository metadata and the repositories
+    /// pinned), each by its destination and the file it was then: a jail
+    /// made ahead is what a jail made now would be only while these match.
+    pub(super) found: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
 impl Mount {
@@ -69,8 +74,10 @@ pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Mounts {
     let program_visible = visible
         .chain(spec.dirs.iter().map(|d| d.path.as_path()))
         .any(|dir| program.starts_with(dir));
+    let mut found_on_disk = Vec::new();
     if !program_visible && program.is_absolute() {
         mounts.push(Mount::bind(program, program, false));
+        found_on_disk.push((program.to_path_buf(), identity(std::fs::metadata(program))));
     }
     for dir in SYSTEM_DIRS.iter().map(Path::new) {
         match std::fs::symlink_metadata(dir) {
@@ -98,12 +105,14 @@ pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Mounts {
     let system = |dir: &Path| SYSTEM_DIRS.iter().any(|s| dir.starts_with(s));
     for dir in spec.search_path.iter().filter(|d| !system(d)) {
         mounts.push(Mount::new(dir, &["--ro-bind-try".as_ref(), dir.as_os_str(), dir.as_os_str()]));
+        found_on_disk.push((dir.clone(), identity(std::fs::metadata(dir))));
     }
     mounts.push(Mount::new(Path::new("/proc"), &["--proc".as_ref(), "/proc".as_ref()]));
     mounts.push(Mount::new(Path::new("/dev"), &["--dev".as_ref(), "/dev".as_ref()]));
     mounts.push(Mount::bind(tmp, Path::new("/tmp"), true));
     for dir in &spec.dirs {
         mounts.push(Mount::bind(&dir.path, &dir.path, dir.writable));
+        found_on_disk.push((dir.path.clone(), identity(std::fs::metadata(&dir.path))));
     }
     for dir in spec.dirs.iter().filter(|d| d.writable && !d.metadata_writable) {
         // Where a `.git` file or link leads is the repository's to say: it
@@ -127,7 +136,11 @@ pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Mounts {
         // if it really is the path inside a grant that was found.
         let pinned = repositories.into_iter().map(|p| (p, true));
         for (path, writable) in pinned.chain(found.iter().map(|p| (p.as_path(), false))) {
-            if let Some(fd) = open_inside(path, spec) {
+            let fd = open_inside(path, spec);
+            let file = fd.as_ref().and_then(|fd| fd.try_clone().ok());
+            let file = file.and_then(|fd| identity(std::fs::File::from(fd).metadata()));
+            found_on_disk.push((path.to_path_buf(), file));
+            if let Some(fd) = fd {
                 mounts.push(Mount::bind_fd(&fd, path, writable));
                 fds.push(fd);
             }
@@ -135,7 +148,13 @@ pub(super) fn arguments(spec: &JailSpec, tmp: &Path, program: &Path) -> Mounts {
     }
     // Stable: at equal depth the system's mounts come first and grants win.
     mounts.sort_by_key(|m| m.depth);
-    Mounts { args: mounts.into_iter().flat_map(|m| m.args).collect(), fds }
+    Mounts { args: mounts.into_iter().flat_map(|m| m.args).collect(), fds, found: found_on_disk }
+}
+
+/// A file's device and inode, when it could be looked at.
+fn identity(meta: std::io::Result<std::fs::Metadata>) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    meta.ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// `path` opened without following a final link, when what was opened is
