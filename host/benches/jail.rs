@@ -1,9 +1,11 @@
 //! What the command jail costs per command: `true` spawned jailed and
 //! unjailed, first alone (the jail's own setup: namespaces, bubblewrap's
 //! mounts, the cgroup, the seccomp filter), forked by the jail's launcher
-//! thread (`Jail::spawn`) and started directly (`Jail::command`), then
-//! through the whole host path (the `shell` plugin's `true`, with
-//! `[sandbox] jail` on and off).
+//! thread (`Jail::spawn` with jails made ahead off), started directly
+//! (`Jail::command`) and in a jail made ahead (`Jail::make_ahead`, not
+//! timed, then `Jail::spawn`), then through the whole host path (the
+//! `shell` plugin's `true`, with `[sandbox] jail` off, and on with
+//! `spare_jails` on and off).
 //!
 //! `cargo bench -p reson --bench jail` prints criterion's figures and, last,
 //! the medians of interleaved rounds and the jail's cost per command, for
@@ -96,8 +98,12 @@ async fn shell_true(runtime: &Runtime, ws: &Path) {
 }
 
 async fn shell_runtime(dir: &support::TestDir, jail: &str) -> Runtime {
+    shell_runtime_with(dir, jail, true).await
+}
+
+async fn shell_runtime_with(dir: &support::TestDir, jail: &str, spares: bool) -> Runtime {
     dir.open(&format!(
-        "[sandbox]\njail = \"{jail}\"\n[plugins.shell]\n\
+        "[sandbox]\njail = \"{jail}\"\nspare_jails = {spares}\n[plugins.shell]\n\
          dirs = [{{ path = \"workspace\", access = \"read-write\" }}]\nprocess = [\"true\"]\n"
     ))
     .await
@@ -157,12 +163,16 @@ fn bench(c: &mut Criterion) {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (on_dir, off_dir) = (support::TestDir::new(), support::TestDir::new());
-    for dir in [&on_dir, &off_dir] {
+    let fresh_dir = support::TestDir::new();
+    for dir in [&on_dir, &off_dir, &fresh_dir] {
         dir.install(support::plugins(), "shell");
     }
     let ws = on_dir.workspace().canonicalize().unwrap();
     let off_ws = off_dir.workspace().canonicalize().unwrap();
-    let jail = Jail::default();
+    let fresh_ws = fresh_dir.workspace().canonicalize().unwrap();
+    // Jails made on each command's path; `ahead` makes them ahead.
+    let jail = Jail::default().spares(false);
+    let ahead = Jail::default();
     let spec = spec_for(&ws);
     let tree = tempfile::tempdir().unwrap();
     let tree_path = tree.path().canonicalize().unwrap();
@@ -170,7 +180,9 @@ fn bench(c: &mut Criterion) {
     let tree_spec = spec_for(&tree_path);
     let on = rt.block_on(shell_runtime(&on_dir, "on"));
     let off = rt.block_on(shell_runtime(&off_dir, "off"));
+    let on_fresh = rt.block_on(shell_runtime_with(&fresh_dir, "on", false));
     rt.block_on(jailed(&jail, &spec));
+    assert!(rt.block_on(ahead.make_ahead(&spec, Path::new(TRUE))), "jails are made ahead here");
 
     let mut group = c.benchmark_group("jail");
     group.bench_function("true, unjailed spawn", |b| b.to_async(&rt).iter(unjailed));
@@ -186,6 +198,9 @@ fn bench(c: &mut Criterion) {
     group.bench_function("shell `true`, jail on", |b| {
         b.to_async(&rt).iter(|| async { shell_true(black_box(&on), &ws).await })
     });
+    group.bench_function("shell `true`, jail on, spare_jails off", |b| {
+        b.to_async(&rt).iter(|| async { shell_true(black_box(&on_fresh), &fresh_ws).await })
+    });
     group.finish();
 
     // Interleaved rounds, so drift on a shared machine hits all alike.
@@ -193,16 +208,19 @@ fn bench(c: &mut Criterion) {
     // the launcher is ready; back to back: the next command comes as soon
     // as the last ends, and starts directly while the launcher moves on.
     let rounds = |spaced: bool| {
-        let mut figures = [(); 7].map(|()| Vec::new());
+        let mut figures = [(); 9].map(|()| Vec::new());
         rt.block_on(async {
             for _ in 0..9 {
                 figures[0].push(time(spaced, async || unjailed().await).await);
                 figures[1].push(time(spaced, async || jailed(&jail, &spec).await).await);
                 figures[2].push(time(spaced, async || jailed_directly(&jail, &spec).await).await);
-                figures[3].push(time(spaced, async || shell_true(&off, &off_ws).await).await);
-                figures[4].push(time(spaced, async || shell_true(&on, &ws).await).await);
-                figures[5].push(time(spaced, async || jailed(&jail, &tree_spec).await).await);
-                figures[6].push(time(spaced, async || at_once(&jail, &spec).await).await);
+                figures[3].push(time_ahead(spaced, &ahead, &spec).await);
+                figures[4].push(time(spaced, async || shell_true(&off, &off_ws).await).await);
+                figures[5].push(time(spaced, async || shell_true(&on, &ws).await).await);
+                figures[6]
+                    .push(time(spaced, async || shell_true(&on_fresh, &fresh_ws).await).await);
+                figures[7].push(time(spaced, async || jailed(&jail, &tree_spec).await).await);
+                figures[8].push(time(spaced, async || at_once(&jail, &spec).await).await);
             }
         });
         figures.map(median)
@@ -218,8 +236,10 @@ fn bench(c: &mut Criterion) {
         cold / 1e6,
         prepared / 1e6
     );
-    for (name, [bare, jailed, direct, tool_off, tool_on, in_tree, together]) in
-        [("spaced by 50 ms", spaced), ("back to back", back_to_back)]
+    for (
+        name,
+        [bare, jailed, direct, made_ahead, tool_off, tool_on, tool_fresh, in_tree, together],
+    ) in [("spaced by 50 ms", spaced), ("back to back", back_to_back)]
     {
         println!("-- {name}");
         println!("`true` unjailed spawn:           {:>7.2} ms", bare / 1e6);
@@ -227,12 +247,23 @@ fn bench(c: &mut Criterion) {
         println!("  jail cost per command:         {:>7.2} ms", (jailed - bare) / 1e6);
         println!("`true` jailed, started directly: {:>7.2} ms", direct / 1e6);
         println!("  jail cost per command:         {:>7.2} ms", (direct - bare) / 1e6);
+        println!("`true` jailed, made ahead:       {:>7.2} ms", made_ahead / 1e6);
+        println!("  jail cost per command:         {:>7.2} ms", (made_ahead - bare) / 1e6);
         println!("shell tool `true`, jail off:     {:>7.2} ms", tool_off / 1e6);
         println!("shell tool `true`, jail on:      {:>7.2} ms", tool_on / 1e6);
         println!(
             "  jail on / off (tool call):     {:>7.2}x (+{:.2} ms per call)",
             tool_on / tool_off,
             (tool_on - tool_off) / 1e6
+        );
+        println!(
+            "shell tool `true`, no spares:    {:>7.2} ms (spare_jails = false)",
+            tool_fresh / 1e6
+        );
+        println!(
+            "  jail on / off (tool call):     {:>7.2}x (+{:.2} ms per call)",
+            tool_fresh / tool_off,
+            (tool_fresh - tool_off) / 1e6
         );
         println!(
             "`true` jailed, source tree:      {:>7.2} ms (+{:.2} ms over an empty workspace: \
@@ -260,6 +291,25 @@ async fn time(spaced: bool, mut f: impl AsyncFnMut()) -> f64 {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let start = std::time::Instant::now();
         f().await;
+        total += start.elapsed();
+    }
+    total.as_nanos() as f64 / calls as f64
+}
+
+/// [`time`] of `true` in a jail of `spec` made ahead: spaced, each after a
+/// pause in which its jail is made (not counted); back to back, each as
+/// soon as the last ended, in the jail made ahead if it is ready by then.
+async fn time_ahead(spaced: bool, jail: &Jail, spec: &JailSpec) -> f64 {
+    if !spaced {
+        return ns_per_call(async || jailed(jail, spec).await, 30).await;
+    }
+    let calls = 12;
+    let mut total = std::time::Duration::ZERO;
+    for _ in 0..calls {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(jail.make_ahead(spec, Path::new(TRUE)).await);
+        let start = std::time::Instant::now();
+        jailed(jail, spec).await;
         total += start.elapsed();
     }
     total.as_nanos() as f64 / calls as f64

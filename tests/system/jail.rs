@@ -596,8 +596,9 @@ fn launchers() -> Vec<Option<String>> {
 }
 
 /// A run that offers a tool granted commands makes the jail ready while
-/// the model thinks, before any command: the jail's check and launcher
-/// threads each in a cgroup of its own. Made by the first command, they
+/// the model thinks, before any command: the jail's check, launcher
+/// threads each in a cgroup of its own, and the jail of a command in the
+/// default working directory. Made by the first command, they
 /// once held it past a second on a loaded machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_offering_commands_makes_the_jail_ready_before_the_first() {
@@ -614,6 +615,8 @@ async fn a_run_offering_commands_makes_the_jail_ready_before_the_first() {
                  process = [\"true\"]\n";
     let runtime = dir.open_scripted(&script, grant).await;
     assert!(launchers().is_empty(), "no launcher before a run: {:?}", launchers());
+    let ws = dir.workspace().canonicalize().unwrap().to_string_lossy().into_owned();
+    assert!(!waiting_jail_for(&ws), "no jail made ahead before a run");
     let runner = TestDir::scripted_runner(&runtime, dir.store());
     let user = vec![reson::trace::Message::new(reson::trace::Role::User, "go")];
     let mut handle = runner.run(user, reson::agent::RunConfig::default()).await.unwrap();
@@ -637,11 +640,22 @@ async fn a_run_offering_commands_makes_the_jail_ready_before_the_first() {
         let groups: std::collections::HashSet<_> = launchers().into_iter().flatten().collect();
         assert_eq!(groups.len(), 4, "{groups:?}");
     }
+    // And the jail of its first command, made ahead.
+    support::wait_for("a jail made ahead for the first command", || waiting_jail_for(&ws)).await;
     assert!(runner.stop(&id));
     handle.wait().await.unwrap();
     let args = json!({ "command": "true", "cwd": dir.workspace() });
     let out = runtime.call_tool("shell", &args.to_string(), &CallContext::default()).await;
     assert!(out.unwrap().text.starts_with("exit code 0"));
+}
+
+/// Whether a jail made ahead waits with `dir` granted: bubblewrap, with
+/// the grant among its arguments, running the waiting stage.
+fn waiting_jail_for(dir: &str) -> bool {
+    processes_with("--reson-jail-spare").into_iter().any(|pid| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).split('\0').any(|arg| arg == dir)
+    })
 }
 
 /// A spec granting `ws` read-write, with the system's programs.

@@ -689,6 +689,16 @@ impl Runtime {
                 && let Some(jail) = plugin.grants.jail()
             {
                 jail.prepare();
+                // The jail of a command in the default working directory
+                // (the first grant), for the run's first command to start in.
+                let cwd = plugin.grants.dirs.first().and_then(|d| d.host.canonicalize().ok());
+                let cwd = cwd.unwrap_or_else(|| PathBuf::from(crate::jail::PRIVATE_TMP));
+                let spec = plugin.grants.jail_spec(cwd);
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        jail.make_ahead(&spec, Path::new("/bin/sh")).await;
+                    });
+                }
             }
             if !plugin.grants.browser.is_empty() {
                 let key =
