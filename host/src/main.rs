@@ -11,7 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::process::ExitCode {
     // Before the runtime's threads: this process may be a jail made ahead,
     // waiting for its command.
-    reson::jail::serve_spares();
+    let _spares = reson::jail::serve_spares();
     match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime.block_on(cli::main()),
         Err(e) => {

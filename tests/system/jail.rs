@@ -803,3 +803,28 @@ async fn a_jail_made_ahead_is_not_used_once_what_it_was_made_from_changed() {
         tokio::join!(jailed_sh(&jail, &spec, "true", None), jailed_sh(&jail, &spec, "true", None));
     assert!(first && !(second.3 && third.3), "two commands in one jail made ahead");
 }
+
+#[test]
+fn a_host_that_ends_leaves_no_jail_made_ahead_behind() {
+    let dir = TestDir::new();
+    // The check times `true` in jails made ahead, and its last command asks
+    // for one more: the host ends while one waits, or is being made.
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_reson"))
+        .current_dir(dir.path())
+        .args(["--cache-dir", &support::cache_dir().to_string_lossy(), "sandbox", "check"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("in a jail made ahead"), "{stdout}");
+    let prefix = format!("reson-jail-{pid}-");
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "private /tmp left behind: {left:?}");
+}

@@ -346,12 +346,29 @@ impl JailGuard {
 /// in bubblewrap in place of its command until the command comes; when
 /// this process is such a jail's waiting stage, this function does not
 /// return (it runs the command it is handed, or exits). Otherwise it makes
-/// this program the one jails made ahead wait in, and returns. Without it,
+/// this program the one jails made ahead wait in, and returns what ends
+/// them. Without it,
 /// every jail is made on its command's path. Linux only; elsewhere it does
 /// nothing.
-pub fn serve_spares() {
+pub fn serve_spares() -> Spares {
     #[cfg(target_os = "linux")]
     linux::spare::serve();
+    Spares(())
+}
+
+/// The jails made ahead in this process, from [`serve_spares`]: keep it
+/// for the life of `main`; dropping it ends them (their processes killed,
+/// their private `/tmp` removed). What a host that ended otherwise left
+/// behind, the next one removes.
+#[derive(Debug)]
+#[must_use = "dropping it ends the jails made ahead"]
+pub struct Spares(());
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        linux::spare::end_all();
+    }
 }
 
 /// Makes `program`, a program whose `main` calls [`serve_spares`] first,

@@ -147,17 +147,21 @@ fn base() -> Option<&'static Path> {
 fn remove_stale(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else { return };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("reson-jail-")) else {
-            continue;
-        };
-        let owner = rest.split('-').next().and_then(|pid| pid.parse::<u32>().ok());
-        let alive = owner.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-        if owner.is_some() && !alive {
+        if left_by_a_host_gone(&entry.file_name()) {
             kill_all(&entry.path());
             let _ = std::fs::remove_dir(entry.path());
         }
     }
+}
+
+/// Whether `name` is a jail's (`reson-jail-PID-...`) whose host no longer
+/// runs.
+pub(super) fn left_by_a_host_gone(name: &std::ffi::OsStr) -> bool {
+    let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("reson-jail-")) else {
+        return false;
+    };
+    let owner = rest.split('-').next().and_then(|pid| pid.parse::<u32>().ok());
+    owner.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }
 
 /// Where the host's cgroup lies in each hierarchy that can count pids, v2

@@ -187,7 +187,7 @@ fn build_capped(
         }
         Some(Err(e)) => return Err(JailError::ProcessLimit(e.to_string())),
     };
-    let tmp = tempfile::Builder::new().prefix("reson-jail-").tempdir()?;
+    let tmp = private_tmp()?;
     let mut proxy = JoinSet::new();
     if !spec.network.is_empty() {
         let (host_end, child_end) = namespace::socket_pair()?;
@@ -251,6 +251,51 @@ fn build_capped(
     let guard =
         Guard { _proxy: proxy, _cgroup: cgroup, _tmp: tmp, report, made_ahead: false, _next: None };
     Ok((command, guard, mounts.found))
+}
+
+/// A jail's private `/tmp` on the host, named after the host's pid: what a
+/// host that died left behind (a call's, or a jail made ahead that waited
+/// until the end) the next host removes, off the first command's path.
+fn private_tmp() -> std::io::Result<tempfile::TempDir> {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        let sweep = || remove_stale_tmp(&std::env::temp_dir());
+        let _ = std::thread::Builder::new().name("reson-tmp-sweep".into()).spawn(sweep);
+    });
+    let prefix = format!("reson-jail-{}-", std::process::id());
+    tempfile::Builder::new().prefix(&prefix).tempdir()
+}
+
+/// Removes the jails' private `/tmp`s in `dir` whose hosts no longer run.
+fn remove_stale_tmp(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if cgroup::left_by_a_host_gone(&entry.file_name()) {
+            // What a command left in it: links are removed, not followed.
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn private_tmps_of_hosts_that_died_are_removed_and_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kept"), "").unwrap();
+        let dead = base.path().join("reson-jail-999999999-abc");
+        let live = base.path().join(format!("reson-jail-{}-abc", std::process::id()));
+        let other = base.path().join("reson-cost-1");
+        for dir in [&dead, &live, &other] {
+            std::fs::create_dir_all(dir.join("sub")).unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path(), dead.join("sub/link")).unwrap();
+        super::remove_stale_tmp(base.path());
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
+        assert!(outside.path().join("kept").exists(), "a link in it was followed");
+    }
 }
 
 /// Starts the launcher threads and builds the seccomp filter, so that the

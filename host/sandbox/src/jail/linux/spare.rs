@@ -184,6 +184,17 @@ pub(super) struct Spare {
     control: OwnedFd,
 }
 
+/// Held while a spare is made; `true` once the spares have ended.
+static MAKING: Mutex<bool> = Mutex::new(false);
+
+/// Ends every jail made ahead, and the making of any more: their processes
+/// killed, their private `/tmp` removed. Waits for one in the making.
+pub(crate) fn end_all() {
+    *MAKING.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    let all = std::mem::take(&mut *pool().lock().unwrap_or_else(|e| e.into_inner()));
+    drop(all);
+}
+
 fn pool() -> &'static Mutex<Vec<Spare>> {
     static POOL: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
     &POOL
@@ -304,8 +315,13 @@ fn maker() -> &'static Mutex<mpsc::Sender<Order>> {
     })
 }
 
-/// Makes the spare `refill` asks for, unless one of its spec is there.
+/// Makes the spare `refill` asks for, unless one of its spec is there or
+/// the spares have ended.
 fn make(refill: &Refill) {
+    let ended = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    if *ended {
+        return;
+    }
     let there = {
         let pool = pool().lock().unwrap_or_else(|e| e.into_inner());
         pool.iter().any(|s| s.bwrap == refill.bwrap && s.spec == refill.spec)
@@ -344,6 +360,9 @@ fn made(refill: &Refill) -> Result<Spare, JailError> {
     let (mut command, guard, found) = built;
     super::configure(&mut command, true);
     let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
+    // Its copy of the stage's end of the socket: once the jail's is gone
+    // too, a jail that failed reads as one.
+    drop(command);
     // Dropped on failure: its processes are killed, its `/tmp` removed.
     let spare = Spare {
         bwrap: refill.bwrap.clone(),
