@@ -277,27 +277,6 @@ fn remove_stale_tmp(dir: &Path) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn private_tmps_of_hosts_that_died_are_removed_and_live_ones_kept() {
-        let base = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("kept"), "").unwrap();
-        let dead = base.path().join("reson-jail-999999999-abc");
-        let live = base.path().join(format!("reson-jail-{}-abc", std::process::id()));
-        let other = base.path().join("reson-cost-1");
-        for dir in [&dead, &live, &other] {
-            std::fs::create_dir_all(dir.join("sub")).unwrap();
-        }
-        std::os::unix::fs::symlink(outside.path(), dead.join("sub/link")).unwrap();
-        super::remove_stale_tmp(base.path());
-        assert!(!dead.exists());
-        assert!(live.exists() && other.exists());
-        assert!(outside.path().join("kept").exists(), "a link in it was followed");
-    }
-}
-
 /// Starts the launcher threads and builds the seccomp filter, so that the
 /// first command finds them ready.
 pub(super) fn prepare() {
@@ -424,5 +403,26 @@ async fn receive(stream: &tokio::net::UnixStream) -> std::io::Result<OwnedFd> {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn private_tmps_of_hosts_that_died_are_removed_and_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kept"), "").unwrap();
+        let dead = base.path().join("reson-jail-999999999-abc");
+        let live = base.path().join(format!("reson-jail-{}-abc", std::process::id()));
+        let other = base.path().join("reson-cost-1");
+        for dir in [&dead, &live, &other] {
+            std::fs::create_dir_all(dir.join("sub")).unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path(), dead.join("sub/link")).unwrap();
+        super::remove_stale_tmp(base.path());
+        assert!(!dead.exists());
+        assert!(live.exists() && other.exists());
+        assert!(outside.path().join("kept").exists(), "a link in it was followed");
     }
 }
