@@ -275,6 +275,19 @@ async fn granted_hosts_are_reached_through_the_proxy_and_nothing_else() {
     assert!(out.contains("other:403"), "the proxy refused the host the grant does not name: {out}");
     assert!(out.contains("direct:refused") && out.contains("raw:refused"), "{out}");
     assert!(!out.contains("should never be read"), "{out}");
+    // Again in the jail made ahead once the first command ended (it is
+    // used, and so gone after the call): the same proxy, the same refusals.
+    let ws = h.ws().canonicalize().unwrap().to_string_lossy().into_owned();
+    support::wait_for("a jail made ahead", || waiting_jail_for(&ws)).await;
+    let waiting = waiting_jails_for(&ws);
+    let again = h.make("fetch").await.unwrap();
+    support::wait_for("the jail made ahead to be used and gone", || {
+        waiting.iter().all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    })
+    .await;
+    assert!(again.contains("hello through the proxy") && again.contains("other:403"), "{again}");
+    assert!(again.contains("direct:refused") && again.contains("raw:refused"), "{again}");
+    assert!(!again.contains("should never be read"), "{again}");
 }
 
 #[tokio::test]
@@ -512,6 +525,13 @@ async fn a_repository_cannot_name_its_way_out_of_the_jail() {
 
 #[tokio::test]
 async fn every_escape_probe_holds_in_the_jail_and_each_gets_through_without_it() {
+    // Alone: the jails made ahead of tests beside it could push its own out.
+    if !support::alone(
+        module_path!(),
+        "every_escape_probe_holds_in_the_jail_and_each_gets_through_without_it",
+    ) {
+        return;
+    }
     // The binary's jails made ahead wait in it; this harness lends it.
     let _ = TestDir::new();
     // In a jail made on the probe's path, and in one made ahead.
@@ -649,13 +669,20 @@ async fn a_run_offering_commands_makes_the_jail_ready_before_the_first() {
     assert!(out.unwrap().text.starts_with("exit code 0"));
 }
 
-/// Whether a jail made ahead waits with `dir` granted: bubblewrap, with
-/// the grant among its arguments, running the waiting stage.
+/// Whether a jail made ahead waits with `dir` granted.
 fn waiting_jail_for(dir: &str) -> bool {
-    processes_with("--reson-jail-spare").into_iter().any(|pid| {
+    !waiting_jails_for(dir).is_empty()
+}
+
+/// The jails made ahead that wait with `dir` granted: bubblewrap, with the
+/// grant among its arguments, running the waiting stage.
+fn waiting_jails_for(dir: &str) -> Vec<u32> {
+    let mut pids = processes_with("--reson-jail-spare");
+    pids.retain(|pid| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         String::from_utf8_lossy(&cmdline).split('\0').any(|arg| arg == dir)
-    })
+    });
+    pids
 }
 
 /// A spec granting `ws` read-write, with the system's programs.
@@ -700,6 +727,13 @@ async fn jailed_sh(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jail_made_ahead_runs_its_command_as_a_jail_made_on_its_path_would() {
+    // Alone: the jails made ahead of tests beside it could push its own out.
+    if !support::alone(
+        module_path!(),
+        "a_jail_made_ahead_runs_its_command_as_a_jail_made_on_its_path_would",
+    ) {
+        return;
+    }
     let _ = TestDir::new();
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap().join("ws");
@@ -746,6 +780,13 @@ async fn a_jail_made_ahead_runs_its_command_as_a_jail_made_on_its_path_would() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jail_made_ahead_is_not_used_once_what_it_was_made_from_changed() {
+    // Alone: the jails made ahead of tests beside it could push its own out.
+    if !support::alone(
+        module_path!(),
+        "a_jail_made_ahead_is_not_used_once_what_it_was_made_from_changed",
+    ) {
+        return;
+    }
     let _ = TestDir::new();
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap().join("ws");

@@ -116,7 +116,8 @@ pub(super) async fn spawn(
     stdin: bool,
 ) -> Result<(tokio::process::Child, Guard), JailError> {
     let next = || spares.then(|| spare::Next::new(bwrap, spec, executable));
-    if let Some(ahead) = spares.then(|| spare::take(bwrap, spec, executable)).flatten() {
+    let ahead = if spares { spare::take(bwrap, spec, executable).await } else { None };
+    if let Some(ahead) = ahead {
         let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
         let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
         let env = super::jail_env(spec, env, Path::new(PRIVATE_TMP), proxy_address);

@@ -36,6 +36,10 @@ const READY: &[u8] = b"r";
 /// How long a jail made ahead may take to come up before it is given up.
 const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a command waits for its jail in the making (one comes up in
+/// tens of milliseconds) before it gets one made on its path.
+const TAKE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Most spares held at once: each is three idle processes, a cgroup and a
 /// private `/tmp`.
 const MAX_SPARES: usize = 4;
@@ -184,29 +188,74 @@ pub(super) struct Spare {
     control: OwnedFd,
 }
 
-/// Held while a spare is made; `true` once the spares have ended.
-static MAKING: Mutex<bool> = Mutex::new(false);
+/// The spares, and the specs whose spare is asked for and not made yet.
+#[derive(Default)]
+struct State {
+    spares: Vec<Spare>,
+    pending: Vec<(PathBuf, JailSpec)>,
+    /// Once the spares have ended, none is made any more.
+    ended: bool,
+}
+
+impl State {
+    fn has(&self, bwrap: &Path, spec: &JailSpec) -> bool {
+        self.spares.iter().any(|s| s.bwrap == bwrap && s.spec == *spec)
+    }
+
+    fn is_pending(&self, bwrap: &Path, spec: &JailSpec) -> bool {
+        self.pending.iter().any(|(b, s)| b == bwrap && s == spec)
+    }
+}
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    STATE.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Bumped each time the maker is done with a spare, made or not.
+fn done() -> &'static tokio::sync::watch::Sender<u64> {
+    static DONE: OnceLock<tokio::sync::watch::Sender<u64>> = OnceLock::new();
+    DONE.get_or_init(|| tokio::sync::watch::Sender::new(0))
+}
+
+/// Held while a spare is made, so that [`end_all`] waits for it.
+static MAKING: Mutex<()> = Mutex::new(());
 
 /// Ends every jail made ahead, and the making of any more: their processes
 /// killed, their private `/tmp` removed. Waits for one in the making.
 pub(crate) fn end_all() {
-    *MAKING.lock().unwrap_or_else(|e| e.into_inner()) = true;
-    let all = std::mem::take(&mut *pool().lock().unwrap_or_else(|e| e.into_inner()));
+    state().ended = true;
+    let making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let all = {
+        let mut state = state();
+        state.pending.clear();
+        std::mem::take(&mut state.spares)
+    };
+    drop(making);
     drop(all);
+    done().send_modify(|n| *n += 1);
 }
 
-fn pool() -> &'static Mutex<Vec<Spare>> {
-    static POOL: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
-    &POOL
-}
-
-/// The spare for `spec`, if one is there and is what a jail made now for
-/// `program` would be.
-pub(super) fn take(bwrap: &Path, spec: &JailSpec, program: &Path) -> Option<Spare> {
-    let mut spare = {
-        let mut pool = pool().lock().unwrap_or_else(|e| e.into_inner());
-        let at = pool.iter().position(|s| s.bwrap == bwrap && s.spec == *spec)?;
-        pool.swap_remove(at)
+/// The spare for `spec`, if one is there, or is being made (waited for, up
+/// to [`TAKE_WITHIN`]), and is what a jail made now for `program` would
+/// be.
+pub(super) async fn take(bwrap: &Path, spec: &JailSpec, program: &Path) -> Option<Spare> {
+    let deadline = tokio::time::Instant::now() + TAKE_WITHIN;
+    let mut spare = loop {
+        let mut made = {
+            let mut state = state();
+            if let Some(at) = state.spares.iter().position(|s| s.bwrap == bwrap && s.spec == *spec)
+            {
+                break state.spares.swap_remove(at);
+            }
+            if !state.is_pending(bwrap, spec) {
+                return None;
+            }
+            // Subscribed while the maker cannot be done with it: its news
+            // comes after.
+            done().subscribe()
+        };
+        tokio::time::timeout_at(deadline, made.changed()).await.ok()?.ok()?;
     };
     if !matches!(spare.child.try_wait(), Ok(None)) {
         return None;
@@ -277,72 +326,89 @@ impl Next {
         let Some(refill) = self.0.take() else { return false };
         let (bwrap, spec) = (refill.bwrap.clone(), refill.spec.clone());
         let (done, made) = tokio::sync::oneshot::channel();
-        let sent = maker().lock().unwrap_or_else(|e| e.into_inner()).send((refill, Some(done)));
-        sent.is_ok() && made.await.is_ok() && {
-            let pool = pool().lock().unwrap_or_else(|e| e.into_inner());
-            pool.iter().any(|s| s.bwrap == bwrap && s.spec == spec)
-        }
+        order(refill, Some(done)) && made.await.is_ok() && state().has(&bwrap, &spec)
     }
 }
 
 impl Drop for Next {
     fn drop(&mut self) {
         if let Some(refill) = self.0.take() {
-            let _ = maker().lock().unwrap_or_else(|e| e.into_inner()).send((refill, None));
+            order(refill, None);
         }
     }
 }
 
 type Order = (Refill, Option<tokio::sync::oneshot::Sender<()>>);
 
-fn maker() -> &'static Mutex<mpsc::Sender<Order>> {
-    static MAKER: OnceLock<Mutex<mpsc::Sender<Order>>> = OnceLock::new();
-    MAKER.get_or_init(|| {
-        let (send, receive) = mpsc::channel::<Order>();
-        let spawned =
-            std::thread::Builder::new().name("reson-jail-spares".into()).spawn(move || {
-                for (refill, done) in receive {
-                    make(&refill);
-                    if let Some(done) = done {
-                        let _ = done.send(());
+/// Asks the maker for `refill`'s spare, marked as pending until it is done
+/// with it; `false` where there is no maker or the spares have ended.
+fn order(refill: Refill, done: Option<tokio::sync::oneshot::Sender<()>>) -> bool {
+    let Some(maker) = maker() else { return false };
+    let mut state = state();
+    if state.ended {
+        return false;
+    }
+    if !state.is_pending(&refill.bwrap, &refill.spec) {
+        state.pending.push((refill.bwrap.clone(), refill.spec.clone()));
+    }
+    maker.lock().unwrap_or_else(|e| e.into_inner()).send((refill, done)).is_ok()
+}
+
+fn maker() -> Option<&'static Mutex<mpsc::Sender<Order>>> {
+    static MAKER: OnceLock<Option<Mutex<mpsc::Sender<Order>>>> = OnceLock::new();
+    MAKER
+        .get_or_init(|| {
+            let (send, receive) = mpsc::channel::<Order>();
+            let spawned =
+                std::thread::Builder::new().name("reson-jail-spares".into()).spawn(move || {
+                    for (refill, done) in receive {
+                        make(&refill);
+                        if let Some(done) = done {
+                            let _ = done.send(());
+                        }
                     }
-                }
-            });
-        if spawned.is_err() {
-            tracing::debug!("no thread to make jails ahead in: every jail is made on its path");
-        }
-        Mutex::new(send)
-    })
+                });
+            spawned.is_ok().then(|| Mutex::new(send))
+        })
+        .as_ref()
 }
 
 /// Makes the spare `refill` asks for, unless one of its spec is there or
-/// the spares have ended.
+/// the spares have ended; then tells whoever waits for it.
 fn make(refill: &Refill) {
-    let ended = MAKING.lock().unwrap_or_else(|e| e.into_inner());
-    if *ended {
-        return;
-    }
-    let there = {
-        let pool = pool().lock().unwrap_or_else(|e| e.into_inner());
-        pool.iter().any(|s| s.bwrap == refill.bwrap && s.spec == refill.spec)
+    let making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted = {
+        let state = state();
+        !state.ended && !state.has(&refill.bwrap, &refill.spec)
     };
-    if there {
-        return;
-    }
-    let _runtime = refill.runtime.enter();
-    match made(refill) {
-        Ok(spare) => {
-            let oldest = {
-                let mut pool = pool().lock().unwrap_or_else(|e| e.into_inner());
-                let oldest = (pool.len() >= MAX_SPARES).then(|| pool.remove(0));
-                pool.push(spare);
+    let made = if wanted {
+        let _runtime = refill.runtime.enter();
+        made(refill)
+            .inspect_err(|e| {
+                tracing::debug!("a jail made ahead failed; the next is made on its path: {e}")
+            })
+            .ok()
+    } else {
+        None
+    };
+    let oldest = {
+        let mut state = state();
+        state.pending.retain(|(b, s)| !(*b == refill.bwrap && *s == refill.spec));
+        let oldest = match made {
+            Some(spare) if !state.ended => {
+                let oldest = (state.spares.len() >= MAX_SPARES).then(|| state.spares.remove(0));
+                state.spares.push(spare);
                 oldest
-            };
-            // Its processes are killed and its `/tmp` removed, outside the lock.
-            drop(oldest);
-        }
-        Err(e) => tracing::debug!("a jail made ahead failed, the next is made on its path: {e}"),
-    }
+            }
+            // Made as the spares ended: it goes at once.
+            other => other,
+        };
+        oldest
+    };
+    drop(making);
+    // Its processes are killed and its `/tmp` removed, outside the lock.
+    drop(oldest);
+    done().send_modify(|n| *n += 1);
 }
 
 fn made(refill: &Refill) -> Result<Spare, JailError> {
