@@ -394,7 +394,7 @@ fn make(refill: &Refill) {
     let oldest = {
         let mut state = state();
         state.pending.retain(|(b, s)| !(*b == refill.bwrap && *s == refill.spec));
-        let oldest = match made {
+        match made {
             Some(spare) if !state.ended => {
                 let oldest = (state.spares.len() >= MAX_SPARES).then(|| state.spares.remove(0));
                 state.spares.push(spare);
@@ -402,8 +402,7 @@ fn make(refill: &Refill) {
             }
             // Made as the spares ended: it goes at once.
             other => other,
-        };
-        oldest
+        }
     };
     drop(making);
     // Its processes are killed and its `/tmp` removed, outside the lock.
