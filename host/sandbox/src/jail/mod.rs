@@ -18,7 +18,9 @@
 //!   RLIMIT_NPROC inside the user namespace when the host is not root), a
 //!   seccomp filter against what no tool needs, no capabilities,
 //!   `no_new_privs`. `/proc` shows the jail alone and every process dies
-//!   with the command.
+//!   with the command. Once a command has ended, the next jail of its spec
+//!   is made ahead, waiting in this program for its command (see
+//!   [`serve_spares`]).
 //! - **macOS**: `sandbox-exec` with a Seatbelt profile generated from the
 //!   grant; the network is reachable only at the host's proxy on loopback.
 //!   Seatbelt cannot cap the number of processes.

@@ -105,7 +105,9 @@ pub(super) fn build(
 /// [`configure`] says: in the spare of `spec` when there is one that
 /// matches (see `spare`), else forked by a launcher thread (see
 /// `launcher`), else directly. With `spares`, the next jail of `spec` is
-/// made ahead once the command's guard is dropped.
+/// made ahead: once its spare is taken, or once the command's guard is
+/// dropped (a jail made on the command's path, whose making would slow its
+/// start).
 pub(super) async fn spawn(
     bwrap: &Path,
     spares: bool,
@@ -116,8 +118,7 @@ pub(super) async fn spawn(
     stdin: bool,
 ) -> Result<(tokio::process::Child, Guard), JailError> {
     let next = || spares.then(|| spare::Next::new(bwrap, spec, executable));
-    let ahead = if spares { spare::take(bwrap, spec, executable).await } else { None };
-    if let Some(ahead) = ahead {
+    if let Some(ahead) = spares.then(|| spare::take(bwrap, spec, executable)).flatten() {
         let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
         let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
         let env = super::jail_env(spec, env, Path::new(PRIVATE_TMP), proxy_address);
@@ -127,7 +128,9 @@ pub(super) async fn spawn(
                     child.stdin = None;
                 }
                 guard.made_ahead = true;
-                guard._next = next();
+                // The next is made while this command runs: one that comes
+                // right after it then finds it sooner.
+                drop(next());
                 return Ok((child, guard));
             }
             // A spare that died since it was looked at: a jail made now.

@@ -4,18 +4,18 @@
 //! jail spec has ended, a thread of its own starts the next jail of that
 //! spec: bubblewrap, with the same arguments a command would get, runs a
 //! waiting stage (this very program, started with [`STAGE_FLAG`]) in place
-//! of the command. The next command of that spec writes its program,
-//! arguments and environment down a pipe to it, and the stage execs the
-//! command where it is.
+//! of the command. The next command of that spec sends its program,
+//! arguments, environment and working directory down a socket to it, and
+//! the stage execs the command where it is.
 //!
 //! A spare is what a jail made now would be only while what its mounts were
 //! made from is unchanged: before it is used, the mounts are worked out
 //! again (the grants, the repository metadata found a few levels down, a
-//! program shown alone) and compared, file by file; any difference throws
-//! the spare away and the command gets a jail made on its path. A spare is
-//! used once, by one command; the spares are bounded ([`MAX_SPARES`], one
-//! per spec) and forked from a thread that never ends (bubblewrap's
-//! `--die-with-parent` watches the thread that forked it).
+//! program shown alone, the search path) and compared, file by file; any
+//! difference throws the spare away and the command gets a jail made on
+//! its path. A spare is used once, by one command; the spares are bounded
+//! ([`MAX_SPARES`], one per spec) and forked from a thread that never ends
+//! (bubblewrap's `--die-with-parent` watches the thread that forked it).
 
 use super::{Guard, JailError, JailSpec};
 use std::ffi::{OsStr, OsString};
@@ -27,7 +27,7 @@ use std::sync::{Mutex, OnceLock, mpsc};
 use tokio::process::Child;
 
 /// The argument a spare's waiting stage is started with, followed by the
-/// descriptors of its pipe and of its own program.
+/// descriptors of its socket and of its own program.
 const STAGE_FLAG: &str = "--reson-jail-spare";
 
 /// What the waiting stage says once it waits.
@@ -35,10 +35,6 @@ const READY: &[u8] = b"r";
 
 /// How long a jail made ahead may take to come up before it is given up.
 const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// How long a command waits for its jail in the making (one comes up in
-/// tens of milliseconds) before it gets one made on its path.
-const TAKE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Most spares held at once: each is three idle processes, a cgroup and a
 /// private `/tmp`.
@@ -188,11 +184,10 @@ pub(super) struct Spare {
     control: OwnedFd,
 }
 
-/// The spares, and the specs whose spare is asked for and not made yet.
+/// The spares made ahead.
 #[derive(Default)]
 struct State {
     spares: Vec<Spare>,
-    pending: Vec<(PathBuf, JailSpec)>,
     /// Once the spares have ended, none is made any more.
     ended: bool,
 }
@@ -201,21 +196,11 @@ impl State {
     fn has(&self, bwrap: &Path, spec: &JailSpec) -> bool {
         self.spares.iter().any(|s| s.bwrap == bwrap && s.spec == *spec)
     }
-
-    fn is_pending(&self, bwrap: &Path, spec: &JailSpec) -> bool {
-        self.pending.iter().any(|(b, s)| b == bwrap && s == spec)
-    }
 }
 
 fn state() -> std::sync::MutexGuard<'static, State> {
     static STATE: OnceLock<Mutex<State>> = OnceLock::new();
     STATE.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Bumped each time the maker is done with a spare, made or not.
-fn done() -> &'static tokio::sync::watch::Sender<u64> {
-    static DONE: OnceLock<tokio::sync::watch::Sender<u64>> = OnceLock::new();
-    DONE.get_or_init(|| tokio::sync::watch::Sender::new(0))
 }
 
 /// Held while a spare is made, so that [`end_all`] waits for it.
@@ -226,36 +211,20 @@ static MAKING: Mutex<()> = Mutex::new(());
 pub(crate) fn end_all() {
     state().ended = true;
     let making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
-    let all = {
-        let mut state = state();
-        state.pending.clear();
-        std::mem::take(&mut state.spares)
-    };
+    let all = std::mem::take(&mut state().spares);
     drop(making);
     drop(all);
-    done().send_modify(|n| *n += 1);
 }
 
-/// The spare for `spec`, if one is there, or is being made (waited for, up
-/// to [`TAKE_WITHIN`]), and is what a jail made now for `program` would
-/// be.
-pub(super) async fn take(bwrap: &Path, spec: &JailSpec, program: &Path) -> Option<Spare> {
-    let deadline = tokio::time::Instant::now() + TAKE_WITHIN;
-    let mut spare = loop {
-        let mut made = {
-            let mut state = state();
-            if let Some(at) = state.spares.iter().position(|s| s.bwrap == bwrap && s.spec == *spec)
-            {
-                break state.spares.swap_remove(at);
-            }
-            if !state.is_pending(bwrap, spec) {
-                return None;
-            }
-            // Subscribed while the maker cannot be done with it: its news
-            // comes after.
-            done().subscribe()
-        };
-        tokio::time::timeout_at(deadline, made.changed()).await.ok()?.ok()?;
+/// The spare for `spec`, if one waits and is what a jail made now for
+/// `program` would be. One still in the making is not waited for: made on
+/// the command's path, a jail comes up sooner than that one would (back to
+/// back, 8 ms against the 15 ms or so it takes to make one ahead).
+pub(super) fn take(bwrap: &Path, spec: &JailSpec, program: &Path) -> Option<Spare> {
+    let mut spare = {
+        let mut state = state();
+        let at = state.spares.iter().position(|s| s.bwrap == bwrap && s.spec == *spec)?;
+        state.spares.swap_remove(at)
     };
     if !matches!(spare.child.try_wait(), Ok(None)) {
         return None;
@@ -340,16 +309,12 @@ impl Drop for Next {
 
 type Order = (Refill, Option<tokio::sync::oneshot::Sender<()>>);
 
-/// Asks the maker for `refill`'s spare, marked as pending until it is done
-/// with it; `false` where there is no maker or the spares have ended.
+/// Asks the maker for `refill`'s spare; `false` where there is no maker or
+/// the spares have ended.
 fn order(refill: Refill, done: Option<tokio::sync::oneshot::Sender<()>>) -> bool {
     let Some(maker) = maker() else { return false };
-    let mut state = state();
-    if state.ended {
+    if state().ended {
         return false;
-    }
-    if !state.is_pending(&refill.bwrap, &refill.spec) {
-        state.pending.push((refill.bwrap.clone(), refill.spec.clone()));
     }
     maker.lock().unwrap_or_else(|e| e.into_inner()).send((refill, done)).is_ok()
 }
@@ -374,7 +339,7 @@ fn maker() -> Option<&'static Mutex<mpsc::Sender<Order>>> {
 }
 
 /// Makes the spare `refill` asks for, unless one of its spec is there or
-/// the spares have ended; then tells whoever waits for it.
+/// the spares have ended.
 fn make(refill: &Refill) {
     let making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     let wanted = {
@@ -393,7 +358,6 @@ fn make(refill: &Refill) {
     };
     let oldest = {
         let mut state = state();
-        state.pending.retain(|(b, s)| !(*b == refill.bwrap && *s == refill.spec));
         match made {
             Some(spare) if !state.ended => {
                 let oldest = (state.spares.len() >= MAX_SPARES).then(|| state.spares.remove(0));
@@ -407,7 +371,6 @@ fn make(refill: &Refill) {
     drop(making);
     // Its processes are killed and its `/tmp` removed, outside the lock.
     drop(oldest);
-    done().send_modify(|n| *n += 1);
 }
 
 fn made(refill: &Refill) -> Result<Spare, JailError> {
@@ -474,7 +437,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_command_goes_down_the_pipe_whole_and_a_cut_one_is_refused() {
+    fn a_command_goes_down_the_socket_whole_and_a_cut_one_is_refused() {
         let command = Handed {
             stdin: false,
             cwd: "/work/x y".into(),
