@@ -79,7 +79,8 @@ async fn jailed_directly(jail: &Jail, spec: &JailSpec) {
 /// As the shell tool starts commands: forked by the jail's launcher thread,
 /// already in the call's pids cgroup (cgroup v1).
 async fn jailed(jail: &Jail, spec: &JailSpec) {
-    let (mut child, guard) = jail.spawn(spec, Path::new(TRUE), &[], &[], false).await.unwrap();
+    let (mut child, guard) =
+        jail.spawn_piped(spec, Path::new(TRUE), &[], &[], false).await.unwrap();
     assert!(child.wait().await.unwrap().success());
     drop(guard);
 }

@@ -101,16 +101,18 @@ async fn say_cost(config: &Config, jail: &Jail) {
         }
     };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let ahead = match cost.jailed_ahead {
-        Some(ahead) => format!(", {:.1} ms in a jail made ahead", ms(ahead)),
-        None => String::new(),
-    };
     say!(
-        "a command here (`true`, spawn to exit, median of {}): {:.1} ms unjailed, {:.1} ms jailed{ahead}",
+        "a command here (`true`, spawn to exit, median of {}): {:.1} ms unjailed, {:.1} ms jailed",
         probe::COST_RUNS,
         ms(cost.unjailed),
         ms(cost.jailed)
     );
+    if let Some(ahead) = cost.jailed_ahead {
+        say!(
+            "jailed in a jail made ahead (a grant's commands after its first): {:.1} ms",
+            ms(ahead)
+        );
+    }
     if !dirs.is_empty() {
         say!(
             "in the read-write grants of plugins that run commands (the jail looks for .git and \

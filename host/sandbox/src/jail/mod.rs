@@ -161,9 +161,9 @@ impl Jail {
         Self { bwrap: bwrap.into(), spares: true }
     }
 
-    /// Whether [`Jail::spawn`] makes the next jail of a spec ahead, once a
-    /// command of that spec has ended (`[sandbox] spare_jails`); on by
-    /// default.
+    /// Whether [`Jail::spawn_piped`] starts commands in jails made ahead,
+    /// and makes the next jail of a spec ahead once a command of it has
+    /// started or ended (`[sandbox] spare_jails`); on by default.
     pub fn spares(mut self, on: bool) -> Self {
         self.spares = on;
         self
@@ -185,18 +185,47 @@ impl Jail {
         self.build(spec, executable, args, env)
     }
 
-    /// Starts `executable` jailed, as [`Jail::command`] would: in a process
-    /// group of its own, killed when the child is dropped, its stdout and
-    /// stderr piped, its stdin piped when `stdin` (else it reads nothing).
-    ///
-    /// On Linux, a command whose spec had a command before finds its jail
-    /// made ahead (see [`serve_spares`]): it starts there when what the
-    /// jail's mounts were made from is unchanged. Otherwise, with cgroup
-    /// v1, it is forked by one of four threads that joined its pids cgroup
+    /// Starts `executable` jailed, as [`Jail::command`] would, configured
+    /// by `configure` (stdio, process group). On Linux with cgroup v1 the
+    /// command is forked by one of four threads that joined its pids cgroup
     /// ahead, so that the call does not wait for the kernel to move a task
     /// (8–10 ms on an idle machine); while all are busy, it is started as
-    /// `command` starts it.
+    /// `command` starts it. It never starts in a jail made ahead, which is
+    /// started before its command's configuration is known: see
+    /// [`Jail::spawn_piped`].
     pub async fn spawn(
+        &self,
+        spec: &JailSpec,
+        executable: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        configure: impl Fn(&mut tokio::process::Command) + Sync,
+    ) -> Result<(tokio::process::Child, JailGuard), JailError> {
+        self.check().await?;
+        #[cfg(target_os = "linux")]
+        {
+            let started =
+                linux::spawn(&self.bwrap, spec, executable, args, env, &configure, None).await;
+            started.map(|(child, guard)| (child, JailGuard(guard)))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let (mut command, guard) = self.build(spec, executable, args, env)?;
+            configure(&mut command);
+            let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
+            Ok((child, guard))
+        }
+    }
+
+    /// [`Jail::spawn`], configured as a tool's command is: in a process
+    /// group of its own, killed when the child is dropped, its stdout and
+    /// stderr piped, its stdin piped when `stdin` (else `/dev/null`).
+    ///
+    /// On Linux, a command whose spec had a command before finds its jail
+    /// made ahead (see [`serve_spares`]; off with [`Jail::spares`]): it
+    /// starts there when what the jail's mounts were made from is
+    /// unchanged, and sees what a jail made on its path would show it.
+    pub async fn spawn_piped(
         &self,
         spec: &JailSpec,
         executable: &Path,
@@ -204,31 +233,34 @@ impl Jail {
         env: &[(String, String)],
         stdin: bool,
     ) -> Result<(tokio::process::Child, JailGuard), JailError> {
-        self.check().await?;
         #[cfg(target_os = "linux")]
         {
+            self.check().await?;
+            let configure =
+                |command: &mut tokio::process::Command| linux::configure(command, stdin);
+            let ahead = self.spares.then_some(stdin);
             let started =
-                linux::spawn(&self.bwrap, self.spares, spec, executable, args, env, stdin).await;
+                linux::spawn(&self.bwrap, spec, executable, args, env, &configure, ahead).await;
             started.map(|(child, guard)| (child, JailGuard(guard)))
         }
         #[cfg(not(target_os = "linux"))]
         {
             use std::process::Stdio;
-            let (mut command, guard) = self.build(spec, executable, args, env)?;
-            #[cfg(unix)]
-            command.process_group(0);
-            command.kill_on_drop(true);
-            command.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
-            Ok((child, guard))
+            let configure = |command: &mut tokio::process::Command| {
+                #[cfg(unix)]
+                command.process_group(0);
+                command.kill_on_drop(true);
+                command.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+                command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            };
+            self.spawn(spec, executable, args, env, configure).await
         }
     }
 
     /// Makes the jail of `spec` ahead now, for a command of `executable`,
     /// and returns once it waits (`false` where none can be made: spares
     /// off, no program to wait in, not Linux, or a jail that failed). The
-    /// next [`Jail::spawn`] of `spec` starts in it.
+    /// next [`Jail::spawn_piped`] of `spec` starts in it.
     pub async fn make_ahead(&self, spec: &JailSpec, executable: &Path) -> bool {
         if !self.spares || self.check().await.is_err() {
             return false;

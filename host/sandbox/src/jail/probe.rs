@@ -194,7 +194,7 @@ async fn time_jailed(
             return Ok(None);
         }
         let start = Instant::now();
-        let (mut child, guard) = jail.spawn(&spec, program, &[], &[], false).await?;
+        let (mut child, guard) = jail.spawn_piped(&spec, program, &[], &[], false).await?;
         let status = child.wait().await?;
         drop(guard);
         times.push(start.elapsed());
@@ -353,8 +353,10 @@ impl Scene {
                     cwd: self.ws.clone(),
                 };
                 jail.make_ahead(&spec, &sh).await;
-                let (child, guard) =
-                    jail.spawn(&spec, &sh, &args, &env, false).await.map_err(|e| e.to_string())?;
+                let (child, guard) = jail
+                    .spawn_piped(&spec, &sh, &args, &env, false)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 (child, Some(guard))
             }
             None => {

@@ -246,7 +246,7 @@ impl Spec<'_> {
                 .current_dir(self.cwd)
                 .env_clear()
                 .envs(self.env.iter().cloned());
-            // As the jail starts its commands (see `Jail::spawn`).
+            // As the jail starts its commands (see `Jail::spawn_piped`).
             Group::prepare(&mut cmd);
             cmd.stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
                 .stdout(Stdio::piped())
@@ -256,7 +256,7 @@ impl Spec<'_> {
         };
         let (executable, args) = (&self.command.executable, self.command.args());
         let stdin = self.stdin.is_some();
-        let started = jailing.jail.spawn(&jailing.spec, executable, args, &self.env, stdin);
+        let started = jailing.jail.spawn_piped(&jailing.spec, executable, args, &self.env, stdin);
         match started.await {
             Ok((child, guard)) => {
                 tracing::debug!(command = %name, made_ahead = guard.made_ahead(), "jailed command started");

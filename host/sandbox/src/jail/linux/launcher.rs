@@ -222,8 +222,11 @@ mod tests {
             assert!(super::ready(), "root with a cgroup v1 pids hierarchy: a launcher is ready");
             let script = if killed_at_once { "sleep 5" } else { "sleep 0.2" };
             let args = ["-c".to_owned(), script.to_owned()];
+            let piped = |cmd: &mut tokio::process::Command| {
+                cmd.stderr(std::process::Stdio::piped());
+            };
             let (mut child, guard) =
-                jail.spawn(&spec(&ws), Path::new("/bin/sh"), &args, &[], false).await.unwrap();
+                jail.spawn(&spec(&ws), Path::new("/bin/sh"), &args, &[], piped).await.unwrap();
             let group = pids_cgroup(child.id().unwrap()).expect("the child is in a pids cgroup");
             assert!(group.contains("/reson-jail-"), "{group}");
             assert!(!seen.contains(&group), "each call has a cgroup of its own: {group}");

@@ -74,8 +74,10 @@ pub(super) struct Stage {
     pub(super) control: OwnedFd,
 }
 
-/// How every jailed command is started: a process group of its own, killed
-/// when dropped, stdout and stderr piped, stdin piped when `stdin`.
+/// How a tool's jailed command is started (and a jail made ahead, which
+/// hands its command `/dev/null` in place of a stdin pipe when asked): a
+/// process group of its own, killed when dropped, stdout and stderr
+/// piped, stdin piped when `stdin`.
 pub(super) fn configure(command: &mut tokio::process::Command, stdin: bool) {
     use std::process::Stdio;
     command.process_group(0).kill_on_drop(true);
@@ -101,28 +103,30 @@ pub(super) fn build(
     build_capped(bwrap, spec, executable, args, env, Start::Direct).map(|(c, g, _)| (c, g))
 }
 
-/// Starts `executable` jailed, as [`build`] would, started as
-/// [`configure`] says: in the spare of `spec` when there is one that
-/// matches (see `spare`), else forked by a launcher thread (see
-/// `launcher`), else directly. With `spares`, the next jail of `spec` is
+/// Starts `executable` jailed, as [`build`] would, configured by
+/// `configure`: with `ahead` (`Some(stdin)`, where `configure` is
+/// [`configure`] with `stdin`), in the spare of `spec` when there is one
+/// that matches (see `spare`); else forked by a launcher thread (see
+/// `launcher`); else directly. With `ahead`, the next jail of `spec` is
 /// made ahead: once its spare is taken, or once the command's guard is
 /// dropped (a jail made on the command's path, whose making would slow its
 /// start).
 pub(super) async fn spawn(
     bwrap: &Path,
-    spares: bool,
     spec: &JailSpec,
     executable: &Path,
     args: &[String],
     env: &[(String, String)],
-    stdin: bool,
+    configure: &(dyn Fn(&mut tokio::process::Command) + Sync),
+    ahead: Option<bool>,
 ) -> Result<(tokio::process::Child, Guard), JailError> {
-    let next = || spares.then(|| spare::Next::new(bwrap, spec, executable));
-    if let Some(ahead) = spares.then(|| spare::take(bwrap, spec, executable)).flatten() {
+    let next = || ahead.map(|_| spare::Next::new(bwrap, spec, executable));
+    let spare = ahead.and_then(|stdin| Some((spare::take(bwrap, spec, executable)?, stdin)));
+    if let Some((spare, stdin)) = spare {
         let proxy_address = format!("127.0.0.1:{}", namespace::PROXY_PORT);
         let proxy_address = (!spec.network.is_empty()).then_some(proxy_address.as_str());
         let env = super::jail_env(spec, env, Path::new(PRIVATE_TMP), proxy_address);
-        match ahead.start(executable, args, env, stdin).await {
+        match spare.start(executable, args, env, stdin).await {
             Ok((mut child, mut guard)) => {
                 if !stdin {
                     child.stdin = None;
@@ -140,7 +144,7 @@ pub(super) async fn spawn(
     if launcher::ready() {
         let (mut command, mut guard, _) =
             build_capped(bwrap, spec, executable, args, env, Start::Launched)?;
-        configure(&mut command, stdin);
+        configure(&mut command);
         let limit = u64::from(spec.max_processes) + JAIL_OVERHEAD;
         if let Some(launched) = launcher::launch(command, limit).await {
             let (child, group) = launched.map_err(|e| guard.spawn_error(e))?;
@@ -150,7 +154,7 @@ pub(super) async fn spawn(
         }
     }
     let (mut command, mut guard) = build(bwrap, spec, executable, args, env)?;
-    configure(&mut command, stdin);
+    configure(&mut command);
     let child = command.spawn().map_err(|e| guard.spawn_error(e))?;
     guard._next = next();
     Ok((child, guard))
