@@ -716,6 +716,16 @@ fn spec_for(ws: &Path) -> reson::jail::JailSpec {
     }
 }
 
+/// A workspace `ws` in a directory of its own, for jails made ahead (which
+/// wait in the `reson` binary, as `TestDir` arranges).
+fn made_ahead_scene() -> (tempfile::TempDir, PathBuf) {
+    let _ = TestDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    (dir, ws)
+}
+
 /// `script` run by `sh` jailed in `spec`, fed `stdin` when given: its
 /// stdout, stderr, exit code, and whether its jail was made ahead.
 async fn jailed_sh(
@@ -751,9 +761,7 @@ async fn a_jail_made_ahead_runs_its_command_as_a_jail_made_on_its_path_would() {
     ) {
         return;
     }
-    let _ = TestDir::new();
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().canonicalize().unwrap().join("ws");
+    let (_dir, ws) = made_ahead_scene();
     std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
     let spec = spec_for(&ws);
     let jail = reson::jail::Jail::default();
@@ -804,10 +812,7 @@ async fn a_jail_made_ahead_is_not_used_once_what_it_was_made_from_changed() {
     ) {
         return;
     }
-    let _ = TestDir::new();
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().canonicalize().unwrap().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
+    let (dir, ws) = made_ahead_scene();
     let spec = spec_for(&ws);
     let jail = reson::jail::Jail::default();
     let sh = Path::new("/bin/sh");
