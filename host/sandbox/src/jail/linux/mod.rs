@@ -67,8 +67,8 @@ pub(super) enum Start {
     Ahead(Stage),
 }
 
-/// What a spare's waiting stage inherits: its own program and the reading
-/// end of the pipe its command comes down.
+/// What a spare's waiting stage inherits: its own program and its end of
+/// the socket its command comes down.
 pub(super) struct Stage {
     pub(super) program: OwnedFd,
     pub(super) control: OwnedFd,
@@ -261,24 +261,38 @@ fn build_capped(
     Ok((command, guard, mounts.found))
 }
 
-/// A jail's private `/tmp` on the host, named after the host's pid: what a
-/// host that died left behind (a call's, or a jail made ahead that waited
-/// until the end) the next host removes, off the first command's path.
+/// A jail's private `/tmp` on the host, named after the host's pid and PID
+/// namespace: what a host that died left behind (a call's, or a jail made
+/// ahead that waited until the end) the next host of the same namespace
+/// removes, off the first command's path. A host in another namespace (a
+/// container sharing `/tmp`) cannot tell whether its pid still runs.
 fn private_tmp() -> std::io::Result<tempfile::TempDir> {
     static SWEPT: std::sync::Once = std::sync::Once::new();
+    let namespace = pid_namespace();
     SWEPT.call_once(|| {
-        let sweep = || remove_stale_tmp(&std::env::temp_dir());
+        let sweep = move || remove_stale_tmp(&std::env::temp_dir(), namespace);
         let _ = std::thread::Builder::new().name("reson-tmp-sweep".into()).spawn(sweep);
     });
-    let prefix = format!("reson-jail-{}-", std::process::id());
+    let prefix = format!("reson-jail-{}-{namespace}-", std::process::id());
     tempfile::Builder::new().prefix(&prefix).tempdir()
 }
 
-/// Removes the jails' private `/tmp`s in `dir` whose hosts no longer run.
-fn remove_stale_tmp(dir: &Path) {
+/// The inode of this process's PID namespace; 0 where it cannot be read.
+fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+/// Removes the jails' private `/tmp`s in `dir` left by hosts of PID
+/// namespace `namespace` that no longer run.
+fn remove_stale_tmp(dir: &Path, namespace: u64) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
-        if cgroup::left_by_a_host_gone(&entry.file_name()) {
+        let name = entry.file_name();
+        let ours = name.to_str().and_then(|n| n.strip_prefix("reson-jail-")).is_some_and(|rest| {
+            rest.split('-').nth(1).and_then(|ns| ns.parse().ok()) == Some(namespace)
+        });
+        if ours && namespace != 0 && cgroup::left_by_a_host_gone(&name) {
             // What a command left in it: links are removed, not followed.
             let _ = std::fs::remove_dir_all(entry.path());
         }
@@ -421,16 +435,19 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("kept"), "").unwrap();
-        let dead = base.path().join("reson-jail-999999999-abc");
-        let live = base.path().join(format!("reson-jail-{}-abc", std::process::id()));
+        let ns = super::pid_namespace();
+        let dead = base.path().join(format!("reson-jail-999999999-{ns}-abc"));
+        let live = base.path().join(format!("reson-jail-{}-{ns}-abc", std::process::id()));
+        // A host in another PID namespace: whether it runs cannot be told.
+        let elsewhere = base.path().join(format!("reson-jail-999999999-{}-abc", ns + 1));
         let other = base.path().join("reson-cost-1");
-        for dir in [&dead, &live, &other] {
+        for dir in [&dead, &live, &elsewhere, &other] {
             std::fs::create_dir_all(dir.join("sub")).unwrap();
         }
         std::os::unix::fs::symlink(outside.path(), dead.join("sub/link")).unwrap();
-        super::remove_stale_tmp(base.path());
+        super::remove_stale_tmp(base.path(), ns);
         assert!(!dead.exists());
-        assert!(live.exists() && other.exists());
+        assert!(live.exists() && elsewhere.exists() && other.exists());
         assert!(outside.path().join("kept").exists(), "a link in it was followed");
     }
 }
