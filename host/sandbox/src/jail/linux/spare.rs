@@ -271,8 +271,9 @@ struct Refill {
     runtime: tokio::runtime::Handle,
 }
 
-/// Asks for the next jail of a command's spec once the command's guard is
-/// dropped: the command has ended, and its jail is being taken down.
+/// Asks for the next jail of a command's spec when dropped: at once when
+/// the command took a jail made ahead, or with the command's guard when its
+/// jail was made on its path (the making would slow its start).
 #[derive(Debug)]
 pub(super) struct Next(Option<Refill>);
 
