@@ -346,8 +346,9 @@ pub struct SandboxConfig {
     /// instance, in room of its own in the pool (a quarter of
     /// `max_instances`).
     pub spare_instances: bool,
-    /// Once a jailed command has ended, make the next jail of its grant
-    /// ahead, off the call's path, so that the next command of that grant
+    /// Make the next jail of a grant that ran a command ahead, off the
+    /// call's path (once a command started in the last one, or ended in
+    /// one made on its path), so that the next command of that grant
     /// starts in it instead of waiting for bubblewrap (Linux; on by
     /// default). A jail made ahead is used once, and only while what its
     /// mounts were made from (the grants, the repository metadata in them)
