@@ -407,19 +407,12 @@ fn made(refill: &Refill) -> Result<Spare, JailError> {
 
 /// Waits until the stage at the other end of `control` says it waits.
 fn wait_ready(control: &OwnedFd) -> io::Result<()> {
-    let mut poll = libc::pollfd { fd: control.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let ms = libc::c_int::try_from(READY_WITHIN.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one pollfd on the stack, for the length of the call.
-    let polled = unsafe { libc::poll(&mut poll, 1, ms) };
+    let mut control = std::os::unix::net::UnixStream::from(control.try_clone()?);
+    control.set_read_timeout(Some(READY_WITHIN))?;
     let mut said = [0u8; 1];
-    // SAFETY: reads at most one byte into the stack.
-    let n = (polled > 0).then(|| unsafe {
-        libc::recv(control.as_raw_fd(), said.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT)
-    });
-    if n == Some(1) && said == READY {
-        Ok(())
-    } else {
-        Err(io::Error::other("the jail made ahead did not come up"))
+    match control.read_exact(&mut said) {
+        Ok(()) if said == READY => Ok(()),
+        _ => Err(io::Error::other("the jail made ahead did not come up")),
     }
 }
 
