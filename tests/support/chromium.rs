@@ -21,7 +21,7 @@ use chromiumoxide::{Browser, BrowserConfig, Page};
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -201,14 +201,25 @@ impl Watched {
         }
     }
 
-    /// Clicks the element `selector` finds, with a real mouse event.
+    /// Clicks the element `selector` finds, with a real mouse event,
+    /// finding it again while the page replaces it under the click (a list
+    /// redrawn by a refresh) or it is not there yet, for up to
+    /// [`PAGE_WAIT`].
     pub async fn click(&self, selector: &str) {
-        let element = self
-            .page
-            .find_element(selector)
-            .await
-            .unwrap_or_else(|e| panic!("no element {selector}: {e}"));
-        element.click().await.unwrap_or_else(|e| panic!("clicking {selector}: {e}"));
+        let deadline = Instant::now() + PAGE_WAIT;
+        loop {
+            let clicked = match self.page.find_element(selector).await {
+                Ok(element) => {
+                    element.click().await.map(drop).map_err(|e| format!("clicking: {e}"))
+                }
+                Err(e) => Err(format!("finding: {e}")),
+            };
+            match clicked {
+                Ok(()) => return,
+                Err(e) if Instant::now() >= deadline => panic!("element {selector}: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
     }
 
     /// Saves a full-page PNG as `target/viewer/NAME.png`; its path.

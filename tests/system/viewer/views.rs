@@ -442,16 +442,20 @@ async fn the_list_filters_sorts_and_folds_sub_traces() {
     let served = Served::start(json!([{ "text": "unused" }])).await;
     let store =
         FileTraceStore::open(served.dir.path().join("traces"), Durability::Batched).unwrap();
-    let make = |task: &str, model: &str, cost: f64, parent: Option<&str>| {
+    // Made in the other order than their costs, so that a list in its
+    // first order (newest first) is not already sorted by cost.
+    let make = |task: &str, model: &str, cost: f64, parent: Option<&str>, age_ms: u64| {
         let mut t = Trace::new(TraceMode::Task, task, "default");
         t.model = Some(model.into());
         t.totals.cost = cost;
         t.parent_trace_id = parent.map(str::to_owned);
+        t.created_at_ms -= age_ms;
+        t.updated_at_ms = t.created_at_ms;
         t
     };
-    let cheap = make("cheap work", "small-model", 0.01, None);
-    let dear = make("dear work", "large-model", 2.5, None);
-    let child = make("a helper", "small-model", 0.2, Some(&dear.id));
+    let cheap = make("cheap work", "small-model", 0.01, None, 1_000);
+    let dear = make("dear work", "large-model", 2.5, None, 3_000);
+    let child = make("a helper", "small-model", 0.2, Some(&dear.id), 2_000);
     for t in [&cheap, &dear, &child] {
         store.create_trace(t).await.unwrap();
     }
@@ -462,8 +466,8 @@ async fn the_list_filters_sorts_and_folds_sub_traces() {
     page.open(&format!("{}/", served.base)).await;
     let ids = "[...document.querySelectorAll('#traces tbody tr')].map(r => r.dataset.traceId)";
     page.wait_for(
-        "document.querySelectorAll('#traces tbody tr').length === 2",
-        "the two root traces",
+        &format!("JSON.stringify({ids}) === '{}'", json!([cheap.id, dear.id])),
+        "the two root traces, the newest first",
     )
     .await;
     let set = |id: &str, value: &str| {
@@ -491,8 +495,16 @@ async fn the_list_filters_sorts_and_folds_sub_traces() {
         "the small model's root trace",
     )
     .await;
-    page.eval::<bool>(&set("model-filter", "")).await;
-    page.eval::<bool>(&set("cost-filter", "1")).await;
+    // Two filters changed at once: the second arrives while the list loads
+    // for the first, and is shown without the periodic refresh (stopped
+    // here, so only the changes load the list).
+    page.eval::<bool>(
+        "(() => { const last = setInterval(() => {}, 1e9); \
+         for (let i = 1; i <= last; i++) clearInterval(i); return true; })()",
+    )
+    .await;
+    page.eval::<bool>(&format!("{} && {}", set("model-filter", ""), set("cost-filter", "1")))
+        .await;
     // The folded sub-trace stays under its parent, whatever it cost.
     page.wait_for(
         &format!("JSON.stringify({ids}) === '{}'", json!([dear.id, child.id])),

@@ -186,7 +186,7 @@ function confirmAction({ title, text, input, check, confirm }) {
 
 // ---- traces list ------------------------------------------------------
 
-const list = { offset: 0, limit: 50, total: 0, loading: false, shown: '', open: new Set() };
+const list = { offset: 0, limit: 50, total: 0, loading: false, again: false, shown: '', open: new Set() };
 
 function listQuery() {
   const query = new URLSearchParams({ limit: String(list.limit), offset: String(list.offset) });
@@ -205,8 +205,15 @@ function listQuery() {
 }
 
 async function loadList() {
-  if (list.loading || $('list-view').hidden) return;
+  if ($('list-view').hidden) return;
+  // A filter changed while a load runs must not be lost to the load in
+  // flight, which asked with the old one: load again once it ends.
+  if (list.loading) {
+    list.again = true;
+    return;
+  }
   list.loading = true;
+  list.again = false;
   try {
     const data = await api(`/api/traces?${listQuery()}`);
     const subs = new Map();
@@ -215,13 +222,15 @@ async function loadList() {
         subs.set(id, (await api(`/api/traces?parent=${enc(id)}&limit=1000`)).traces);
       }
     }
-    if ($('list-view').hidden) return;
+    // Asked with filters since changed: the load that follows shows them.
+    if ($('list-view').hidden || list.again) return;
     clearError();
     renderList(data, subs);
   } catch (e) {
     showError(`Could not load the traces: ${e.message}`);
   } finally {
     list.loading = false;
+    if (list.again) loadList();
   }
 }
 
