@@ -490,7 +490,7 @@ async fn the_page_asks_for_the_token_and_sends_it_to_the_api_and_the_socket() {
     let page = browser.page().await;
     page.open(&format!("{}/", served.base)).await;
     page.wait_for("document.getElementById('token-dialog').open", "the token prompt").await;
-    assert!(page.problems().iter().any(|p| p.contains("401")), "the API refused the page at first");
+    page.wait_problem(|p| p.contains("401"), "the API refusing the page at first").await;
     let input = page.page.find_element("#token-input").await.unwrap();
     input.click().await.unwrap();
     input.type_str(token).await.unwrap();

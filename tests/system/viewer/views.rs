@@ -405,8 +405,16 @@ async fn the_views_show_timeline_costs_branches_files_and_decisions_and_the_acti
         start_over
     );
 
-    // Continue, then stop the slow answer: both asked first.
-    page.wait_for("!document.getElementById('continue-form').hidden", "the continue box").await;
+    // Continue, then stop the slow answer: both asked first. The page has
+    // seen the regenerated answer, and its run end, before it offers them.
+    page.wait_for(
+        &format!(
+            "document.querySelector(\"#messages [data-regenerate='{again}']\") \
+             && !document.getElementById('continue-form').hidden"
+        ),
+        "the regenerated answer and the continue box",
+    )
+    .await;
     let since = served.last_event(&id).await;
     page.eval::<bool>("(document.getElementById('continue-input').value = 'one more thing', true)")
         .await;
@@ -503,8 +511,7 @@ async fn the_list_filters_sorts_and_folds_sub_traces() {
          for (let i = 1; i <= last; i++) clearInterval(i); return true; })()",
     )
     .await;
-    page.eval::<bool>(&format!("{} && {}", set("model-filter", ""), set("cost-filter", "1")))
-        .await;
+    page.eval::<bool>(&format!("{} && {}", set("model-filter", ""), set("cost-filter", "1"))).await;
     // The folded sub-trace stays under its parent, whatever it cost.
     page.wait_for(
         &format!("JSON.stringify({ids}) === '{}'", json!([dear.id, child.id])),
@@ -614,6 +621,11 @@ async fn a_question_from_the_model_is_answered_in_the_page() {
             let textarea = page.page.find_element(&format!("{item} textarea")).await.unwrap();
             textarea.click().await.unwrap();
             textarea.type_str(answer).await.unwrap();
+            page.wait_for(
+                &format!("document.querySelector(\"{item} textarea\").value === '{answer}'"),
+                "the typed answer in its box",
+            )
+            .await;
             page.click(&format!("{item} .send-answer")).await;
         }
         assert_eq!(served.finished(&id, 0).await, "completed");

@@ -306,7 +306,7 @@ async function showTrace(id) {
   $('trace-view').hidden = false;
   list.shown = '';
   const v = {
-    id, trace: null, running: false, messages: new Map(), head: null, lastEventId: 0,
+    id, trace: null, running: false, messages: new Map(), head: null, lastEventId: 0, loads: 0,
     ws: null, timer: null, retryMs: 500, closed: false, open: new Set(), deltas: 0,
     events: [], subTraces: [], sub: new Map(), goalTree: null, checkpoints: [], replays: [],
     selected: null, dirty: new Set(TABS), redraw: null, refresh: null,
@@ -332,7 +332,7 @@ async function showTrace(id) {
     // below may already hold some of them, and are keyed by sequence.
     v.lastEventId = detail.trace.last_event_id || 0;
     renderDetail(v, detail);
-    await loadAll(v);
+    await loadAll(v, ++v.loads, v.lastEventId);
     if (view !== v) return;
     clearError();
     $('trace-view').dataset.loaded = 'true';
@@ -342,8 +342,10 @@ async function showTrace(id) {
   }
 }
 
-/** Messages, stored events, checkpoints and the sub-traces' calls. */
-async function loadAll(v) {
+/** Messages, stored events, checkpoints and the sub-traces' calls, as
+ * load `gen` of the view, asked when the socket had brought events up to
+ * `seen`. */
+async function loadAll(v, gen, seen) {
   const kinds = enc(KEPT_EVENTS.join(','));
   const [messages, events, checkpoints] = await Promise.all([
     api(`/api/traces/${enc(v.id)}/messages?mode=all`),
@@ -361,9 +363,12 @@ async function loadAll(v) {
       return [sub.id, null];
     }
   }));
-  if (view !== v) return;
+  if (view !== v || gen !== v.loads) return;
   for (const message of messages.messages) v.messages.set(message.sequence, message);
-  v.head = messages.head_sequence ?? null;
+  // Messages the socket brought meanwhile are newer than this answer's
+  // head: keep theirs, and look again once they stop.
+  if (v.lastEventId === seen) v.head = messages.head_sequence ?? null;
+  else refreshSoon(v);
   // The socket may have brought some of these already.
   keepEvents(v, events.events);
   v.checkpoints = checkpoints.checkpoints;
@@ -398,12 +403,24 @@ function refreshSoon(v) {
   }, 400);
 }
 
+/** Loads the trace again. An older refresh answering after a newer one is
+ * dropped; one that answers after the socket brought events keeps what
+ * they said (status, running) and asks again. */
 async function refreshTrace(v) {
+  const gen = ++v.loads;
+  const seen = v.lastEventId;
   try {
     const detail = await api(`/api/traces/${enc(v.id)}`);
-    if (view !== v) return;
+    if (view !== v || gen !== v.loads) return;
+    const live = { status: v.trace.status, running: v.running };
     renderDetail(v, detail);
-    await loadAll(v);
+    if (v.lastEventId !== seen) {
+      v.trace.status = live.status;
+      v.running = live.running;
+      renderMeta(v);
+      refreshSoon(v);
+    }
+    await loadAll(v, gen, seen);
   } catch (e) {
     if (view === v) showError(`Could not refresh the trace: ${e.message}`);
   }
@@ -477,7 +494,9 @@ function pickBranch(v, leaf) {
 
 function renderDetail(v, detail) {
   v.trace = detail.trace;
-  v.running = !!detail.running;
+  // A run's claim outlives its `trace_finished` for a moment: the status,
+  // stored first, says it ended.
+  v.running = !!detail.running && detail.trace.status === 'running';
   v.goalTree = detail.goal_tree;
   v.subTraces = detail.sub_traces || [];
   v.replays = detail.replays || [];
@@ -645,12 +664,14 @@ function messageActions(v, m) {
  * Reson since, which the server would not overwrite. */
 async function startRun(v, body, what) {
   $('restore-state').textContent = `${what}…`;
+  const before = v.lastEventId;
   try {
     const started = await api(`/api/traces/${enc(v.id)}/run`, { method: 'POST', body });
     if (view !== v) return;
     $('restore-state').textContent = `${what}: ${started.mode} started`;
     clearError();
-    v.running = true;
+    // A short run may have ended on the socket before this answer came.
+    v.running = !v.events.some((e) => e.kind === 'trace_finished' && e.id > before);
     v.selected = null;
     renderMeta(v);
     changed(v, ['messages', 'graph']);
@@ -922,15 +943,18 @@ function logEvent(e) {
 
 // Asks of every run; each entry remembers when it was added, so that a
 // poll sent before an `approval_needed` frame does not drop the new ask.
-const approvals = { items: new Map(), added: new Map(), answering: new Set(), shown: '', polling: false };
+// `done`: ids answered or decided here, which a poll that began before
+// the answer must not bring back (ids are random, never reused).
+const approvals = { items: new Map(), added: new Map(), answering: new Set(), done: new Set(), shown: '', polling: false };
 
 function dropApproval(id) {
+  approvals.done.add(id);
   approvals.items.delete(id);
   approvals.added.delete(id);
 }
 
 function addApproval(request) {
-  if (approvals.items.has(request.id)) return;
+  if (approvals.items.has(request.id) || approvals.done.has(request.id)) return;
   approvals.items.set(request.id, request);
   approvals.added.set(request.id, Date.now());
   renderApprovals();
@@ -944,6 +968,7 @@ async function pollApprovals() {
     const data = await api('/api/approvals');
     const pending = new Set(data.approvals.map((a) => a.id));
     for (const request of data.approvals) {
+      if (approvals.done.has(request.id)) continue;
       if (!approvals.items.has(request.id)) approvals.added.set(request.id, started);
       approvals.items.set(request.id, request);
     }
@@ -1007,7 +1032,7 @@ function renderApprovals() {
 
 // Open questions of every trace the caller sees, by id; typed answers are
 // kept across redraws.
-const questions = { items: new Map(), drafts: new Map(), sending: new Set(), shown: '', polling: false };
+const questions = { items: new Map(), drafts: new Map(), sending: new Set(), done: new Set(), shown: '', polling: false };
 
 async function pollQuestions() {
   if (questions.polling) return;
@@ -1015,7 +1040,7 @@ async function pollQuestions() {
   try {
     const data = await api('/api/questions');
     const open = new Set(data.questions.map((q) => q.id));
-    for (const q of data.questions) questions.items.set(q.id, q);
+    for (const q of data.questions) if (!questions.done.has(q.id)) questions.items.set(q.id, q);
     for (const id of [...questions.items.keys()]) {
       if (!open.has(id) && !questions.sending.has(id)) questions.items.delete(id);
     }
@@ -1028,7 +1053,7 @@ async function pollQuestions() {
 }
 
 function addQuestion(question) {
-  if (questions.items.has(question.id)) return;
+  if (questions.items.has(question.id) || questions.done.has(question.id)) return;
   questions.items.set(question.id, { ...question, run_waiting: true });
   renderQuestions();
 }
@@ -1039,6 +1064,7 @@ async function answerQuestion(id, answer, item) {
   for (const control of item.querySelectorAll('button, textarea')) control.disabled = true;
   try {
     const reply = await api(`/api/questions/${enc(id)}`, { method: 'POST', body: { answer } });
+    questions.done.add(id);
     questions.items.delete(id);
     questions.drafts.delete(id);
     $('restore-state').textContent = reply.resumed
@@ -1046,7 +1072,10 @@ async function answerQuestion(id, answer, item) {
       : 'answered; the run goes on';
     clearError();
   } catch (e) {
-    if (e.status === 404) questions.items.delete(id);
+    if (e.status === 404) {
+      questions.done.add(id);
+      questions.items.delete(id);
+    }
     showError(`Could not answer the question: ${e.message}`);
     for (const control of item.querySelectorAll('button, textarea')) control.disabled = false;
   } finally {
