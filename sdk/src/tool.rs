@@ -100,7 +100,10 @@ type Handler = Box<dyn Fn(&str, &Context) -> Result<Output, ToolError>>;
 struct Tool {
     name: String,
     description: String,
-    schema: String,
+    /// Derives the input schema. Only `list` needs it, and the toolbox is
+    /// built anew for every call: deriving it there was most of a small
+    /// tool's call.
+    schema: fn() -> String,
     run: Handler,
 }
 
@@ -124,12 +127,13 @@ impl Toolbox {
         A: DeserializeOwned + JsonSchema,
         F: Fn(A, &Context) -> Result<Output, ToolError> + 'static,
     {
-        let schema = serde_json::to_string(&schemars::schema_for!(A))
-            .expect("a derived JSON Schema always serialises");
         self.tools.push(Tool {
             name: name.to_owned(),
             description: description.to_owned(),
-            schema,
+            schema: || {
+                serde_json::to_string(&schemars::schema_for!(A))
+                    .expect("a derived JSON Schema always serialises")
+            },
             run: Box::new(move |args, ctx| {
                 let args: A = serde_json::from_str(args).map_err(ToolError::invalid)?;
                 run(args, ctx)
@@ -145,7 +149,7 @@ impl Toolbox {
             .map(|t| ToolSpec {
                 name: t.name.clone(),
                 description: t.description.clone(),
-                input_schema: t.schema.clone(),
+                input_schema: (t.schema)(),
             })
             .collect()
     }

@@ -143,6 +143,15 @@ impl Slots {
     /// Waits (first come, first served) for a free slot; `None` if
     /// `cancel` fires first.
     pub(crate) async fn acquire(&self, cancel: Option<&CancellationToken>) -> Option<SlotPermit> {
+        // A free slot is taken at once: the waiting future and its select
+        // are a measurable part of a small call. Freed permits go to
+        // waiters first, so this jumps no queue.
+        if cancel.is_some_and(CancellationToken::is_cancelled) {
+            return None;
+        }
+        if let Ok(permit) = self.free.clone().try_acquire_owned() {
+            return Some(SlotPermit { _permit: permit });
+        }
         let permit = self.free.clone().acquire_owned();
         let permit = match cancel {
             Some(cancel) => tokio::select! {
