@@ -54,6 +54,18 @@ impl Setup {
         Self { dir, runtime, store }
     }
 
+    /// A setup whose model may run `make` on `makefile` in the workspace,
+    /// through the bundled shell plugin.
+    async fn with_makefile(script: serde_json::Value, makefile: &str) -> Self {
+        let shell = "[plugins.shell]\ndirs = [{ path = \"workspace\", access = \"read-write\" }]\n\
+                     process = [\"make *\"]\n";
+        let s = Self::with_config(script, shell).await;
+        std::fs::write(s.dir.workspace().join("Makefile"), makefile).unwrap();
+        s.dir.install(support::plugins(), "shell");
+        s.runtime.rescan().await.unwrap();
+        s
+    }
+
     /// Runs `messages` to the end on a runner without hooks.
     async fn run_to_end(
         &self,
@@ -260,21 +272,19 @@ async fn model_mistakes_go_back_to_the_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_of_one_message_run_concurrently() {
-    let sleep = |id: &str| json!({ "id": id, "name": "exec", "arguments": { "program": "sleep", "args": ["1"] } });
-    let s = Setup::with_config(
-        json!({ "turns": [{ "tool_calls": [sleep("a"), sleep("b"), sleep("c")] }, text_turn("slept")] }),
-        "[plugins.hostile]\nprocess = [\"sleep *\"]\nlimits = { timeout_ms = 5000 }\n",
+    let meet = |id: &str| json!({ "id": id, "name": "shell", "arguments": { "command": format!("make -s {id}") } });
+    // Each call marks its arrival, then waits for the other two: one after
+    // another, the first would wait until its command timed out (30 s).
+    let s = Setup::with_makefile(
+        json!({ "turns": [{ "tool_calls": [meet("a"), meet("b"), meet("c")] }, text_turn("met")] }),
+        ".PHONY: a b c\na b c:\n\ttouch $@\n\tuntil [ -e a ] && [ -e b ] && [ -e c ]; do sleep 0.05; done\n\techo met\n",
     ).await;
-    let start = Instant::now();
-    let outcome = s.run_to_end(user("sleep"), RunConfig::default()).await.unwrap();
-    let took = start.elapsed();
+    let outcome = s.run_to_end(user("meet"), RunConfig::default()).await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
     let path = s.main_path(&outcome.trace_id).await;
-    let tools: Vec<&Message> = path.iter().filter(|m| m.role == Role::Tool).collect();
-    assert_eq!(tools.len(), 3);
-    assert!(tools.iter().all(|m| m.duration_ms >= 950), "each call slept");
-    // One after another they could not take less than 3 s.
-    assert!(took < Duration::from_secs(3), "three 1 s calls took {took:?}: not concurrent");
+    let tools: Vec<String> =
+        path.iter().filter(|m| m.role == Role::Tool).map(Message::text).collect();
+    assert_eq!(tools, ["exit code 0\nmet"; 3]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -789,20 +799,25 @@ async fn ctrl_c_stops_a_cli_run_cleanly_and_traces_show_renders_the_trees() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace() {
-    let s = Setup::new(json!({ "turns": [
-        { "tool_calls": [{ "name": "nap", "arguments": { "ms": 800 } }] },
-        text_turn("done")
-    ]}))
+    // The call holds until the test opens the gate, so that the trace runs
+    // for as long as the checks take.
+    let s = Setup::with_makefile(
+        json!({ "turns": [
+            { "tool_calls": [{ "name": "shell", "arguments": { "command": "make -s held" } }] },
+            text_turn("done")
+        ]}),
+        "held:\n\tuntil [ -e gate ]; do sleep 0.05; done\n\techo released\n",
+    )
     .await;
     let runner = s.runner(Hooks::none());
-    let mut handle = runner.run(user("nap"), RunConfig::default()).await.unwrap();
+    let mut handle = runner.run(user("hold"), RunConfig::default()).await.unwrap();
     let id = handle.trace_id().to_owned();
     while let Some(event) = handle.next_event().await {
         if matches!(event, AgentEvent::ToolStarted { .. }) {
             break;
         }
     }
-    // While the nap runs: a continue (which would heal the call in flight
+    // While the call runs: a continue (which would heal the call in flight
     // as interrupted and add a message) and a rewind (which would move the
     // head and the goal tree) of the same trace.
     let cont = RunConfig { trace_id: Some(id.clone()), ..RunConfig::default() };
@@ -814,11 +829,12 @@ async fn a_second_run_of_a_running_trace_is_refused_before_it_touches_the_trace(
     let err =
         runner.run(user("other branch"), rewind).await.err().expect("a rewind of a running trace");
     assert!(err.to_string().contains("already running"), "{err}");
+    std::fs::write(s.dir.workspace().join("gate"), "").unwrap();
     let outcome = handle.wait().await.unwrap();
     assert_eq!(outcome.status, TraceStatus::Completed);
     let all = s.store.get_messages(&id).await.unwrap();
     let texts: Vec<String> = all.iter().map(Message::text).collect();
-    assert_eq!(texts, ["nap", "", "slept 800 ms", "done"], "{all:#?}");
+    assert_eq!(texts, ["hold", "", "exit code 0\nreleased", "done"], "{all:#?}");
     assert!(all.iter().all(|m| !m.synthetic), "nothing was healed");
 }
 

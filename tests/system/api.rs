@@ -87,6 +87,26 @@ fn trace_finished(frames: &[Value]) -> &Value {
     frames.iter().rev().find(|f| f["kind"] == "trace_finished").expect("a trace_finished frame")
 }
 
+/// The `permission_decided` decisions of trace `id`, from its events file.
+fn decisions(f: &Fixture, id: &str) -> Vec<Value> {
+    events_file(&f.traces(), id)
+        .into_iter()
+        .filter(|e| e["kind"] == "permission_decided")
+        .map(|e| e["decision"].clone())
+        .collect()
+}
+
+/// The texts of the tool results on trace `id`'s main path.
+async fn tool_texts(api: &Api, id: &str) -> Vec<String> {
+    api.messages(id, "main_path").await["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(text)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_plugins_openapi_and_unknown_routes() {
     let lessons = json!({ "experiences": [{ "category": "logic_flow", "rule": "Greet first.",
@@ -309,8 +329,11 @@ async fn a_watcher_that_drops_mid_run_gets_every_event_once_after_reconnecting()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_are_answered_over_http_and_time_out_to_a_denial() {
-    let turns = json!([echo_turn("a"), echo_turn("b"), echo_turn("c"), text_turn("done")]);
-    let f = Fixture::new(&["echo"], "[server]\napproval_timeout_ms = 2000\n", turns).await;
+    // The timeout covers every ask: the answered ones get a long one, so
+    // that the round trips before each answer never outlast it, and the
+    // ask left unanswered has a server of its own below.
+    let turns = json!([echo_turn("a"), echo_turn("b"), text_turn("done")]);
+    let f = Fixture::new(&["echo"], "[server]\napproval_timeout_ms = 30000\n", turns).await;
     let api = f.api();
     let id = api.start("ask me", json!({ "preset": "careful" })).await;
 
@@ -348,30 +371,14 @@ async fn approvals_are_answered_over_http_and_time_out_to_a_denial() {
     let listed = api.get("/api/approvals").await.expect(200);
     assert!(listed["approvals"].as_array().unwrap().contains(&b), "{listed}");
     answer(&b["id"], "deny").await.expect(200);
-
-    let c = watcher.until_kind("approval_needed").await["request"].clone();
-    assert_eq!(c["call_id"], "call_2_0");
     let finished = watcher.until_kind("trace_finished").await;
     assert_eq!(finished["status"], "completed");
-    answer(&c["id"], "once").await.expect_error(404, "not_found");
     let listed = api.get("/api/approvals").await.expect(200);
     assert_eq!(listed, json!({ "approvals": [] }));
-
-    let decisions: Vec<Value> = events_file(&f.traces(), &id)
-        .into_iter()
-        .filter(|e| e["kind"] == "permission_decided")
-        .map(|e| e["decision"].clone())
-        .collect();
-    assert_eq!(decisions, ["ask-once", "ask-denied", "ask-timeout"]);
-    let tools: Vec<String> = api.messages(&id, "main_path").await["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(text)
-        .collect();
+    assert_eq!(decisions(&f, &id), ["ask-once", "ask-denied"]);
+    let tools = tool_texts(api, &id).await;
     assert_eq!(tools[0], "a");
-    assert!(tools[1..].iter().all(|t| t.contains("denied") || t.contains("Denied")), "{tools:?}");
+    assert!(tools[1].contains("denied") || tools[1].contains("Denied"), "{tools:?}");
     // What the model said after the first answer streamed to the watcher.
     let streamed: String = watcher
         .frames
@@ -379,7 +386,29 @@ async fn approvals_are_answered_over_http_and_time_out_to_a_denial() {
         .filter(|f| f["kind"] == "text_delta")
         .map(|f| f["text"].as_str().unwrap())
         .collect();
-    assert_eq!(streamed, "echoing bechoing cdone");
+    assert_eq!(streamed, "echoing bdone");
+
+    let turns = json!([text_turn("ready"), echo_turn("c"), text_turn("done")]);
+    let f = Fixture::new(&["echo"], "[server]\napproval_timeout_ms = 2000\n", turns).await;
+    let api = f.api();
+    let id = api.start("ask me", json!({ "preset": "careful" })).await;
+    // The ask comes in a continue, once the watcher is there to see it
+    // live, however soon it times out.
+    let mut watcher = api.watch(&id, 0).await;
+    watcher.until_kind("trace_finished").await;
+    api.settled(&id).await;
+    api.run(&id, json!({ "messages": [{ "role": "user", "content": "now ask" }] })).await;
+    let c = watcher.until_kind("approval_needed").await["request"].clone();
+    assert_eq!(c["call_id"], "call_1_0");
+    let finished = watcher.until_kind("trace_finished").await;
+    assert_eq!(finished["status"], "completed");
+    let late = format!("/api/approvals/{}", c["id"].as_str().unwrap());
+    api.post(&late, json!({ "answer": "once" })).await.expect_error(404, "not_found");
+    let listed = api.get("/api/approvals").await.expect(200);
+    assert_eq!(listed, json!({ "approvals": [] }));
+    assert_eq!(decisions(&f, &id), ["ask-timeout"]);
+    let tools = tool_texts(api, &id).await;
+    assert!(tools[0].contains("denied") || tools[0].contains("Denied"), "{tools:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

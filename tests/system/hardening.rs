@@ -725,7 +725,7 @@ fn install_warm(dir: &TestDir, name: &str) {
     install_hostile_as(
         dir,
         name,
-        "[limits]\ntimeout_ms = 600\nmemory_mb = 64\n[instance]\nkeep_warm = true\n",
+        "[limits]\ntimeout_ms = 3000\nmemory_mb = 64\n[instance]\nkeep_warm = true\n",
     );
 }
 
@@ -748,8 +748,8 @@ async fn instances_are_fresh_per_call_unless_the_manifest_keeps_them_warm() {
     assert_eq!(counts, ["1", "2", "3"], "one instance served every call");
     // Each call gets its own deadline: two naps that together outlast one
     // call's limit both finish.
-    assert_eq!(call(&rt, "nap", json!({"ms": 400})).await.unwrap(), "slept 400 ms");
-    assert_eq!(call(&rt, "nap", json!({"ms": 400})).await.unwrap(), "slept 400 ms");
+    assert_eq!(call(&rt, "nap", json!({"ms": 2000})).await.unwrap(), "slept 2000 ms");
+    assert_eq!(call(&rt, "nap", json!({"ms": 2000})).await.unwrap(), "slept 2000 ms");
     assert_eq!(
         call(&rt, "count", json!({})).await.unwrap(),
         "4",

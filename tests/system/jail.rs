@@ -311,7 +311,7 @@ async fn nothing_outlives_the_call_not_even_a_setsid_escapee() {
         "escape:\n\
          \tsetsid sh -c 'while true; do echo {mark} >> @WS@/ticks; sleep 0.05; done' >/dev/null 2>&1 &\n\
          \tnohup sleep 300 {mark} >/dev/null 2>&1 &\n\
-         \tsleep 0.3\n\
+         \twhile [ ! -s @WS@/ticks ]; do sleep 0.05; done\n\
          \techo started\n"
     );
     let h = Hostile::new(&makefile, "").await;

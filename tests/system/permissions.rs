@@ -158,23 +158,28 @@ async fn approve_once_then_always_then_remembered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_or_unanswered_ask_does_not_run() {
-    let s = Setup::new(
-        json!([shell("touch marker-denied"), shell("touch marker-timeout"), { "text": "done" }]),
-    )
-    .await;
-    let approvals = PendingApprovals::new(Duration::from_millis(300));
-    let runner =
-        s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
-    let handle =
-        runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
-    let (id, asked) = drive(handle, &approvals, &[Some(Answer::Deny), None]).await;
-    assert_eq!(asked, 2);
-    assert_eq!(s.decisions(&id).await, ["ask-denied", "ask-timeout"]);
-    assert!(!s.dir.workspace().join("marker-denied").exists());
-    assert!(!s.dir.workspace().join("marker-timeout").exists());
-    let outputs = s.tool_texts(&id).await;
-    assert!(outputs[0].contains("the user denied this call"), "{outputs:?}");
-    assert!(outputs[1].contains("no one approved this call"), "{outputs:?}");
+    // A timeout covers every ask of its approvals: the denial gets a long
+    // one, so that it is never late, and only the ask left unanswered
+    // waits under a short one.
+    let cases = [
+        (Some(Answer::Deny), Duration::from_secs(30), "denied", "the user denied this call"),
+        (None, Duration::from_millis(300), "timeout", "no one approved this call"),
+    ];
+    for (answer, timeout, case, output) in cases {
+        let marker = format!("marker-{case}");
+        let s = Setup::new(json!([shell(&format!("touch {marker}")), { "text": "done" }])).await;
+        let approvals = PendingApprovals::new(timeout);
+        let runner =
+            s.runner(rules(&[(Decision::Ask, "shell", None)], Decision::Allow), approvals.clone());
+        let handle =
+            runner.run(vec![Message::new(Role::User, "go")], RunConfig::default()).await.unwrap();
+        let (id, asked) = drive(handle, &approvals, &[answer]).await;
+        assert_eq!(asked, 1);
+        assert_eq!(s.decisions(&id).await, [format!("ask-{case}")]);
+        assert!(!s.dir.workspace().join(&marker).exists(), "the {case} call ran");
+        let outputs = s.tool_texts(&id).await;
+        assert!(outputs[0].contains(output), "{outputs:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
