@@ -1075,6 +1075,9 @@ async fn a_download_is_refused_at_once() {
 /// page goes on.
 async fn downloads_are_refused(s: &Setup, trace: &str) {
     let call = |tool: &'static str, args: Value| s.call(trace, tool, args);
+    // The trace's browser (or context) starts here, so that the times
+    // below are the refusals' alone.
+    call("browser_navigate", json!({ "url": format!("{}/downloads", s.base) })).await.unwrap();
     // An attachment, and a type the browser does not show, both downloads.
     for path in ["/download", "/binary"] {
         let asked = Instant::now();

@@ -4,6 +4,7 @@
 
 use crate::support;
 
+use reson::capability::effects::Effects;
 use reson::plugin::{CallContext, CallError, Limit, Runtime, ToolFailure, TrapKind};
 use serde_json::json;
 use std::io::{Read, Write};
@@ -49,6 +50,13 @@ async fn call(rt: &Runtime, tool: &str, args: serde_json::Value) -> Result<Strin
 /// The plugin still serves after whatever came before.
 async fn assert_alive(rt: &Runtime) {
     assert_eq!(call(rt, "echo", json!({"text": "still here"})).await.unwrap(), "still here");
+}
+
+/// Waits until the call recording into `effects` has its instance slot
+/// and is entering the guest: the runtime names the plugin serving it
+/// only then.
+async fn until_in_guest(effects: &Effects) {
+    support::wait_for("the call to enter the guest", || effects.call().is_some()).await;
 }
 
 fn limit_of(err: CallError) -> Limit {
@@ -390,28 +398,46 @@ async fn two_hundred_sleeping_calls_overlap_on_few_threads() {
 /// the spin is still going.
 #[tokio::test]
 async fn a_spinning_guest_yields_its_worker_to_other_calls() {
-    let (_dir, rt) = hostile("").await;
+    // Far past how long the echo may take on a slow machine: only an echo
+    // that waited for the spin to end sees it end.
+    let (_dir, rt) = hostile_limited("timeout_ms = 30000", "").await;
     assert_alive(&rt).await;
+    let (stop, effects) = (CancellationToken::new(), Effects::record());
+    let context = CallContext {
+        cancel: Some(stop.clone()),
+        effects: Some(effects.clone()),
+        ..CallContext::default()
+    };
     let spin = tokio::spawn({
         let rt = rt.clone();
-        async move { call(&rt, "spin", json!({})).await }
+        async move { rt.call_tool("spin", "{}", &context).await }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_in_guest(&effects).await;
     assert_eq!(call(&rt, "echo", json!({"text": "meanwhile"})).await.unwrap(), "meanwhile");
     assert!(!spin.is_finished(), "the echo waited for the spin to end");
-    assert_eq!(limit_of(spin.await.unwrap().unwrap_err()), Limit::Timeout { ms: TIMEOUT_MS });
+    stop.cancel();
+    let err = spin.await.unwrap().unwrap_err();
+    assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
 }
 
 /// A call waiting for an instance slot is cancelled at once, without
 /// waiting for the slot, and the call holding the slot is not disturbed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_a_slot_can_be_cancelled() {
-    let (_dir, rt) = hostile("[sandbox]\nmax_instances = 1").await;
+    // The holder naps until the test ends it, so that the slot is held
+    // however slowly the waiter comes to be cancelled.
+    let (_dir, rt) = hostile_limited("timeout_ms = 120000", "[sandbox]\nmax_instances = 1").await;
+    let (release, effects) = (CancellationToken::new(), Effects::record());
+    let context = CallContext {
+        cancel: Some(release.clone()),
+        effects: Some(effects.clone()),
+        ..CallContext::default()
+    };
     let holder = tokio::spawn({
         let rt = rt.clone();
-        async move { call(&rt, "nap", json!({"ms": 800})).await }
+        async move { rt.call_tool("nap", r#"{"ms":60000}"#, &context).await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_in_guest(&effects).await;
     let cancel = CancellationToken::new();
     let context = CallContext { cancel: Some(cancel.clone()), ..CallContext::default() };
     tokio::spawn(async move {
@@ -421,8 +447,10 @@ async fn a_call_waiting_for_a_slot_can_be_cancelled() {
     let err = rt.call_tool("echo", r#"{"text":"x"}"#, &context).await.unwrap_err();
     assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
     // It ended while the slot was still held: it never waited for it.
-    assert!(!holder.is_finished(), "the slot was free after all, or the call waited for it");
-    assert_eq!(holder.await.unwrap().unwrap(), "slept 800 ms");
+    assert!(!holder.is_finished(), "the holder was cancelled with it, or it waited for the slot");
+    release.cancel();
+    let err = holder.await.unwrap().unwrap_err();
+    assert!(matches!(err, CallError::Cancelled { .. }), "{err:?}");
     assert_alive(&rt).await;
 }
 
