@@ -4,9 +4,11 @@
 
 use super::apt;
 use sha2::Digest as _;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::mpsc;
+use std::time::Duration;
 
 const PROGRAM: &str = "/usr/bin/docker-registry";
 
@@ -34,8 +36,6 @@ impl Registry {
     fn serve(login: Option<(&str, &str)>) -> Self {
         apt::ensure(|| Path::new(PROGRAM).exists(), &["docker-registry"]);
         let storage = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
         let auth = match login {
             None => String::new(),
             Some((user, password)) => {
@@ -48,25 +48,34 @@ impl Registry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    \
-                 rootdirectory: {}\nhttp:\n  addr: {addr}\n{auth}",
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    \
+                 rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n{auth}",
                 storage.path().join("data").display()
             ),
         )
         .unwrap();
-        let child = Command::new(PROGRAM)
+        let mut child = Command::new(PROGRAM)
             .arg("serve")
             .arg(&config)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("starting docker-registry");
-        let registry = Self { child, addr, storage };
-        let start = Instant::now();
-        while std::net::TcpStream::connect(&registry.addr).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(30), "docker-registry did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // Port 0, and the registry says where it listens once it does: a
+        // port picked here and bound by it later could be another test's by
+        // then. Its log is read to the end, so that it never blocks on it.
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut registry = Self { child, addr: String::new(), storage };
+        let (said, heard) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if let Some((_, rest)) = line.split_once("msg=\"listening on ") {
+                    let _ = said.send(rest.split('"').next().unwrap_or_default().to_owned());
+                }
+            }
+        });
+        registry.addr =
+            heard.recv_timeout(Duration::from_secs(30)).expect("docker-registry did not start");
         registry
     }
 

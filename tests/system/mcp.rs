@@ -769,22 +769,27 @@ async fn a_stdio_server_with_grants_runs_jailed_and_one_without_says_it_is_not()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_mcp_server_is_reached_at_its_url() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // Port 0: a port picked here and bound by the server later could be
+    // another test's by then.
     let mut server = Killed(
         Command::new(support::mcp::python())
             .arg(support::mcp::script("hostile_server.py"))
-            .args(["http", &port.to_string()])
+            .args(["http", "0"])
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
-    // uvicorn says when it listens.
+    // uvicorn says when it listens, and on which port.
     let mut stderr = BufReader::new(server.0.stderr.take().unwrap());
     let mut line = String::new();
-    while !line.contains("running on") {
+    let port = loop {
         line.clear();
         assert!(stderr.read_line(&mut line).unwrap() > 0, "the server ended");
-    }
+        if let Some((_, rest)) = line.split_once("running on http://127.0.0.1:") {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            break digits.parse::<u16>().unwrap();
+        }
+    };
     let dir = TestDir::new();
     let config = dir.config(&format!("[mcp.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"));
     let mcp = started(&config).await;

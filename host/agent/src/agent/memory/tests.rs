@@ -388,7 +388,7 @@ fn json_files(dir: &Path) -> Vec<String> {
 async fn a_lock_held_elsewhere_is_awaited_without_blocking_the_runtime() {
     let dir = tempfile::tempdir().unwrap();
     let store = FileMemoryStore::new(dir.path()).unwrap();
-    // Another process holding the directory lock, for a second.
+    // Another process holding the directory lock, until the check below.
     let holder = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -396,8 +396,11 @@ async fn a_lock_held_elsewhere_is_awaited_without_blocking_the_runtime() {
         .open(dir.path().join(".memory.lock"))
         .unwrap();
     holder.lock().unwrap();
+    // The bound only lets a writer that blocks the runtime (and so the
+    // check) fail the test rather than hang it.
+    let (release, released) = std::sync::mpsc::channel::<()>();
     let releaser = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(1));
+        let _ = released.recv_timeout(Duration::from_secs(30));
         drop(holder);
     });
     let memory = SessionMemory::new("s", Arc::new(store)).unwrap();
@@ -407,6 +410,7 @@ async fn a_lock_held_elsewhere_is_awaited_without_blocking_the_runtime() {
     // then have written.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(!writer.is_finished(), "blocked the runtime, or wrote through a held lock");
+    release.send(()).unwrap();
     let memory = writer.await.unwrap().unwrap();
     assert_eq!(memory.get::<i32>("ns", "k").await.unwrap(), Some(1));
     releaser.join().unwrap();

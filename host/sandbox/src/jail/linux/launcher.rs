@@ -173,7 +173,7 @@ fn join_next() -> Option<PidsCgroup> {
 mod tests {
     use crate::jail::{Jail, JailDir, JailSpec};
     use std::path::{Path, PathBuf};
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn spec(ws: &Path) -> JailSpec {
         JailSpec {
@@ -220,10 +220,12 @@ mod tests {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
             assert!(super::ready(), "root with a cgroup v1 pids hierarchy: a launcher is ready");
-            let script = if killed_at_once { "sleep 5" } else { "sleep 0.2" };
+            // Each command runs until it is ended below, after the checks:
+            // its launcher stays only while it runs (or for MOVE_ON_AFTER).
+            let script = if killed_at_once { "sleep 5" } else { "read -r line" };
             let args = ["-c".to_owned(), script.to_owned()];
             let piped = |cmd: &mut tokio::process::Command| {
-                cmd.stderr(std::process::Stdio::piped());
+                cmd.stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
             };
             let (mut child, guard) =
                 jail.spawn(&spec(&ws), Path::new("/bin/sh"), &args, &[], piped).await.unwrap();
@@ -245,6 +247,9 @@ mod tests {
                 child.start_kill().unwrap();
                 child.wait().await.unwrap();
             } else {
+                let mut stdin = child.stdin.take().unwrap();
+                stdin.write_all(b"done\n").await.unwrap();
+                drop(stdin);
                 let mut err = String::new();
                 child.stderr.take().unwrap().read_to_string(&mut err).await.unwrap();
                 assert!(child.wait().await.unwrap().success(), "{err}");
