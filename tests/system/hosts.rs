@@ -235,12 +235,10 @@ async fn a_database_outage_stops_the_runs_it_fences_and_the_hosts_recover() {
     // The run is stopped before the warning is logged, and the log comes
     // through a pipe: it may not be there yet.
     let fenced = format!("the lease of trace {id} could not be renewed");
-    let until = Instant::now() + WAIT;
-    while !a.output.lock().unwrap().iter().any(|line| line.contains(&fenced)) {
-        let log = a.output.lock().unwrap().join("\n");
-        assert!(Instant::now() < until, "{log}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait_for(&format!("\"{fenced}\" in the host's log"), || {
+        a.output.lock().unwrap().iter().any(|line| line.contains(&fenced))
+    })
+    .await;
     let down = b.api.get("/api/traces/running").await;
     let message = down.expect_error(500, "internal");
     assert!(message.contains("database"), "{message}");
