@@ -169,19 +169,13 @@ impl Watched {
         self.problems.lock().unwrap().clone()
     }
 
-    /// Waits, for up to [`PAGE_WAIT`], until a problem `matches`: they are
-    /// recorded by tasks of their own, which may run after the test sees
-    /// what caused one.
+    /// Waits until a problem `matches`: they are recorded by tasks of their
+    /// own, which may run after the test sees what caused one.
     pub async fn wait_problem(&self, matches: impl Fn(&str) -> bool, what: &str) {
-        let deadline = Instant::now() + PAGE_WAIT;
-        while !self.problems().iter().any(|p| matches(p)) {
-            assert!(
-                Instant::now() < deadline,
-                "no problem recorded for {what}; recorded: {:?}",
-                self.problems()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::support::wait_for(&format!("a problem recorded for {what}"), || {
+            self.problems().iter().any(|p| matches(p))
+        })
+        .await;
     }
 
     /// Evaluates `expression` (which may be a promise) to JSON.
