@@ -121,8 +121,8 @@ async fn bad_references_and_bad_artifacts_are_refused_and_install_nothing() {
     let absent = format!("sha256:{}", "0".repeat(64));
     let error = install(&registry.url(&format!("tools/echo@{absent}")));
     assert!(error.contains("is not in the registry"), "{error}");
-    let down = format!("oci://127.0.0.1:{}/tools/echo:1", support::registry::free_port());
-    let error = install(&down);
+    let (_refusing, port) = support::registry::refusing_port();
+    let error = install(&format!("oci://127.0.0.1:{port}/tools/echo:1"));
     assert!(error.contains("cannot be reached"), "{error}");
     let error = install("oci://tools/echo:1");
     assert!(error.contains("must be the registry's HOST[:PORT]"), "{error}");
