@@ -383,11 +383,11 @@ impl Peers {
         }
     }
 
-    /// The median latency of `calls` calls of `figure` one at a time, each
+    /// The latencies (ns) of `calls` calls of `figure` one at a time, each
     /// after 50 µs of other tasks (yielding to them): a busy host, as in
     /// host/benches/tool_call.rs. Made from a task of the runtime, as an
     /// agent's calls are, so that Reson makes its spares.
-    async fn spaced(&mut self, figure: Figure, calls: usize) -> f64 {
+    async fn spaced(&mut self, figure: Figure, calls: usize) -> Vec<f64> {
         let mut times = Vec::with_capacity(calls);
         for _ in 0..calls {
             let until = Instant::now() + Duration::from_micros(50);
@@ -398,14 +398,19 @@ impl Peers {
             drop(black_box(self.answer(figure).await));
             times.push(start.elapsed().as_nanos() as f64);
         }
-        median(times)
+        times
     }
 }
 
 /// The middle of `v` once sorted.
-fn median(mut v: Vec<f64>) -> f64 {
+fn median(v: Vec<f64>) -> f64 {
+    quantile(v, 0.5)
+}
+
+/// The value a fraction `q` of the way through `v` once sorted.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 fn bench(c: &mut Criterion) {
@@ -499,31 +504,45 @@ fn bench(c: &mut Criterion) {
     }
 
     // The same figures one call at a time from a task, in rounds
-    // interleaved as above; the peers come back for the next group.
-    let (_peers, spaced) = tokio
+    // interleaved as above; the peers come back for the next group. Single
+    // calls in a busy host spread widely (after the scheduler's system
+    // calls, caches are cold or not), so the quartiles of every call are
+    // printed beside the median of the rounds' medians.
+    let (_peers, rounds) = tokio
         .block_on(tokio.spawn(async move {
-            let mut samples = vec![Vec::new(); Figure::ALL.len()];
+            let mut rounds = vec![Vec::new(); Figure::ALL.len()];
             for _ in 0..7 {
-                for (figure, samples) in Figure::ALL.into_iter().zip(&mut samples) {
-                    samples.push(peers.spaced(figure, 200).await);
+                for (figure, rounds) in Figure::ALL.into_iter().zip(&mut rounds) {
+                    rounds.push(peers.spaced(figure, 200).await);
                 }
             }
-            (peers, samples.into_iter().map(median).collect::<Vec<f64>>())
+            (peers, rounds)
         }))
         .unwrap();
+    let spaced: Vec<f64> = rounds
+        .iter()
+        .map(|rounds| median(rounds.iter().map(|calls| median(calls.clone())).collect()))
+        .collect();
     let at = |figure: Figure| spaced[figure as usize];
     let (fresh, warm) = (at(Figure::ResonFresh), at(Figure::ResonWarm));
     println!(
-        "\n{:<42} {:>9} {:>13} {:>12}",
-        "echo, one call at a time in a busy host", "µs/call", "/ Reson fresh", "/ Reson warm"
+        "\n{:<42} {:>9} {:>13} {:>12} {:>17}",
+        "echo, one call at a time in a busy host",
+        "µs/call",
+        "/ Reson fresh",
+        "/ Reson warm",
+        "calls' p25 / p75"
     );
-    for (figure, ns) in Figure::ALL.into_iter().zip(&spaced) {
+    for ((figure, ns), rounds) in Figure::ALL.into_iter().zip(&spaced).zip(&rounds) {
+        let calls: Vec<f64> = rounds.concat();
         println!(
-            "{:<42} {:>9.2} {:>12.3}x {:>11.3}x",
+            "{:<42} {:>9.2} {:>12.3}x {:>11.3}x {:>8.2} / {:>6.2}",
             figure.name(),
             ns / 1e3,
             ns / fresh,
-            ns / warm
+            ns / warm,
+            quantile(calls.clone(), 0.25) / 1e3,
+            quantile(calls, 0.75) / 1e3
         );
     }
     let extism = at(Figure::Extism);
