@@ -767,10 +767,14 @@ async fn a_jail_made_ahead_runs_its_command_as_a_jail_made_on_its_path_would() {
     let jail = reson::jail::Jail::default();
     // What a command can see of how it was started: its descriptors, its
     // privileges, its environment, where it is, its process tree, its input.
+    // The tree is listed by the shell's builtins alone: a listing made by
+    // `ls | grep` counted `grep` or not, by whether it had started when
+    // `ls` read `/proc`.
     let report = "ls /proc/self/fd; readlink /proc/self/fd/0; \
                   grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status; env | sort; pwd; \
-                  echo \"pid $$ parent $PPID\"; ls /proc | grep -c '^[0-9]'; ulimit -a; cat; \
-                  echo err >&2; exit 7";
+                  echo \"pid $$ parent $PPID\"; \
+                  for p in /proc/[0-9]*; do read -r c < $p/comm; echo \"${p#/proc/} $c\"; done; \
+                  ulimit -a; cat; echo err >&2; exit 7";
     let on_path = jail.clone().spares(false);
     let fresh = jailed_sh(&on_path, &spec, report, None).await;
     assert!(!fresh.3, "spares off: made on its path");
@@ -781,6 +785,8 @@ async fn a_jail_made_ahead_runs_its_command_as_a_jail_made_on_its_path_would() {
     assert_eq!(fresh.2, Some(7), "{fresh:?}");
     assert!(fresh.0.contains("/dev/null\n") && fresh.0.contains("MARK=a b\n"), "{fresh:?}");
     assert!(fresh.0.contains(&format!("{}\n", ws.display())), "{fresh:?}");
+    // Bubblewrap's init and the command, nothing else.
+    assert!(fresh.0.contains("pid 2 parent 1\n1 bwrap\n2 sh\ntime("), "{fresh:?}");
     // Input, piped when asked for, reaches it whole.
     let input = b"line one\nline two\n".repeat(10_000);
     assert!(jail.make_ahead(&spec, Path::new("/bin/sh")).await);
