@@ -404,13 +404,13 @@ impl Peers {
 
 /// The middle of `v` once sorted.
 fn median(v: Vec<f64>) -> f64 {
-    quantile(v, 0.5)
+    quantiles(v, [0.5])[0]
 }
 
-/// The value a fraction `q` of the way through `v` once sorted.
-fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+/// The values the fractions `qs` of the way through `v` once sorted.
+fn quantiles<const N: usize>(mut v: Vec<f64>, qs: [f64; N]) -> [f64; N] {
     v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * q).round() as usize]
+    qs.map(|q| v[((v.len() - 1) as f64 * q).round() as usize])
 }
 
 fn bench(c: &mut Criterion) {
@@ -534,15 +534,15 @@ fn bench(c: &mut Criterion) {
         "calls' p25 / p75"
     );
     for ((figure, ns), rounds) in Figure::ALL.into_iter().zip(&spaced).zip(&rounds) {
-        let calls: Vec<f64> = rounds.concat();
+        let [p25, p75] = quantiles(rounds.concat(), [0.25, 0.75]);
         println!(
             "{:<42} {:>9.2} {:>12.3}x {:>11.3}x {:>8.2} / {:>6.2}",
             figure.name(),
             ns / 1e3,
             ns / fresh,
             ns / warm,
-            quantile(calls.clone(), 0.25) / 1e3,
-            quantile(calls, 0.75) / 1e3
+            p25 / 1e3,
+            p75 / 1e3
         );
     }
     let extism = at(Figure::Extism);
